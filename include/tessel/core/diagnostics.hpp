@@ -1,0 +1,84 @@
+// Compile-time diagnostics: each is a class template whose instantiation fails a static_assert.
+// The offending names travel as template arguments, so gcc and clang print them in the first
+// lines of the error ("In instantiation of 'struct tessel::diagnostic::axis_not_in_mesh<...>'").
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+
+#include "fixed_string.hpp"
+
+namespace tessel {
+namespace detail {
+template <class...>
+inline constexpr bool always_false = false;
+struct passed {
+  static constexpr bool value = true;
+};
+}  // namespace detail
+
+// `require<Ok, Diagnostic>`: true when Ok, else instantiates Diagnostic (and fails there).
+template <bool Ok, class Diagnostic>
+inline constexpr bool require = std::conditional_t<Ok, detail::passed, Diagnostic>::value;
+
+namespace diagnostic {
+
+#define COMMA ,
+#define TESSEL_DIAGNOSTIC(decl, name, message)                                                  \
+  template <decl>                                                                               \
+  struct name {                                                                                 \
+    static_assert(::tessel::detail::always_false<name>, message);                               \
+    static constexpr bool value = false;                                                        \
+  }
+
+// device_mesh and axis
+TESSEL_DIAGNOSTIC(fixed_string Axis, axis_size_must_be_positive,
+                  "tessel::axis: a mesh axis must have size >= 1 (see the axis name above)");
+TESSEL_DIAGNOSTIC(std::size_t Unused, axis_name_must_not_be_empty,
+                  "tessel::axis: a mesh axis needs a non-empty name");
+TESSEL_DIAGNOSTIC(std::size_t Unused, device_mesh_needs_at_least_one_axis,
+                  "tessel::device_mesh: a device_mesh must have at least one axis");
+TESSEL_DIAGNOSTIC(fixed_string Axis, duplicate_mesh_axis,
+                  "tessel::device_mesh: two axes have the same name (see the axis name above)");
+
+// tensor_layout
+TESSEL_DIAGNOSTIC(fixed_string Axis COMMA class Mesh, axis_not_in_mesh,
+                  "tessel::tensor_layout: the layout names an axis the device_mesh does not have");
+TESSEL_DIAGNOSTIC(fixed_string Axis, axis_used_twice_in_layout,
+                  "tessel::tensor_layout: a mesh axis may shard at most one tensor dimension");
+TESSEL_DIAGNOSTIC(std::size_t LayoutRank COMMA std::size_t TensorRank, layout_rank_mismatch,
+                  "tessel::tensor_layout: the layout's rank differs from the tensor's rank");
+TESSEL_DIAGNOSTIC(std::size_t Dimension COMMA std::size_t Extent COMMA fixed_string Axes COMMA
+                      std::size_t AxesSize,
+                  dimension_not_divisible,
+                  "tessel::tensor_layout: a static tensor dimension does not divide by the size "
+                  "of the mesh axes it is sharded over");
+
+// layout_map
+TESSEL_DIAGNOSTIC(fixed_string Path COMMA fixed_string FirstKey COMMA fixed_string SecondKey,
+                  path_matches_two_layout_map_keys,
+                  "tessel::layout_map: the path matches more than one key; make the keys "
+                  "disjoint (see the path and both keys above)");
+TESSEL_DIAGNOSTIC(fixed_string Key COMMA fixed_string Axis, layout_map_rule_names_unknown_axis,
+                  "tessel::layout_map: a rule names an axis the device_mesh does not have");
+TESSEL_DIAGNOSTIC(fixed_string Key COMMA std::size_t Position, unsupported_regex_in_layout_map_key,
+                  "tessel::layout_map: the key uses regular-expression syntax outside tessel's "
+                  "subset (literals . * + ? [...] | (...) \\d \\w \\s); see docs/errors.md");
+TESSEL_DIAGNOSTIC(fixed_string Key, duplicate_layout_map_key,
+                  "tessel::layout_map: the same key is given twice");
+
+// distributions
+TESSEL_DIAGNOSTIC(fixed_string Axis COMMA class Mesh, batch_axis_not_in_mesh,
+                  "tessel::model_parallel: the batch axis is not an axis of the layout_map's mesh");
+TESSEL_DIAGNOSTIC(class Mesh, data_parallel_needs_a_1d_mesh,
+                  "tessel::data_parallel: the mesh must have exactly one axis");
+
+// planning
+TESSEL_DIAGNOSTIC(fixed_string Layer COMMA fixed_string Reason, layer_cannot_be_planned,
+                  "tessel: the layouts given for this layer cannot be planned (see the layer "
+                  "name and reason above)");
+
+#undef TESSEL_DIAGNOSTIC
+#undef COMMA
+}  // namespace diagnostic
+}  // namespace tessel
