@@ -1,0 +1,142 @@
+// Distributions: data_parallel and model_parallel (Keras DataParallel / ModelParallel) as types
+// that answer, at compile time, the layout of a variable, of a layer output and of the batch.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "device_mesh.hpp"
+#include "layout_map.hpp"
+#include "shard.hpp"
+#include "tensor_layout.hpp"
+
+namespace tessel {
+
+inline constexpr std::size_t max_rules = 32;
+
+// A distribution as a value, for constexpr planning.
+struct distribution_value {
+  enum kind_t : std::uint8_t { data, model } kind = data;
+  mesh_value mesh{};
+  std::size_t batch_axis = 0;
+  std::array<rule_value, max_rules> rules{};
+  std::size_t rule_count = 0;
+
+  // Keras get_data_layout: the batch split over the batch axis, the rest replicated.
+  [[nodiscard]] constexpr layout_value batch_layout(std::size_t rank) const noexcept {
+    return layout_value::sharded(rank, 0, static_cast<std::uint8_t>(batch_axis));
+  }
+  [[nodiscard]] constexpr lookup_result find(std::string_view path) const noexcept {
+    return lookup(rules, rule_count, path);
+  }
+};
+
+namespace detail {
+// A dim_spec naming the axes of a dim_sharding, to lift a layout value back into a type.
+constexpr dim_spec to_spec(const mesh_value& m, const dim_sharding& d) noexcept {
+  dim_spec s;
+  for (std::size_t k = 0; k < d.count; ++k) s.names[s.count++] = m.names[d.axes[k]];
+  return s;
+}
+// Sources hold a layout value as `value` (gcc 12 crashes on dependent class-type template
+// arguments here, so the value travels inside a type).
+template <class Mesh, class Source, class I = std::make_index_sequence<Source::value.rank>>
+struct layout_type;
+template <class Mesh, class Source, std::size_t... I>
+struct layout_type<Mesh, Source, std::index_sequence<I...>> {
+  using type = tensor_layout<Mesh, to_spec(Mesh::value, Source::value.dims[I])...>;
+};
+template <std::size_t Rank>
+struct replicated_source {
+  static constexpr layout_value value = layout_value::replicated(Rank);
+};
+template <class Dist, std::size_t Rank>
+struct batch_source {
+  static constexpr layout_value value = Dist::value.batch_layout(Rank);
+};
+}  // namespace detail
+
+// The tensor_layout type of the layout value `Source::value` on Mesh.
+template <class Mesh, class Source>
+using layout_type_t = typename detail::layout_type<Mesh, Source>::type;
+
+// Weights replicated on every device of a 1-D mesh, each batch split along its first dimension.
+// With no argument the mesh is 1-D of run-time size, axis "batch" (Keras: every local device).
+template <class Mesh = device_mesh<axis<"batch">>>
+struct data_parallel {
+  static_assert(detail::is_device_mesh<Mesh>,
+                "tessel::data_parallel: the argument must be a tessel::device_mesh<...>");
+  static_assert(require<Mesh::rank == 1, diagnostic::data_parallel_needs_a_1d_mesh<Mesh>>);
+  using mesh = Mesh;
+  static constexpr name_string batch_dim_name = Mesh::axis_names[0];
+  static constexpr distribution_value value{distribution_value::data, Mesh::value, 0, {}, 0};
+};
+
+// Weights laid out by a layout_map, each batch split along `BatchDimName` (default: the mesh's
+// first axis, as in Keras).
+template <class LayoutMap, fixed_string BatchDimName = LayoutMap::mesh::axis_names[0]>
+struct model_parallel {
+  static_assert(detail::is_layout_map<LayoutMap>,
+                "tessel::model_parallel: the first argument must be a tessel::layout_map<...>");
+  static_assert(LayoutMap::size <= max_rules, "tessel::model_parallel: at most 32 rules");
+  using mesh = typename LayoutMap::mesh;
+  using layout_map = LayoutMap;
+  static_assert(require<(mesh::template index_of<BatchDimName> >= 0),
+                        diagnostic::batch_axis_not_in_mesh<BatchDimName, mesh>>);
+  static constexpr name_string batch_dim_name{BatchDimName.view()};
+  static constexpr distribution_value value = [] {
+    distribution_value v{distribution_value::model, mesh::value,
+                         static_cast<std::size_t>(mesh::template index_of<BatchDimName>), {},
+                         LayoutMap::size};
+    for (std::size_t i = 0; i < LayoutMap::size; ++i) v.rules[i] = LayoutMap::rules[i];
+    return v;
+  }();
+};
+
+namespace detail {
+template <class T>
+inline constexpr bool is_distribution = false;
+template <class M>
+inline constexpr bool is_distribution<data_parallel<M>> = true;
+template <class L, fixed_string B>
+inline constexpr bool is_distribution<model_parallel<L, B>> = true;
+
+template <class Dist, fixed_string Path>
+struct map_lookup {
+  using type = unmatched;
+};
+template <class Map, fixed_string B, fixed_string Path>
+struct map_lookup<model_parallel<Map, B>, Path> {
+  using type = lookup_t<Map, Path>;
+};
+
+template <class Dist, fixed_string Path, class Shape>
+struct variable_layout {
+  static_assert(is_distribution<Dist>, "tessel: expects data_parallel<...> or model_parallel<...>");
+  using found = typename map_lookup<Dist, Path>::type;
+  using layout = std::conditional_t<std::is_same_v<found, unmatched>,
+                                    layout_type_t<typename Dist::mesh, replicated_source<Shape::rank>>,
+                                    found>;
+  // Checks the rank and that each static dimension divides by its axes.
+  using type = typename laid_out<layout, Shape>::layout;
+};
+}  // namespace detail
+
+// The layout of variable `Path` of shape `Shape`: the layout_map's, else replicated.
+template <class Dist, fixed_string Path, class Shape>
+using variable_layout_t = typename detail::variable_layout<Dist, Path, Shape>::type;
+
+// The layout the distribution imposes on a layer output ("d2/output"), or unmatched.
+template <class Dist, fixed_string Path>
+using output_layout_t = typename detail::map_lookup<Dist, Path>::type;
+
+// The layout of an input batch of shape `Shape` (first dimension the batch).
+template <class Dist, class Shape>
+using batch_layout_t =
+    typename laid_out<layout_type_t<typename Dist::mesh, detail::batch_source<Dist, Shape::rank>>,
+                      Shape>::layout;
+
+}  // namespace tessel
