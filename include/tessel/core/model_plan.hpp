@@ -486,6 +486,9 @@ class planner {
   // dimension also reduces the row max, the row sum and the true-class logit.
   constexpr void loss(const layout_value& layout, const shape_value& shape) noexcept {
     if (model_.loss == loss_kind::none) return;
+    // The local sum runs over the per-sample losses (cross-entropy: one per row, complete after
+    // the row reductions) or over every local element (squared error).
+    std::uint32_t summed_over = layout.sharded_axes();
     if (model_.loss == loss_kind::softmax_cross_entropy) {
       layout_value labels = layout_value::replicated(1);
       labels.dims[0] = layout.dims[0];
@@ -493,9 +496,10 @@ class planner {
       if (!r.ok) return fail(r.error);
       row_reductions(r.reduce_axes, layout, shape, phase::forward, "row max", "row sum");
       row_reductions(r.reduce_axes, layout, shape, phase::forward, "true-class logit", {});
+      summed_over = r.out.sharded_axes();
     }
     layout_value scalar = layout_value::replicated(1);
-    scalar.partial = layout.sharded_axes();
+    scalar.partial = summed_over;
     add(phase::forward, "loss", plan_reshard(scalar, scalar.without_partial(), plan_.mesh,
                                              shape_value{1}, model_.element_size));
   }

@@ -1,0 +1,89 @@
+// Model plans: the Megatron pair and the seeds/000 MLP on its four meshes.
+#include <tessel/core.hpp>
+
+namespace {
+using namespace tessel;
+constexpr int data = 0, model = 1;
+constexpr auto fwd = phase::forward;
+constexpr auto bwd = phase::backward;
+
+// Megatron: a column-parallel dense then a row-parallel dense. Inside a larger network (the
+// input needs its gradient) this takes exactly one all_reduce over "model" forward (the row
+// layer's output) and one backward (the column layer's input gradient).
+using mesh_2x4 = device_mesh<axis<"data", 2>, axis<"model", 4>>;
+using megatron_map = layout_map<mesh_2x4, rule<"col/kernel", none, "model">, rule<"col/bias", "model">,
+                                rule<"row/kernel", "model", none>>;
+using megatron = model_parallel<megatron_map, "data">;
+constexpr model_desc mlp_pair = [] {
+  auto m = describe_model(shape_value{1024},
+                          std::array{dense_op("col", 4096, true, "relu"), dense_op("row", 1024)});
+  m.input_requires_grad = true;
+  return m;
+}();
+constexpr const model_plan& mp = model_plan_v<megatron, mlp_pair, 64>;
+static_assert(mp.ok);
+static_assert(mp.collectives(fwd, -1, model) == 1 && mp.collectives(fwd, collective::all_reduce, model) == 1);
+static_assert(mp.collectives(bwd, -1, model) == 1 && mp.collectives(bwd, collective::all_reduce, model) == 1);
+// The forward one reduces the row layer's output: 32 x 1024 floats on each device.
+static_assert(mp.steps[0].op == 1 && mp.steps[0].what == fixed_string("output"));
+static_assert(mp.steps[0].step.bytes == 32 * 1024 * 4);
+// Over "data" only gradients are reduced: the two kernels and the two biases.
+static_assert(mp.collectives(fwd, -1, data) == 0 && mp.collectives(bwd, collective::all_reduce, data) == 4);
+static_assert(mp.variable("col/kernel")->local == shape_value{1024, 1024});
+static_assert(mp.variable("row/kernel")->local == shape_value{1024, 1024});
+static_assert(mp.variable("col/bias")->local == shape_value{1024});
+// As the first layers of a model (no input gradient) the backward all_reduce is not needed.
+constexpr model_desc mlp_pair_first =
+    describe_model(shape_value{1024}, std::array{dense_op("col", 4096, true, "relu"), dense_op("row", 1024)});
+static_assert(model_plan_v<megatron, mlp_pair_first, 64>.collectives(bwd, -1, model) == 0);
+
+// seeds/000: Flatten -> Dense(200, relu, no bias, d1) -> Dropout -> Dense(10, softmax, d2), MSE.
+constexpr model_desc seed_mlp = describe_model(
+    shape_value{28, 28, 1},
+    std::array{flatten_op("flatten"), dense_op("d1", 200, false, "relu"), dropout_op("dropout"),
+               dense_op("d2", 10, true, "softmax")},
+    loss_kind::mean_squared_error);
+template <std::size_t D, std::size_t M>
+using seed_distribution = model_parallel<
+    layout_map<device_mesh<axis<"data", D>, axis<"model", M>>, rule<"d1/kernel", none, "model">,
+               rule<"d1/bias", "model">, rule<"d2/output", "data", none>>,
+    "data">;
+constexpr const model_plan& p8x1 = model_plan_v<seed_distribution<8, 1>, seed_mlp, 16>;
+constexpr const model_plan& p2x4 = model_plan_v<seed_distribution<2, 4>, seed_mlp, 16>;
+constexpr const model_plan& p1x8 = model_plan_v<seed_distribution<1, 8>, seed_mlp, 16>;
+// 8x1 is pure data parallelism: nothing over "model"; every gradient all_reduced over "data".
+static_assert(p8x1.collectives(fwd, -1, model) == 0 && p8x1.collectives(bwd, -1, model) == 0);
+static_assert(p8x1.collectives(bwd, collective::all_reduce, data) == 3);
+static_assert(p8x1.variable("d1/kernel")->local == shape_value{784, 200});
+// 2x4: d1's kernel is split by columns, so d2 slices its (replicated) kernel by rows for free and
+// all_reduces its small output over "model" instead of gathering d1's 200-wide activation.
+static_assert(p2x4.variable("d1/kernel")->local == shape_value{784, 50});
+static_assert(p2x4.collectives(fwd, collective::all_reduce, model) == 1);
+static_assert(p2x4.collectives(fwd, collective::all_gather, model) == 0);
+static_assert(p2x4.collectives(bwd, collective::all_gather, model) == 1);  // d2's kernel gradient
+static_assert(p2x4.activations[2].layout.dims[1].axes[0] == model);          // d1's output
+// 1x8 is pure model parallelism: no "data" collectives at all.
+static_assert(p1x8.collectives(fwd, -1, data) == 0 && p1x8.collectives(bwd, -1, data) == 0);
+static_assert(p1x8.variable("d1/kernel")->local == shape_value{784, 25});
+
+// When gathering the activation is cheaper than reducing the output, the planner gathers: a
+// narrow activation (16 wide, sharded) feeding a wide replicated layer (4096).
+constexpr model_desc narrow_then_wide =
+    describe_model(shape_value{64}, std::array{dense_op("a", 16, false), dense_op("b", 4096, false)});
+using narrow_map = layout_map<mesh_2x4, rule<"a/kernel", none, "model">>;
+constexpr const model_plan& nw = model_plan_v<model_parallel<narrow_map>, narrow_then_wide, 64>;
+static_assert(nw.collectives(fwd, collective::all_gather, model) == 1);
+static_assert(nw.collectives(fwd, collective::all_reduce, model) == 0);
+
+// Softmax cross-entropy over a class dimension sharded by the layout map reduces row statistics.
+constexpr model_desc classifier = describe_model(
+    shape_value{128}, std::array{dense_op("logits", 1000)}, loss_kind::softmax_cross_entropy);
+using class_map = layout_map<mesh_2x4, rule<"logits/kernel", none, "model">, rule<"logits/bias", "model">>;
+constexpr const model_plan& cp = model_plan_v<model_parallel<class_map>, classifier, 64>;
+static_assert(cp.ok && cp.collectives(fwd, collective::all_reduce, model) == 3);  // max, sum, logit
+static_assert(cp.collectives(fwd, collective::all_reduce, data) == 1);  // the loss
+
+// A batch that does not divide by the batch axis is reported, not planned.
+static_assert(!plan_model(seed_distribution<2, 4>::value, seed_distribution<2, 4>::mesh::value,
+                          seed_mlp, 15).ok);
+}  // namespace
