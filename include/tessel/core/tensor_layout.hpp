@@ -116,31 +116,40 @@ struct layout_value {
 
 // "('data', None)", "(('data', 'model'), None)", with " partial over ('model',)" when partial.
 inline std::string to_string(const layout_value& l, const mesh_value& m) {
-  auto axis_name = [&](std::size_t a) { return "'" + std::string(m.names[a].view()) + "'"; };
+  // Built with append only: gcc 12 warns wrongly (-Wrestrict) on `"'" + std::string(...)`.
   std::string s = "(";
+  auto quoted = [&](std::size_t a) {
+    s.push_back('\'');
+    s.append(m.names[a].view());
+    s.push_back('\'');
+  };
   for (std::size_t i = 0; i < l.rank; ++i) {
-    if (i) s += ", ";
+    if (i) s.append(", ");
     const auto& d = l.dims[i];
     if (d.count == 0) {
-      s += "None";
+      s.append("None");
     } else if (d.count == 1) {
-      s += axis_name(d.axes[0]);
+      quoted(d.axes[0]);
     } else {
-      s += "(";
-      for (std::size_t k = 0; k < d.count; ++k) s += (k ? ", " : "") + axis_name(d.axes[k]);
-      s += ")";
+      s.push_back('(');
+      for (std::size_t k = 0; k < d.count; ++k) {
+        if (k) s.append(", ");
+        quoted(d.axes[k]);
+      }
+      s.push_back(')');
     }
   }
-  s += l.rank == 1 ? ",)" : ")";
+  s.append(l.rank == 1 ? ",)" : ")");
   if (l.partial) {
-    s += " partial over (";
+    s.append(" partial over (");
     bool first = true;
     for (std::size_t a = 0; a < m.rank; ++a)
       if (l.partial & (1u << a)) {
-        s += (first ? "" : ", ") + axis_name(a);
+        if (!first) s.append(", ");
+        quoted(a);
         first = false;
       }
-    s += ")";
+    s.push_back(')');
   }
   return s;
 }
