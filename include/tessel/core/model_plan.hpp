@@ -191,7 +191,7 @@ class planner {
     shape.extents[0] = plan_.batch;
     for (std::size_t i = 0; i < model_.input.rank; ++i) shape.extents[i + 1] = model_.input[i];
     layout_value layout = dist_.batch_layout(shape.rank);
-    if (!check_divides(layout, shape, 0, {})) return plan_;
+    if (!check_divides(layout, shape, {})) return plan_;
     record_activation(shape, layout);
     bool needs_grad = model_.input_requires_grad;
     for (std::size_t i = 0; i < model_.count && plan_.ok; ++i) {
@@ -261,7 +261,7 @@ class planner {
   constexpr void record_activation(const shape_value& s, const layout_value& l) noexcept {
     plan_.activations[plan_.activation_count++] = {s, l};
   }
-  constexpr bool check_divides(const layout_value& l, const shape_value& s, std::uint8_t,
+  constexpr bool check_divides(const layout_value& l, const shape_value& s,
                                const key_string& path) noexcept {
     if (l.rank != s.rank) {
       fail("the layout's rank differs from the tensor's rank", path);
@@ -303,23 +303,30 @@ class planner {
     shape = shape_value{shape.extents[0], n};
   }
 
-  constexpr layout_value variable_layout(const key_string& path, std::size_t rank) noexcept {
+  // The layout_map's layout for `path`, or nullptr when no key matches; an ambiguous path
+  // fails the plan, naming both keys.
+  constexpr const layout_value* find_layout(const key_string& path) noexcept {
     const lookup_result f = dist_.find(path.view());
     if (f.kind == lookup_result::ambiguous) {
       fail("the path matches two layout_map keys", path);
       plan_.error_key = dist_.rules[f.index].key;
       plan_.other_error_key = dist_.rules[f.second].key;
-      return layout_value::replicated(rank);
     }
-    if (f.kind == lookup_result::none_matched) return layout_value::replicated(rank);
-    return dist_.rules[f.index].layout;
+    if (f.kind == lookup_result::none_matched || f.kind == lookup_result::ambiguous)
+      return nullptr;
+    return &dist_.rules[f.index].layout;
+  }
+
+  constexpr layout_value variable_layout(const key_string& path, std::size_t rank) noexcept {
+    const layout_value* l = find_layout(path);
+    return l ? *l : layout_value::replicated(rank);
   }
 
   constexpr layout_value add_variable(const name_string& layer, std::string_view leaf,
                                       const shape_value& shape) noexcept {
     const key_string path = make_path(layer, leaf);
     const layout_value l = variable_layout(path, shape.rank);
-    if (plan_.ok && check_divides(l, shape, op_, path)) {
+    if (plan_.ok && check_divides(l, shape, path)) {
       auto& v = plan_.variables[plan_.variable_count++];
       v = {op_, path, shape, l, shape};
       for (std::size_t d = 0; d < shape.rank; ++d)
@@ -379,16 +386,9 @@ class planner {
     if (op.use_bias) b = add_variable(op.name, "bias", shape_value{op.units});
     if (!plan_.ok) return;
     const key_string out_path = make_path(op.name, "output");
-    const lookup_result of = dist_.find(out_path.view());
-    if (of.kind == lookup_result::ambiguous) {
-      plan_.error_key = dist_.rules[of.index].key;
-      plan_.other_error_key = dist_.rules[of.second].key;
-      return fail("the path matches two layout_map keys", out_path);
-    }
-    const layout_value* forced = of.kind == lookup_result::none_matched
-                                     ? nullptr
-                                     : &dist_.rules[of.index].layout;
-    if (forced && !check_divides(*forced, ys, op_, out_path)) return;
+    const layout_value* forced = find_layout(out_path);
+    if (!plan_.ok) return;
+    if (forced && !check_divides(*forced, ys, out_path)) return;
 
     // (a) reshard the input to the kernel: its contracting dimension sharded like the kernel's,
     //     its batch free of the axes the kernel uses.
@@ -471,14 +471,9 @@ class planner {
                                   bool needs_grad) noexcept {
     if (op.kind == op_kind::dense) return;  // dense applies its output layout itself
     const key_string path = make_path(op.name, "output");
-    const lookup_result f = dist_.find(path.view());
-    if (f.kind == lookup_result::ambiguous) {
-      plan_.error_key = dist_.rules[f.index].key;
-      plan_.other_error_key = dist_.rules[f.second].key;
-      return fail("the path matches two layout_map keys", path);
-    }
-    if (f.kind != lookup_result::none_matched && check_divides(dist_.rules[f.index].layout, shape, op_, path))
-      reshard_forward("output", layout, dist_.rules[f.index].layout, shape, needs_grad);
+    const layout_value* forced = find_layout(path);
+    if (forced && check_divides(*forced, shape, path))
+      reshard_forward("output", layout, *forced, shape, needs_grad);
   }
 
   // The loss is a mean over the global batch: the local sum is all_reduced over every axis the
