@@ -68,3 +68,12 @@ using dp8 = data_parallel<device_mesh<axis<"data", 8>>>;
 static_assert(std::is_same_v<batch_layout_t<dp8, shape<128, 28, 28, 1>>,
                              tensor_layout<dp8::mesh, "data", none, none, none>>);
 }  // namespace
+
+namespace {
+// A map without rules matches nothing, and model_parallel over it replicates every variable.
+using empty_map = tessel::layout_map<tessel::device_mesh<tessel::axis<"data", 2>>>;
+static_assert(std::is_same_v<tessel::lookup_t<empty_map, "d1/kernel">, tessel::unmatched>);
+static_assert(std::is_same_v<
+              tessel::variable_layout_t<tessel::model_parallel<empty_map>, "d1/kernel", tessel::shape<4, 4>>,
+              tessel::tensor_layout<empty_map::mesh, tessel::none, tessel::none>>);
+}  // namespace

@@ -60,3 +60,12 @@ static_assert(shard_block(layout_2d::value, m24, {16, 8}, {1, 3}).extent == shap
 // Compile-time names.
 static_assert(concat<"d1", "/kernel"> == fixed_string("d1/kernel"));
 }  // namespace
+
+namespace {
+// local_shape in a constant expression refuses a layout that does not fit (it is not constant).
+template <std::size_t N>
+concept fits = requires { typename std::integral_constant<std::size_t,
+    tessel::local_shape(tessel::layout_value::sharded(1, 0, 0),
+                        tessel::device_mesh<tessel::axis<"x", 4>>::value, tessel::shape_value{N})[0]>; };
+static_assert(fits<32> && !fits<30>);
+}  // namespace

@@ -144,7 +144,10 @@ class device_mesh {
       m.check_device_count(devices);
       return m;
     } else {
-      if (devices == 0 || devices % fixed != 0)
+      if (devices == 0)
+        throw value_error("tessel::device_mesh: no devices to lay on mesh " + to_string(value) +
+                          "; launch at least " + std::to_string(fixed) + " process(es)");
+      if (devices % fixed != 0)
         throw value_error("tessel::device_mesh: cannot lay " + std::to_string(devices) +
                           " devices on mesh " + to_string(value) + ": the static axes hold " +
                           std::to_string(fixed) + " devices, which does not divide " +

@@ -43,7 +43,7 @@ TESSEL_DIAGNOSTIC(fixed_string Axis, duplicate_mesh_axis,
 
 // tensor_layout
 TESSEL_DIAGNOSTIC(fixed_string Axis COMMA class Mesh, axis_not_in_mesh,
-                  "tessel::tensor_layout: the layout names an axis the device_mesh does not have");
+                  "tessel: the axis named here is not an axis of the device_mesh");
 TESSEL_DIAGNOSTIC(fixed_string Axis, axis_used_twice_in_layout,
                   "tessel::tensor_layout: a mesh axis may shard at most one tensor dimension");
 TESSEL_DIAGNOSTIC(std::size_t LayoutRank COMMA std::size_t TensorRank, layout_rank_mismatch,
@@ -61,6 +61,8 @@ TESSEL_DIAGNOSTIC(fixed_string Path COMMA fixed_string FirstKey COMMA fixed_stri
                   "disjoint (see the path and both keys above)");
 TESSEL_DIAGNOSTIC(fixed_string Key COMMA fixed_string Axis, layout_map_rule_names_unknown_axis,
                   "tessel::layout_map: a rule names an axis the device_mesh does not have");
+TESSEL_DIAGNOSTIC(fixed_string Key COMMA fixed_string Axis, layout_map_rule_uses_axis_twice,
+                  "tessel::layout_map: a rule uses one mesh axis for two dimensions");
 TESSEL_DIAGNOSTIC(fixed_string Key COMMA std::size_t Position, unsupported_regex_in_layout_map_key,
                   "tessel::layout_map: the key uses regular-expression syntax outside tessel's "
                   "subset (literals . * + ? [...] | (...) \\d \\w \\s); see docs/errors.md");

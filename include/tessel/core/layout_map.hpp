@@ -59,7 +59,7 @@ constexpr lookup_result lookup(const std::array<rule_value, N>& rules, std::size
 }
 
 namespace detail {
-enum class map_error : std::uint8_t { none, unknown_axis, bad_regex, duplicate_key };
+enum class map_error : std::uint8_t { none, unknown_axis, axis_twice, bad_regex, duplicate_key };
 struct map_check {
   map_error error = map_error::none;
   key_string key{};
@@ -88,7 +88,9 @@ struct layout_map {
         }
       if (const auto c = detail::check_specs(Mesh::value, R::specs);
           c.error != detail::spec_error::none) {
-        r = {detail::map_error::unknown_axis, R::key, c.name, 0};
+        r = {c.error == detail::spec_error::axis_twice ? detail::map_error::axis_twice
+                                                       : detail::map_error::unknown_axis,
+             R::key, c.name, 0};
         return;
       }
       if (const auto v = regex::validate(R::key.view()); !v.ok)
@@ -104,6 +106,8 @@ struct layout_map {
                         diagnostic::duplicate_layout_map_key<check_.key>>);
   static_assert(require<check_.error != detail::map_error::unknown_axis,
                         diagnostic::layout_map_rule_names_unknown_axis<check_.key, check_.axis>>);
+  static_assert(require<check_.error != detail::map_error::axis_twice,
+                        diagnostic::layout_map_rule_uses_axis_twice<check_.key, check_.axis>>);
   static_assert(require<check_.error != detail::map_error::bad_regex,
                         diagnostic::unsupported_regex_in_layout_map_key<check_.key,
                                                                         check_.position>>);
@@ -126,6 +130,11 @@ struct layout_map {
   static constexpr lookup_result find(std::string_view path) noexcept {
     return lookup(rules, size, path);
   }
+  // The key of rule i (empty for a map without rules).
+  static constexpr key_string key_at(std::size_t i) noexcept {
+    if constexpr (size == 0) return {};
+    else return rules[i].key;
+  }
 };
 
 namespace detail {
@@ -140,7 +149,7 @@ struct lookup_impl {
   static constexpr lookup_result found = Map::find(Path.view());
   static_assert(require<found.kind != lookup_result::ambiguous,
                         diagnostic::path_matches_two_layout_map_keys<
-                            Path, Map::rules[found.index].key, Map::rules[found.second].key>>);
+                            Path, Map::key_at(found.index), Map::key_at(found.second)>>);
   using type = std::conditional_t<
       found.kind == lookup_result::none_matched || found.kind == lookup_result::ambiguous,
       unmatched,

@@ -65,10 +65,20 @@ inline void check_layout(const layout_value& l, const mesh_value& m, const shape
   }
 }
 
+namespace detail {
+// Not constexpr: reaching it in a constant expression makes the compiler stop there, naming it.
+inline void layout_does_not_fit_the_tensor_shape() {}
+}  // namespace detail
+
 // The shape of the shard each device holds. Dynamic extents stay dynamic.
 constexpr shape_value local_shape(const layout_value& l, const mesh_value& m,
                                   const shape_value& s) {
-  if (!std::is_constant_evaluated()) check_layout(l, m, s);
+  if (std::is_constant_evaluated()) {
+    if (l.rank != s.rank || !detail::check_divisible(l, m, s).ok)
+      detail::layout_does_not_fit_the_tensor_shape();
+  } else {
+    check_layout(l, m, s);
+  }
   shape_value r = s;
   for (std::size_t d = 0; d < l.rank; ++d)
     if (r.extents[d] != dynamic_extent) r.extents[d] /= m.size_of(l.dims[d].mask());

@@ -1,0 +1,19 @@
+// expect: layer_cannot_be_planned<tessel::name_string\{"d1(\\000)*"\}, tessel::key_string\{"the global batch does not divide by the batch axis(\\000)*"\}>
+// The static plan of a model with a global batch of 15 on a mesh whose batch axis "data" has
+// size 2. The diagnostic names the model's first layer.
+// Expected diagnostic: tessel::diagnostic::layer_cannot_be_planned<"d1", reason>.
+#include <array>
+
+#include <tessel/core.hpp>
+
+using Mesh = tessel::device_mesh<tessel::axis<"data", 2>, tessel::axis<"model", 4>>;
+using Map = tessel::layout_map<Mesh, tessel::rule<"d1/kernel", tessel::none, "model">>;
+using Dist = tessel::model_parallel<Map>;
+constexpr tessel::model_desc mlp = tessel::describe_model(
+    tessel::shape_value{784},
+    std::array{tessel::dense_op("d1", 32, true, "relu"), tessel::dense_op("d2", 10)});
+
+constexpr const tessel::model_plan& plan = tessel::model_plan_v<Dist, mlp, 15>;
+// fix: constexpr const tessel::model_plan& plan = tessel::model_plan_v<Dist, mlp, 16>;
+
+int main() {}
