@@ -254,7 +254,8 @@ struct matcher {
 
       // A quantified single character: find how far it can reach, then try each count, so no
       // recursion is spent per repetition.
-      const std::size_t limit = q == '?' ? 1 : t.size() - j;
+      const std::size_t room = t.size() - j;
+      const std::size_t limit = q == '?' && room > 1 ? 1 : room;
       std::size_t most = 0;
       while (most < limit && char_matches(p, i, t[j + most])) ++most;
       const std::size_t least = q == '+' ? 1 : 0;
