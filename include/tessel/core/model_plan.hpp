@@ -211,13 +211,13 @@ class planner {
       if (!plan_.ok) break;
       constrain_output(op, layout, shape, needs_grad);
       record_activation(shape, layout);
-      reverse_backward_group();
+      close_backward_group();
     }
     if (plan_.ok) {
       op_ = static_cast<std::uint8_t>(model_.count);
       backward_mark_ = bw_count_;
       loss(layout, shape);
-      reverse_backward_group();
+      close_backward_group();
     }
     // Backward runs last layer first: append the per-layer groups in reverse order.
     for (std::size_t g = groups_; g-- > 0;)
@@ -252,8 +252,9 @@ class planner {
       }
     }
   }
-  // Steps of one layer's backward are produced in execution order; layers are reversed later.
-  constexpr void reverse_backward_group() noexcept {
+  // Ends the current layer's group of backward steps (kept in execution order within the
+  // layer); run() appends the groups last layer first.
+  constexpr void close_backward_group() noexcept {
     group_begin_[groups_] = backward_mark_;
     group_end_[groups_] = bw_count_;
     ++groups_;

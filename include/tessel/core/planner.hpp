@@ -100,9 +100,7 @@ constexpr std::size_t local_bytes(const layout_value& l, const mesh_value& m, co
                                   std::size_t element_size) noexcept {
   std::size_t n = element_size;
   for (std::size_t d = 0; d < l.rank; ++d) {
-    if (s.extents[d] == dynamic_extent) return unknown_bytes;
-    for (std::size_t k = 0; k < l.dims[d].count; ++k)
-      if (m.sizes[l.dims[d].axes[k]] == dynamic_extent) return unknown_bytes;
+    if (!shard_size_is_static(l, m, s, d)) return unknown_bytes;
     n *= s.extents[d] / m.size_of(l.dims[d].mask());
   }
   return n;

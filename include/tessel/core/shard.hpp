@@ -37,10 +37,7 @@ constexpr divisibility_check check_divisible(const layout_value& l, const mesh_v
                                              const shape_value& s) noexcept {
   for (std::size_t d = 0; d < l.rank; ++d) {
     const std::size_t n = m.size_of(l.dims[d].mask());
-    bool known = s.extents[d] != dynamic_extent;
-    for (std::size_t k = 0; k < l.dims[d].count; ++k)
-      known = known && m.sizes[l.dims[d].axes[k]] != dynamic_extent;
-    if (known && s.extents[d] % n != 0) return {false, d, s.extents[d], n, axes_label(m, l.dims[d])};
+    if (shard_size_is_static(l, m, s, d) && s.extents[d] % n != 0) return {false, d, s.extents[d], n, axes_label(m, l.dims[d])};
   }
   return {};
 }
@@ -127,13 +124,12 @@ struct laid_out {
   // Dimensions whose size or axes are only known at run time are dynamic_extent here.
   static constexpr shape_value local_shape = [] {
     shape_value r = Shape::value;
+    const auto& l = Layout::value;
     const auto& m = Layout::mesh::value;
-    for (std::size_t d = 0; d < r.rank; ++d) {
-      const auto& ds = Layout::value.dims[d];
-      bool known = r.extents[d] != dynamic_extent;
-      for (std::size_t k = 0; k < ds.count; ++k) known = known && m.sizes[ds.axes[k]] != dynamic_extent;
-      r.extents[d] = known ? r.extents[d] / m.size_of(ds.mask()) : dynamic_extent;
-    }
+    for (std::size_t d = 0; d < r.rank; ++d)
+      r.extents[d] = detail::shard_size_is_static(l, m, Shape::value, d)
+                         ? r.extents[d] / m.size_of(l.dims[d].mask())
+                         : dynamic_extent;
     return r;
   }();
 };

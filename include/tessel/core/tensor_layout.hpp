@@ -156,6 +156,16 @@ inline std::string to_string(const layout_value& l, const mesh_value& m) {
 
 namespace detail {
 
+// Whether dimension d's extent and the sizes of the axes sharding it are all static, so its shard
+// size is known when the program compiles.
+constexpr bool shard_size_is_static(const layout_value& l, const mesh_value& m,
+                                    const shape_value& s, std::size_t d) noexcept {
+  if (s.extents[d] == dynamic_extent) return false;
+  for (std::size_t k = 0; k < l.dims[d].count; ++k)
+    if (m.sizes[l.dims[d].axes[k]] == dynamic_extent) return false;
+  return true;
+}
+
 enum class spec_error : std::uint8_t { none, unknown_axis, axis_twice };
 
 struct spec_check {
