@@ -1,5 +1,17 @@
-// Everything tessel provides. Today that is the compile-time core; execution, layers and the
-// model API are included here as they land.
+// Everything tessel provides: the compile-time core, the host backend, layers, losses, metrics,
+// optimizers, the model API, and the data pipeline.
 #pragma once
 
 #include "core.hpp"
+#include "data/array.hpp"
+#include "data/array_ops.hpp"
+#include "data/dataset.hpp"
+#include "data/fashion_mnist.hpp"
+#include "data/idx.hpp"
+#include "layers.hpp"
+#include "losses.hpp"
+#include "metrics.hpp"
+#include "model/callbacks.hpp"
+#include "model/sequential.hpp"
+#include "optimizers.hpp"
+#include "runtime/initialize.hpp"

@@ -80,6 +80,17 @@ TESSEL_DIAGNOSTIC(fixed_string Layer COMMA fixed_string Reason, layer_cannot_be_
                   "tessel: the layouts given for this layer cannot be planned (see the layer "
                   "name and reason above)");
 
+// sequential models
+TESSEL_DIAGNOSTIC(fixed_string Layer COMMA std::size_t InputRank, layer_needs_flat_input,
+                  "tessel::sequential: this layer takes samples of rank 1; put a flatten layer "
+                  "before it (see the layer name and the input rank above)");
+TESSEL_DIAGNOSTIC(fixed_string Layer, duplicate_layer_name,
+                  "tessel::sequential: All layers added to a Sequential model should have unique "
+                  "names (see the repeated name above)");
+TESSEL_DIAGNOSTIC(std::size_t Unused, sequential_needs_an_input,
+                  "tessel::sequential: the first entry must be layers::input<...> giving the "
+                  "shape of one sample, like keras.Input(shape=(784,))");
+
 #undef TESSEL_DIAGNOSTIC
 #undef COMMA
 }  // namespace diagnostic

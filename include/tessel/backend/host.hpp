@@ -1,0 +1,366 @@
+// host: the CPU backend. Data lives in Kokkos views (row-major, host memory); GEMM goes through
+// Kokkos Kernels (OpenBLAS sgemm underneath) and every other kernel is a Kokkos parallel pattern.
+// Layers never name this type: they are written against backend_interface (interface.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <KokkosBlas3_gemm.hpp>
+#include <Kokkos_Core.hpp>
+
+#include "../layers/activations.hpp"
+#include "../random/philox.hpp"
+
+namespace tessel::backend {
+
+struct host {
+  static constexpr std::string_view device_kind = "cpu";
+  using execution_space = Kokkos::DefaultHostExecutionSpace;
+  using matrix = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
+  using index_vector = Kokkos::View<std::int32_t*, Kokkos::HostSpace>;
+
+  static bool is_initialized() { return Kokkos::is_initialized(); }
+  static void initialize(int& argc, char** argv) {
+    if (!Kokkos::is_initialized()) Kokkos::initialize(argc, argv);
+  }
+  static void finalize() {
+    if (Kokkos::is_initialized()) Kokkos::finalize();
+  }
+
+  // ---- memory -------------------------------------------------------------------------------
+  static matrix make_matrix(const std::string& label, std::size_t rows, std::size_t cols) {
+    return matrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), rows, cols);
+  }
+  static matrix make_zeros(const std::string& label, std::size_t rows, std::size_t cols) {
+    return matrix(label, rows, cols);
+  }
+  static index_vector make_indices(const std::string& label, std::size_t n) {
+    return index_vector(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
+  }
+  static std::size_t rows(const matrix& m) { return m.extent(0); }
+  static std::size_t cols(const matrix& m) { return m.extent(1); }
+  // Rows [begin, end) of m, sharing its memory.
+  static matrix row_range(const matrix& m, std::size_t begin, std::size_t end) {
+    return Kokkos::subview(m, Kokkos::make_pair(begin, end), Kokkos::ALL);
+  }
+  static void upload(std::span<const float> src, const matrix& dst) {
+    std::copy(src.begin(), src.end(), dst.data());
+  }
+  static void upload(std::span<const std::int32_t> src, const index_vector& dst) {
+    std::copy(src.begin(), src.end(), dst.data());
+  }
+  static void download(const matrix& src, std::span<float> dst) {
+    std::copy(src.data(), src.data() + src.size(), dst.begin());
+  }
+  static void fill(const matrix& m, float v) { Kokkos::deep_copy(m, v); }
+  static void copy(const matrix& src, const matrix& dst) { Kokkos::deep_copy(dst, src); }
+
+  // ---- dense algebra ------------------------------------------------------------------------
+  // c = alpha * op(a) * op(b) + beta * c.
+  static void gemm(bool trans_a, bool trans_b, float alpha, const matrix& a, const matrix& b,
+                   float beta, const matrix& c) {
+    KokkosBlas::gemm(trans_a ? "T" : "N", trans_b ? "T" : "N", alpha, a, b, beta, c);
+  }
+  // out[i, j] = row[0, j] for every i (the bias before the GEMM accumulates onto it).
+  static void broadcast_rows(const matrix& row, const matrix& out) {
+    const std::size_t n = out.extent(1);
+    Kokkos::parallel_for(
+        "tessel::broadcast_rows", policy(out.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          for (std::size_t j = 0; j < n; ++j) out(i, j) = row(0, j);
+        });
+  }
+  // out[0, j] = sum_i in[i, j] (a bias gradient). Blocks of columns, rows inside: unit-stride
+  // inner loops on row-major data.
+  static void column_sums(const matrix& in, const matrix& out) {
+    const std::size_t m = in.extent(0), n = in.extent(1);
+    constexpr std::size_t block = 256;
+    Kokkos::parallel_for(
+        "tessel::column_sums", policy((n + block - 1) / block), KOKKOS_LAMBDA(std::size_t b) {
+          const std::size_t j0 = b * block, j1 = std::min(n, j0 + block);
+          for (std::size_t j = j0; j < j1; ++j) out(0, j) = 0.0f;
+          for (std::size_t i = 0; i < m; ++i)
+            for (std::size_t j = j0; j < j1; ++j) out(0, j) += in(i, j);
+        });
+  }
+
+  // ---- element-wise ---------------------------------------------------------------------------
+  // m = f(m), in place; softmax along each row.
+  static void activation_forward(activation_kind a, const matrix& m) {
+    const std::size_t n = m.extent(1);
+    switch (a) {
+      case activation_kind::linear: return;
+      case activation_kind::relu:
+        return flat_for(m, [](float& v) { v = v > 0.0f ? v : 0.0f; });
+      case activation_kind::sigmoid:
+        return flat_for(m, [](float& v) { v = 1.0f / (1.0f + std::exp(-v)); });
+      case activation_kind::tanh:
+        return flat_for(m, [](float& v) { v = std::tanh(v); });
+      case activation_kind::softmax:
+        Kokkos::parallel_for(
+            "tessel::softmax", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+              float mx = -std::numeric_limits<float>::infinity();
+              for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, m(i, j));
+              float s = 0.0f;
+              for (std::size_t j = 0; j < n; ++j) s += (m(i, j) = std::exp(m(i, j) - mx));
+              const float inv = 1.0f / s;
+              for (std::size_t j = 0; j < n; ++j) m(i, j) *= inv;
+            });
+        return;
+    }
+  }
+  // dz = dy * f'(z), written through y = f(z); dz may be dy itself.
+  static void activation_backward(activation_kind a, const matrix& y, const matrix& dy,
+                                  const matrix& dz) {
+    const std::size_t n = y.extent(1), total = y.size();
+    float* pd = dz.data();
+    const float* py = y.data();
+    const float* pg = dy.data();
+    auto each = [&](auto f) {
+      Kokkos::parallel_for(
+          "tessel::activation_backward", policy(total),
+          KOKKOS_LAMBDA(std::size_t k) { pd[k] = f(py[k], pg[k]); });
+    };
+    switch (a) {
+      case activation_kind::linear:
+        if (dz.data() != dy.data()) Kokkos::deep_copy(dz, dy);
+        return;
+      case activation_kind::relu: return each([](float yv, float g) { return yv > 0.0f ? g : 0.0f; });
+      case activation_kind::sigmoid:
+        return each([](float yv, float g) { return g * yv * (1.0f - yv); });
+      case activation_kind::tanh: return each([](float yv, float g) { return g * (1.0f - yv * yv); });
+      case activation_kind::softmax:
+        Kokkos::parallel_for(
+            "tessel::softmax_backward", policy(y.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+              float dot = 0.0f;
+              for (std::size_t j = 0; j < n; ++j) dot += y(i, j) * dy(i, j);
+              for (std::size_t j = 0; j < n; ++j) dz(i, j) = y(i, j) * (dy(i, j) - dot);
+            });
+        return;
+    }
+  }
+  // out = in * scale + offset (Rescaling), out may be in.
+  static void scale_shift(const matrix& in, const matrix& out, float scale, float offset) {
+    const float* pi = in.data();
+    float* po = out.data();
+    Kokkos::parallel_for(
+        "tessel::scale_shift", policy(in.size()),
+        KOKKOS_LAMBDA(std::size_t k) { po[k] = pi[k] * scale + offset; });
+  }
+  // Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate). The mask of
+  // element (r, j) is drawn at global index (first_row + r) * cols + j, so every shard of a batch
+  // draws the same mask one device would. Forward and backward call this with the same stream.
+  static void dropout(const matrix& in, const matrix& out, const random::stream& s, float rate,
+                      std::uint64_t first_row) {
+    const std::size_t n = in.extent(1);
+    const float keep_scale = 1.0f / (1.0f - rate);
+    Kokkos::parallel_for(
+        "tessel::dropout", policy(in.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          const std::uint64_t base = (first_row + i) * n;
+          for (std::size_t j = 0; j < n; ++j)
+            out(i, j) = s.uniform(base + j) >= rate ? in(i, j) * keep_scale : 0.0f;
+        });
+  }
+
+  // ---- losses: each returns the sum over rows of the per-sample loss and writes
+  //      grad = grad_scale * d(per-sample loss)/d(prediction). --------------------------------
+  static double sparse_softmax_cross_entropy(const matrix& logits, const index_vector& labels,
+                                             const matrix& grad, float grad_scale) {
+    const std::size_t n = logits.extent(1);
+    double total = 0.0;
+    Kokkos::parallel_reduce(
+        "tessel::sparse_softmax_xent", policy(logits.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, double& acc) {
+          float mx = -std::numeric_limits<float>::infinity();
+          for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, logits(i, j));
+          float s = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) s += std::exp(logits(i, j) - mx);
+          const float log_s = std::log(s);
+          const auto l = static_cast<std::size_t>(labels(i));
+          acc += static_cast<double>(log_s + mx - logits(i, l));
+          const float inv = 1.0f / s;
+          for (std::size_t j = 0; j < n; ++j)
+            grad(i, j) = grad_scale * (std::exp(logits(i, j) - mx) * inv - (j == l ? 1.0f : 0.0f));
+        },
+        total);
+    return total;
+  }
+  // Cross-entropy on probabilities, as Keras computes it: normalise each row to sum 1, clip to
+  // [eps, 1 - eps], then -sum(t * log). `labels` (sparse) or `targets` (one-hot), one of them.
+  static double crossentropy_on_probabilities(const matrix& probs, const index_vector& labels,
+                                              const matrix& targets, const matrix& grad,
+                                              float grad_scale, float eps) {
+    const std::size_t n = probs.extent(1);
+    const bool sparse = labels.extent(0) > 0;
+    double total = 0.0;
+    Kokkos::parallel_reduce(
+        "tessel::xent_probabilities", policy(probs.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, double& acc) {
+          float s = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) s += probs(i, j);
+          float loss = 0.0f, dot = 0.0f;  // dot = sum_k dL/dq_k * q_k
+          for (std::size_t j = 0; j < n; ++j) {
+            const float t = sparse ? (static_cast<std::size_t>(labels(i)) == j ? 1.0f : 0.0f)
+                                   : targets(i, j);
+            const float q = probs(i, j) / s;
+            const float c = std::min(std::max(q, eps), 1.0f - eps);
+            loss -= t * std::log(c);
+            const float inside = (q >= eps && q <= 1.0f - eps) ? 1.0f : 0.0f;
+            const float dq = -t / c * inside;
+            grad(i, j) = dq;
+            dot += dq * q;
+          }
+          for (std::size_t j = 0; j < n; ++j) grad(i, j) = grad_scale * (grad(i, j) - dot) / s;
+          acc += static_cast<double>(loss);
+        },
+        total);
+    return total;
+  }
+  static double softmax_cross_entropy(const matrix& logits, const matrix& targets,
+                                      const matrix& grad, float grad_scale) {
+    const std::size_t n = logits.extent(1);
+    double total = 0.0;
+    Kokkos::parallel_reduce(
+        "tessel::softmax_xent", policy(logits.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, double& acc) {
+          float mx = -std::numeric_limits<float>::infinity();
+          for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, logits(i, j));
+          float s = 0.0f, tsum = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) {
+            s += std::exp(logits(i, j) - mx);
+            tsum += targets(i, j);
+          }
+          const float log_s = std::log(s);
+          float loss = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) {
+            loss -= targets(i, j) * (logits(i, j) - mx - log_s);
+            grad(i, j) = grad_scale * (std::exp(logits(i, j) - mx) / s * tsum - targets(i, j));
+          }
+          acc += static_cast<double>(loss);
+        },
+        total);
+    return total;
+  }
+  // Per sample: mean over the last axis of (p - t)^2.
+  static double mean_squared_error(const matrix& pred, const matrix& targets, const matrix& grad,
+                                   float grad_scale) {
+    const std::size_t n = pred.extent(1);
+    const float inv_n = 1.0f / static_cast<float>(n);
+    double total = 0.0;
+    Kokkos::parallel_reduce(
+        "tessel::mse", policy(pred.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, double& acc) {
+          float s = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) {
+            const float d = pred(i, j) - targets(i, j);
+            s += d * d;
+            grad(i, j) = grad_scale * 2.0f * d * inv_n;
+          }
+          acc += static_cast<double>(s * inv_n);
+        },
+        total);
+    return total;
+  }
+
+  // ---- metrics --------------------------------------------------------------------------------
+  // Rows whose arg-max (first maximum, as NumPy) equals the label / the target's arg-max.
+  static std::size_t count_argmax_equal(const matrix& pred, const index_vector& labels,
+                                        const matrix& targets) {
+    const std::size_t n = pred.extent(1);
+    const bool sparse = labels.extent(0) > 0;
+    std::size_t hits = 0;
+    Kokkos::parallel_reduce(
+        "tessel::argmax_equal", policy(pred.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, std::size_t& acc) {
+          std::size_t best = 0, want = 0;
+          for (std::size_t j = 1; j < n; ++j)
+            if (pred(i, j) > pred(i, best)) best = j;
+          if (sparse) {
+            want = static_cast<std::size_t>(labels(i));
+          } else {
+            for (std::size_t j = 1; j < n; ++j)
+              if (targets(i, j) > targets(i, want)) want = j;
+          }
+          acc += best == want ? 1 : 0;
+        },
+        hits);
+    return hits;
+  }
+
+  // ---- optimizer updates (Keras 3's formulas) --------------------------------------------------
+  static void sgd_update(const matrix& w, const matrix& g, const matrix& m, float lr,
+                         float momentum, bool nesterov) {
+    float* pw = w.data();
+    const float* pg = g.data();
+    float* pm = m.data();
+    if (momentum == 0.0f) {
+      Kokkos::parallel_for(
+          "tessel::sgd", policy(w.size()), KOKKOS_LAMBDA(std::size_t k) { pw[k] -= lr * pg[k]; });
+    } else {
+      Kokkos::parallel_for(
+          "tessel::sgd_momentum", policy(w.size()), KOKKOS_LAMBDA(std::size_t k) {
+            pm[k] = momentum * pm[k] - lr * pg[k];
+            pw[k] += nesterov ? momentum * pm[k] - lr * pg[k] : pm[k];
+          });
+    }
+  }
+  // alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), computed by the caller.
+  static void adam_update(const matrix& w, const matrix& g, const matrix& m, const matrix& v,
+                          float alpha, float beta_1, float beta_2, float epsilon) {
+    float* pw = w.data();
+    const float* pg = g.data();
+    float* pm = m.data();
+    float* pv = v.data();
+    Kokkos::parallel_for(
+        "tessel::adam", policy(w.size()), KOKKOS_LAMBDA(std::size_t k) {
+          const float gk = pg[k];
+          pm[k] += (gk - pm[k]) * (1.0f - beta_1);
+          pv[k] += (gk * gk - pv[k]) * (1.0f - beta_2);
+          pw[k] -= alpha * pm[k] / (std::sqrt(pv[k]) + epsilon);
+        });
+  }
+  static void rmsprop_update(const matrix& w, const matrix& g, const matrix& velocity,
+                             const matrix& average_grad, const matrix& mom, float lr, float rho,
+                             float momentum, float epsilon, bool centered) {
+    float* pw = w.data();
+    const float* pg = g.data();
+    float* pv = velocity.data();
+    float* pa = centered ? average_grad.data() : nullptr;
+    float* pm = momentum > 0.0f ? mom.data() : nullptr;
+    Kokkos::parallel_for(
+        "tessel::rmsprop", policy(w.size()), KOKKOS_LAMBDA(std::size_t k) {
+          const float gk = pg[k];
+          pv[k] = rho * pv[k] + (1.0f - rho) * gk * gk;
+          float denominator = pv[k] + epsilon;
+          if (pa) {
+            pa[k] = rho * pa[k] + (1.0f - rho) * gk;
+            denominator = pv[k] - pa[k] * pa[k] + epsilon;
+          }
+          const float increment = lr * gk / std::sqrt(denominator);
+          if (pm) {
+            pm[k] = momentum * pm[k] + increment;
+            pw[k] -= pm[k];
+          } else {
+            pw[k] -= increment;
+          }
+        });
+  }
+
+ private:
+  static Kokkos::RangePolicy<execution_space> policy(std::size_t n) {
+    return Kokkos::RangePolicy<execution_space>(0, n);
+  }
+  template <class F>
+  static void flat_for(const matrix& m, F f) {
+    float* p = m.data();
+    Kokkos::parallel_for(
+        "tessel::elementwise", policy(m.size()), KOKKOS_LAMBDA(std::size_t k) { f(p[k]); });
+  }
+};
+
+}  // namespace tessel::backend

@@ -1,0 +1,5 @@
+// layers: every layer tessel provides (Keras's keras.layers).
+#pragma once
+
+#include "layers/dense.hpp"
+#include "layers/elementwise.hpp"

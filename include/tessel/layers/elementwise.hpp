@@ -1,0 +1,160 @@
+// Layers without variables: input, flatten, dropout, relu, softmax, activation, rescaling.
+#pragma once
+
+#include <string>
+
+#include "../core/fixed_string.hpp"
+#include "activations.hpp"
+#include "layer.hpp"
+
+namespace tessel::layers {
+
+// The model's input: the shape of one sample, as `keras.Input(shape=(28, 28, 1))`.
+template <std::size_t... Dims>
+struct input {
+  static_assert(sizeof...(Dims) >= 1, "input: give the shape of one sample, e.g. input<784>");
+  static_assert(((Dims > 0) && ...), "input: every dimension of a sample must be positive");
+  static constexpr shape_value shape{Dims...};
+};
+
+// Common parts of layers that hold no variables.
+struct stateless_layer {
+  static constexpr bool has_variables = false;
+  static constexpr bool accepts(const shape_value&) { return true; }
+  static constexpr shape_value output_shape(const shape_value& in) { return in; }
+  static constexpr std::size_t param_count(const shape_value&) { return 0; }
+};
+
+// Flatten: (28, 28, 1) -> (784,). Samples are stored flat, so the data does not move.
+template <fixed_string Name = "">
+struct flatten : stateless_layer {
+  static constexpr std::string_view class_name = "Flatten";
+  static constexpr std::string_view base_name = "flatten";
+  static constexpr name_string given_name = Name;
+  static constexpr shape_value output_shape(const shape_value& in) {
+    return shape_value{in.elements()};
+  }
+  template <class B>
+  struct runtime {
+    using matrix = typename B::matrix;
+    runtime(const layer_info&, variable_store<B>&, std::uint64_t) {}
+    const matrix& forward(const matrix& x, const pass_context&) { return x; }
+    const matrix& backward(const matrix&, const matrix& dy, bool, const pass_context&) {
+      return dy;
+    }
+  };
+};
+
+struct dropout_args {
+  long long seed = -1;  // -1: derived from the model's seed and the layer's name
+  name_string name = "";
+};
+
+// Dropout (inverted), `dropout<0.4>` or `dropout<0.4, {.seed = 7, .name = "drop"}>`: in training, zero each element with probability `rate` and scale the rest by
+// 1 / (1 - rate); identity in inference. The mask is keyed by (seed, step, global element index).
+template <double Rate, dropout_args Args = dropout_args{}>
+struct dropout : stateless_layer {
+  static_assert(Rate >= 0.0 && Rate < 1.0,
+                "dropout: rate must be in [0, 1) (Keras: Invalid value received for argument "
+                "`rate`. Expected a float value between 0 and 1.)");
+  static constexpr std::string_view class_name = "Dropout";
+  static constexpr std::string_view base_name = "dropout";
+  static constexpr name_string given_name = Args.name;
+  template <class B>
+  class runtime {
+   public:
+    using matrix = typename B::matrix;
+    runtime(const layer_info& info, variable_store<B>&, std::uint64_t seed)
+        : stream_id_(random::hash_name(info.name.view())),
+          seed_(Args.seed >= 0 ? static_cast<std::uint64_t>(Args.seed) : seed) {}
+    const matrix& forward(const matrix& x, const pass_context& ctx) {
+      if (!ctx.training || Rate == 0.0) return x;
+      y_ = sized<B>(y_store_, B::rows(x), B::cols(x), "dropout");
+      B::dropout(x, y_, stream(ctx), static_cast<float>(Rate), ctx.first_row);
+      return y_;
+    }
+    const matrix& backward(const matrix&, const matrix& dy, bool, const pass_context& ctx) {
+      if (!ctx.training || Rate == 0.0) return dy;
+      B::dropout(dy, dy, stream(ctx), static_cast<float>(Rate), ctx.first_row);
+      return dy;
+    }
+
+   private:
+    random::stream stream(const pass_context& ctx) const {
+      return random::stream(seed_, stream_id_, ctx.step);
+    }
+    std::uint64_t stream_id_, seed_;
+    matrix y_store_, y_;
+  };
+};
+
+// An element-wise activation as a layer (Keras's Activation, ReLU and Softmax layers).
+template <activation_kind A, fixed_string ClassName, fixed_string BaseName, fixed_string Name>
+struct activation_layer : stateless_layer {
+  static constexpr std::string_view class_name = ClassName;
+  static constexpr std::string_view base_name = BaseName;
+  static constexpr name_string given_name = Name;
+  template <class B>
+  class runtime {
+   public:
+    using matrix = typename B::matrix;
+    runtime(const layer_info&, variable_store<B>&, std::uint64_t) {}
+    const matrix& forward(const matrix& x, const pass_context&) {
+      y_ = sized<B>(y_store_, B::rows(x), B::cols(x), "activation");
+      B::copy(x, y_);
+      B::activation_forward(A, y_);
+      return y_;
+    }
+    const matrix& backward(const matrix&, const matrix& dy, bool, const pass_context&) {
+      B::activation_backward(A, y_, dy, dy);
+      return dy;
+    }
+
+   private:
+    matrix y_store_, y_;
+  };
+};
+
+template <fixed_string Name = "">
+using relu = activation_layer<activation_kind::relu, "ReLU", "re_lu", Name>;
+template <fixed_string Name = "">
+using softmax = activation_layer<activation_kind::softmax, "Softmax", "softmax", Name>;
+template <fixed_string Fn, fixed_string Name = "">
+struct activation
+    : activation_layer<activation_from_name(Fn.view()), "Activation", "activation", Name> {
+  static_assert(is_activation_name(Fn.view()),
+                "activation: unknown activation; use linear, relu, sigmoid, tanh or softmax");
+};
+
+struct rescaling_args {
+  double offset = 0.0;
+  name_string name = "";
+};
+
+// Rescaling: y = x * scale + offset (`rescaling<1.0 / 255>`, `rescaling<2.0, {.offset = -1}>`).
+template <double Scale, rescaling_args Args = rescaling_args{}>
+struct rescaling : stateless_layer {
+  static constexpr std::string_view class_name = "Rescaling";
+  static constexpr std::string_view base_name = "rescaling";
+  static constexpr name_string given_name = Args.name;
+  template <class B>
+  class runtime {
+   public:
+    using matrix = typename B::matrix;
+    runtime(const layer_info&, variable_store<B>&, std::uint64_t) {}
+    const matrix& forward(const matrix& x, const pass_context&) {
+      y_ = sized<B>(y_store_, B::rows(x), B::cols(x), "rescaling");
+      B::scale_shift(x, y_, static_cast<float>(Scale), static_cast<float>(Args.offset));
+      return y_;
+    }
+    const matrix& backward(const matrix&, const matrix& dy, bool, const pass_context&) {
+      B::scale_shift(dy, dy, static_cast<float>(Scale), 0.0f);
+      return dy;
+    }
+
+   private:
+    matrix y_store_, y_;
+  };
+};
+
+}  // namespace tessel::layers

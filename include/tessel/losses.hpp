@@ -1,0 +1,93 @@
+// losses: Keras's losses (same names and defaults), reduction "sum_over_batch_size". The value
+// is computed with its gradient in one pass over the predictions.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "core/errors.hpp"
+
+namespace tessel {
+
+namespace losses {
+
+struct mean_squared_error {
+  static constexpr std::string_view name = "mean_squared_error";
+};
+struct sparse_categorical_crossentropy {
+  bool from_logits = false;
+  static constexpr std::string_view name = "sparse_categorical_crossentropy";
+};
+struct categorical_crossentropy {
+  bool from_logits = false;
+  static constexpr std::string_view name = "categorical_crossentropy";
+};
+
+}  // namespace losses
+
+// What compile() accepts as a loss: one of the loss objects, or its Keras name.
+class loss_spec {
+ public:
+  using value_type = std::variant<losses::mean_squared_error,
+                                  losses::sparse_categorical_crossentropy,
+                                  losses::categorical_crossentropy>;
+  loss_spec(losses::mean_squared_error l) : value_(l) {}                 // NOLINT
+  loss_spec(losses::sparse_categorical_crossentropy l) : value_(l) {}    // NOLINT
+  loss_spec(losses::categorical_crossentropy l) : value_(l) {}           // NOLINT
+  loss_spec(const char* name) : loss_spec(std::string_view(name)) {}     // NOLINT
+  loss_spec(std::string_view name) : value_(from_name(name)) {}          // NOLINT
+
+  const value_type& value() const { return value_; }
+  // Whether the loss takes integer class labels (one per sample) rather than target vectors.
+  bool sparse_labels() const {
+    return std::holds_alternative<losses::sparse_categorical_crossentropy>(value_);
+  }
+  std::string_view name() const {
+    return std::visit([](const auto& l) { return std::decay_t<decltype(l)>::name; }, value_);
+  }
+
+ private:
+  static value_type from_name(std::string_view n) {
+    if (n == "mse" || n == "mean_squared_error" || n == "MeanSquaredError")
+      return losses::mean_squared_error{};
+    if (n == "sparse_categorical_crossentropy" || n == "SparseCategoricalCrossentropy")
+      return losses::sparse_categorical_crossentropy{};
+    if (n == "categorical_crossentropy" || n == "CategoricalCrossentropy")
+      return losses::categorical_crossentropy{};
+    throw value_error("Could not interpret loss identifier: " + std::string(n) +
+                      ". Use mean_squared_error (mse), sparse_categorical_crossentropy or "
+                      "categorical_crossentropy.");
+  }
+  value_type value_;
+};
+
+// Keras's backend epsilon, which clips probabilities in the cross-entropies.
+inline constexpr float epsilon = 1e-7f;
+
+// The sum over the rows of `pred` of the per-sample loss; writes d(loss)/d(pred) * grad_scale to
+// grad. Labels are used by the sparse loss, targets by the others.
+template <class B>
+double loss_and_gradient(const loss_spec& loss, const typename B::matrix& pred,
+                         const typename B::index_vector& labels, const typename B::matrix& targets,
+                         const typename B::matrix& grad, float grad_scale) {
+  return std::visit(
+      [&](const auto& l) -> double {
+        using L = std::decay_t<decltype(l)>;
+        if constexpr (std::is_same_v<L, losses::mean_squared_error>) {
+          return B::mean_squared_error(pred, targets, grad, grad_scale);
+        } else if constexpr (std::is_same_v<L, losses::sparse_categorical_crossentropy>) {
+          return l.from_logits ? B::sparse_softmax_cross_entropy(pred, labels, grad, grad_scale)
+                               : B::crossentropy_on_probabilities(pred, labels, targets, grad,
+                                                                  grad_scale, epsilon);
+        } else {
+          return l.from_logits ? B::softmax_cross_entropy(pred, targets, grad, grad_scale)
+                               : B::crossentropy_on_probabilities(
+                                     pred, typename B::index_vector(), targets, grad, grad_scale,
+                                     epsilon);
+        }
+      },
+      loss.value());
+}
+
+}  // namespace tessel

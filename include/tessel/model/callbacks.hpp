@@ -1,0 +1,302 @@
+// callbacks: Keras's callback hooks (same names and order of calls), and the callbacks users
+// reach for most: history, early_stopping, terminate_on_nan, csv_logger, lambda_callback.
+#pragma once
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../core/errors.hpp"
+#include "logs.hpp"
+
+namespace tessel {
+
+// What a callback may ask of the model it is attached to (Keras's `self.model`).
+class model_base {
+ public:
+  virtual ~model_base() = default;
+  // Set by a callback to end fit() after the current batch (Keras's model.stop_training).
+  bool stop_training = false;
+  virtual std::vector<std::vector<float>> get_weights() const = 0;
+  virtual void set_weights(const std::vector<std::vector<float>>& weights) = 0;
+  // Whether a larger value of the named metric is better (Keras's metric `_direction == "up"`).
+  virtual std::optional<bool> metric_increases(std::string_view name) const = 0;
+};
+
+// keras.callbacks.Callback: override the hooks you need.
+class callback {
+ public:
+  virtual ~callback() = default;
+  void set_model(model_base* m) { model = m; }
+  virtual void on_train_begin(const logs&) {}
+  virtual void on_train_end(const logs&) {}
+  virtual void on_epoch_begin(std::size_t /*epoch*/, const logs&) {}
+  virtual void on_epoch_end(std::size_t /*epoch*/, const logs&) {}
+  virtual void on_train_batch_begin(std::size_t /*batch*/, const logs&) {}
+  virtual void on_train_batch_end(std::size_t /*batch*/, const logs&) {}
+  virtual void on_test_begin(const logs&) {}
+  virtual void on_test_end(const logs&) {}
+  virtual void on_test_batch_begin(std::size_t /*batch*/, const logs&) {}
+  virtual void on_test_batch_end(std::size_t /*batch*/, const logs&) {}
+  virtual void on_predict_begin(const logs&) {}
+  virtual void on_predict_end(const logs&) {}
+  virtual void on_predict_batch_begin(std::size_t /*batch*/, const logs&) {}
+  virtual void on_predict_batch_end(std::size_t /*batch*/, const logs&) {}
+
+ protected:
+  model_base* model = nullptr;
+};
+
+// A callback in fit's list: either one the caller keeps (passed as an lvalue, so it can be
+// inspected afterwards, like early_stopping's stopped_epoch) or a temporary the list owns.
+class callback_ref {
+ public:
+  template <class C>
+    requires std::derived_from<std::remove_cvref_t<C>, callback>
+  callback_ref(C&& c) {  // NOLINT(google-explicit-constructor)
+    if constexpr (std::is_lvalue_reference_v<C>)
+      ptr_ = std::shared_ptr<callback>(std::shared_ptr<callback>{}, &c);
+    else
+      ptr_ = std::make_shared<std::remove_cvref_t<C>>(std::forward<C>(c));
+  }
+  callback* get() const { return ptr_.get(); }
+
+ private:
+  std::shared_ptr<callback> ptr_;
+};
+
+// keras.callbacks.History: every epoch's logs, by name; fit() returns it.
+class history : public callback {
+ public:
+  std::vector<std::size_t> epoch;
+  std::map<std::string, std::vector<double>> history;  // history.history["loss"]
+  void on_train_begin(const logs&) override { epoch.clear(); }
+  void on_epoch_end(std::size_t e, const logs& l) override {
+    epoch.push_back(e);
+    for (const auto& [k, v] : l) history[k].push_back(v);
+  }
+};
+
+namespace callbacks {
+
+// keras.callbacks.EarlyStopping, with Keras 3's rules for improvement, patience and baselines.
+class early_stopping : public callback {
+ public:
+  struct options {
+    std::string monitor = "val_loss";
+    double min_delta = 0.0;
+    std::size_t patience = 0;
+    int verbose = 0;
+    std::string mode = "auto";
+    std::optional<double> baseline;
+    bool restore_best_weights = false;
+    std::size_t start_from_epoch = 0;
+  };
+  early_stopping() : early_stopping(options{}) {}
+  explicit early_stopping(options o) : o_(std::move(o)) {
+    if (o_.mode != "auto" && o_.mode != "min" && o_.mode != "max")
+      throw value_error("EarlyStopping mode " + o_.mode +
+                        " is unknown; use one of 'auto', 'min' or 'max'.");
+  }
+  std::size_t stopped_epoch = 0;
+  std::size_t best_epoch = 0;
+  std::optional<double> best;
+  std::size_t wait = 0;
+
+  void on_train_begin(const logs&) override {
+    wait = 0;
+    stopped_epoch = 0;
+    best.reset();
+    best_weights_.clear();
+    best_epoch = 0;
+    increases_.reset();
+  }
+  void on_epoch_end(std::size_t epoch, const logs& l) override {
+    const std::optional<double> current = find_log(l, o_.monitor);
+    if (!current) {
+      std::string names;
+      for (const auto& [k, v] : l) names += (names.empty() ? "" : ",") + k;
+      std::cerr << "UserWarning: Early stopping conditioned on metric `" << o_.monitor
+                << "` which is not available. Available metrics are: " << names << "\n";
+      return;
+    }
+    if (epoch < o_.start_from_epoch) return;
+    if (!increases_) increases_ = direction();
+    if (o_.restore_best_weights && best_weights_.empty()) best_weights_ = model->get_weights();
+    ++wait;
+    if (improves(*current, best)) {
+      best = *current;
+      best_epoch = epoch;
+      if (o_.restore_best_weights) best_weights_ = model->get_weights();
+      if (!o_.baseline || improves(*current, o_.baseline)) wait = 0;
+      return;
+    }
+    if (wait >= o_.patience && epoch > 0) {
+      stopped_epoch = epoch;
+      model->stop_training = true;
+    }
+  }
+  void on_train_end(const logs&) override {
+    if (stopped_epoch > 0 && o_.verbose > 0)
+      std::cout << "Epoch " << stopped_epoch + 1 << ": early stopping\n";
+    if (o_.restore_best_weights && !best_weights_.empty()) {
+      if (o_.verbose > 0)
+        std::cout << "Restoring model weights from the end of the best epoch: " << best_epoch + 1
+                  << ".\n";
+      model->set_weights(best_weights_);
+    }
+  }
+
+ private:
+  bool direction() const {
+    if (o_.mode == "min") return false;
+    if (o_.mode == "max") return true;
+    std::string_view name = o_.monitor;
+    if (name.starts_with("val_")) name.remove_prefix(4);
+    if (name == "loss") return false;
+    if (auto up = model->metric_increases(name)) return *up;
+    throw value_error("EarlyStopping callback received monitor=" + o_.monitor +
+                      " but Keras isn't able to automatically determine whether that metric "
+                      "should be maximized or minimized. Pass `mode='max'` in order to do early "
+                      "stopping based on the highest metric value, or pass `mode='min'` in order "
+                      "to use the lowest value.");
+  }
+  bool improves(double value, const std::optional<double>& reference) const {
+    if (!reference) return true;
+    const double delta = std::fabs(o_.min_delta) * (*increases_ ? 1.0 : -1.0);
+    return *increases_ ? value - delta > *reference : value - delta < *reference;
+  }
+  options o_;
+  std::optional<bool> increases_;
+  std::vector<std::vector<float>> best_weights_;
+};
+
+// keras.callbacks.TerminateOnNaN: stops training when a batch's loss is NaN or infinite.
+class terminate_on_nan : public callback {
+ public:
+  void on_train_batch_end(std::size_t batch, const logs& l) override {
+    if (auto loss = find_log(l, "loss"); loss && (std::isnan(*loss) || std::isinf(*loss))) {
+      std::cout << "Batch " << batch << ": Invalid loss, terminating training\n";
+      model->stop_training = true;
+    }
+  }
+};
+
+// Python's repr() of a float: the shortest text that reads back to the same double.
+inline std::string python_float_repr(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);
+  const auto e = sci.find('e');
+  const int exp10 = std::stoi(sci.substr(e + 1));
+  if (exp10 < -4 || exp10 >= 16) {  // Python switches to exponent form here: 1e-05, 1e+16
+    std::string mant = sci.substr(0, e);
+    char sign = exp10 < 0 ? '-' : '+';
+    std::string digits = std::to_string(std::abs(exp10));
+    if (digits.size() < 2) digits = "0" + digits;
+    return mant + "e" + sign + digits;
+  }
+  r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  std::string fixed(buf, r.ptr);
+  if (fixed.find('.') == std::string::npos) fixed += ".0";
+  return fixed;
+}
+
+// keras.callbacks.CSVLogger: one row per epoch, "epoch" then the logs in sorted order.
+class csv_logger : public callback {
+ public:
+  explicit csv_logger(std::string filename, std::string separator = ",", bool append = false)
+      : filename_(std::move(filename)), sep_(std::move(separator)), append_(append) {}
+  void on_train_begin(const logs&) override {
+    bool header = true;
+    if (append_) {
+      std::ifstream in(filename_);
+      header = !(in && in.peek() != std::ifstream::traits_type::eof());
+    }
+    file_.open(filename_, append_ ? std::ios::app : std::ios::trunc);
+    if (!file_)
+      throw std::runtime_error("CSVLogger: cannot open '" + filename_ +
+                               "' for writing; check that its directory exists and is writable.");
+    write_header_ = header;
+    keys_.clear();
+  }
+  void on_epoch_end(std::size_t epoch, const logs& l) override {
+    const logs sorted = sorted_logs(l);
+    if (keys_.empty())
+      for (const auto& [k, v] : sorted) keys_.push_back(k);
+    if (write_header_) {
+      file_ << "epoch";
+      for (const auto& k : keys_) file_ << sep_ << k;
+      file_ << "\n";
+      write_header_ = false;
+    }
+    file_ << epoch;
+    for (const auto& k : keys_) {
+      auto v = find_log(sorted, k);
+      file_ << sep_ << (v ? python_float_repr(*v) : std::string("NA"));
+    }
+    file_ << "\n";
+    file_.flush();
+  }
+  void on_train_end(const logs&) override { file_.close(); }
+
+ private:
+  std::string filename_, sep_;
+  bool append_;
+  bool write_header_ = true;
+  std::vector<std::string> keys_;
+  std::ofstream file_;
+};
+
+// keras.callbacks.LambdaCallback: hooks given as functions.
+class lambda_callback : public callback {
+ public:
+  std::function<void(std::size_t, const logs&)> on_epoch_begin_fn, on_epoch_end_fn,
+      on_train_batch_begin_fn, on_train_batch_end_fn;
+  std::function<void(const logs&)> on_train_begin_fn, on_train_end_fn;
+
+  struct hooks {
+    std::function<void(std::size_t, const logs&)> on_epoch_begin, on_epoch_end, on_batch_begin,
+        on_batch_end;
+    std::function<void(const logs&)> on_train_begin, on_train_end;
+  };
+  explicit lambda_callback(hooks h)
+      : on_epoch_begin_fn(std::move(h.on_epoch_begin)),
+        on_epoch_end_fn(std::move(h.on_epoch_end)),
+        on_train_batch_begin_fn(std::move(h.on_batch_begin)),
+        on_train_batch_end_fn(std::move(h.on_batch_end)),
+        on_train_begin_fn(std::move(h.on_train_begin)),
+        on_train_end_fn(std::move(h.on_train_end)) {}
+  void on_epoch_begin(std::size_t e, const logs& l) override {
+    if (on_epoch_begin_fn) on_epoch_begin_fn(e, l);
+  }
+  void on_epoch_end(std::size_t e, const logs& l) override {
+    if (on_epoch_end_fn) on_epoch_end_fn(e, l);
+  }
+  void on_train_batch_begin(std::size_t b, const logs& l) override {
+    if (on_train_batch_begin_fn) on_train_batch_begin_fn(b, l);
+  }
+  void on_train_batch_end(std::size_t b, const logs& l) override {
+    if (on_train_batch_end_fn) on_train_batch_end_fn(b, l);
+  }
+  void on_train_begin(const logs& l) override {
+    if (on_train_begin_fn) on_train_begin_fn(l);
+  }
+  void on_train_end(const logs& l) override {
+    if (on_train_end_fn) on_train_end_fn(l);
+  }
+};
+
+}  // namespace callbacks
+}  // namespace tessel

@@ -1,0 +1,556 @@
+// sequential: Keras's Sequential model with its structure as a type. Layer names, shapes and
+// parameter counts are computed when the type is formed (a dense layer on an unflattened input,
+// or two layers with one name, do not compile); compile / fit / evaluate / predict follow Keras 3,
+// and the custom-training-loop pieces (variables, loss and gradients, optimizer) are public.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../backend/default.hpp"
+#include "../core/diagnostics.hpp"
+#include "../core/shape.hpp"
+#include "../data/array.hpp"
+#include "../layers/layer.hpp"
+#include "../losses.hpp"
+#include "../metrics.hpp"
+#include "../optimizers.hpp"
+#include "callbacks.hpp"
+#include "logs.hpp"
+#include "progbar_logger.hpp"
+#include "summary.hpp"
+
+namespace tessel {
+
+
+namespace utils {
+namespace detail {
+inline std::uint64_t& seed_ref() {
+  static std::uint64_t seed = 1337;
+  return seed;
+}
+}  // namespace detail
+// keras.utils.set_random_seed: the seed of the models built after this call (initial weights,
+// dropout masks). The default seed is fixed, so a program gives the same result every run.
+inline void set_random_seed(std::uint64_t seed) { detail::seed_ref() = seed; }
+inline std::uint64_t random_seed() { return detail::seed_ref(); }
+}  // namespace utils
+
+template <class T>
+struct is_input : std::false_type {};
+template <std::size_t... D>
+struct is_input<layers::input<D...>> : std::true_type {};
+
+namespace detail {
+
+template <class... Layers>
+struct layer_table {
+  static constexpr std::size_t size = sizeof...(Layers);
+  // Names (Keras's auto-naming), shapes, and the first broken rule (as an index), in one pass.
+  struct result {
+    std::array<layer_info, sizeof...(Layers) + 1> info{};
+    std::size_t bad_input = size;   // a layer that cannot take its input
+    std::size_t duplicate = size;   // a layer whose name an earlier layer has
+  };
+  static constexpr result compute(shape_value input) {
+    result r;
+    constexpr std::array<std::string_view, size + 1> bases{Layers::base_name..., ""};
+    constexpr std::array<name_string, size + 1> given{Layers::given_name..., name_string{}};
+    constexpr std::array<bool (*)(const shape_value&), size + 1> accepts{&Layers::accepts...,
+                                                                         nullptr};
+    constexpr std::array<shape_value (*)(const shape_value&), size + 1> outs{
+        &Layers::output_shape..., nullptr};
+    shape_value cur = input;
+    for (std::size_t i = 0; i < size; ++i) {
+      if (given[i].empty()) {
+        std::size_t before = 0;
+        for (std::size_t j = 0; j < i; ++j)
+          if (given[j].empty() && bases[j] == bases[i]) ++before;
+        r.info[i].name = auto_name(bases[i], before);
+      } else {
+        r.info[i].name = given[i];
+      }
+      for (std::size_t j = 0; j < i && r.duplicate == size; ++j)
+        if (r.info[j].name.view() == r.info[i].name.view()) r.duplicate = i;
+      r.info[i].input = cur;
+      if (!accepts[i](cur) && r.bad_input == size) r.bad_input = i;
+      cur = accepts[i](cur) ? outs[i](cur) : cur;
+      r.info[i].output = cur;
+    }
+    return r;
+  }
+};
+
+template <class Table, shape_value In>
+struct checked_layers {
+  static constexpr auto r = Table::compute(In);
+  static constexpr name_string bad_name = r.bad_input < Table::size ? r.info[r.bad_input].name
+                                                                      : name_string{};
+  static constexpr std::size_t bad_rank = r.bad_input < Table::size ? r.info[r.bad_input].input.rank
+                                                                      : 0;
+  static constexpr name_string dup_name = r.duplicate < Table::size ? r.info[r.duplicate].name
+                                                                      : name_string{};
+  static_assert(require<r.bad_input == Table::size,
+                        diagnostic::layer_needs_flat_input<bad_name, bad_rank>>);
+  static_assert(require<r.duplicate == Table::size, diagnostic::duplicate_layer_name<dup_name>>);
+  static constexpr auto info = r.info;
+};
+
+}  // namespace detail
+
+// fit()'s keyword arguments, by Keras's names.
+template <class Dataset>
+struct fit_options {
+  std::size_t epochs = 1;
+  int verbose = 1;  // Keras's "auto" is 1
+  std::vector<callback_ref> callbacks = {};
+  std::optional<Dataset> validation_data = std::nullopt;
+  std::size_t initial_epoch = 0;
+};
+
+template <class B, class Input, class... Layers>
+class basic_sequential;
+
+template <class B, std::size_t... InputDims, class... Layers>
+class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model_base {
+  using table = detail::layer_table<Layers...>;
+  using checked = detail::checked_layers<table, shape_value{InputDims...}>;
+
+ public:
+  using backend = B;
+  using matrix = typename B::matrix;
+  static constexpr std::size_t layer_count = sizeof...(Layers);
+  static constexpr shape_value input_shape{InputDims...};
+  static constexpr auto layer_infos = checked::info;
+  static constexpr shape_value output_shape =
+      layer_count ? layer_infos[layer_count - 1].output : input_shape;
+  static constexpr std::size_t input_features = input_shape.elements();
+  static constexpr std::size_t output_features = output_shape.elements();
+
+  explicit basic_sequential(std::string name = "sequential")
+      : name_(std::move(name)),
+        seed_(utils::random_seed()),
+        layers_(make_layers(std::make_index_sequence<layer_count>{})) {}
+  basic_sequential(const basic_sequential&) = delete;
+  basic_sequential& operator=(const basic_sequential&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  // ---- state ---------------------------------------------------------------------------------
+  std::vector<variable<B>*> variables() { return pointers([](const variable<B>&) { return true; }); }
+  std::vector<variable<B>*> trainable_variables() {
+    return pointers([](const variable<B>& v) { return v.trainable; });
+  }
+  std::vector<variable<B>*> non_trainable_variables() {
+    return pointers([](const variable<B>& v) { return !v.trainable; });
+  }
+  variable<B>& get_variable(std::string_view path) {
+    for (auto& v : vars_)
+      if (v.path == path) return v;
+    throw value_error("No variable named '" + std::string(path) + "' in model '" + name_ + "'.");
+  }
+  std::size_t count_params() const {
+    std::size_t n = 0;
+    for (const auto& v : vars_) n += v.size();
+    return n;
+  }
+  std::vector<std::vector<float>> get_weights() const override {
+    std::vector<std::vector<float>> out;
+    for (const auto& v : vars_) out.push_back(v.numpy());
+    return out;
+  }
+  void set_weights(const std::vector<std::vector<float>>& w) override {
+    if (w.size() != vars_.size())
+      throw value_error("You called `set_weights(weights)` on model '" + name_ + "' with " +
+                        std::to_string(w.size()) + " arrays, but the model has " +
+                        std::to_string(vars_.size()) + " variables.");
+    std::size_t i = 0;
+    for (auto& v : vars_) v.assign(w[i++]);
+  }
+  std::optional<bool> metric_increases(std::string_view name) const override {
+    for (const auto& m : metrics_)
+      if (m.name == name) return true;  // the accuracies
+    return std::nullopt;
+  }
+
+  // ---- compile -------------------------------------------------------------------------------
+  void compile(optimizer_spec optimizer_, loss_spec loss,
+               std::vector<metrics::metric_arg> metric_list = {}) {
+    optimizer_state_.emplace(std::move(optimizer_));
+    loss_.emplace(std::move(loss));
+    metrics_.clear();
+    for (const auto& m : metric_list) metrics_.push_back(m.resolve(loss_->sparse_labels()));
+    metric_means_.assign(metrics_.size(), metrics::mean{});
+    for (std::size_t i = 0; i < metrics_.size(); ++i)
+      metric_means_[i] = metrics::mean(metrics_[i].name);
+  }
+  optimizer<B>& get_optimizer() {
+    require_compiled("get_optimizer");
+    return *optimizer_state_;
+  }
+
+  // ---- the custom-training-loop pieces ------------------------------------------------------
+  // Forward pass on a batch; returns the output (rows = batch) in device memory.
+  const matrix& call(const array<float>& x, bool training = false) {
+    upload_inputs(x);
+    pass_.training = training;
+    return forward(input_);
+  }
+  // Loss of the batch and the gradient of every trainable variable (in variable::gradient), as
+  // Keras's `compute_loss_and_updates` + `jax.grad` give them. Updates the compiled metrics.
+  template <class Y>
+  double compute_loss_and_gradients(const array<float>& x, const array<Y>& y) {
+    require_compiled("compute_loss_and_gradients");
+    upload_inputs(x);
+    upload_targets(y, B::rows(input_));
+    pass_.training = true;
+    const matrix& out = forward(input_);
+    const std::size_t rows = B::rows(out);
+    loss_grad_ = sized<B>(loss_grad_store_, rows, output_features, "loss_gradient");
+    const double loss = loss_and_gradient<B>(*loss_, out, labels_, targets_, loss_grad_,
+                                             1.0f / static_cast<float>(rows)) /
+                        static_cast<double>(rows);
+    update_metrics(out, loss, rows);
+    backward(loss_grad_);
+    return loss;
+  }
+  // One optimizer step on the gradients computed last (Keras's optimizer.apply).
+  void apply_gradients() {
+    require_compiled("apply_gradients");
+    optimizer_state_->apply(trainable_variables());
+    ++pass_.step;
+  }
+  // One training step, as fit takes it; returns the logs after it (running means of the epoch).
+  template <class Y>
+  logs train_on_batch(const array<float>& x, const array<Y>& y) {
+    compute_loss_and_gradients(x, y);
+    apply_gradients();
+    return metric_logs();
+  }
+  logs metric_logs() const {
+    logs l{{"loss", loss_tracker_.result()}};
+    for (const auto& m : metric_means_) l.emplace_back(m.name(), m.result());
+    return l;
+  }
+  void reset_metrics() {
+    loss_tracker_.reset_state();
+    for (auto& m : metric_means_) m.reset_state();
+  }
+
+  // ---- fit / evaluate / predict -------------------------------------------------------------
+  template <class Dataset>
+  history fit(const Dataset& train, const fit_options<Dataset>& o = {}) {
+    require_compiled("fit");
+    history hist;
+    std::vector<callback*> cbs{&hist};
+    for (const auto& c : o.callbacks) cbs.push_back(c.get());
+    for (callback* c : cbs) c->set_model(this);
+    progbar_logger bar(o.verbose, o.epochs, train.cardinality());
+    stop_training = false;
+    bar.on_train_begin();
+    for (callback* c : cbs) c->on_train_begin({});
+    logs epoch_logs;
+    for (std::size_t epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) {
+      reset_metrics();
+      if (o.verbose) bar.on_epoch_begin(epoch);
+      for (callback* c : cbs) c->on_epoch_begin(epoch, {});
+      std::size_t step = 0;
+      for (const auto& element : train) {
+        const auto& [x, y] = element;
+        for (callback* c : cbs) c->on_train_batch_begin(step, {});
+        const logs l = train_on_batch(x, y);
+        if (o.verbose) bar.on_train_batch_end(step, sorted_logs(l));
+        for (callback* c : cbs) c->on_train_batch_end(step, l);
+        ++step;
+        if (stop_training) break;
+      }
+      epoch_logs = metric_logs();
+      if (o.validation_data) {
+        const logs v = run_evaluate(*o.validation_data, nullptr, cbs);
+        for (const auto& [k, val] : v) epoch_logs.emplace_back("val_" + k, val);
+      }
+      const logs shown = sorted_logs(epoch_logs);
+      if (o.verbose) bar.on_epoch_end(epoch, shown);
+      for (callback* c : cbs) c->on_epoch_end(epoch, shown);
+    }
+    for (callback* c : cbs) c->on_train_end(epoch_logs);
+    return hist;
+  }
+
+  // Returns the loss and metrics over the whole dataset (Keras's evaluate with return_dict).
+  template <class Dataset>
+  logs evaluate(const Dataset& data, int verbose = 1, std::vector<callback_ref> callbacks = {}) {
+    require_compiled("evaluate");
+    std::vector<callback*> cbs;
+    for (const auto& c : callbacks) cbs.push_back(c.get());
+    for (callback* c : cbs) c->set_model(this);
+    std::optional<progbar_logger> bar;
+    if (verbose) bar.emplace(verbose, 1, data.cardinality());
+    return run_evaluate(data, bar ? &*bar : nullptr, cbs);
+  }
+
+  // The model's outputs for every sample of x, batch by batch (Keras's predict).
+  array<float> predict(const array<float>& x, std::size_t batch_size = 32, int verbose = 0) {
+    check_input_shape(x);
+    const std::size_t n = x.rows(), per = x.row_size();
+    std::vector<std::size_t> shape{n};
+    for (std::size_t i = 0; i < output_shape.rank; ++i) shape.push_back(output_shape[i]);
+    array<float> out(shape);
+    std::optional<progbar_logger> bar;
+    const std::size_t steps = (n + batch_size - 1) / batch_size;
+    if (verbose) {
+      bar.emplace(verbose, 1, steps);
+      bar->on_predict_begin();
+    }
+    for (std::size_t b = 0; b < steps; ++b) {
+      const std::size_t begin = b * batch_size, end = std::min(n, begin + batch_size);
+      array<float> xb({end - begin}, std::vector<float>(x.values.begin() + begin * per,
+                                                        x.values.begin() + end * per));
+      xb.shape = x.shape;
+      xb.shape[0] = end - begin;
+      const matrix& y = call(xb, false);
+      B::download(y, std::span<float>(out.values.data() + begin * output_features,
+                                      (end - begin) * output_features));
+      if (bar) bar->on_predict_batch_end(b);
+    }
+    if (bar) bar->on_predict_end();
+    return out;
+  }
+
+  // ---- summary -------------------------------------------------------------------------------
+  std::string summary_text() const {
+    std::vector<summary_row> rows;
+    std::size_t index = 0;
+    auto add = [&](std::string_view name, std::string_view cls, const shape_value& out,
+                   std::size_t params) {
+      summary_row r;
+      r.layer = std::string(name) + " (" + std::string(cls) + ")";
+      r.output_shape = "(None" + [&] {
+        std::string s;
+        for (std::size_t i = 0; i < out.rank; ++i) s += ", " + std::to_string(out[i]);
+        return s;
+      }() + ")";
+      r.params = params;
+      for (const auto& v : vars_)
+        if (v.path.starts_with(std::string(name) + "/"))
+          r.layouts.push_back(v.path.substr(name.size() + 1) + " " + replicated_layout(v.shape));
+      rows.push_back(std::move(r));
+      ++index;
+    };
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (add(layer_infos[I].name.view(), Layers::class_name, layer_infos[I].output,
+           Layers::param_count(layer_infos[I].input)),
+       ...);
+    }(std::make_index_sequence<layer_count>{});
+    std::size_t trainable = 0, non_trainable = 0;
+    for (const auto& v : vars_) (v.trainable ? trainable : non_trainable) += v.size();
+    return format_summary(name_, rows, trainable, non_trainable);
+  }
+  void summary() const { std::cout << summary_text() << std::flush; }
+
+ private:
+  // Single device: every variable is whole on it.
+  static std::string replicated_layout(const std::vector<std::size_t>& shape) {
+    std::string s = "(";
+    for (std::size_t i = 0; i < shape.size(); ++i) s += i ? ", None" : "None";
+    return s + (shape.size() == 1 ? ",)" : ")");
+  }
+  // ---- layers -----------------------------------------------------------------------------------
+  template <std::size_t... I>
+  std::tuple<typename Layers::template runtime<B>...> make_layers(std::index_sequence<I...>) {
+    return {typename Layers::template runtime<B>(layer_infos[I], vars_, seed_)...};
+  }
+  // Layer I computes its input gradient only when some layer before it has variables.
+  template <std::size_t I>
+  static constexpr bool needs_input_gradient() {
+    constexpr std::array<bool, layer_count + 1> has{Layers::has_variables..., false};
+    for (std::size_t j = 0; j < I; ++j)
+      if (has[j]) return true;
+    return false;
+  }
+  const matrix& forward(const matrix& x) {
+    const matrix* cur = &x;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((inputs_[I] = cur, cur = &std::get<I>(layers_).forward(*cur, pass_)), ...);
+    }(std::make_index_sequence<layer_count>{});
+    return *cur;
+  }
+  void backward(const matrix& dy) {
+    const matrix* g = &dy;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((g = &std::get<layer_count - 1 - I>(layers_).backward(
+            *inputs_[layer_count - 1 - I], *g, needs_input_gradient<layer_count - 1 - I>(),
+            pass_)),
+       ...);
+    }(std::make_index_sequence<layer_count>{});
+  }
+
+  // ---- data -------------------------------------------------------------------------------------
+  void check_input_shape(const array<float>& x) const {
+    bool ok = x.rank() == input_shape.rank + 1;
+    for (std::size_t i = 0; ok && i < input_shape.rank; ++i) ok = x.shape[i + 1] == input_shape[i];
+    if (!ok) {
+      std::string expected = "(None";
+      for (std::size_t i = 0; i < input_shape.rank; ++i)
+        expected += ", " + std::to_string(input_shape[i]);
+      expected += ")";
+      throw value_error("Input 0 of layer \"" + std::string(layer_infos[0].name.view()) +
+                        "\" is incompatible with the layer: expected shape=" + expected +
+                        ", found shape=" + shape_to_string(x.shape) +
+                        ". Reshape the data so that each sample has the model's input shape.");
+    }
+  }
+  void upload_inputs(const array<float>& x) {
+    check_input_shape(x);
+    input_ = sized<B>(input_store_, x.rows(), input_features, "input");
+    B::upload(std::span<const float>(x.values), input_);
+  }
+  template <class Y>
+  void upload_targets(const array<Y>& y, std::size_t rows) {
+    if (y.rows() != rows)
+      throw value_error("Data cardinality is ambiguous: x sizes: " + std::to_string(rows) +
+                        ", y sizes: " + std::to_string(y.rows()) +
+                        ". Make sure all arrays contain the same number of samples.");
+    if (loss_->sparse_labels()) {
+      if (y.size() != rows)
+        throw value_error("A sparse loss (" + std::string(loss_->name()) +
+                          ") takes one integer label per sample, shape (" +
+                          std::to_string(rows) + ",); got shape " + shape_to_string(y.shape) +
+                          ". Use categorical_crossentropy for one-hot targets.");
+      host_labels_.resize(rows);
+      for (std::size_t i = 0; i < rows; ++i) {
+        const double v = static_cast<double>(y.values[i]);
+        if (!(v >= 0 && v < static_cast<double>(output_features)) || v != std::floor(v))
+          throw value_error("Received a label value of " + label_text(y.values[i]) +
+                            " which is outside the valid range of [0, " +
+                            std::to_string(output_features) + ") (sample " + std::to_string(i) +
+                            " of the batch). Labels must be class indices in [0, " +
+                            std::to_string(output_features) + ").");
+        host_labels_[i] = static_cast<std::int32_t>(v);
+      }
+      if (labels_rows_ != rows) {
+        labels_ = B::make_indices("labels", rows);
+        labels_rows_ = rows;
+      }
+      B::upload(std::span<const std::int32_t>(host_labels_), labels_);
+    } else {
+      if (y.size() != rows * output_features)
+        throw value_error("Arguments `target` and `output` must have the same shape. Received: "
+                          "target.shape=" + shape_to_string(y.shape) + ", output.shape=(" +
+                          std::to_string(rows) + ", " + std::to_string(output_features) +
+                          "). For class labels use sparse_categorical_crossentropy, or one-hot "
+                          "encode them with to_categorical.");
+      host_targets_.assign(y.values.begin(), y.values.end());
+      targets_ = sized<B>(targets_store_, rows, output_features, "targets");
+      B::upload(std::span<const float>(host_targets_), targets_);
+    }
+  }
+  template <class Y>
+  static std::string label_text(Y v) {
+    if constexpr (std::is_floating_point_v<Y>)
+      return callbacks::python_float_repr(static_cast<double>(v));
+    else
+      return std::to_string(v);
+  }
+  void update_metrics(const matrix& out, double loss, std::size_t rows) {
+    loss_tracker_.update_state(loss, static_cast<double>(rows));
+    for (std::size_t i = 0; i < metrics_.size(); ++i) {
+      const std::size_t hits =
+          metrics_[i].kind == metrics::metric_kind::sparse_categorical_accuracy
+              ? (require_sparse(metrics_[i]), B::count_argmax_equal(out, labels_, targets_))
+              : B::count_argmax_equal(out, typename B::index_vector(), targets_);
+      metric_means_[i].update_state(static_cast<double>(hits) / static_cast<double>(rows),
+                                    static_cast<double>(rows));
+    }
+  }
+  void require_sparse(const metrics::metric_spec& m) const {
+    if (!loss_->sparse_labels())
+      throw value_error("Metric " + m.name + " takes integer labels, but the loss " +
+                        std::string(loss_->name()) + " takes target vectors; use "
+                        "categorical_accuracy or \"accuracy\".");
+  }
+  template <class Dataset>
+  logs run_evaluate(const Dataset& data, progbar_logger* bar, const std::vector<callback*>& cbs) {
+    // Validation uses its own trackers so that the training metrics of the epoch survive.
+    metrics::mean saved_loss = loss_tracker_;
+    std::vector<metrics::mean> saved = metric_means_;
+    reset_metrics();
+    if (bar) bar->on_test_begin();
+    for (callback* c : cbs) c->on_test_begin({});
+    std::size_t step = 0;
+    for (const auto& element : data) {
+      const auto& [x, y] = element;
+      for (callback* c : cbs) c->on_test_batch_begin(step, {});
+      test_step(x, y);
+      const logs l = metric_logs();
+      if (bar) bar->on_test_batch_end(step, sorted_logs(l));
+      for (callback* c : cbs) c->on_test_batch_end(step, l);
+      ++step;
+    }
+    const logs result = metric_logs();
+    if (bar) bar->on_test_end(sorted_logs(result));
+    for (callback* c : cbs) c->on_test_end(result);
+    loss_tracker_ = saved_loss;
+    metric_means_ = saved;
+    return result;
+  }
+  template <class Y>
+  void test_step(const array<float>& x, const array<Y>& y) {
+    upload_inputs(x);
+    upload_targets(y, x.rows());
+    pass_.training = false;
+    const matrix& out = forward(input_);
+    const std::size_t rows = B::rows(out);
+    loss_grad_ = sized<B>(loss_grad_store_, rows, output_features, "loss_gradient");
+    const double loss = loss_and_gradient<B>(*loss_, out, labels_, targets_, loss_grad_,
+                                             1.0f / static_cast<float>(rows)) /
+                        static_cast<double>(rows);
+    update_metrics(out, loss, rows);
+  }
+  void require_compiled(const char* what) const {
+    if (!loss_)
+      throw value_error(std::string("You must call `compile()` before calling `") + what +
+                        "()`. For example: model.compile(\"adam\", "
+                        "\"sparse_categorical_crossentropy\", {\"accuracy\"}).");
+  }
+  template <class P>
+  std::vector<variable<B>*> pointers(P pred) {
+    std::vector<variable<B>*> out;
+    for (auto& v : vars_)
+      if (pred(v)) out.push_back(&v);
+    return out;
+  }
+
+  std::string name_;
+  std::uint64_t seed_;
+  variable_store<B> vars_;
+  std::tuple<typename Layers::template runtime<B>...> layers_;
+  std::array<const matrix*, layer_count + 1> inputs_{};
+  pass_context pass_{.training = false, .step = 0, .first_row = 0, .seed = 0};
+  matrix input_store_, input_, loss_grad_store_, loss_grad_, targets_store_, targets_;
+  typename B::index_vector labels_;
+  std::size_t labels_rows_ = 0;
+  std::vector<std::int32_t> host_labels_;
+  std::vector<float> host_targets_;
+  std::optional<optimizer<B>> optimizer_state_;
+  std::optional<loss_spec> loss_;
+  std::vector<metrics::metric_spec> metrics_;
+  metrics::mean loss_tracker_{"loss"};
+  std::vector<metrics::mean> metric_means_;
+};
+
+// `sequential<layers::input<784>, layers::dense<256, {.activation = "relu"}>, ...>`
+template <class Input, class... Layers>
+  requires require<is_input<Input>::value, diagnostic::sequential_needs_an_input<0>>
+using sequential = basic_sequential<default_backend, Input, Layers...>;
+
+}  // namespace tessel
