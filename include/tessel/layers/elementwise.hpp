@@ -30,7 +30,7 @@ template <fixed_string Name = "">
 struct flatten : stateless_layer {
   static constexpr std::string_view class_name = "Flatten";
   static constexpr std::string_view base_name = "flatten";
-  static constexpr name_string given_name = Name;
+  static constexpr name_string given_name{Name.view()};
   static constexpr shape_value output_shape(const shape_value& in) {
     return shape_value{in.elements()};
   }
@@ -93,7 +93,7 @@ template <activation_kind A, fixed_string ClassName, fixed_string BaseName, fixe
 struct activation_layer : stateless_layer {
   static constexpr std::string_view class_name = ClassName;
   static constexpr std::string_view base_name = BaseName;
-  static constexpr name_string given_name = Name;
+  static constexpr name_string given_name{Name.view()};
   template <class B>
   class runtime {
    public:

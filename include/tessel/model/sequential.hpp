@@ -31,7 +31,6 @@
 
 namespace tessel {
 
-
 namespace utils {
 namespace detail {
 inline std::uint64_t& seed_ref() {
@@ -58,8 +57,8 @@ struct layer_table {
   // Names (Keras's auto-naming), shapes, and the first broken rule (as an index), in one pass.
   struct result {
     std::array<layer_info, sizeof...(Layers) + 1> info{};
-    std::size_t bad_input = size;   // a layer that cannot take its input
-    std::size_t duplicate = size;   // a layer whose name an earlier layer has
+    std::size_t bad_input = size;  // a layer that cannot take its input
+    std::size_t duplicate = size;  // a layer whose name an earlier layer has
   };
   static constexpr result compute(shape_value input) {
     result r;
@@ -93,14 +92,14 @@ struct layer_table {
 template <class Table, shape_value In>
 struct checked_layers {
   static constexpr auto r = Table::compute(In);
-  static constexpr name_string bad_name = r.bad_input < Table::size ? r.info[r.bad_input].name
-                                                                      : name_string{};
-  static constexpr std::size_t bad_rank = r.bad_input < Table::size ? r.info[r.bad_input].input.rank
-                                                                      : 0;
-  static constexpr name_string dup_name = r.duplicate < Table::size ? r.info[r.duplicate].name
-                                                                      : name_string{};
-  static_assert(require<r.bad_input == Table::size,
-                        diagnostic::layer_needs_flat_input<bad_name, bad_rank>>);
+  static constexpr name_string bad_name =
+      r.bad_input < Table::size ? r.info[r.bad_input].name : name_string{};
+  static constexpr std::size_t bad_rank =
+      r.bad_input < Table::size ? r.info[r.bad_input].input.rank : 0;
+  static constexpr name_string dup_name =
+      r.duplicate < Table::size ? r.info[r.duplicate].name : name_string{};
+  static_assert(
+      require<r.bad_input == Table::size, diagnostic::layer_needs_flat_input<bad_name, bad_rank>>);
   static_assert(require<r.duplicate == Table::size, diagnostic::duplicate_layer_name<dup_name>>);
   static constexpr auto info = r.info;
 };
@@ -146,7 +145,9 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
   const std::string& name() const { return name_; }
 
   // ---- state ---------------------------------------------------------------------------------
-  std::vector<variable<B>*> variables() { return pointers([](const variable<B>&) { return true; }); }
+  std::vector<variable<B>*> variables() {
+    return pointers([](const variable<B>&) { return true; });
+  }
   std::vector<variable<B>*> trainable_variables() {
     return pointers([](const variable<B>& v) { return v.trainable; });
   }
@@ -183,6 +184,15 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
   }
 
   // ---- compile -------------------------------------------------------------------------------
+  // compile()'s keyword arguments, with Keras's default optimizer.
+  struct compile_options {
+    optimizer_spec optimizer = "rmsprop";
+    loss_spec loss = losses::mean_squared_error{};
+    std::vector<metrics::metric_arg> metrics = {};
+  };
+  void compile(compile_options o) {
+    compile(std::move(o.optimizer), std::move(o.loss), std::move(o.metrics));
+  }
   void compile(optimizer_spec optimizer_, loss_spec loss,
                std::vector<metrics::metric_arg> metric_list = {}) {
     optimizer_state_.emplace(std::move(optimizer_));
@@ -229,9 +239,11 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     optimizer_state_->apply(trainable_variables());
     ++pass_.step;
   }
-  // One training step, as fit takes it; returns the logs after it (running means of the epoch).
+  // One training step on one batch. As in Keras, the metrics are reset first unless
+  // reset_metrics is false, so the logs are this batch's loss (before the update) and metrics.
   template <class Y>
-  logs train_on_batch(const array<float>& x, const array<Y>& y) {
+  logs train_on_batch(const array<float>& x, const array<Y>& y, bool reset_metrics = true) {
+    if (reset_metrics) this->reset_metrics();
     compute_loss_and_gradients(x, y);
     apply_gradients();
     return metric_logs();
@@ -267,7 +279,7 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
       for (const auto& element : train) {
         const auto& [x, y] = element;
         for (callback* c : cbs) c->on_train_batch_begin(step, {});
-        const logs l = train_on_batch(x, y);
+        const logs l = train_on_batch(x, y, false);
         if (o.verbose) bar.on_train_batch_end(step, sorted_logs(l));
         for (callback* c : cbs) c->on_train_batch_end(step, l);
         ++step;
@@ -350,7 +362,8 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
       (add(layer_infos[I].name.view(), Layers::class_name, layer_infos[I].output,
            Layers::param_count(layer_infos[I].input)),
        ...);
-    }(std::make_index_sequence<layer_count>{});
+    }
+    (std::make_index_sequence<layer_count>{});
     std::size_t trainable = 0, non_trainable = 0;
     for (const auto& v : vars_) (v.trainable ? trainable : non_trainable) += v.size();
     return format_summary(name_, rows, trainable, non_trainable);
@@ -381,17 +394,18 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     const matrix* cur = &x;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((inputs_[I] = cur, cur = &std::get<I>(layers_).forward(*cur, pass_)), ...);
-    }(std::make_index_sequence<layer_count>{});
+    }
+    (std::make_index_sequence<layer_count>{});
     return *cur;
   }
   void backward(const matrix& dy) {
     const matrix* g = &dy;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((g = &std::get<layer_count - 1 - I>(layers_).backward(
-            *inputs_[layer_count - 1 - I], *g, needs_input_gradient<layer_count - 1 - I>(),
-            pass_)),
+            *inputs_[layer_count - 1 - I], *g, needs_input_gradient<layer_count - 1 - I>(), pass_)),
        ...);
-    }(std::make_index_sequence<layer_count>{});
+    }
+    (std::make_index_sequence<layer_count>{});
   }
 
   // ---- data -------------------------------------------------------------------------------------
@@ -423,8 +437,8 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     if (loss_->sparse_labels()) {
       if (y.size() != rows)
         throw value_error("A sparse loss (" + std::string(loss_->name()) +
-                          ") takes one integer label per sample, shape (" +
-                          std::to_string(rows) + ",); got shape " + shape_to_string(y.shape) +
+                          ") takes one integer label per sample, shape (" + std::to_string(rows) +
+                          ",); got shape " + shape_to_string(y.shape) +
                           ". Use categorical_crossentropy for one-hot targets.");
       host_labels_.resize(rows);
       for (std::size_t i = 0; i < rows; ++i) {
@@ -444,11 +458,13 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
       B::upload(std::span<const std::int32_t>(host_labels_), labels_);
     } else {
       if (y.size() != rows * output_features)
-        throw value_error("Arguments `target` and `output` must have the same shape. Received: "
-                          "target.shape=" + shape_to_string(y.shape) + ", output.shape=(" +
-                          std::to_string(rows) + ", " + std::to_string(output_features) +
-                          "). For class labels use sparse_categorical_crossentropy, or one-hot "
-                          "encode them with to_categorical.");
+        throw value_error(
+            "Arguments `target` and `output` must have the same shape. Received: "
+            "target.shape=" +
+            shape_to_string(y.shape) + ", output.shape=(" + std::to_string(rows) + ", " +
+            std::to_string(output_features) +
+            "). For class labels use sparse_categorical_crossentropy, or one-hot "
+            "encode them with to_categorical.");
       host_targets_.assign(y.values.begin(), y.values.end());
       targets_ = sized<B>(targets_store_, rows, output_features, "targets");
       B::upload(std::span<const float>(host_targets_), targets_);
@@ -475,7 +491,8 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
   void require_sparse(const metrics::metric_spec& m) const {
     if (!loss_->sparse_labels())
       throw value_error("Metric " + m.name + " takes integer labels, but the loss " +
-                        std::string(loss_->name()) + " takes target vectors; use "
+                        std::string(loss_->name()) +
+                        " takes target vectors; use "
                         "categorical_accuracy or \"accuracy\".");
   }
   template <class Dataset>
@@ -550,7 +567,7 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
 
 // `sequential<layers::input<784>, layers::dense<256, {.activation = "relu"}>, ...>`
 template <class Input, class... Layers>
-  requires require<is_input<Input>::value, diagnostic::sequential_needs_an_input<0>>
+requires require<is_input<Input>::value, diagnostic::sequential_needs_an_input<0>>
 using sequential = basic_sequential<default_backend, Input, Layers...>;
 
 }  // namespace tessel

@@ -19,8 +19,12 @@ struct summary_row {
 namespace detail {
 // "200,960"
 inline std::string with_commas(std::size_t n) {
-  std::string s = std::to_string(n);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
+  const std::string digits = std::to_string(n);
+  std::string s;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) s += ',';
+    s += digits[i];
+  }
   return s;
 }
 // keras.src.utils.summary_utils.readable_memory_size
@@ -70,8 +74,8 @@ inline std::string format_summary(const std::string& model_name,
     for (int i = 0; i < 4; ++i) s += repeat(h, w[i]) + (i < 3 ? mid : right);
     return s + "\n";
   };
-  auto line = [&](const char* bar, const std::string& a, const std::string& b,
-                  const std::string& c, const std::string& d) {
+  auto line = [&](const char* bar, const std::string& a, const std::string& b, const std::string& c,
+                  const std::string& d) {
     return std::string(bar) + detail::cell(a, w[0], false) + bar + detail::cell(b, w[1], false) +
            bar + detail::cell(c, w[2], true) + bar + detail::cell(d, w[3], false) + bar + "\n";
   };

@@ -1,0 +1,392 @@
+// Keras parity: layer outputs and gradients, losses and their gradients, three steps of each
+// optimizer, metrics, whole training steps and the summary, against the values Keras 3 (JAX
+// backend, CPU) wrote into tests/golden/ (see tests/golden/README.md). Tolerance: relative 1e-5
+// per element, measured against |expected| + 0.1 * (the largest |expected| in the same array):
+// an element that is a sum of cancelling terms (a bias gradient of -0.0018 summed from terms of
+// size 0.5) cannot agree to 1e-5 of itself in float32, whatever order the sums run in.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <tessel/tessel.hpp>
+#include <vector>
+
+namespace {
+
+using json = nlohmann::json;
+using B = tessel::default_backend;
+using matrix = B::matrix;
+
+json load(const std::string& name) {
+  const std::string path = std::string(TESSEL_GOLDEN_DIR) + "/" + name;
+  std::ifstream in(path);
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+std::vector<float> values(const json& a) { return a.at("data").get<std::vector<float>>(); }
+std::vector<std::size_t> shape_of(const json& a) {
+  return a.at("shape").get<std::vector<std::size_t>>();
+}
+tessel::array<float> to_array(const json& a) { return {shape_of(a), values(a)}; }
+
+// Fails with the first element that differs, naming it.
+void check_close(const std::vector<float>& actual, const std::vector<float>& expected,
+                 const std::string& what, double rel = 1e-5, double abs_floor = 1e-7) {
+  REQUIRE(actual.size() == expected.size());
+  double scale = 0;
+  for (float e : expected) scale = std::max(scale, std::fabs(static_cast<double>(e)));
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const double a = actual[i], e = expected[i];
+    INFO(what << "[" << i << "]: tessel " << a << ", Keras " << e);
+    REQUIRE(std::fabs(a - e) <= rel * (std::fabs(e) + 0.1 * scale) + abs_floor);
+  }
+}
+void check_close(const matrix& m, const json& expected, const std::string& what) {
+  std::vector<float> host(m.size());
+  B::download(m, host);
+  check_close(host, values(expected), what);
+}
+matrix device(const std::vector<float>& v, std::size_t rows, std::size_t cols) {
+  matrix m = B::make_matrix("golden", rows, cols);
+  B::upload(v, m);
+  return m;
+}
+matrix device(const json& a) {
+  const auto s = shape_of(a);
+  std::size_t cols = 1;
+  for (std::size_t i = 1; i < s.size(); ++i) cols *= s[i];
+  return device(values(a), s.empty() ? 1 : s[0], s.size() < 2 ? (s.empty() ? 1 : 1) : cols);
+}
+
+// One layer, alone: its variables, forward and backward.
+template <class L>
+struct lone_layer {
+  tessel::variable_store<B> vars;
+  typename L::template runtime<B> rt;
+  lone_layer(tessel::shape_value in, tessel::shape_value out)
+      : rt(tessel::layer_info{"dense", in, out}, vars, 0) {}
+};
+
+template <class L>
+void check_dense_case(const json& g, const json& c) {
+  const auto xs = shape_of(g["x"]);
+  lone_layer<L> layer(tessel::shape_value{xs[1]}, tessel::shape_value{3});
+  layer.vars[0].assign(values(g["kernel"]));
+  if (c["use_bias"].get<bool>()) layer.vars[1].assign(values(g["bias"]));
+  const matrix x = device(g["x"]);
+  tessel::pass_context ctx{.training = true};
+  const matrix& y = layer.rt.forward(x, ctx);
+  const std::string name = c["activation"].get<std::string>();
+  check_close(y, c["y"], "dense " + name + " y");
+  const matrix dy = device(g["dy"]);
+  const matrix& dx = layer.rt.backward(x, dy, true, ctx);
+  check_close(dx, c["dx"], "dense " + name + " dx");
+  check_close(layer.vars[0].gradient, c["dkernel"], "dense " + name + " dkernel");
+  if (c["use_bias"].get<bool>())
+    check_close(layer.vars[1].gradient, c["dbias"], "dense " + name + " dbias");
+}
+
+template <class L>
+void check_activation_case(const json& g, const json& c, const std::string& what) {
+  const auto xs = shape_of(g["x"]);
+  lone_layer<L> layer(tessel::shape_value{xs[1]}, tessel::shape_value{xs[1]});
+  const matrix x = device(g["x"]);
+  tessel::pass_context ctx{.training = true};
+  check_close(layer.rt.forward(x, ctx), c["y"], what + " y");
+  const matrix dy = device(g["dy"]);
+  check_close(layer.rt.backward(x, dy, true, ctx), c["dx"], what + " dx");
+}
+
+}  // namespace
+
+TEST_CASE("golden: dense forward and gradients for every activation, with and without bias",
+          "[golden][layers]") {
+  using namespace tessel::layers;
+  const json g = load("layers.json")["dense"];
+  std::size_t checked = 0;
+  for (const json& c : g["cases"]) {
+    const std::string a = c["activation"];
+    const bool bias = c["use_bias"];
+    if (!bias && a == "relu")
+      check_dense_case<dense<3, {.activation = "relu", .use_bias = false}>>(g, c);
+    else if (a == "linear") check_dense_case<dense<3>>(g, c);
+    else if (a == "relu") check_dense_case<dense<3, {.activation = "relu"}>>(g, c);
+    else if (a == "softmax") check_dense_case<dense<3, {.activation = "softmax"}>>(g, c);
+    else if (a == "sigmoid") check_dense_case<dense<3, {.activation = "sigmoid"}>>(g, c);
+    else if (a == "tanh") check_dense_case<dense<3, {.activation = "tanh"}>>(g, c);
+    else FAIL("unexpected golden case " << a);
+    ++checked;
+  }
+  CHECK(checked == 6);
+}
+
+TEST_CASE("golden: relu, softmax and activation layers", "[golden][layers]") {
+  using namespace tessel::layers;
+  const json g = load("layers.json")["activations"];
+  std::size_t checked = 0;
+  for (const json& c : g["cases"]) {
+    const std::string layer = c["layer"];
+    const std::string fn = c.contains("activation") ? c["activation"].get<std::string>() : "";
+    if (layer == "ReLU") check_activation_case<relu<>>(g, c, "ReLU");
+    else if (layer == "Softmax") check_activation_case<softmax<>>(g, c, "Softmax");
+    else if (fn == "relu") check_activation_case<activation<"relu">>(g, c, "Activation(relu)");
+    else if (fn == "softmax") check_activation_case<activation<"softmax">>(g, c, "Activation(softmax)");
+    else if (fn == "sigmoid") check_activation_case<activation<"sigmoid">>(g, c, "Activation(sigmoid)");
+    else if (fn == "tanh") check_activation_case<activation<"tanh">>(g, c, "Activation(tanh)");
+    else if (fn == "linear") check_activation_case<activation<"linear">>(g, c, "Activation(linear)");
+    else FAIL("unexpected golden case " << layer << " " << fn);
+    ++checked;
+  }
+  CHECK(checked == 7);
+}
+
+TEST_CASE("golden: rescaling, flatten and dropout at inference", "[golden][layers]") {
+  using namespace tessel::layers;
+  const json all = load("layers.json");
+  const json& r = all["rescaling"];
+  REQUIRE(r["cases"].size() == 2);
+  check_activation_case<rescaling<1.0 / 255>>(r, r["cases"][0], "Rescaling(1/255)");
+  check_activation_case<rescaling<2.0, {.offset = -1.0}>>(r, r["cases"][1], "Rescaling(2, -1)");
+
+  // Flatten keeps the values in row-major order: (2, 3, 4) -> (2, 12).
+  const json& f = all["flatten"];
+  lone_layer<flatten<>> fl(tessel::shape_value{3, 4}, tessel::shape_value{12});
+  const matrix x = device(f["x"]);
+  check_close(fl.rt.forward(x, {}), f["y"], "Flatten y");
+  CHECK(shape_of(f["y"]) == std::vector<std::size_t>{2, 12});
+
+  const json& d = all["dropout"];
+  lone_layer<dropout<0.4>> dr(tessel::shape_value{5}, tessel::shape_value{5});
+  check_close(dr.rt.forward(device(d["x"]), {.training = false}), d["y_training_false"],
+              "Dropout(training=False)");
+}
+
+TEST_CASE("golden: losses and their gradients (sum_over_batch_size, probability clipping)",
+          "[golden][losses]") {
+  const json g = load("losses.json");
+  REQUIRE(g["cases"].size() == 8);
+  for (const json& c : g["cases"]) {
+    const std::string name = c["name"];
+    INFO("case " << name);
+    const matrix pred = device(c["y_pred"]);
+    const std::size_t rows = pred.extent(0), cols = pred.extent(1);
+    const bool sparse = shape_of(c["y_true"]).size() == 1;
+    B::index_vector labels;
+    matrix targets;
+    if (sparse) {
+      const auto l = c["y_true"]["data"].get<std::vector<std::int32_t>>();
+      labels = B::make_indices("labels", rows);
+      B::upload(std::span<const std::int32_t>(l), labels);
+    } else {
+      targets = device(c["y_true"]);
+    }
+    const bool logits = c["from_logits"].is_boolean() && c["from_logits"].get<bool>();
+    const tessel::loss_spec loss =
+        name == "mse" ? tessel::loss_spec(tessel::losses::mean_squared_error{})
+        : sparse ? tessel::loss_spec(tessel::losses::sparse_categorical_crossentropy{logits})
+                 : tessel::loss_spec(tessel::losses::categorical_crossentropy{logits});
+    matrix grad = B::make_matrix("grad", rows, cols);
+    const double total = tessel::loss_and_gradient<B>(loss, pred, labels, targets, grad,
+                                                      1.0f / static_cast<float>(rows));
+    check_close({static_cast<float>(total / static_cast<double>(rows))},
+                {c["loss_value"].get<float>()}, name + " loss");
+    check_close(grad, c["grad_y_pred"], name + " gradient");
+  }
+}
+
+TEST_CASE("golden: three steps of sgd, adam and rmsprop in each configuration",
+          "[golden][optimizers]") {
+  const json g = load("optimizers.json");
+  REQUIRE(g["cases"].size() == 8);
+  for (const json& c : g["cases"]) {
+    const json& cfg = c["config"];
+    const std::string cls = c["class"];
+    INFO("case " << c["case"].get<std::string>());
+    tessel::optimizer_spec spec =
+        cls == "SGD" ? tessel::optimizer_spec(tessel::optimizers::sgd{
+                           .learning_rate = cfg["learning_rate"],
+                           .momentum = cfg["momentum"],
+                           .nesterov = cfg["nesterov"]})
+        : cls == "Adam"
+            ? tessel::optimizer_spec(tessel::optimizers::adam{.learning_rate = cfg["learning_rate"],
+                                                              .beta_1 = cfg["beta_1"],
+                                                              .beta_2 = cfg["beta_2"],
+                                                              .epsilon = cfg["epsilon"]})
+            : tessel::optimizer_spec(tessel::optimizers::rmsprop{.learning_rate = cfg["learning_rate"],
+                                                                 .rho = cfg["rho"],
+                                                                 .momentum = cfg["momentum"],
+                                                                 .epsilon = cfg["epsilon"],
+                                                                 .centered = cfg["centered"]});
+    tessel::optimizer<B> opt(spec);
+    tessel::variable_store<B> store;
+    auto& w = tessel::add_variable(store, "w", {2, 3}, "zeros", 0);
+    w.assign(values(g["w0"]));
+    for (std::size_t step = 0; step < 3; ++step) {
+      B::upload(values(g["grads"][step]), w.gradient);
+      opt.apply({&w});
+      check_close(w.numpy(), values(c["steps"][step]["w"]),
+                  "step " + std::to_string(step + 1) + " w");
+    }
+    CHECK(opt.iterations() == 3);
+  }
+}
+
+TEST_CASE("golden: sparse categorical and categorical accuracy, mean", "[golden][metrics]") {
+  const json g = load("metrics.json");
+  auto accuracy = [](const json& m, bool sparse) {
+    const matrix pred = device(m["y_pred"]);
+    B::index_vector labels;
+    matrix targets;
+    if (sparse) {
+      const auto l = m["y_true"]["data"].get<std::vector<std::int32_t>>();
+      labels = B::make_indices("labels", l.size());
+      B::upload(std::span<const std::int32_t>(l), labels);
+    } else {
+      targets = device(m["y_true"]);
+    }
+    return static_cast<double>(B::count_argmax_equal(pred, labels, targets)) /
+           static_cast<double>(pred.extent(0));
+  };
+  CHECK(accuracy(g["sparse_categorical_accuracy"], true) ==
+        Approx(g["sparse_categorical_accuracy"]["result"].get<double>()));
+  CHECK(accuracy(g["sparse_categorical_accuracy_ties"], true) ==
+        Approx(g["sparse_categorical_accuracy_ties"]["result"].get<double>()));
+  CHECK(accuracy(g["categorical_accuracy"], false) ==
+        Approx(g["categorical_accuracy"]["result"].get<double>()));
+  tessel::metrics::mean m;
+  for (const json& u : g["mean"]["updates"])
+    for (float v : values(u)) m.update_state(v);
+  CHECK(m.result() == Approx(g["mean"]["result"].get<double>()));
+}
+
+namespace {
+
+template <class Model, class Y>
+void check_training_steps(Model& model, const json& m, const tessel::array<Y>& y) {
+  std::vector<std::vector<float>> w;
+  for (const json& v : m["initial_weights"]) w.push_back(values(v["value"]));
+  model.set_weights(w);
+  const tessel::array<float> x = to_array(m["x"]);
+  const auto names = m["returned_names"].get<std::vector<std::string>>();
+  for (std::size_t step = 0; step < m["steps"].size(); ++step) {
+    const json& s = m["steps"][step];
+    const tessel::logs l = model.train_on_batch(x, y);
+    for (std::size_t k = 0; k < names.size(); ++k)
+      check_close({static_cast<float>(*tessel::find_log(l, names[k]))},
+                  {s["returned"][k].get<float>()}, "step " + std::to_string(step + 1) + " " + names[k]);
+    const auto now = model.get_weights();
+    for (std::size_t v = 0; v < now.size(); ++v)
+      check_close(now[v], values(s["weights"][v]["value"]),
+                  "step " + std::to_string(step + 1) + " " + s["weights"][v]["path"].get<std::string>(),
+                  1e-5, 1e-6);
+  }
+  const tessel::logs e = model.evaluate(tessel::from_tensor_slices(x, y).batch(32), 0);
+  for (const auto& [k, v] : m["evaluate"].items())
+    check_close({static_cast<float>(*tessel::find_log(e, k))}, {v.template get<float>()}, "evaluate " + k);
+  check_close(model.predict(x).values, values(m["predict"]), "predict", 1e-5, 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("golden: seeds/001 MLP (scaled down), three Adam steps, evaluate and predict",
+          "[golden][model]") {
+  using namespace tessel::layers;
+  const json m = load("model_step.json")["models"][0];
+  REQUIRE(m["name"] == "mlp_adam_scce");
+  tessel::sequential<input<12>, dense<16, {.activation = "relu"}>, dense<16, {.activation = "relu"}>,
+                     dense<5>>
+      model;
+  model.compile(tessel::optimizers::adam{},
+                tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
+                {tessel::metrics::sparse_categorical_accuracy{}});
+  const auto labels = m["y"]["data"].get<std::vector<std::int32_t>>();
+  check_training_steps(model, m, tessel::array<std::int32_t>({labels.size()}, labels));
+}
+
+TEST_CASE("golden: seeds/000 model (scaled down) with SGD and with the default optimizer",
+          "[golden][model]") {
+  using namespace tessel::layers;
+  using model_t = tessel::sequential<input<6, 4>, flatten<>,
+                                     dense<7, {.activation = "relu", .use_bias = false, .name = "d1"}>,
+                                     dense<3, {.activation = "softmax", .name = "d2"}>>;
+  const json all = load("model_step.json")["models"];
+  {
+    const json& m = all[1];
+    REQUIRE(m["name"] == "seed000_small_sgd_mse");
+    model_t model;
+    model.compile(tessel::optimizers::sgd{}, tessel::losses::mean_squared_error{});
+    check_training_steps(model, m, to_array(m["y"]));
+  }
+  {
+    const json& m = all[2];
+    REQUIRE(m["name"] == "seed000_small_default_optimizer_mse");
+    model_t model;
+    model.compile({.loss = "mse"});  // Keras's default optimizer: rmsprop
+    check_training_steps(model, m, to_array(m["y"]));
+  }
+}
+
+namespace {
+// Splits UTF-8 text into code points (each box character is one).
+std::vector<std::string> code_points(const std::string& s) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+// tessel's summary without its layout column: Keras's table.
+std::string without_layout_column(const std::string& text) {
+  std::istringstream in(text);
+  std::ostringstream out;
+  std::string line;
+  const std::size_t cut = 1 + 38 + 1 + 29 + 1 + 17;  // cells up to the third column's border
+  while (std::getline(in, line)) {
+    auto cps = code_points(line);
+    if (cps.size() > cut && (cps[0] == "┏" || cps[0] == "┃" || cps[0] == "┡" || cps[0] == "│" ||
+                             cps[0] == "├" || cps[0] == "└")) {
+      std::string first3;
+      for (std::size_t i = 1; i < cut; ++i) first3 += cps[i];
+      if (cps[0] == "│" && first3.find_first_not_of(" │") == std::string::npos) continue;
+      const std::string& sep = cps[cut];
+      const std::string close = sep == "┳" ? "┓" : sep == "╇" ? "┩" : sep == "┼" ? "┤"
+                                : sep == "┴" ? "┘" : sep;
+      line.clear();
+      for (std::size_t i = 0; i < cut; ++i) line += cps[i];
+      line += close;
+    }
+    out << line << "\n";
+  }
+  return out.str();
+}
+std::string read_text(const std::string& name) {
+  std::ifstream in(std::string(TESSEL_GOLDEN_DIR) + "/" + name);
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+}  // namespace
+
+TEST_CASE("golden: summary() is Keras's table plus a layout column", "[golden][summary]") {
+  using namespace tessel::layers;
+  tessel::sequential<input<784>, dense<256, {.activation = "relu"}>,
+                     dense<256, {.activation = "relu"}>, dense<10>>
+      seed001;
+  CHECK(without_layout_column(seed001.summary_text()) == read_text("summary_seed001.txt"));
+  CHECK(seed001.count_params() == 269322);
+  tessel::sequential<input<28, 28, 1>, flatten<>,
+                     dense<200, {.activation = "relu", .use_bias = false, .name = "d1"}>,
+                     dropout<0.4>, dense<10, {.activation = "softmax", .name = "d2"}>>
+      seed000;
+  CHECK(without_layout_column(seed000.summary_text()) ==
+        read_text("summary_seed000_sequential.txt"));
+  CHECK(seed000.count_params() == 158810);
+  CHECK_THAT(seed000.summary_text(), Catch::Contains("kernel (None, None)"));
+}
