@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Keras 3 (JAX backend, CPU) reference timing for the seeds/001 MLP on Fashion-MNIST.
+
+    KERAS_BACKEND=jax JAX_PLATFORMS=cpu /work/keras-venv/bin/python \
+        benchmarks/keras_mlp_fashion_mnist.py --epochs 2
+
+Data: Debian's fashion-mnist files (IDX, gzip) under /usr/share/datasets/fashion-mnist
+(`--data-dir` to change); nothing is downloaded. The first 50,000 training images train,
+the last 10,000 validate, the 10,000 t10k images test. x is (-1, 784) float32 / 255.
+
+Model: Input(784) -> Dense(256, relu) -> Dense(256, relu) -> Dense(10);
+Adam(); SparseCategoricalCrossentropy(from_logits=True); [SparseCategoricalAccuracy()];
+fit(batch_size=32, epochs=N, validation_data=(x_val, y_val), verbose=2), then evaluate
+on the test set.
+
+Wall seconds per epoch are taken by a callback (time.perf_counter between on_epoch_begin and
+on_epoch_end, so they include the validation pass that fit runs at the end of each epoch).
+The first epoch includes XLA compilation and is reported apart. The last line is
+
+    RESULT keras seconds_per_epoch=<mean of epochs after the first, or the only one>
+           first_epoch=<s> test_accuracy=<acc> steps_per_epoch=<n>
+
+(on one line). Threads are left as they come (XLA's CPU client uses its own thread pool
+over all visible cores).
+"""
+
+import argparse
+import gzip
+import os
+import struct
+import sys
+import time
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np  # noqa: E402
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or dtype_code != 0x08:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
+    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if arr.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: {arr.size} values for shape {dims}")
+    return arr.reshape(dims)
+
+
+def load(data_dir):
+    def p(name):
+        return os.path.join(data_dir, name)
+
+    x_train = read_idx(p("train-images-idx3-ubyte.gz")).reshape(-1, 784).astype(np.float32) / 255
+    y_train = read_idx(p("train-labels-idx1-ubyte.gz")).astype(np.int32)
+    x_test = read_idx(p("t10k-images-idx3-ubyte.gz")).reshape(-1, 784).astype(np.float32) / 255
+    y_test = read_idx(p("t10k-labels-idx1-ubyte.gz")).astype(np.int32)
+    x_val, y_val = x_train[-10000:], y_train[-10000:]
+    x_train, y_train = x_train[:-10000], y_train[:-10000]
+    return (x_train, y_train), (x_val, y_val), (x_test, y_test)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    import jax
+    import keras
+
+    print(
+        f"keras {keras.__version__}, jax {jax.__version__}, backend {keras.backend.backend()}, "
+        f"devices {jax.devices()}, os.cpu_count() {os.cpu_count()}, "
+        f"affinity {len(os.sched_getaffinity(0))} cores",
+        flush=True,
+    )
+    keras.utils.set_random_seed(args.seed)
+
+    (x_train, y_train), (x_val, y_val), (x_test, y_test) = load(args.data_dir)
+    print(
+        f"train {x_train.shape}, val {x_val.shape}, test {x_test.shape}", flush=True
+    )
+
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(784,)),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy()],
+    )
+
+    class EpochTimer(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.times = []
+            self._t0 = None
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._t0 = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.times.append(time.perf_counter() - self._t0)
+
+    timer = EpochTimer()
+    t0 = time.perf_counter()
+    model.fit(
+        x_train,
+        y_train,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        validation_data=(x_val, y_val),
+        verbose=2,
+        callbacks=[timer],
+    )
+    fit_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    test_loss, test_acc = model.evaluate(x_test, y_test, batch_size=args.batch_size, verbose=0)
+    eval_s = time.perf_counter() - t1
+
+    steps = -(-len(x_train) // args.batch_size)
+    first = timer.times[0]
+    later = timer.times[1:] or timer.times
+    per_epoch = sum(later) / len(later)
+    for i, t in enumerate(timer.times):
+        print(f"epoch {i + 1}: {t:.3f} s ({t / steps * 1e3:.3f} ms/step incl. validation)")
+    print(f"fit total {fit_s:.3f} s; evaluate (test) {eval_s:.3f} s; "
+          f"test loss {test_loss:.4f}, test accuracy {test_acc:.4f}")
+    print(
+        f"RESULT keras seconds_per_epoch={per_epoch:.3f} first_epoch={first:.3f} "
+        f"test_accuracy={test_acc:.4f} steps_per_epoch={steps}",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1069 @@
+#!/usr/bin/env python3
+"""Writes the Keras 3 reference ("golden") values that tessel's C++ tests compare against.
+
+Run (from anywhere; the files are written next to this script):
+
+    KERAS_BACKEND=jax JAX_PLATFORMS=cpu /work/keras-venv/bin/python tests/golden/make_golden.py
+
+See README.md beside this file for the venv, the versions used and the schema of every file.
+
+JSON conventions (all files):
+  * an array is {"shape": [d0, d1, ...], "data": [flat row-major values]};
+  * float values are float32, printed as the shortest decimal that round-trips to the same
+    float32 (numpy's str(np.float32(v))); parse with strtof (or strtod then cast);
+  * integer arrays (labels) hold plain JSON integers;
+  * every file has a "meta" object with the versions and conventions.
+"""
+
+import argparse
+import io
+import json
+import os
+import sys
+
+os.environ.setdefault("KERAS_BACKEND", "jax")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The summary width depends on the terminal size (shutil.get_terminal_size(): COLUMNS, else
+# the tty, else 80).  Fix it before keras/rich read it: with 120 columns Keras uses its own
+# default widths (88 for sequential-like models, 108 for others).
+SUMMARY_COLUMNS = 120
+
+import numpy as np  # noqa: E402
+
+
+# --------------------------------------------------------------------------------------
+# JSON writing
+# --------------------------------------------------------------------------------------
+
+
+class F32:
+    """A float32 value to be printed as its shortest round-trip decimal."""
+
+    __slots__ = ("v",)
+
+    def __init__(self, v):
+        self.v = np.float32(v)
+
+
+def arr(a, dtype=np.float32):
+    a = np.asarray(a)
+    if dtype is np.float32:
+        a = a.astype(np.float32)
+        data = [F32(v) for v in a.reshape(-1)]
+    else:
+        a = a.astype(np.int64)
+        data = [int(v) for v in a.reshape(-1)]
+    return {"shape": list(a.shape), "data": data}
+
+
+def iarr(a):
+    return arr(a, dtype=np.int64)
+
+
+def _fmt_f32(v):
+    if not np.isfinite(v):
+        raise ValueError(f"non-finite value {v} cannot be written to JSON")
+    s = str(np.float32(v))
+    assert np.float32(s) == v, (s, v)
+    return s
+
+
+def _dump(o, out, indent, level):
+    pad = " " * (indent * (level + 1))
+    end = " " * (indent * level)
+    if isinstance(o, F32):
+        out.append(_fmt_f32(o.v))
+    elif isinstance(o, (np.floating,)):
+        out.append(_fmt_f32(np.float32(o)))
+    elif isinstance(o, bool) or o is None:
+        out.append(json.dumps(o))
+    elif isinstance(o, (int, np.integer)):
+        out.append(str(int(o)))
+    elif isinstance(o, float):
+        out.append(repr(o))
+    elif isinstance(o, str):
+        out.append(json.dumps(o))
+    elif isinstance(o, dict):
+        # Arrays on one line; other objects one key a line.
+        if set(o.keys()) == {"shape", "data"}:
+            out.append('{"shape": ' + json.dumps(o["shape"]) + ', "data": [')
+            parts = []
+            for v in o["data"]:
+                sub = []
+                _dump(v, sub, 0, 0)
+                parts.append("".join(sub))
+            out.append(", ".join(parts) + "]}")
+            return
+        if not o:
+            out.append("{}")
+            return
+        out.append("{\n")
+        items = list(o.items())
+        for i, (k, v) in enumerate(items):
+            out.append(pad + json.dumps(k) + ": ")
+            _dump(v, out, indent, level + 1)
+            out.append(",\n" if i + 1 < len(items) else "\n")
+        out.append(end + "}")
+    elif isinstance(o, (list, tuple)):
+        if not o:
+            out.append("[]")
+            return
+        if all(isinstance(v, (F32, int, float, str, np.floating, np.integer)) for v in o):
+            parts = []
+            for v in o:
+                sub = []
+                _dump(v, sub, 0, 0)
+                parts.append("".join(sub))
+            out.append("[" + ", ".join(parts) + "]")
+            return
+        out.append("[\n")
+        for i, v in enumerate(o):
+            out.append(pad)
+            _dump(v, out, indent, level + 1)
+            out.append(",\n" if i + 1 < len(o) else "\n")
+        out.append(end + "]")
+    else:
+        raise TypeError(f"cannot write {type(o)}")
+
+
+def write_json(name, obj):
+    out = []
+    _dump(obj, out, 1, 0)
+    text = "".join(out) + "\n"
+    json.loads(text)  # must be valid JSON
+    path = os.path.join(HERE, name)
+    with open(path, "w") as f:
+        f.write(text)
+    size = len(text.encode())
+    assert size < 200_000, (name, size)
+    print(f"wrote {name} ({size} bytes)")
+
+
+# --------------------------------------------------------------------------------------
+# Keras helpers
+# --------------------------------------------------------------------------------------
+
+
+def meta(keras, jax, note=""):
+    m = {
+        "generator": "tests/golden/make_golden.py",
+        "keras_version": keras.__version__,
+        "jax_version": jax.__version__,
+        "numpy_version": np.__version__,
+        "backend": keras.backend.backend(),
+        "device": "cpu",
+        "floatx": keras.backend.floatx(),
+        "epsilon": keras.backend.epsilon(),
+        "array_format": "{shape: [..], data: [flat row-major]}",
+        "float_format": "float32, shortest round-trip decimal",
+    }
+    if note:
+        m["note"] = note
+    return m
+
+
+def f32(a):
+    return np.asarray(a, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------------------
+# 1. layers.json
+# --------------------------------------------------------------------------------------
+
+
+def make_layers(keras, jax):
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(1001)
+    x = f32(rng.normal(size=(4, 5)))
+    kernel = f32(rng.normal(size=(5, 3)))
+    bias = f32(rng.normal(size=(3,)))
+    dy = f32(rng.normal(size=(4, 3)))
+
+    dense_cases = []
+    for activation, use_bias in [
+        ("linear", True),
+        ("relu", True),
+        ("softmax", True),
+        ("sigmoid", True),
+        ("tanh", True),
+        ("relu", False),
+    ]:
+        layer = keras.layers.Dense(3, activation=activation, use_bias=use_bias)
+        layer.build((None, 5))
+        layer.set_weights([kernel, bias] if use_bias else [kernel])
+        y = np.asarray(layer(x))
+
+        def loss_fn(weights, xx, layer=layer):
+            out, _ = layer.stateless_call(weights, [], xx)
+            return jnp.sum(out * dy)
+
+        weights = [jnp.asarray(kernel)] + ([jnp.asarray(bias)] if use_bias else [])
+        gw, gx = jax.grad(loss_fn, argnums=(0, 1))(weights, jnp.asarray(x))
+        case = {"activation": activation, "use_bias": use_bias, "y": arr(y), "dkernel": arr(gw[0])}
+        if use_bias:
+            case["dbias"] = arr(gw[1])
+        case["dx"] = arr(gx)
+        dense_cases.append(case)
+
+    # Element-wise / softmax activation layers on x (4, 6).
+    xa = f32(rng.normal(size=(4, 6)))
+    assert np.all(np.abs(xa) > 1e-3)
+    dya = f32(rng.normal(size=(4, 6)))
+    act_cases = []
+    act_layers = [
+        ({"layer": "ReLU"}, keras.layers.ReLU()),
+        ({"layer": "Softmax", "axis": -1}, keras.layers.Softmax(axis=-1)),
+    ] + [
+        ({"layer": "Activation", "activation": a}, keras.layers.Activation(a))
+        for a in ["linear", "relu", "softmax", "sigmoid", "tanh"]
+    ]
+    for desc, layer in act_layers:
+        y = np.asarray(layer(xa))
+
+        def loss_fn(xx, layer=layer):
+            return jnp.sum(layer(xx) * dya)
+
+        gx = jax.grad(loss_fn)(jnp.asarray(xa))
+        act_cases.append(dict(desc, y=arr(y), dx=arr(gx)))
+
+    # Rescaling.
+    xr = f32(rng.normal(size=(3, 4)) * 100.0)
+    dyr = f32(rng.normal(size=(3, 4)))
+    resc_cases = []
+    for scale, offset, scale_text in [(1.0 / 255, 0.0, "1/255"), (2.0, -1.0, "2.0")]:
+        layer = keras.layers.Rescaling(scale=scale, offset=offset)
+        y = np.asarray(layer(xr))
+
+        def loss_fn(xx, layer=layer):
+            return jnp.sum(layer(xx) * dyr)
+
+        gx = jax.grad(loss_fn)(jnp.asarray(xr))
+        resc_cases.append(
+            {
+                "scale": F32(scale),
+                "scale_text": scale_text,
+                "offset": F32(offset),
+                "y": arr(y),
+                "dx": arr(gx),
+            }
+        )
+
+    # Flatten.
+    xf = f32(rng.normal(size=(2, 3, 4)))
+    yf = np.asarray(keras.layers.Flatten()(xf))
+    assert yf.shape == (2, 12)
+
+    # Dropout.
+    xd = f32(rng.normal(size=(4, 5)))
+    drop = keras.layers.Dropout(0.4, seed=7)
+    yd_inf = np.asarray(drop(xd, training=False))
+    yd_tr = np.asarray(drop(xd, training=True))
+    scaled = xd / np.float32(1.0 - 0.4)
+    zero_or_scaled = bool(
+        np.all((yd_tr == 0) | np.isclose(yd_tr, scaled, rtol=1e-6, atol=0))
+    )
+    assert np.array_equal(yd_inf, xd)
+    assert zero_or_scaled
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "Gradients are of L = sum(y * dy) (dy given per case group), computed with "
+            "jax.grad through the Keras layer (Dense via stateless_call).",
+        ),
+        "dense": {
+            "units": 3,
+            "x": arr(x),
+            "kernel": arr(kernel),
+            "bias": arr(bias),
+            "dy": arr(dy),
+            "cases": dense_cases,
+        },
+        "activations": {"x": arr(xa), "dy": arr(dya), "cases": act_cases},
+        "rescaling": {"x": arr(xr), "dy": arr(dyr), "cases": resc_cases},
+        "flatten": {"x": arr(xf), "y": arr(yf)},
+        "dropout": {
+            "rate": 0.4,
+            "x": arr(xd),
+            "y_training_false": arr(yd_inf),
+            "training_true_every_value_is_zero_or_x_over_1_minus_rate": zero_or_scaled,
+            "training_true_kept_scale": F32(1.0 / (1.0 - 0.4)),
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 2. losses.json
+# --------------------------------------------------------------------------------------
+
+
+def make_losses(keras, jax):
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(2002)
+
+    def softmax(z):
+        return np.asarray(jax.nn.softmax(jnp.asarray(f32(z)), axis=-1))
+
+    cases = []
+
+    def add(name, loss_obj, y_true, y_pred, label_kind, description):
+        y_pred = f32(y_pred)
+        yt = jnp.asarray(y_true)
+        if label_kind == "float":
+            yt = jnp.asarray(f32(y_true))
+
+        def fn(p):
+            return loss_obj(yt, p)
+
+        value, grad = jax.value_and_grad(fn)(jnp.asarray(y_pred))
+        cfg = loss_obj.get_config()
+        case = {
+            "name": name,
+            "loss": type(loss_obj).__name__,
+            "from_logits": cfg.get("from_logits"),
+            "reduction": cfg.get("reduction"),
+            "description": description,
+            "y_true": iarr(y_true) if label_kind == "int" else arr(y_true),
+            "y_pred": arr(y_pred),
+            "loss_value": F32(value),
+            "grad_y_pred": arr(grad),
+        }
+        cases.append(case)
+
+    # MSE.
+    add(
+        "mse",
+        keras.losses.MeanSquaredError(),
+        f32(rng.normal(size=(4, 3))),
+        f32(rng.normal(size=(4, 3))),
+        "float",
+        "mean over the last axis, then sum_over_batch_size = mean over the batch",
+    )
+
+    labels = np.array([0, 2, 1, 2], dtype=np.int32)
+    logits = f32(rng.normal(size=(4, 3)) * 1.5)
+    add(
+        "scce_logits",
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        labels,
+        logits,
+        "int",
+        "log_softmax of the logits; no clipping",
+    )
+    probs = softmax(f32(rng.normal(size=(4, 3)) * 1.5))
+    add(
+        "scce_probs",
+        keras.losses.SparseCategoricalCrossentropy(from_logits=False),
+        labels,
+        probs,
+        "int",
+        "y_pred = softmax(logits) written as given; Keras divides by the row sum, clips to "
+        "[eps, 1-eps] and takes the log",
+    )
+    tiny = f32(
+        [
+            [1e-9, 0.6, 0.4 - 1e-9],  # true class 0 has a tiny probability: clipped
+            [0.2, 0.3, 0.5],
+            [0.1, 0.9, 1e-9],  # tiny probability on a non-true class
+            [0.25, 0.25, 0.5],
+        ]
+    )
+    add(
+        "scce_probs_tiny",
+        keras.losses.SparseCategoricalCrossentropy(from_logits=False),
+        np.array([0, 2, 1, 2], dtype=np.int32),
+        tiny,
+        "int",
+        "row 0: the true-class probability 1e-9 is clipped to 1e-7, its loss is -log(1e-7) "
+        "and the gradient of the whole row is 0 (clip passes no gradient)",
+    )
+    unnorm = f32([[0.2, 0.2, 0.2], [1.0, 2.0, 1.0], [0.5, 0.3, 0.1], [3.0, 0.5, 0.5]])
+    add(
+        "scce_probs_unnormalized",
+        keras.losses.SparseCategoricalCrossentropy(from_logits=False),
+        np.array([0, 1, 2, 0], dtype=np.int32),
+        unnorm,
+        "int",
+        "rows that do not sum to 1: Keras divides each row by its sum before clipping",
+    )
+
+    onehot = np.eye(3, dtype=np.float32)[labels]
+    add(
+        "cce_probs",
+        keras.losses.CategoricalCrossentropy(from_logits=False),
+        onehot,
+        probs,
+        "float",
+        "one-hot y_true; y_pred = softmax(logits) written as given",
+    )
+    add(
+        "cce_logits",
+        keras.losses.CategoricalCrossentropy(from_logits=True),
+        onehot,
+        logits,
+        "float",
+        "one-hot y_true; log_softmax of the logits",
+    )
+    add(
+        "cce_probs_tiny",
+        keras.losses.CategoricalCrossentropy(from_logits=False),
+        np.eye(3, dtype=np.float32)[[0, 2, 1, 2]],
+        tiny,
+        "float",
+        "same rows as scce_probs_tiny with one-hot labels",
+    )
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "loss_value is the scalar Keras returns (reduction sum_over_batch_size: sum of "
+            "per-sample losses / number of per-sample losses); grad_y_pred = d loss_value / "
+            "d y_pred via jax.grad. Probability inputs (from_logits false): p <- p / sum(p, "
+            "-1); p <- clip(p, 1e-7, 1 - 1e-7); loss = -sum(t * log p). The division by the "
+            "row sum is part of the gradient.",
+        ),
+        "cases": cases,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 3. optimizers.json
+# --------------------------------------------------------------------------------------
+
+
+def make_optimizers(keras, jax):
+    rng = np.random.default_rng(3003)
+    w0 = f32(rng.normal(size=(2, 3)))
+    grads = [f32(rng.normal(size=(2, 3))) for _ in range(3)]
+
+    specs = [
+        ("sgd", keras.optimizers.SGD, {}),
+        ("sgd_momentum", keras.optimizers.SGD, {"learning_rate": 0.1, "momentum": 0.9}),
+        (
+            "sgd_nesterov",
+            keras.optimizers.SGD,
+            {"learning_rate": 0.1, "momentum": 0.9, "nesterov": True},
+        ),
+        ("adam", keras.optimizers.Adam, {}),
+        ("adam_lr0.01", keras.optimizers.Adam, {"learning_rate": 0.01}),
+        ("rmsprop", keras.optimizers.RMSprop, {}),
+        ("rmsprop_momentum", keras.optimizers.RMSprop, {"learning_rate": 0.01, "momentum": 0.9}),
+        ("rmsprop_centered", keras.optimizers.RMSprop, {"centered": True}),
+    ]
+    keep = ["name", "learning_rate", "momentum", "nesterov", "beta_1", "beta_2", "epsilon",
+            "rho", "centered", "amsgrad"]
+    cases = []
+    for case_name, cls, kwargs in specs:
+        opt = cls(**kwargs)
+        var = keras.Variable(w0, name="w")
+        steps = []
+        for g in grads:
+            opt.apply_gradients([(keras.ops.convert_to_tensor(g), var)])
+            slots = {}
+            for v in opt.variables:
+                leaf = v.path.split("/")[-1]
+                if not leaf.startswith("w_"):
+                    continue  # iteration, learning_rate
+                slots[leaf[2:]] = arr(np.asarray(v))
+            steps.append({"w": arr(np.asarray(var)), "slots": slots})
+        cfg = opt.get_config()
+        config = {}
+        for k in keep:
+            if k in cfg:
+                val = cfg[k]
+                if k == "learning_rate":
+                    val = F32(val)
+                config[k] = val
+        cases.append(
+            {
+                "case": case_name,
+                "class": cls.__name__,
+                "constructor_args": {k: v for k, v in kwargs.items()},
+                "config": config,
+                "steps": steps,
+            }
+        )
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "Each case starts from w0 with a fresh optimizer; step k applies grads[k-1] with "
+            "optimizer.apply_gradients and records the variable (w) and the optimizer's slot "
+            "variables after the step (slots, keyed by the slot name: Keras names them '<optimizer>/<variable>_<slot>', e.g. 'adam/w_momentum' -> 'momentum').",
+        ),
+        "w0": arr(w0),
+        "grads": [arr(g) for g in grads],
+        "cases": cases,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 4. metrics.json
+# --------------------------------------------------------------------------------------
+
+
+def make_metrics(keras, jax):
+    rng = np.random.default_rng(4004)
+    out = {"meta": meta(keras, jax)}
+
+    preds = f32(rng.normal(size=(6, 4)))
+    # argmax of preds is [2, 1, 2, 0, 1, 2]: 4 of these 6 labels match.
+    labels = np.array([2, 3, 2, 0, 1, 1], dtype=np.int32)
+    assert np.array_equal(np.argmax(preds, -1), [2, 1, 2, 0, 1, 2])
+    m = keras.metrics.SparseCategoricalAccuracy()
+    m.update_state(labels, preds)
+    out["sparse_categorical_accuracy"] = {
+        "y_true": iarr(labels),
+        "y_pred": arr(preds),
+        "argmax_y_pred": iarr(np.argmax(preds, -1)),
+        "result": F32(m.result()),
+    }
+
+    yt = np.array([1, 2, 3, 4, 0, 2, 2, 1], dtype=np.int32)
+    yp = np.array([1, 2, 0, 4, 0, 1, 2, 3], dtype=np.int32)
+    m = keras.metrics.Accuracy()
+    m.update_state(yt, yp)
+    out["accuracy"] = {"y_true": iarr(yt), "y_pred": iarr(yp), "result": F32(m.result())}
+
+    m = keras.metrics.Mean()
+    m.update_state(np.array([1.0, 2.0], np.float32))
+    after_first = float(m.result())
+    m.update_state(np.array([3.0, 4.0], np.float32))
+    out["mean"] = {
+        "updates": [arr([1.0, 2.0]), arr([3.0, 4.0])],
+        "result_after_first_update": F32(after_first),
+        "result": F32(m.result()),
+    }
+
+    oh = np.eye(4, dtype=np.float32)[labels]
+    m = keras.metrics.CategoricalAccuracy()
+    m.update_state(oh, preds)
+    out["categorical_accuracy"] = {
+        "y_true": arr(oh),
+        "y_pred": arr(preds),
+        "result": F32(m.result()),
+    }
+
+    # Ties in argmax: Keras takes the first maximum (numpy/jax argmax).
+    tie = f32([[0.5, 0.5, 0.0], [0.2, 0.4, 0.4]])
+    m = keras.metrics.SparseCategoricalAccuracy()
+    m.update_state(np.array([1, 1], np.int32), tie)
+    out["sparse_categorical_accuracy_ties"] = {
+        "y_true": iarr([1, 1]),
+        "y_pred": arr(tie),
+        "result": F32(m.result()),
+        "note": "argmax picks the first of equal maxima, so both rows predict the earlier "
+        "class (row 0 -> 0, row 1 -> 1)",
+    }
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# 5. model_step.json
+# --------------------------------------------------------------------------------------
+
+
+def weights_list(model):
+    res = []
+    for layer in model.layers:
+        for v in layer.weights:
+            res.append(
+                {
+                    "path": f"{layer.name}/{v.name}",
+                    "keras_path": v.path,
+                    "value": arr(np.asarray(v)),
+                }
+            )
+    return res
+
+
+def make_model_step(keras, jax):
+    rng = np.random.default_rng(5005)
+    models = []
+
+    def init_weights(shapes):
+        ws = []
+        for shp in shapes:
+            if len(shp) == 2:
+                ws.append(f32(rng.normal(size=shp) * np.sqrt(2.0 / shp[0])))
+            else:
+                ws.append(f32(rng.normal(size=shp) * 0.1))
+        return ws
+
+    def run(name, description, build, compile_kwargs, compile_text, x, y, y_is_int):
+        keras.backend.clear_session()  # fresh name counters: 'sequential', 'dense', ...
+        keras.utils.set_random_seed(0)
+        model = build()
+        init = [np.asarray(w) for w in build.initial]
+        model.set_weights(init)
+        model.compile(**compile_kwargs())
+        initial = weights_list(model)
+        steps = []
+        for _ in range(3):
+            ret = model.train_on_batch(x, y)
+            steps.append(
+                {
+                    "returned": [F32(r) for r in np.atleast_1d(ret)],
+                    "weights": weights_list(model),
+                }
+            )
+        metrics_names = list(model.metrics_names)
+        ev = model.evaluate(x, y, batch_size=len(x), verbose=0, return_dict=True)
+        names = list(ev.keys())
+        pred = model.predict(x, batch_size=len(x), verbose=0)
+
+        # Cross-check: fit with one batch per epoch gives the same per-epoch logs.
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(0)
+        model2 = build()
+        model2.set_weights(init)
+        model2.compile(**compile_kwargs())
+        hist = model2.fit(x, y, batch_size=len(x), epochs=3, shuffle=False, verbose=0)
+        fit_final = [np.asarray(w) for w in model2.get_weights()]
+        same = all(
+            np.allclose(a, b, rtol=1e-6, atol=1e-7)
+            for a, b in zip(fit_final, [np.asarray(w) for w in model.get_weights()])
+        )
+        assert same, name
+
+        layers = []
+        for layer in model.layers:
+            d = {"name": layer.name, "class": type(layer).__name__}
+            cfg = layer.get_config()
+            for k in ("units", "activation", "use_bias", "rate"):
+                if k in cfg:
+                    d[k] = cfg[k]
+            layers.append(d)
+
+        models.append(
+            {
+                "name": name,
+                "description": description,
+                "input_shape": list(model.inputs[0].shape[1:]),
+                "layers": layers,
+                "compile": compile_text,
+                "x": arr(x),
+                "y": iarr(y) if y_is_int else arr(y),
+                "initial_weights": initial,
+                "returned_names": names,
+                "keras_metrics_names": metrics_names,
+                "steps": steps,
+                "fit_history": {k: [F32(v) for v in vals] for k, vals in hist.history.items()},
+                "fit_final_weights_match_train_on_batch": same,
+                "evaluate": {k: F32(v) for k, v in ev.items()},
+                "predict": arr(pred),
+            }
+        )
+
+    # A: seeds/001-like MLP, scaled down.
+    xa = f32(rng.normal(size=(8, 12)))
+    ya = np.array([0, 1, 2, 3, 4, 0, 2, 4], dtype=np.int32)
+
+    def build_a():
+        return keras.Sequential(
+            [
+                keras.Input(shape=(12,)),
+                keras.layers.Dense(16, activation="relu", name="dense"),
+                keras.layers.Dense(16, activation="relu", name="dense_1"),
+                keras.layers.Dense(5, name="dense_2"),
+            ]
+        )
+
+    build_a.initial = init_weights([(12, 16), (16,), (16, 16), (16,), (16, 5), (5,)])
+    run(
+        "mlp_adam_scce",
+        "seeds/001 shape scaled down: Input(12) -> Dense(16, relu) -> Dense(16, relu) -> "
+        "Dense(5) logits",
+        build_a,
+        lambda: dict(
+            optimizer=keras.optimizers.Adam(),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.SparseCategoricalAccuracy()],
+        ),
+        "optimizer=Adam(), loss=SparseCategoricalCrossentropy(from_logits=True), "
+        "metrics=[SparseCategoricalAccuracy()]",
+        xa,
+        ya,
+        True,
+    )
+
+    # B: seeds/000 shape scaled down (no dropout so it is deterministic).
+    xb = f32(rng.normal(size=(5, 6, 4)))
+    yb = np.eye(3, dtype=np.float32)[[0, 1, 2, 1, 0]]
+
+    def build_b():
+        return keras.Sequential(
+            [
+                keras.Input(shape=(6, 4)),
+                keras.layers.Flatten(name="flatten"),
+                keras.layers.Dense(7, activation="relu", use_bias=False, name="d1"),
+                keras.layers.Dense(3, activation="softmax", name="d2"),
+            ]
+        )
+
+    build_b.initial = init_weights([(24, 7), (7, 3), (3,)])
+    run(
+        "seed000_small_sgd_mse",
+        "seeds/000 shape scaled down: Input(6,4) -> Flatten -> Dense(7, relu, no bias, d1) -> "
+        "Dense(3, softmax, d2); MSE; SGD()",
+        build_b,
+        lambda: dict(optimizer=keras.optimizers.SGD(), loss="mean_squared_error"),
+        "optimizer=SGD(), loss='mean_squared_error' (no metrics: train_on_batch returns the "
+        "loss alone)",
+        xb,
+        yb,
+        False,
+    )
+    # B': the same with compile(loss="mse") alone, as the distribution guide that seeds/000
+    # follows writes it: the default optimizer of Model.compile is "rmsprop".
+    run(
+        "seed000_small_default_optimizer_mse",
+        "same model and data as seed000_small_sgd_mse, compiled as compile(loss='mse'): "
+        "the default optimizer is RMSprop()",
+        build_b,
+        lambda: dict(loss="mse"),
+        "loss='mse' (optimizer left at its default, 'rmsprop')",
+        xb,
+        yb,
+        False,
+    )
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "steps[k].returned is what model.train_on_batch(x, y) returned on call k+1, in "
+            "the order of returned_names. train_on_batch calls reset_metrics() first (Keras "
+            "3.15 has no reset_metrics argument), so the loss is the loss of that single "
+            "batch computed in the forward pass, with the weights from BEFORE the update; "
+            "the metrics likewise. returned_names are the keys of the same values in "
+            "return_dict form; keras_metrics_names is what model.metrics_names says "
+            "(['loss', 'compile_metrics'] when compile has metrics). steps[k].weights are the weights after the update. "
+            "evaluate/predict use the weights after the 3rd step. fit_history is a fresh "
+            "model from the same weights trained with fit(epochs=3, batch_size=len(x), "
+            "shuffle=False); it equals steps[*].returned. 'path' is layer_name/variable_name; "
+            "'keras_path' is Keras's variable.path (prefixed by the model name).",
+        ),
+        "models": models,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 6. summaries
+# --------------------------------------------------------------------------------------
+
+
+def make_summaries(keras, jax):
+    from keras.src.utils.summary_utils import readable_memory_size
+
+    def seed001_sequential():
+        return keras.Sequential(
+            [
+                keras.Input(shape=(784,)),
+                keras.layers.Dense(256, activation="relu"),
+                keras.layers.Dense(256, activation="relu"),
+                keras.layers.Dense(10),
+            ]
+        )
+
+    def seed001_functional():
+        inputs = keras.Input(shape=(784,))
+        h = keras.layers.Dense(256, activation="relu")(inputs)
+        h = keras.layers.Dense(256, activation="relu")(h)
+        outputs = keras.layers.Dense(10)(h)
+        return keras.Model(inputs, outputs)
+
+    def seed000_functional():
+        inputs = keras.Input(shape=(28, 28, 1))
+        y = keras.layers.Flatten()(inputs)
+        y = keras.layers.Dense(units=200, use_bias=False, activation="relu", name="d1")(y)
+        y = keras.layers.Dropout(0.4)(y)
+        y = keras.layers.Dense(units=10, activation="softmax", name="d2")(y)
+        return keras.Model(inputs=inputs, outputs=y)
+
+    def seed000_sequential():
+        return keras.Sequential(
+            [
+                keras.Input(shape=(28, 28, 1)),
+                keras.layers.Flatten(),
+                keras.layers.Dense(200, activation="relu", use_bias=False, name="d1"),
+                keras.layers.Dropout(0.4),
+                keras.layers.Dense(10, activation="softmax", name="d2"),
+            ]
+        )
+
+    variants = [
+        ("summary_seed001.txt", "seed001", "Sequential", seed001_sequential),
+        ("summary_seed001_functional.txt", "seed001", "Functional", seed001_functional),
+        ("summary_seed000.txt", "seed000", "Functional", seed000_functional),
+        ("summary_seed000_sequential.txt", "seed000", "Sequential", seed000_sequential),
+    ]
+    entries = []
+    for fname, seed, kind, fn in variants:
+        # Fresh name counters, so auto names are those of a fresh Python session.
+        keras.backend.clear_session()
+        model = fn()
+        chunks = []
+        model.summary(print_fn=lambda s, **kw: chunks.append(s))
+        text = "".join(chunks)
+        with open(os.path.join(HERE, fname), "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"wrote {fname} ({len(text.encode())} bytes)")
+        layers = []
+        for layer in model.layers:
+            n = layer.count_params()
+            layers.append(
+                {
+                    "name": layer.name,
+                    "class": type(layer).__name__,
+                    "output_shape": [None if d is None else int(d) for d in layer.output.shape],
+                    "params": n,
+                }
+            )
+        tr = sum(int(np.prod(v.shape)) for v in model.trainable_weights)
+        ntr = sum(int(np.prod(v.shape)) for v in model.non_trainable_weights)
+        trb = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_weights)
+        ntrb = sum(int(np.prod(v.shape)) * 4 for v in model.non_trainable_weights)
+        entries.append(
+            {
+                "file": fname,
+                "seed": seed,
+                "built_as": kind,
+                "model_name": model.name,
+                "layers": layers,
+                "total_params": tr + ntr,
+                "trainable_params": tr,
+                "non_trainable_params": ntr,
+                "total_bytes": trb + ntrb,
+                "trainable_bytes": trb,
+                "non_trainable_bytes": ntrb,
+                "total_size_text": readable_memory_size(trb + ntrb),
+                "trainable_size_text": readable_memory_size(trb),
+                "non_trainable_size_text": readable_memory_size(ntrb),
+                "lines": text.split("\n"),
+            }
+        )
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            f"Text captured with model.summary(print_fn=...) (plain text, no ANSI styles: "
+            f"Keras renders through a rich Console with color_system=None when print_fn is "
+            f"given) with COLUMNS={SUMMARY_COLUMNS}, so Keras uses its default line lengths "
+            f"(88 for sequential-like models, 108 otherwise; capped at terminal columns - 4). "
+            f"Byte sizes count 4 bytes per float32 parameter; size text is Keras's "
+            f"readable_memory_size (1024-based units, 2 decimals). 'lines' is the text split "
+            f"on newlines (the .txt file holds the same text).",
+        ),
+        "columns": SUMMARY_COLUMNS,
+        "models": entries,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 7. progress bars (run in child processes: stdout is a file, or a pseudo-terminal)
+# --------------------------------------------------------------------------------------
+
+PROGRESS_MODES = {
+    "progress_verbose1_notty.bin": ("fit1", False),
+    "progress_verbose1_tty.bin": ("fit1", True),
+    "progress_verbose2.bin": ("fit2", False),
+    "progress_verbose2_tty.bin": ("fit2", True),
+    "progress_evaluate.bin": ("eval", False),
+    "progress_evaluate_tty.bin": ("eval", True),
+    "summary_seed001_tty.bin": ("summary", True),
+    # model.summary() straight to a file with COLUMNS unset: terminal size falls back to 80
+    # columns, so the table is 80 - 4 = 76 wide.
+    "summary_seed001_notty_default.txt": ("summary", "default"),
+}
+
+
+def progress_child(mode):
+    """Runs in a child process; prints only what Keras prints to stdout."""
+    import time
+
+    import keras
+
+    if mode == "summary":
+        # seeds/001 model, printed by model.summary() itself (no print_fn).
+        model = keras.Sequential(
+            [
+                keras.Input(shape=(784,)),
+                keras.layers.Dense(256, activation="relu"),
+                keras.layers.Dense(256, activation="relu"),
+                keras.layers.Dense(10),
+            ]
+        )
+        model.summary()
+        return
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(7007)
+    x = f32(rng.normal(size=(64, 4)))
+    y = (np.abs(x[:, 0] * 2).astype(np.int32) % 3).astype(np.int32)
+    xv = f32(rng.normal(size=(16, 4)))
+    yv = (np.abs(xv[:, 0] * 2).astype(np.int32) % 3).astype(np.int32)
+
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(4,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(3),
+        ]
+    )
+    model.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy()],
+    )
+
+    class Slow(keras.callbacks.Callback):
+        # Keras redraws a dynamic bar at most every 0.05 s; sleeping 0.06 s a batch makes
+        # every step redraw, whatever the speed of the machine.
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(0.06)
+
+        def on_test_batch_end(self, batch, logs=None):
+            time.sleep(0.06)
+
+    if mode in ("fit1", "fit2"):
+        model.fit(
+            x,
+            y,
+            batch_size=8,
+            epochs=2,
+            verbose=1 if mode == "fit1" else 2,
+            validation_data=(xv, yv),
+            shuffle=False,
+            callbacks=[Slow()],
+        )
+    elif mode == "eval":
+        model.evaluate(x, y, batch_size=8, verbose=1, callbacks=[Slow()])
+    sys.stdout.flush()
+
+
+def capture_progress():
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import termios
+    import tty
+
+    env = dict(os.environ)
+    env["COLUMNS"] = str(SUMMARY_COLUMNS)
+    env["PYTHONUNBUFFERED"] = "1"
+    index = []
+    for fname, (mode, use_tty) in PROGRESS_MODES.items():
+        cmd = [sys.executable, os.path.abspath(__file__), "--progress-child", mode]
+        if use_tty == "default":
+            env_d = dict(env)
+            env_d.pop("COLUMNS")
+            env_d.pop("LINES", None)
+            with open(os.path.join(HERE, fname), "wb") as out:
+                subprocess.run(
+                    cmd, stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                    env=env_d, check=True,
+                )
+        elif not use_tty:
+            with open(os.path.join(HERE, fname), "wb") as out:
+                subprocess.run(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env, check=True)
+        else:
+            master, slave = pty.openpty()
+            # Raw mode: the bytes Keras writes arrive unchanged (no "\n" -> "\r\n").
+            tty.setraw(slave)
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, SUMMARY_COLUMNS, 0, 0))
+            env_t = dict(env)
+            env_t.pop("COLUMNS")  # let the tty size speak (it is SUMMARY_COLUMNS wide)
+            env_t["TERM"] = "xterm-256color"
+            proc = subprocess.Popen(
+                cmd, stdout=slave, stderr=subprocess.DEVNULL, stdin=slave, env=env_t,
+                close_fds=True,
+            )
+            os.close(slave)
+            data = bytearray()
+            while True:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+            proc.wait()
+            os.close(master)
+            assert proc.returncode == 0, (fname, proc.returncode)
+            with open(os.path.join(HERE, fname), "wb") as out:
+                out.write(bytes(data))
+        with open(os.path.join(HERE, fname), "rb") as f:
+            raw = f.read()
+        print(f"wrote {fname} ({len(raw)} bytes)")
+        index.append((fname, mode, use_tty, raw))
+
+    lines = [
+        "Keras progress output, captured by tests/golden/make_golden.py.",
+        "Each section shows one .bin file (the exact bytes) as a Python bytes literal split",
+        "after each b'\\n' so that \\r, \\x08 (backspace) and \\x1b (ANSI) sequences are visible.",
+        "Model: Input(4) -> Dense(8, relu) -> Dense(3); Adam; SCCE(from_logits=True);",
+        "metrics [SparseCategoricalAccuracy()]; 64 training samples, batch_size 8 (8 steps),",
+        "validation 16 samples (2 steps); a callback sleeps 0.06 s after every batch so every",
+        "step redraws the dynamic bar (Keras redraws at most every 0.05 s). Times (ms/step, s)",
+        "differ between runs. 'tty' files ran under a pseudo-terminal in raw mode",
+        f"({SUMMARY_COLUMNS} columns, TERM=xterm-256color); the others with stdout a file.",
+        "",
+    ]
+    for fname, mode, use_tty, raw in index:
+        where = {True: "pty", False: "file", "default": "file, COLUMNS unset"}[use_tty]
+        lines.append(f"==== {fname}  (mode {mode}, stdout {where}) ====")
+        start = 0
+        while start < len(raw):
+            end = raw.find(b"\n", start)
+            end = len(raw) if end < 0 else end + 1
+            lines.append(repr(raw[start:end]))
+            start = end
+        lines.append("")
+    with open(os.path.join(HERE, "progress.txt"), "w") as f:
+        f.write("\n".join(lines))
+    print("wrote progress.txt")
+
+
+# --------------------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--progress-child", default=None)
+    ap.add_argument("--skip-progress", action="store_true")
+    args = ap.parse_args()
+
+    if args.progress_child:
+        progress_child(args.progress_child)
+        return
+
+    os.environ["COLUMNS"] = str(SUMMARY_COLUMNS)
+    import jax
+    import keras
+
+    assert keras.backend.backend() == "jax"
+    keras.utils.set_random_seed(0)
+
+    write_json("layers.json", make_layers(keras, jax))
+    write_json("losses.json", make_losses(keras, jax))
+    write_json("optimizers.json", make_optimizers(keras, jax))
+    write_json("metrics.json", make_metrics(keras, jax))
+    write_json("model_step.json", make_model_step(keras, jax))
+    write_json("summary.json", make_summaries(keras, jax))
+    if not args.skip_progress:
+        capture_progress()
+
+
+if __name__ == "__main__":
+    main()
