@@ -61,8 +61,8 @@ class callback {
 class callback_ref {
  public:
   template <class C>
-    requires std::derived_from<std::remove_cvref_t<C>, callback>
-  callback_ref(C&& c) {  // NOLINT(google-explicit-constructor)
+  requires std::derived_from<std::remove_cvref_t<C>, callback> callback_ref(
+      C&& c) {  // NOLINT(google-explicit-constructor)
     if constexpr (std::is_lvalue_reference_v<C>)
       ptr_ = std::shared_ptr<callback>(std::shared_ptr<callback>{}, &c);
     else
@@ -97,7 +97,7 @@ class early_stopping : public callback {
     std::size_t patience = 0;
     int verbose = 0;
     std::string mode = "auto";
-    std::optional<double> baseline;
+    std::optional<double> baseline = std::nullopt;
     bool restore_best_weights = false;
     std::size_t start_from_epoch = 0;
   };
@@ -266,10 +266,11 @@ class lambda_callback : public callback {
       on_train_batch_begin_fn, on_train_batch_end_fn;
   std::function<void(const logs&)> on_train_begin_fn, on_train_end_fn;
 
+  // Every member has an initializer, so `{.on_epoch_end = f}` compiles under -Wextra -Werror.
   struct hooks {
-    std::function<void(std::size_t, const logs&)> on_epoch_begin, on_epoch_end, on_batch_begin,
-        on_batch_end;
-    std::function<void(const logs&)> on_train_begin, on_train_end;
+    std::function<void(std::size_t, const logs&)> on_epoch_begin = {}, on_epoch_end = {},
+                                                  on_batch_begin = {}, on_batch_end = {};
+    std::function<void(const logs&)> on_train_begin = {}, on_train_end = {};
   };
   explicit lambda_callback(hooks h)
       : on_epoch_begin_fn(std::move(h.on_epoch_begin)),

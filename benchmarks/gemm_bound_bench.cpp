@@ -1,0 +1,96 @@
+// A GEMM-bound training step: three dense layers 4096 wide, batch 512, Adam. Its achieved
+// GFLOP/s (the GEMM work a step must do, over the step's whole time: GEMMs, activations, bias,
+// loss and optimizer) against raw sgemm (OpenBLAS, through the Fortran BLAS interface) on the
+// same GEMM shapes, in the same run.
+//
+//   gemm_bound_bench [--steps N] [--width W] [--batch B]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <tessel/tessel.hpp>
+#include <vector>
+
+extern "C" void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b,
+                       const int* ldb, const float* beta, float* c, const int* ldc);
+
+namespace {
+
+constexpr std::size_t width = 4096;
+using namespace tessel::layers;
+using model_t = tessel::sequential<input<width>, dense<width, {.activation = "relu"}>,
+                                   dense<width, {.activation = "relu"}>, dense<width>>;
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Row-major C(m x n) = op(A) op(B) through column-major sgemm: C^T = op(B)^T op(A)^T.
+void row_major_sgemm(bool ta, bool tb, int m, int n, int k, const float* a, const float* b,
+                     float* c) {
+  const float one = 1.0f, zero = 0.0f;
+  const int lda = ta ? m : k, ldb = tb ? k : n;
+  sgemm_(tb ? "T" : "N", ta ? "T" : "N", &n, &m, &k, &one, b, &ldb, a, &lda, &zero, c, &n);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessel::initialize guard(argc, argv);
+  int steps = 10;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[++i]);
+  constexpr int batch = 512, w = static_cast<int>(width);
+
+  // The GEMMs of one step: per layer a forward (x W), a kernel gradient (x^T dy) and, except for
+  // the first layer, an input gradient (dy W^T).
+  const double flop_fwd = 2.0 * batch * w * w;
+  const double step_flop = 3 * flop_fwd + 3 * flop_fwd + 2 * flop_fwd;
+
+  model_t model;
+  model.compile(tessel::optimizers::adam{}, tessel::losses::mean_squared_error{});
+  tessel::array<float> x({batch, width}), y({batch, width});
+  tessel::random::stream s(7, 7);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x.values[i] = s.normal(i);
+    y.values[i] = s.normal(i + x.size());
+  }
+  std::vector<float> a(static_cast<std::size_t>(batch) * w, 0.5f),
+      b(static_cast<std::size_t>(w) * w, 0.25f), c(static_cast<std::size_t>(w) * w),
+      d(static_cast<std::size_t>(batch) * w);
+  auto raw_step = [&] {
+    for (int layer = 0; layer < 3; ++layer)
+      row_major_sgemm(false, false, batch, w, w, a.data(), b.data(), d.data());
+    for (int layer = 0; layer < 3; ++layer)
+      row_major_sgemm(true, false, w, w, batch, a.data(), d.data(), c.data());
+    for (int layer = 0; layer < 2; ++layer)
+      row_major_sgemm(false, true, batch, w, w, d.data(), b.data(), a.data());
+  };
+  model.train_on_batch(x, y);  // warm up: buffers, optimizer slots
+  raw_step();
+  // Interleaved, so that a change in the machine's load touches both sides alike.
+  std::vector<double> tessel_s, raw_s;
+  for (int i = 0; i < steps; ++i) {
+    double t0 = now();
+    model.train_on_batch(x, y);
+    tessel_s.push_back(now() - t0);
+    t0 = now();
+    raw_step();
+    raw_s.push_back(now() - t0);
+  }
+  const double t_tessel = median(tessel_s), t_raw = median(raw_s);
+  std::printf("GEMM-bound step: 3 x dense(%d), batch %d, %.1f GFLOP of GEMM per step\n", w,
+              batch, step_flop / 1e9);
+  std::printf("tessel training step : %8.2f ms  %7.1f GFLOP/s\n", t_tessel * 1e3,
+              step_flop / t_tessel / 1e9);
+  std::printf("raw sgemm, same GEMMs: %8.2f ms  %7.1f GFLOP/s\n", t_raw * 1e3,
+              step_flop / t_raw / 1e9);
+  std::printf("RESULT gemm_bound tessel_gflops=%.1f sgemm_gflops=%.1f ratio=%.3f\n",
+              step_flop / t_tessel / 1e9, step_flop / t_raw / 1e9, t_raw / t_tessel);
+}
