@@ -1,0 +1,232 @@
+// Fashion-MNIST: the real files of Debian's dataset-fashion-mnist (the project installs the package
+// before the tests run, so a missing dataset fails here), and the directory and error rules on
+// small files written for the test.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <tessel/data/array_ops.hpp>
+#include <tessel/data/dataset.hpp>
+#include <tessel/data/fashion_mnist.hpp>
+#include <tessel/data/idx.hpp>
+#include <vector>
+
+using Catch::Matchers::Contains;
+using tessel::array;
+using tessel::value_error;
+using shape_t = std::vector<std::size_t>;
+namespace fs = std::filesystem;
+namespace fashion_mnist = tessel::datasets::fashion_mnist;
+
+namespace {
+
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const value_error& e) {
+    return e.what();
+  }
+  return "no exception";
+}
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    static int count = 0;
+    path = fs::temp_directory_path() / ("tessel_fashion_mnist_test_" + std::to_string(::getpid()) +
+                                        "_" + std::to_string(count++));
+    fs::create_directories(path);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// Sets (or unsets) TESSEL_FASHION_MNIST_DIR for one test and puts the old value back.
+struct scoped_env {
+  std::optional<std::string> old;
+  explicit scoped_env(const std::optional<std::string>& value) {
+    if (const char* v = std::getenv(fashion_mnist::directory_variable)) old = v;
+    set(value);
+  }
+  ~scoped_env() { set(old); }
+  static void set(const std::optional<std::string>& value) {
+    if (value) {
+      ::setenv(fashion_mnist::directory_variable, value->c_str(), 1);
+    } else {
+      ::unsetenv(fashion_mnist::directory_variable);
+    }
+  }
+};
+
+// A small stand-in for the dataset: n images whose pixels all equal their label, as the four files
+// (gzip'd, or plain where asked).
+void write_fake(const fs::path& dir, std::size_t n_train, std::size_t n_test, bool gzip = true) {
+  const std::string ext = gzip ? ".gz" : "";
+  for (const auto& [prefix, n] : {std::pair{"train", n_train}, std::pair{"t10k", n_test}}) {
+    array<std::uint8_t> images({n, 28, 28});
+    array<std::uint8_t> labels({n});
+    for (std::size_t i = 0; i < n; ++i) {
+      labels.values[i] = static_cast<std::uint8_t>(i % 10);
+      std::fill_n(images.values.begin() + static_cast<std::ptrdiff_t>(i * 784), 784,
+                  labels.values[i]);
+    }
+    tessel::data::write_idx(dir / (std::string(prefix) + "-images-idx3-ubyte" + ext), images);
+    tessel::data::write_idx(dir / (std::string(prefix) + "-labels-idx1-ubyte" + ext), labels);
+  }
+}
+
+// The real dataset, read once for all the tests that use it.
+const std::pair<fashion_mnist::split, fashion_mnist::split>& real_data() {
+  static const auto data = fashion_mnist::load_data();
+  return data;
+}
+
+std::uint64_t sum(const array<std::uint8_t>& a) {
+  return std::accumulate(a.values.begin(), a.values.end(), std::uint64_t{0});
+}
+
+std::array<std::size_t, 10> counts(const array<std::uint8_t>& labels) {
+  std::array<std::size_t, 10> c{};
+  for (const auto v : labels.values) ++c[v];
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("data: Fashion-MNIST loads with Keras's shapes, labels and pixels",
+          "[data][fashion_mnist]") {
+  // Fails, with the install hint, when the dataset is not installed.
+  REQUIRE_NOTHROW(real_data());
+  const auto& [train, test] = real_data();
+  const auto& [x_train, y_train] = train;
+  const auto& [x_test, y_test] = test;
+  CHECK(x_train.shape == shape_t{60000, 28, 28});
+  CHECK(y_train.shape == shape_t{60000});
+  CHECK(x_test.shape == shape_t{10000, 28, 28});
+  CHECK(y_test.shape == shape_t{10000});
+
+  // The first labels keras.datasets.fashion_mnist.load_data() gives, and balanced classes.
+  CHECK(std::vector<int>(y_train.values.begin(), y_train.values.begin() + 10) ==
+        std::vector<int>{9, 0, 0, 3, 0, 2, 7, 2, 5, 5});
+  CHECK(std::vector<int>(y_test.values.begin(), y_test.values.begin() + 10) ==
+        std::vector<int>{9, 2, 1, 1, 6, 1, 4, 6, 5, 7});
+  for (const auto c : counts(y_train)) CHECK(c == 6000);
+  for (const auto c : counts(y_test)) CHECK(c == 1000);
+  CHECK(std::string(fashion_mnist::class_names[y_train.values[0]]) == "Ankle boot");
+
+  // Pixel sums as checksums (the train mean is the well-known 0.2860 after / 255).
+  CHECK(sum(x_train) == 3431114169u);
+  CHECK(sum(x_test) == 573469082u);
+  CHECK(sum(tessel::data::slice_rows(x_train, 0, 1)) == 76247u);
+  CHECK(static_cast<double>(sum(x_train)) / (255.0 * 60000 * 784) == Approx(0.2860).margin(1e-4));
+}
+
+TEST_CASE("data: Fashion-MNIST becomes a training dataset as in the Keras tutorial",
+          "[data][fashion_mnist]") {
+  REQUIRE_NOTHROW(real_data());
+  auto [train, test] = real_data();
+  auto [x_train, y_train] = train;
+  // x_train.reshape(-1, 784).astype("float32") / 255; y_train.astype("int32")
+  auto x = tessel::data::reshape(tessel::data::to_float(x_train, 1.0f / 255),
+                                 {tessel::data::infer_dim, 784});
+  auto y = tessel::data::to_int32(y_train);
+  CHECK(x.shape == shape_t{60000, 784});
+  CHECK(*std::max_element(x.values.begin(), x.values.end()) == 1.0f);
+  CHECK(tessel::data::to_categorical(y_train, 10).shape == shape_t{60000, 10});
+
+  const auto ds = tessel::from_tensor_slices(std::move(x), std::move(y))
+                      .shuffle(60000, 1)
+                      .batch(32)
+                      .prefetch(2);
+  CHECK(ds.cardinality() == 1875u);
+  std::size_t batches = 0;
+  std::size_t wrong_shapes = 0;
+  std::array<std::size_t, 10> seen{};
+  for (const auto& [xb, yb] : ds) {
+    ++batches;
+    wrong_shapes += xb.shape != shape_t{32, 784} || yb.shape != shape_t{32};
+    for (const auto v : yb.values) ++seen[static_cast<std::size_t>(v)];
+  }
+  CHECK(batches == 1875);
+  CHECK(wrong_shapes == 0);
+  for (const auto c : seen) CHECK(c == 6000);
+}
+
+TEST_CASE(
+    "data: missing Fashion-MNIST files name the file, the package and "
+    "the variable",
+    "[data][fashion_mnist][error]") {
+  temp_dir dir;
+  write_fake(dir.path, 3, 2);
+  fs::remove(dir.path / "t10k-images-idx3-ubyte.gz");
+  const auto msg = message_of([&] { fashion_mnist::load_data(dir.path); });
+  CHECK_THAT(msg, Contains("'" + (dir.path / "t10k-images-idx3-ubyte.gz").string() + "'") &&
+                      Contains("was not found") && Contains("the directory passed to load_data") &&
+                      Contains("apt-get install dataset-fashion-mnist") &&
+                      Contains("TESSEL_FASHION_MNIST_DIR"));
+  CHECK_THAT(msg, !Contains("train-images-idx3-ubyte.gz'"));
+
+  const scoped_env env(dir.path.string() + "/nowhere");
+  CHECK_THAT(message_of([] { fashion_mnist::load_data(); }),
+             Contains("files '") && Contains("nowhere/train-images-idx3-ubyte.gz'") &&
+                 Contains("from $TESSEL_FASHION_MNIST_DIR") && Contains("which does not exist") &&
+                 Contains("apt-get install dataset-fashion-mnist"));
+}
+
+TEST_CASE(
+    "data: the argument, then TESSEL_FASHION_MNIST_DIR, then the Debian "
+    "path choose the directory",
+    "[data][fashion_mnist]") {
+  temp_dir from_env, from_arg;
+  write_fake(from_env.path, 5, 3);
+  write_fake(from_arg.path, 4, 2, false);  // uncompressed files are read too
+  {
+    const scoped_env env(from_env.path.string());
+    CHECK(fashion_mnist::data_directory() == from_env.path);
+    auto [train, test] = fashion_mnist::load_data();
+    CHECK(train.first.shape == shape_t{5, 28, 28});
+    CHECK(test.second.shape == shape_t{3});
+    CHECK(train.first.values[784 * 4] == 4);  // image 4 is all 4s
+
+    auto [train2, test2] = fashion_mnist::load_data(from_arg.path);
+    CHECK(train2.first.shape == shape_t{4, 28, 28});
+    CHECK(test2.first.shape == shape_t{2, 28, 28});
+  }
+  const scoped_env unset(std::nullopt);
+  CHECK(fashion_mnist::data_directory() == fs::path(fashion_mnist::default_directory));
+  CHECK(fashion_mnist::data_directory("/x") == fs::path("/x"));
+}
+
+TEST_CASE("data: files that are not Fashion-MNIST are refused", "[data][fashion_mnist][error]") {
+  temp_dir dir;
+  write_fake(dir.path, 3, 2);
+  SECTION("images of another size") {
+    tessel::data::write_idx(dir.path / "train-images-idx3-ubyte.gz",
+                            array<std::uint8_t>({3, 27, 27}));
+    CHECK_THAT(message_of([&] { fashion_mnist::load_data(dir.path); }),
+               Contains("train-images-idx3-ubyte.gz") && Contains("shape (3, 27, 27)") &&
+                   Contains("expected (n, 28, 28)"));
+  }
+  SECTION("a label per image") {
+    tessel::data::write_idx(dir.path / "t10k-labels-idx1-ubyte.gz", array<std::uint8_t>({5}));
+    CHECK_THAT(message_of([&] { fashion_mnist::load_data(dir.path); }),
+               Contains("t10k-labels-idx1-ubyte.gz") && Contains("shape (5,)") &&
+                   Contains("expected (2,)"));
+  }
+  SECTION("labels in [0, 10)") {
+    tessel::data::write_idx(dir.path / "train-labels-idx1-ubyte.gz",
+                            array<std::uint8_t>({3}, {1, 12, 0}));
+    CHECK_THAT(message_of([&] { fashion_mnist::load_data(dir.path); }),
+               Contains("label 12 at index 1") && Contains("outside [0, 10)"));
+  }
+}
