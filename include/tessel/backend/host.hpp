@@ -95,8 +95,8 @@ struct host {
     const std::size_t n = m.extent(1);
     switch (a) {
       case activation_kind::linear: return;
-      case activation_kind::relu:
-        return flat_for(m, [](float& v) { v = v > 0.0f ? v : 0.0f; });
+      case activation_kind::relu:  // NaN stays NaN, as jax.nn.relu (max(x, 0)) gives it
+        return flat_for(m, [](float& v) { v = v > 0.0f || std::isnan(v) ? v : 0.0f; });
       case activation_kind::sigmoid:
         return flat_for(m, [](float& v) { v = 1.0f / (1.0f + std::exp(-v)); });
       case activation_kind::tanh:

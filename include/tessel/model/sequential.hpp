@@ -398,12 +398,21 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     (std::make_index_sequence<layer_count>{});
     return *cur;
   }
+  // Layers before the first one with variables run no backward: nothing needs their gradient,
+  // and the layer after them returned none (an activation there would read an empty dy).
+  template <std::size_t I>
+  static constexpr bool needs_backward() {
+    constexpr std::array<bool, layer_count + 1> has{Layers::has_variables..., false};
+    return has[I] || needs_input_gradient<I>();
+  }
   void backward(const matrix& dy) {
     const matrix* g = &dy;
+    auto step = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+      if constexpr (needs_backward<J>())
+        g = &std::get<J>(layers_).backward(*inputs_[J], *g, needs_input_gradient<J>(), pass_);
+    };
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((g = &std::get<layer_count - 1 - I>(layers_).backward(
-            *inputs_[layer_count - 1 - I], *g, needs_input_gradient<layer_count - 1 - I>(), pass_)),
-       ...);
+      (step(std::integral_constant<std::size_t, layer_count - 1 - I>{}), ...);
     }
     (std::make_index_sequence<layer_count>{});
   }
