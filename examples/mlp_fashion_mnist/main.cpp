@@ -15,10 +15,7 @@ using namespace tessel::layers;
 using model_t = tessel::sequential<input<784>, dense<256, {.activation = "relu"}>,
                                    dense<256, {.activation = "relu"}>, dense<10>>;
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  tessel::initialize guard(argc, argv);
+int run(int argc, char** argv) {
   std::size_t epochs = 2;
   int verbose = 1;
   for (int i = 1; i + 1 < argc; ++i) {
@@ -59,4 +56,16 @@ int main(int argc, char** argv) {
   std::printf("test loss: %.4f - test accuracy: %.4f\n", *tessel::find_log(result, "loss"),
               accuracy);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessel::initialize guard(argc, argv);
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

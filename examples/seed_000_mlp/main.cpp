@@ -17,10 +17,7 @@ using model_t =
                        dense<200, {.activation = "relu", .use_bias = false, .name = "d1"}>,
                        dropout<0.4>, dense<10, {.activation = "softmax", .name = "d2"}>>;
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  tessel::initialize guard(argc, argv);
+int run(int argc, char** argv) {
   std::size_t epochs = 3;
   int verbose = 1;
   for (int i = 1; i + 1 < argc; ++i) {
@@ -50,4 +47,16 @@ int main(int argc, char** argv) {
   std::printf("test loss: %.4f - test accuracy: %.4f\n", *tessel::find_log(result, "loss"),
               *tessel::find_log(result, "accuracy"));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessel::initialize guard(argc, argv);
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

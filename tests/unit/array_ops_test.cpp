@@ -99,7 +99,7 @@ TEST_CASE("data: an array whose values do not fill its shape is named",
   CHECK_NOTHROW(data::check_shape(images()));
 }
 
-TEST_CASE("data: slice_rows is a[begin:end] along the first dimension", "[data][array_ops]") {
+TEST_CASE("data: slice_rows takes rows begin to end along the first dimension, as a(begin:end)", "[data][array_ops]") {
   const auto s = data::slice_rows(images(), 1, 3);
   CHECK(s.shape == shape_t{2, 2, 2});
   CHECK(s.values.front() == 80);
@@ -157,7 +157,7 @@ TEST_CASE("data: to_categorical is keras.utils.to_categorical", "[data][array_op
         std::vector<float>{0, 1, 1, 0});
 }
 
-TEST_CASE("data: to_categorical names a label outside [0, num_classes)",
+TEST_CASE("data: to_categorical names a label outside 0 to num_classes",
           "[data][array_ops][error]") {
   const array<std::uint8_t> y({5}, {1, 2, 3, 10, 4});
   CHECK_THAT(message_of([&] { data::to_categorical(y, 10); }),

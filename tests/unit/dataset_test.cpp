@@ -432,8 +432,10 @@ TEST_CASE("data: two iterations of one dataset run independently", "[data][datas
   CHECK(lb == iota_vector(5));
 }
 
-TEST_CASE("data: an epoch of 60000 x 784 floats in batches of 32 is quick",
-          "[data][dataset][speed]") {
+// Speed is measured in benchmarks (README: one epoch of this pipeline takes 30-60 ms here); this
+// case checks that a full-size epoch, shuffled and prefetched, yields every sample once.
+TEST_CASE("data: an epoch of 60000 x 784 floats in batches of 32 yields every sample once",
+          "[data][dataset]") {
   array<float> x({60000, 784});
   for (std::size_t i = 0; i < x.values.size(); ++i) x.values[i] = static_cast<float>(i % 251) / 251;
   array<std::int32_t> y({60000});
@@ -442,22 +444,14 @@ TEST_CASE("data: an epoch of 60000 x 784 floats in batches of 32 is quick",
   for (const auto& [name, ds] : {std::pair{"batch(32)", base.batch(32)},
                                  std::pair{"shuffle(60000, 1).batch(32).prefetch(2)",
                                            base.shuffle(60000, 1).batch(32).prefetch(2)}}) {
-    const auto start = std::chrono::steady_clock::now();
     std::size_t batches = 0;
     std::int64_t label_sum = 0;
     for (const auto& [xb, yb] : ds) {
       ++batches;
       for (const std::int32_t v : yb.values) label_sum += v;
     }
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    INFO(name << ": " << ms << " ms for one epoch");
+    INFO(name);
     CHECK(batches == 1875);
     CHECK(label_sum == 6000 * 45);
-#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-    // A loose bound (measured: 10 to 100 ms with -O2 on 2 busy cores), to catch a per-element copy
-    // of the dataset; unoptimised and sanitised builds are too slow to hold to it.
-    CHECK(ms < 2000);
-#endif
   }
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -266,7 +267,7 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     std::vector<callback*> cbs{&hist};
     for (const auto& c : o.callbacks) cbs.push_back(c.get());
     for (callback* c : cbs) c->set_model(this);
-    progbar_logger bar(o.verbose, o.epochs, train.cardinality());
+    progbar_logger bar(o.verbose, o.epochs, known_steps(train));
     stop_training = false;
     bar.on_train_begin();
     for (callback* c : cbs) c->on_train_begin({});
@@ -306,7 +307,7 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     for (const auto& c : callbacks) cbs.push_back(c.get());
     for (callback* c : cbs) c->set_model(this);
     std::optional<progbar_logger> bar;
-    if (verbose) bar.emplace(verbose, 1, data.cardinality());
+    if (verbose) bar.emplace(verbose, 1, known_steps(data));
     return run_evaluate(data, bar ? &*bar : nullptr, cbs);
   }
 
@@ -417,6 +418,13 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     (std::make_index_sequence<layer_count>{});
   }
 
+  // The steps of one pass, when finite and known (a repeated dataset never ends: no target).
+  template <class Dataset>
+  static std::optional<std::size_t> known_steps(const Dataset& d) {
+    const std::optional<std::size_t> n = d.cardinality();
+    if (n && *n == std::numeric_limits<std::size_t>::max()) return std::nullopt;
+    return n;
+  }
   // ---- data -------------------------------------------------------------------------------------
   void check_input_shape(const array<float>& x) const {
     bool ok = x.rank() == input_shape.rank + 1;
