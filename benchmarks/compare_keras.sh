@@ -13,7 +13,7 @@ venv="${KERAS_VENV:-/work/keras-venv}"
 cmake --build "$build" --target mlp_fashion_mnist_bench gemm_bound_bench >/dev/null
 echo "== tessel"
 tessel_line="$("$build/benchmarks/mlp_fashion_mnist_bench" --epochs "$epochs" | tee /dev/stderr | grep '^RESULT')"
-echo "== Keras $("$venv/bin/python" -c 'import keras, jax; print(keras.__version__, "/ JAX", jax.__version__)')"
+echo "== Keras"
 keras_line="$(KERAS_BACKEND=jax JAX_PLATFORMS=cpu "$venv/bin/python" "$here/keras_mlp_fashion_mnist.py" --epochs "$epochs" | tee /dev/stderr | grep '^RESULT')"
 
 field() { sed -n "s/.*$2=\([0-9.]*\).*/\1/p" <<<"$1"; }

@@ -84,6 +84,44 @@ int main(int argc, char** argv) {
     raw_step();
     raw_s.push_back(now() - t0);
   }
+  // The same comparison's floor for the small model: the GEMMs of one seeds/001 MLP step
+  // (784-256-256-10, batch 32) through raw sgemm, which bounds how fast any framework using
+  // sgemm can train it.
+  {
+    const int dims[4] = {784, 256, 256, 10};
+    const int mb = 32;
+    std::vector<std::vector<float>> wts, acts, grads;
+    for (int l = 0; l < 3; ++l) {
+      wts.emplace_back(static_cast<std::size_t>(dims[l]) * dims[l + 1], 0.01f);
+      grads.emplace_back(static_cast<std::size_t>(dims[l]) * dims[l + 1]);
+    }
+    for (int l = 0; l < 4; ++l) acts.emplace_back(static_cast<std::size_t>(mb) * dims[l], 0.5f);
+    std::vector<float> dact(static_cast<std::size_t>(mb) * 784);
+    auto small_step = [&] {
+      for (int l = 0; l < 3; ++l)
+        row_major_sgemm(false, false, mb, dims[l + 1], dims[l], acts[l].data(), wts[l].data(),
+                        acts[l + 1].data());
+      for (int l = 2; l >= 0; --l) {
+        row_major_sgemm(true, false, dims[l], dims[l + 1], mb, acts[l].data(),
+                        acts[l + 1].data(), grads[l].data());
+        if (l > 0)
+          row_major_sgemm(false, true, mb, dims[l], dims[l + 1], acts[l + 1].data(),
+                          wts[l].data(), dact.data());
+      }
+    };
+    for (int i = 0; i < 100; ++i) small_step();
+    const int n = 1563;
+    const double t0 = now();
+    for (int i = 0; i < n; ++i) small_step();
+    const double t = now() - t0;
+    double flop = 0;
+    for (int l = 0; l < 3; ++l) flop += 2.0 * mb * dims[l] * dims[l + 1] * (l > 0 ? 3 : 2);
+    std::printf("seeds/001 MLP step GEMMs alone (batch 32), raw sgemm: %.1f us/step, %.1f "
+                "GFLOP/s, %.3f s per 1563-step epoch\n",
+                t / n * 1e6, flop * n / t / 1e9, t);
+    std::printf("RESULT mlp_gemm_floor us_per_step=%.1f seconds_per_epoch=%.3f\n", t / n * 1e6, t);
+  }
+
   const double t_tessel = median(tessel_s), t_raw = median(raw_s);
   std::printf("GEMM-bound step: 3 x dense(%d), batch %d, %.1f GFLOP of GEMM per step\n", w,
               batch, step_flop / 1e9);
