@@ -21,6 +21,7 @@
 #include "../core/diagnostics.hpp"
 #include "../core/shape.hpp"
 #include "../data/array.hpp"
+#include "../data/dataset.hpp"
 #include "../layers/layer.hpp"
 #include "../losses.hpp"
 #include "../metrics.hpp"
@@ -232,13 +233,17 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
                         static_cast<double>(rows);
     update_metrics(out, loss, rows);
     backward(loss_grad_);
+    ++pass_.step;  // the next training call draws new dropout masks, as Keras's seed generator
     return loss;
   }
+  // The counter of training calls that keys dropout masks. Setting it replays a call's masks
+  // (Keras's stateless_call takes its seed state as an argument for the same purpose).
+  std::uint64_t training_step() const { return pass_.step; }
+  void set_training_step(std::uint64_t step) { pass_.step = step; }
   // One optimizer step on the gradients computed last (Keras's optimizer.apply).
   void apply_gradients() {
     require_compiled("apply_gradients");
     optimizer_state_->apply(trainable_variables());
-    ++pass_.step;
   }
   // One training step on one batch. As in Keras, the metrics are reset first unless
   // reset_metrics is false, so the logs are this batch's loss (before the update) and metrics.
@@ -297,6 +302,34 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     }
     for (callback* c : cbs) c->on_train_end(epoch_logs);
     return hist;
+  }
+
+  // fit(x, y, batch_size=32, shuffle=True, ...) on arrays, as Keras's fit takes NumPy arrays.
+  struct array_fit_options {
+    std::size_t batch_size = 32;
+    std::size_t epochs = 1;
+    int verbose = 1;
+    std::vector<callback_ref> callbacks = {};
+    bool shuffle = true;
+    std::size_t initial_epoch = 0;
+  };
+  template <class Y>
+  history fit(const array<float>& x, const array<Y>& y, const array_fit_options& o) {
+    auto ds = from_tensor_slices(x, y);
+    auto batched = o.shuffle ? ds.shuffle(static_cast<std::int64_t>(x.rows()), seed_)
+                                   .batch(static_cast<std::int64_t>(o.batch_size))
+                             : ds.batch(static_cast<std::int64_t>(o.batch_size));
+    return fit(batched, fit_options<decltype(batched)>{.epochs = o.epochs,
+                                                        .verbose = o.verbose,
+                                                        .callbacks = o.callbacks,
+                                                        .validation_data = std::nullopt,
+                                                        .initial_epoch = o.initial_epoch});
+  }
+  template <class Y>
+  logs evaluate(const array<float>& x, const array<Y>& y, std::size_t batch_size = 32,
+                int verbose = 1) {
+    return evaluate(from_tensor_slices(x, y).batch(static_cast<std::int64_t>(batch_size)),
+                    verbose);
   }
 
   // Returns the loss and metrics over the whole dataset (Keras's evaluate with return_dict).
