@@ -61,6 +61,12 @@ matrix device(const json& a) {
   return device(values(a), s.empty() ? 1 : s[0], s.size() < 2 ? (s.empty() ? 1 : 1) : cols);
 }
 
+tessel::loss_spec loss_for(const std::string& name, bool sparse, bool logits) {
+  if (name == "mse") return tessel::losses::mean_squared_error{};
+  if (sparse) return tessel::losses::sparse_categorical_crossentropy{logits};
+  return tessel::losses::categorical_crossentropy{logits};
+}
+
 // One layer, alone: its variables, forward and backward.
 template <class L>
 struct lone_layer {
@@ -184,10 +190,7 @@ TEST_CASE("golden: losses and their gradients (sum_over_batch_size, probability 
       targets = device(c["y_true"]);
     }
     const bool logits = c["from_logits"].is_boolean() && c["from_logits"].get<bool>();
-    const tessel::loss_spec loss =
-        name == "mse" ? tessel::loss_spec(tessel::losses::mean_squared_error{})
-        : sparse ? tessel::loss_spec(tessel::losses::sparse_categorical_crossentropy{logits})
-                 : tessel::loss_spec(tessel::losses::categorical_crossentropy{logits});
+    const tessel::loss_spec loss = loss_for(name, sparse, logits);
     matrix grad = B::make_matrix("grad", rows, cols);
     const double total = tessel::loss_and_gradient<B>(loss, pred, labels, targets, grad,
                                                       1.0f / static_cast<float>(rows));

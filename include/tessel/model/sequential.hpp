@@ -222,16 +222,7 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
   template <class Y>
   double compute_loss_and_gradients(const array<float>& x, const array<Y>& y) {
     require_compiled("compute_loss_and_gradients");
-    upload_inputs(x);
-    upload_targets(y, B::rows(input_));
-    pass_.training = true;
-    const matrix& out = forward(input_);
-    const std::size_t rows = B::rows(out);
-    loss_grad_ = sized<B>(loss_grad_store_, rows, output_features, "loss_gradient");
-    const double loss = loss_and_gradient<B>(*loss_, out, labels_, targets_, loss_grad_,
-                                             1.0f / static_cast<float>(rows)) /
-                        static_cast<double>(rows);
-    update_metrics(out, loss, rows);
+    const double loss = forward_and_loss(x, y, true);
     backward(loss_grad_);
     ++pass_.step;  // the next training call draws new dropout masks, as Keras's seed generator
     return loss;
@@ -572,9 +563,14 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
   }
   template <class Y>
   void test_step(const array<float>& x, const array<Y>& y) {
+    forward_and_loss(x, y, false);
+  }
+  // Forward pass, loss (its gradient w.r.t. the output left in loss_grad_) and metrics.
+  template <class Y>
+  double forward_and_loss(const array<float>& x, const array<Y>& y, bool training) {
     upload_inputs(x);
     upload_targets(y, x.rows());
-    pass_.training = false;
+    pass_.training = training;
     const matrix& out = forward(input_);
     const std::size_t rows = B::rows(out);
     loss_grad_ = sized<B>(loss_grad_store_, rows, output_features, "loss_gradient");
@@ -582,6 +578,7 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
                                              1.0f / static_cast<float>(rows)) /
                         static_cast<double>(rows);
     update_metrics(out, loss, rows);
+    return loss;
   }
   void require_compiled(const char* what) const {
     if (!loss_)
