@@ -5,7 +5,11 @@ if(NOT first_line MATCHES "^// expect: (.+)$")
   message(FATAL_ERROR "${SOURCE}: the first line must be `// expect: <regex>`")
 endif()
 set(expected "${CMAKE_MATCH_1}")
-execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} ${SOURCE}
+set(system_includes "")
+foreach(dir IN LISTS SYSTEM_INCLUDES)
+  list(APPEND system_includes -isystem ${dir})
+endforeach()
+execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} ${system_includes} ${SOURCE}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc EQUAL 0)
   message(FATAL_ERROR "${SOURCE} compiled, but it must not")

@@ -22,6 +22,7 @@
 #include "../core/shape.hpp"
 #include "../data/array.hpp"
 #include "../data/dataset.hpp"
+#include "../layers/elementwise.hpp"
 #include "../layers/layer.hpp"
 #include "../losses.hpp"
 #include "../metrics.hpp"
