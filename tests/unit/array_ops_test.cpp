@@ -1,6 +1,8 @@
 // The NumPy steps of a Keras data preparation: astype and scale, reshape, row slices, one-hot.
 #include <catch2/catch.hpp>
 
+#include "test_helpers.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -16,15 +18,8 @@ namespace data = tessel::data;
 
 namespace {
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const value_error& e) {
-    return e.what();
-  }
-  return "no exception";
-}
+using tessel::testing::message_of;
+
 
 array<std::uint8_t> images() {
   array<std::uint8_t> a({3, 2, 2});

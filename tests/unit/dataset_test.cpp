@@ -2,6 +2,8 @@
 // repeat/take/cardinality, cache, prefetch (same sequence, early exit, errors), and its speed.
 #include <catch2/catch.hpp>
 
+#include "test_helpers.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -26,15 +28,8 @@ static_assert(std::ranges::input_range<ds_t>);
 
 namespace {
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const value_error& e) {
-    return e.what();
-  }
-  return "no exception";
-}
+using tessel::testing::message_of;
+
 
 // n samples of `features` floats; sample i has x = (i * features + j for each j) and label i, so a
 // label says which sample an element holds.

@@ -3,6 +3,8 @@
 // small files written for the test.
 #include <catch2/catch.hpp>
 
+#include "test_helpers.hpp"
+
 #include <unistd.h>
 #include <algorithm>
 #include <array>
@@ -27,29 +29,10 @@ namespace fashion_mnist = tessel::datasets::fashion_mnist;
 
 namespace {
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const value_error& e) {
-    return e.what();
-  }
-  return "no exception";
-}
+using tessel::testing::message_of;
+using tessel::testing::temp_dir;
 
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static int count = 0;
-    path = fs::temp_directory_path() / ("tessel_fashion_mnist_test_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(count++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+
 
 // Sets (or unsets) TESSEL_FASHION_MNIST_DIR for one test and puts the old value back.
 struct scoped_env {

@@ -2,6 +2,8 @@
 #include <zlib.h>
 #include <catch2/catch.hpp>
 
+#include "test_helpers.hpp"
+
 #include <unistd.h>
 #include <cstdint>
 #include <filesystem>
@@ -17,21 +19,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with its files at the end of the test.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static int count = 0;
-    path = fs::temp_directory_path() /
-           ("tessel_idx_test_" + std::to_string(::getpid()) + "_" + std::to_string(count++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path / name; }
-};
+using tessel::testing::message_of;
+using tessel::testing::temp_dir;
+
 
 void write_bytes(const fs::path& p, const std::vector<unsigned char>& bytes) {
   std::ofstream out(p, std::ios::binary);
@@ -69,15 +59,6 @@ array<std::uint8_t> counting_array(std::vector<std::size_t> shape) {
   return a;
 }
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const value_error& e) {
-    return e.what();
-  }
-  return "no exception";
-}
 
 }  // namespace
 

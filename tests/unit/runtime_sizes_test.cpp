@@ -1,5 +1,7 @@
 // Run-time sizes: meshes and layouts whose sizes are known only when the program runs.
 #include <catch2/catch.hpp>
+
+#include "test_helpers.hpp"
 #include <string>
 #include <tessel/core.hpp>
 
@@ -7,18 +9,11 @@ using namespace tessel;
 using Catch::Matchers::Contains;
 
 namespace {
+
+using tessel::testing::message_of;
 using mesh_1d = device_mesh<axis<"batch">>;
 using mesh_2d = device_mesh<axis<"data">, axis<"model", 4>>;
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const value_error& e) {
-    return e.what();
-  }
-  return "no exception";
-}
 }  // namespace
 
 TEST_CASE("a dynamic axis takes its size at run time", "[mesh]") {
