@@ -77,11 +77,13 @@ double loss_and_gradient(const loss_spec& loss, const typename B::matrix& pred,
         if constexpr (std::is_same_v<L, losses::mean_squared_error>) {
           return B::mean_squared_error(pred, targets, grad, grad_scale);
         } else if constexpr (std::is_same_v<L, losses::sparse_categorical_crossentropy>) {
-          return l.from_logits ? B::sparse_softmax_cross_entropy(pred, labels, grad, grad_scale)
-                               : B::crossentropy_on_probabilities(pred, labels, targets, grad,
-                                                                  grad_scale, epsilon);
+          return l.from_logits
+                     ? B::softmax_cross_entropy(pred, labels, targets, grad, grad_scale)
+                     : B::crossentropy_on_probabilities(pred, labels, targets, grad, grad_scale,
+                                                        epsilon);
         } else {
-          return l.from_logits ? B::softmax_cross_entropy(pred, targets, grad, grad_scale)
+          return l.from_logits ? B::softmax_cross_entropy(pred, typename B::index_vector(),
+                                                          targets, grad, grad_scale)
                                : B::crossentropy_on_probabilities(
                                      pred, typename B::index_vector(), targets, grad, grad_scale,
                                      epsilon);

@@ -220,27 +220,6 @@ struct host {
 
   // ---- losses: each returns the sum over rows of the per-sample loss and writes
   //      grad = grad_scale * d(per-sample loss)/d(prediction). --------------------------------
-  static double sparse_softmax_cross_entropy(const matrix& logits, const index_vector& labels,
-                                             const matrix& grad, float grad_scale) {
-    const std::size_t n = logits.extent(1);
-    double total = 0.0;
-    Kokkos::parallel_reduce(
-        "tessel::sparse_softmax_xent", policy(logits.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          float mx = -std::numeric_limits<float>::infinity();
-          for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, logits(i, j));
-          float s = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) s += std::exp(logits(i, j) - mx);
-          const float log_s = std::log(s);
-          const auto l = static_cast<std::size_t>(labels(i));
-          acc += static_cast<double>(log_s + mx - logits(i, l));
-          const float inv = 1.0f / s;
-          for (std::size_t j = 0; j < n; ++j)
-            grad(i, j) = grad_scale * (std::exp(logits(i, j) - mx) * inv - (j == l ? 1.0f : 0.0f));
-        },
-        total);
-    return total;
-  }
   // Cross-entropy on probabilities, as Keras computes it: normalise each row to sum 1, clip to
   // [eps, 1 - eps], then -sum(t * log). `labels` (sparse) or `targets` (one-hot), one of them.
   static double crossentropy_on_probabilities(const matrix& probs, const index_vector& labels,
@@ -272,25 +251,34 @@ struct host {
         total);
     return total;
   }
-  static double softmax_cross_entropy(const matrix& logits, const matrix& targets,
-                                      const matrix& grad, float grad_scale) {
+  // Cross-entropy on logits through a stable log-softmax: -sum(t * log_softmax(z)); the
+  // gradient is softmax(z) * sum(t) - t. `labels` (sparse) or `targets` (one-hot), one of them.
+  static double softmax_cross_entropy(const matrix& logits, const index_vector& labels,
+                                      const matrix& targets, const matrix& grad,
+                                      float grad_scale) {
     const std::size_t n = logits.extent(1);
+    const bool sparse = labels.extent(0) > 0;
     double total = 0.0;
     Kokkos::parallel_reduce(
         "tessel::softmax_xent", policy(logits.extent(0)),
         KOKKOS_LAMBDA(std::size_t i, double& acc) {
+          auto target = [&](std::size_t j) {
+            return sparse ? (static_cast<std::size_t>(labels(i)) == j ? 1.0f : 0.0f)
+                          : targets(i, j);
+          };
           float mx = -std::numeric_limits<float>::infinity();
           for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, logits(i, j));
           float s = 0.0f, tsum = 0.0f;
           for (std::size_t j = 0; j < n; ++j) {
             s += std::exp(logits(i, j) - mx);
-            tsum += targets(i, j);
+            tsum += target(j);
           }
           const float log_s = std::log(s);
           float loss = 0.0f;
           for (std::size_t j = 0; j < n; ++j) {
-            loss -= targets(i, j) * (logits(i, j) - mx - log_s);
-            grad(i, j) = grad_scale * (std::exp(logits(i, j) - mx) / s * tsum - targets(i, j));
+            const float t = target(j);
+            loss -= t * (logits(i, j) - mx - log_s);
+            grad(i, j) = grad_scale * (std::exp(logits(i, j) - mx) / s * tsum - t);
           }
           acc += static_cast<double>(loss);
         },

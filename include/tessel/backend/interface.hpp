@@ -35,9 +35,8 @@ concept backend_interface = requires(const typename B::matrix& m, const typename
   B::activation_backward(activation_kind::relu, m, m, m);
   B::scale_shift(m, m, f, f);
   B::dropout(m, m, s, f, std::uint64_t{});
-  { B::sparse_softmax_cross_entropy(m, l, m, f) } -> std::same_as<double>;
   { B::crossentropy_on_probabilities(m, l, m, m, f, f) } -> std::same_as<double>;
-  { B::softmax_cross_entropy(m, m, m, f) } -> std::same_as<double>;
+  { B::softmax_cross_entropy(m, l, m, m, f) } -> std::same_as<double>;
   { B::mean_squared_error(m, m, m, f) } -> std::same_as<double>;
   { B::count_argmax_equal(m, l, m) } -> std::same_as<std::size_t>;
   B::sgd_update(m, m, m, f, f, b);
