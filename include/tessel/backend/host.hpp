@@ -6,10 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
+
+#include <dlfcn.h>
 
 #include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
@@ -83,6 +87,20 @@ struct host {
   static void finalize() {
     if (Kokkos::is_initialized()) Kokkos::finalize();
   }
+  // With several processes (devices) on one machine, each process's BLAS gets its share of the
+  // cores, as torchrun sets OMP_NUM_THREADS: OpenBLAS would otherwise start one thread per core
+  // in every process. An explicit OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is left alone.
+  static void share_cores(int processes_on_node) {
+    if (processes_on_node <= 1 || std::getenv("OPENBLAS_NUM_THREADS") ||
+        std::getenv("OMP_NUM_THREADS"))
+      return;
+    using set_threads_t = void (*)(int);
+    auto set_threads =
+        reinterpret_cast<set_threads_t>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    if (set_threads == nullptr) return;  // another BLAS: its own defaults apply
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    set_threads(std::max(1, cores / processes_on_node));
+  }
 
   // ---- memory -------------------------------------------------------------------------------
   static matrix make_matrix(const std::string& label, std::size_t rows, std::size_t cols) {
@@ -94,6 +112,14 @@ struct host {
   static index_vector make_indices(const std::string& label, std::size_t n) {
     return index_vector(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
   }
+  // A rows x cols matrix over the elements of `storage` from `offset` on, sharing its memory:
+  // the gradients of one bucket are views of the bucket's buffer.
+  static matrix alias(const matrix& storage, std::size_t offset, std::size_t rows,
+                      std::size_t cols) {
+    return matrix(storage.data() + offset, rows, cols);
+  }
+  // The memory the collectives read and write (host memory, for MPI).
+  static std::span<float> comm_span(const matrix& m) { return {m.data(), m.size()}; }
   static std::size_t rows(const matrix& m) { return m.extent(0); }
   static std::size_t cols(const matrix& m) { return m.extent(1); }
   // Rows [begin, end) of m, sharing its memory.

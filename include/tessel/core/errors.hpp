@@ -12,4 +12,11 @@ class value_error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Keras raises RuntimeError for failures of the environment (a collective that fails, a
+// launcher tessel cannot use); tessel throws runtime_error.
+class runtime_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace tessel

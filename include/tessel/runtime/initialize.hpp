@@ -1,8 +1,14 @@
 // initialize: the RAII guard every tessel program opens first (`tessel::initialize guard(argc,
-// argv);`). It starts the backend (Kokkos on the host) and stops it when the guard goes away.
+// argv);`), as Keras's `keras.distribution.initialize()`. Launched by `mpiexec` it starts MPI
+// (one process per device); started alone it makes a single-device world without MPI. It starts
+// the backend (Kokkos on the host) and stops both, in reverse order, when it goes away.
 #pragma once
 
+#include <cstdio>
+#include <exception>
+
 #include "../backend/default.hpp"
+#include "world.hpp"
 
 namespace tessel {
 
@@ -10,21 +16,50 @@ class initialize {
  public:
   initialize() {
     int argc = 0;
-    start(argc, nullptr);
+    char** argv = nullptr;
+    start(argc, argv);
   }
-  initialize(int& argc, char** argv) { start(argc, argv); }
+  initialize(int& argc, char**& argv) { start(argc, argv); }
   initialize(const initialize&) = delete;
   initialize& operator=(const initialize&) = delete;
   ~initialize() {
-    if (owner_) default_backend::finalize();
+    // An exception leaving main on one process while others wait in a collective would hang the
+    // job: end it instead.
+    if (std::uncaught_exceptions() > 0 && num_processes() > 1) runtime::abort_job(1);
+    if (owns_backend_) default_backend::finalize();
+    if (owns_world_) {
+      runtime::stop_mpi();
+      runtime::state() = {};
+    }
+  }
+
+  // For main's catch block: prints the error (prefixed with the process on a multi-process
+  // job) and ends the whole job with exit code 1. On one process it returns 1 for main to
+  // return, so that the guard still finalizes normally.
+  int fail(const std::exception& e) const {
+    if (num_processes() > 1) {
+      std::fprintf(stderr, "error (process %d of %d): %s\n", process_id(), num_processes(),
+                   e.what());
+      runtime::abort_job(1);
+    }
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
   }
 
  private:
-  void start(int& argc, char** argv) {
-    owner_ = !default_backend::is_initialized();
+  void start(int& argc, char**& argv) {
+    runtime::world_state& w = runtime::state();
+    if (!w.started) {
+      w.started = true;
+      owns_world_ = true;
+      if (runtime::launched_by_mpi()) runtime::start_mpi(argc, argv);
+    }
+    owns_backend_ = !default_backend::is_initialized();
     default_backend::initialize(argc, argv);
+    if (owns_backend_) default_backend::share_cores(w.local_size);
   }
-  bool owner_ = false;
+  bool owns_world_ = false;
+  bool owns_backend_ = false;
 };
 
 }  // namespace tessel

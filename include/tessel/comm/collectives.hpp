@@ -1,0 +1,125 @@
+// Collectives over one mesh axis, the axis a template argument: `comm::all_reduce<"batch">(pm,
+// grads)` sums `grads` over the processes along axis "batch" of the process_mesh `pm`. An axis
+// the mesh does not have is a compile error naming it. `run_step` executes one step of a plan
+// (planner.hpp's reshard_step, as `explain` prints it), dispatching to the instantiation for the
+// step's axis.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "../core/diagnostics.hpp"
+#include "../core/planner.hpp"
+#include "../runtime/process_mesh.hpp"
+#include "communicator.hpp"
+
+namespace tessel::comm {
+
+namespace detail {
+template <fixed_string Axis, class Mesh>
+constexpr std::size_t axis_index() {
+  static_assert(require<(Mesh::template index_of<Axis> >= 0),
+                        diagnostic::axis_not_in_mesh<Axis, Mesh>>);
+  return static_cast<std::size_t>(Mesh::template index_of<Axis>);
+}
+}  // namespace detail
+
+// ---- blocking -------------------------------------------------------------------------------
+template <fixed_string Axis, class Mesh, class T>
+void all_reduce(const process_mesh<Mesh>& pm, std::span<T> data) {
+  pm.template axis<detail::axis_index<Axis, Mesh>()>().all_reduce(data);
+}
+template <fixed_string Axis, class Mesh, class T>
+void all_gather(const process_mesh<Mesh>& pm, std::span<const T> in, std::span<T> out) {
+  pm.template axis<detail::axis_index<Axis, Mesh>()>().all_gather(in, out);
+}
+template <fixed_string Axis, class Mesh, class T>
+void reduce_scatter(const process_mesh<Mesh>& pm, std::span<const T> in, std::span<T> out) {
+  pm.template axis<detail::axis_index<Axis, Mesh>()>().reduce_scatter(in, out);
+}
+template <fixed_string Axis, class Mesh, class T>
+void broadcast(const process_mesh<Mesh>& pm, std::span<T> data, int root = 0) {
+  pm.template axis<detail::axis_index<Axis, Mesh>()>().broadcast(data, root);
+}
+template <fixed_string Axis, class Mesh, class T>
+void all_to_all(const process_mesh<Mesh>& pm, std::span<const T> in, std::span<T> out) {
+  pm.template axis<detail::axis_index<Axis, Mesh>()>().all_to_all(in, out);
+}
+
+// ---- non-blocking ---------------------------------------------------------------------------
+template <fixed_string Axis, class Mesh, class T>
+[[nodiscard]] request iall_reduce(const process_mesh<Mesh>& pm, std::span<T> data) {
+  return pm.template axis<detail::axis_index<Axis, Mesh>()>().iall_reduce(data);
+}
+template <fixed_string Axis, class Mesh, class T>
+[[nodiscard]] request iall_gather(const process_mesh<Mesh>& pm, std::span<const T> in,
+                                  std::span<T> out) {
+  return pm.template axis<detail::axis_index<Axis, Mesh>()>().iall_gather(in, out);
+}
+template <fixed_string Axis, class Mesh, class T>
+[[nodiscard]] request ireduce_scatter(const process_mesh<Mesh>& pm, std::span<const T> in,
+                                      std::span<T> out) {
+  return pm.template axis<detail::axis_index<Axis, Mesh>()>().ireduce_scatter(in, out);
+}
+template <fixed_string Axis, class Mesh, class T>
+[[nodiscard]] request ibroadcast(const process_mesh<Mesh>& pm, std::span<T> data, int root = 0) {
+  return pm.template axis<detail::axis_index<Axis, Mesh>()>().ibroadcast(data, root);
+}
+template <fixed_string Axis, class Mesh, class T>
+[[nodiscard]] request iall_to_all(const process_mesh<Mesh>& pm, std::span<const T> in,
+                                  std::span<T> out) {
+  return pm.template axis<detail::axis_index<Axis, Mesh>()>().iall_to_all(in, out);
+}
+
+// ---- a planned step -------------------------------------------------------------------------
+namespace detail {
+template <std::size_t I, class Mesh, class T>
+request start_on_axis(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<const T> in,
+                      std::span<T> out) {
+  const communicator& c = pm.template axis<I>();
+  switch (s.kind) {
+    case collective::all_reduce:
+      if (in.data() != out.data()) copy(in, out);
+      return c.iall_reduce(out);
+    case collective::all_gather: return c.iall_gather(in, out);
+    case collective::reduce_scatter: return c.ireduce_scatter(in, out);
+    case collective::all_to_all: return c.iall_to_all(in, out);
+    case collective::slice: {
+      const std::size_t block = in.size() / static_cast<std::size_t>(c.size());
+      copy(in.subspan(block * static_cast<std::size_t>(c.rank()), block), out);
+      return {};
+    }
+  }
+  return {};
+}
+}  // namespace detail
+
+// Starts step `s` of a plan on this process's buffers and returns its request. The buffers hold
+// the tensor row-major; gathers, scatters, slices and all-to-alls move whole blocks of the
+// leading dimension (dimension 0; the batch), which is where data parallelism shards. Steps on
+// other dimensions need packing, which model parallelism brings; they are refused here.
+template <class Mesh, class T>
+[[nodiscard]] request start_step(const process_mesh<Mesh>& pm, const reshard_step& s,
+                                 std::span<const T> in, std::span<T> out) {
+  if (s.kind != collective::all_reduce && (s.dim != 0 || s.to_dim != 0))
+    throw value_error("tessel: " + std::string(name_of(s.kind)) + " on tensor dimension " +
+                      std::to_string(s.kind == collective::all_to_all ? s.to_dim : s.dim) +
+                      " is not supported by the host collectives yet (only dimension 0)");
+  if (s.axis >= Mesh::rank)
+    throw value_error("tessel: a planned step names mesh axis " + std::to_string(s.axis) +
+                      " of a mesh with " + std::to_string(Mesh::rank) + " axes");
+  request r;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((s.axis == I ? (r = detail::start_on_axis<I>(pm, s, in, out), true) : false) || ...);
+  }(std::make_index_sequence<Mesh::rank>{});
+  return r;
+}
+template <class Mesh, class T>
+void run_step(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<const T> in,
+              std::span<T> out) {
+  start_step(pm, s, in, out).wait();
+}
+
+}  // namespace tessel::comm

@@ -1,0 +1,258 @@
+// communicator: one group of processes (the world, or the devices along one mesh axis) and the
+// collectives on it, blocking and non-blocking, on MPI over host memory. A group of one process
+// needs no MPI at all: every collective is then a local copy, so a program started without
+// `mpiexec` runs the same code as a single-device world.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "../core/errors.hpp"
+
+namespace tessel::comm {
+
+namespace detail {
+template <class T>
+MPI_Datatype datatype() {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return MPI_UINT64_T;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
+  else static_assert(std::is_same_v<T, float>, "tessel::comm: unsupported element type");
+}
+
+inline void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING]{};
+  int n = 0;
+  MPI_Error_string(code, text, &n);
+  throw runtime_error(std::string("tessel: ") + what + " failed: " + std::string(text, n));
+}
+
+inline int count_of(std::size_t n) {
+  if (n > static_cast<std::size_t>(INT32_MAX))
+    throw value_error("tessel: a collective of " + std::to_string(n) +
+                      " elements exceeds MPI's int count; split the buffer");
+  return static_cast<int>(n);
+}
+
+template <class T>
+void copy(std::span<const T> in, std::span<T> out) {
+  if (in.data() != out.data() && !in.empty()) std::memmove(out.data(), in.data(), in.size_bytes());
+}
+}  // namespace detail
+
+// A non-blocking collective in flight. wait() completes it; a request is waited for when it is
+// destroyed, so that no buffer is released while MPI still writes to it.
+class request {
+ public:
+  request() = default;
+  explicit request(MPI_Request r) : r_(r) {}
+  request(request&& o) noexcept : r_(std::exchange(o.r_, MPI_REQUEST_NULL)) {}
+  request& operator=(request&& o) noexcept {
+    if (this != &o) {
+      wait_quietly();
+      r_ = std::exchange(o.r_, MPI_REQUEST_NULL);
+    }
+    return *this;
+  }
+  request(const request&) = delete;
+  request& operator=(const request&) = delete;
+  ~request() { wait_quietly(); }
+
+  // Blocks until the collective is complete.
+  void wait() {
+    if (r_ != MPI_REQUEST_NULL) detail::check(MPI_Wait(&r_, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
+  // Lets MPI progress the collective; true once it is complete.
+  bool test() {
+    if (r_ == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    detail::check(MPI_Test(&r_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    return done != 0;
+  }
+  [[nodiscard]] bool pending() const noexcept { return r_ != MPI_REQUEST_NULL; }
+
+ private:
+  void wait_quietly() noexcept {
+    if (r_ != MPI_REQUEST_NULL) MPI_Wait(&r_, MPI_STATUS_IGNORE);
+  }
+  MPI_Request r_ = MPI_REQUEST_NULL;
+};
+
+// A group of processes. Sums are the only reduction the planner needs.
+class communicator {
+ public:
+  // The group of this process alone.
+  communicator() = default;
+  // Takes ownership of `c` (freed on destruction) when `owned`.
+  communicator(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
+    if (c != MPI_COMM_NULL) {
+      MPI_Comm_rank(c, &rank_);
+      MPI_Comm_size(c, &size_);
+    }
+  }
+  communicator(communicator&& o) noexcept
+      : comm_(std::exchange(o.comm_, MPI_COMM_NULL)),
+        owned_(std::exchange(o.owned_, false)),
+        rank_(o.rank_),
+        size_(o.size_) {}
+  communicator& operator=(communicator&& o) noexcept {
+    if (this != &o) {
+      release();
+      comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
+      owned_ = std::exchange(o.owned_, false);
+      rank_ = o.rank_;
+      size_ = o.size_;
+    }
+    return *this;
+  }
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+  ~communicator() { release(); }
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] int size() const noexcept { return size_; }
+  [[nodiscard]] MPI_Comm native() const noexcept { return comm_; }
+  [[nodiscard]] bool uses_mpi() const noexcept { return size_ > 1; }
+
+  // ---- blocking -------------------------------------------------------------------------------
+  // Every process ends with the sum of everyone's `data`.
+  template <class T>
+  void all_reduce(std::span<T> data) const {
+    if (!uses_mpi() || data.empty()) return;
+    detail::check(MPI_Allreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size()),
+                                detail::datatype<T>(), MPI_SUM, comm_),
+                  "MPI_Allreduce");
+  }
+  // out = every process's `in`, concatenated in rank order (out.size() == size() * in.size()).
+  template <class T>
+  void all_gather(std::span<const T> in, std::span<T> out) const {
+    check_blocks("all_gather", out.size(), in.size());
+    if (!uses_mpi()) return detail::copy(in, out);
+    detail::check(MPI_Allgather(in.data(), detail::count_of(in.size()), detail::datatype<T>(),
+                                out.data(), detail::count_of(in.size()), detail::datatype<T>(),
+                                comm_),
+                  "MPI_Allgather");
+  }
+  // out = block rank() of the sum of everyone's `in` (in.size() == size() * out.size()).
+  template <class T>
+  void reduce_scatter(std::span<const T> in, std::span<T> out) const {
+    check_blocks("reduce_scatter", in.size(), out.size());
+    if (!uses_mpi()) return detail::copy(in, out);
+    detail::check(MPI_Reduce_scatter_block(in.data(), out.data(), detail::count_of(out.size()),
+                                           detail::datatype<T>(), MPI_SUM, comm_),
+                  "MPI_Reduce_scatter_block");
+  }
+  // Every process ends with `root`'s `data`.
+  template <class T>
+  void broadcast(std::span<T> data, int root = 0) const {
+    if (!uses_mpi() || data.empty()) return;
+    detail::check(MPI_Bcast(data.data(), detail::count_of(data.size()), detail::datatype<T>(),
+                            root, comm_),
+                  "MPI_Bcast");
+  }
+  // Block j of `in` goes to process j; block i of `out` comes from process i.
+  template <class T>
+  void all_to_all(std::span<const T> in, std::span<T> out) const {
+    check_same("all_to_all", in.size(), out.size());
+    if (!uses_mpi()) return detail::copy(in, out);
+    const int block = detail::count_of(in.size() / static_cast<std::size_t>(size_));
+    detail::check(MPI_Alltoall(in.data(), block, detail::datatype<T>(), out.data(), block,
+                               detail::datatype<T>(), comm_),
+                  "MPI_Alltoall");
+  }
+  void barrier() const {
+    if (uses_mpi()) detail::check(MPI_Barrier(comm_), "MPI_Barrier");
+  }
+
+  // ---- non-blocking: the same collectives, returning a request ------------------------------
+  template <class T>
+  [[nodiscard]] request iall_reduce(std::span<T> data) const {
+    if (!uses_mpi() || data.empty()) return {};
+    MPI_Request r{};
+    detail::check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size()),
+                                 detail::datatype<T>(), MPI_SUM, comm_, &r),
+                  "MPI_Iallreduce");
+    return request(r);
+  }
+  template <class T>
+  [[nodiscard]] request iall_gather(std::span<const T> in, std::span<T> out) const {
+    check_blocks("all_gather", out.size(), in.size());
+    if (!uses_mpi()) return detail::copy(in, out), request{};
+    MPI_Request r{};
+    detail::check(MPI_Iallgather(in.data(), detail::count_of(in.size()), detail::datatype<T>(),
+                                 out.data(), detail::count_of(in.size()), detail::datatype<T>(),
+                                 comm_, &r),
+                  "MPI_Iallgather");
+    return request(r);
+  }
+  template <class T>
+  [[nodiscard]] request ireduce_scatter(std::span<const T> in, std::span<T> out) const {
+    check_blocks("reduce_scatter", in.size(), out.size());
+    if (!uses_mpi()) return detail::copy(in, out), request{};
+    MPI_Request r{};
+    detail::check(MPI_Ireduce_scatter_block(in.data(), out.data(), detail::count_of(out.size()),
+                                            detail::datatype<T>(), MPI_SUM, comm_, &r),
+                  "MPI_Ireduce_scatter_block");
+    return request(r);
+  }
+  template <class T>
+  [[nodiscard]] request ibroadcast(std::span<T> data, int root = 0) const {
+    if (!uses_mpi() || data.empty()) return {};
+    MPI_Request r{};
+    detail::check(MPI_Ibcast(data.data(), detail::count_of(data.size()), detail::datatype<T>(),
+                             root, comm_, &r),
+                  "MPI_Ibcast");
+    return request(r);
+  }
+  template <class T>
+  [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {
+    check_same("all_to_all", in.size(), out.size());
+    if (!uses_mpi()) return detail::copy(in, out), request{};
+    const int block = detail::count_of(in.size() / static_cast<std::size_t>(size_));
+    MPI_Request r{};
+    detail::check(MPI_Ialltoall(in.data(), block, detail::datatype<T>(), out.data(), block,
+                                detail::datatype<T>(), comm_, &r),
+                  "MPI_Ialltoall");
+    return request(r);
+  }
+
+ private:
+  void check_blocks(const char* what, std::size_t whole, std::size_t block) const {
+    if (whole != block * static_cast<std::size_t>(size_))
+      throw value_error(std::string("tessel: ") + what + " over " + std::to_string(size_) +
+                        " processes needs a buffer of " + std::to_string(size_) + " x " +
+                        std::to_string(block) + " elements; got " + std::to_string(whole));
+  }
+  void check_same(const char* what, std::size_t in, std::size_t out) const {
+    if (in != out || in % static_cast<std::size_t>(size_) != 0)
+      throw value_error(std::string("tessel: ") + what + " over " + std::to_string(size_) +
+                        " processes needs equal input and output sizes that divide by " +
+                        std::to_string(size_) + "; got " + std::to_string(in) + " and " +
+                        std::to_string(out));
+  }
+  void release() noexcept {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+    comm_ = MPI_COMM_NULL;
+    owned_ = false;
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  bool owned_ = false;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace tessel::comm

@@ -1,0 +1,102 @@
+// process_mesh: a device_mesh bound to the job's processes. Devices are the processes, ordered
+// row-major over the mesh shape as in Keras and JAX; each mesh axis gets a sub-communicator
+// holding the processes that differ only in their coordinate on that axis (MPI_Comm_split by
+// the coordinates on the other axes).
+#pragma once
+
+#include <mpi.h>
+
+#include <array>
+#include <cstddef>
+#include <string>
+
+#include "../comm/communicator.hpp"
+#include "../core/device_mesh.hpp"
+#include "../core/diagnostics.hpp"
+#include "world.hpp"
+
+namespace tessel {
+
+template <class Mesh>
+class process_mesh {
+  static_assert(detail::is_device_mesh<Mesh>,
+                "tessel::process_mesh: the argument must be a tessel::device_mesh<...>");
+
+ public:
+  using mesh_type = Mesh;
+  static constexpr std::size_t rank = Mesh::rank;
+
+  // The mesh laid over every process of the job. A run-time-sized axis takes the processes the
+  // static axes leave; a mesh whose size differs from the number of processes is an error
+  // naming both numbers.
+  static process_mesh bind() {
+    static_assert(Mesh::rank_dynamic <= 1,
+                  "tessel::process_mesh: at most one mesh axis may be sized at run time");
+    if (!runtime::state().started)
+      throw runtime_error(
+          "tessel: the runtime is not started; open `tessel::initialize guard(argc, argv);` at "
+          "the top of main before building a distributed model");
+    const auto n = static_cast<std::size_t>(num_processes());
+    process_mesh p(Mesh::for_devices(n), static_cast<std::size_t>(process_id()));
+    if (n > 1) p.split(MPI_COMM_WORLD);
+    return p;
+  }
+  // The mesh on this process alone (every axis of size 1): a model that is not distributed.
+  static process_mesh local()
+    requires(Mesh::rank_dynamic <= 1)
+  {
+    if constexpr (Mesh::rank_dynamic == 0) {
+      static_assert(Mesh::value.size() == 1, "tessel::process_mesh::local needs a 1-device mesh");
+      return process_mesh(Mesh{}, 0);
+    } else {
+      return process_mesh(Mesh::for_devices(1), 0);
+    }
+  }
+
+  [[nodiscard]] const Mesh& mesh() const noexcept { return mesh_; }
+  [[nodiscard]] mesh_value shape() const noexcept { return mesh_.shape(); }
+  [[nodiscard]] std::size_t size() const noexcept { return mesh_.size(); }
+  // This process's device: its index in the mesh and its coordinate on each axis.
+  [[nodiscard]] std::size_t device() const noexcept { return device_; }
+  [[nodiscard]] const std::array<std::size_t, rank>& coordinates() const noexcept {
+    return coords_;
+  }
+  // The processes along mesh axis I (by index) or `Name`, this process among them at its
+  // coordinate on that axis.
+  template <std::size_t I>
+  [[nodiscard]] const comm::communicator& axis() const noexcept {
+    static_assert(I < rank, "tessel::process_mesh: axis index out of range");
+    return comms_[I];
+  }
+  template <fixed_string Name>
+  [[nodiscard]] const comm::communicator& axis() const noexcept {
+    static_assert(require<(Mesh::template index_of<Name> >= 0),
+                          diagnostic::axis_not_in_mesh<Name, Mesh>>);
+    return comms_[static_cast<std::size_t>(Mesh::template index_of<Name>)];
+  }
+  [[nodiscard]] const comm::communicator& axis(std::size_t i) const { return comms_.at(i); }
+  [[nodiscard]] bool is_chief() const noexcept { return device_ == 0; }
+
+ private:
+  process_mesh(Mesh m, std::size_t device) : mesh_(m), device_(device) {
+    coords_ = mesh_.coordinates(device);
+  }
+  void split(MPI_Comm world) {
+    for (std::size_t i = 0; i < rank; ++i) {
+      std::array<std::size_t, rank> others = coords_;
+      others[i] = 0;  // processes equal in every other coordinate share a color
+      MPI_Comm c{};
+      comm::detail::check(MPI_Comm_split(world, static_cast<int>(mesh_.device_at(others)),
+                                         static_cast<int>(coords_[i]), &c),
+                          "MPI_Comm_split");
+      comms_[i] = comm::communicator(c, true);
+    }
+  }
+
+  Mesh mesh_;
+  std::size_t device_ = 0;
+  std::array<std::size_t, rank> coords_{};
+  std::array<comm::communicator, rank> comms_{};
+};
+
+}  // namespace tessel

@@ -1,0 +1,98 @@
+// world: the processes of the job. Started by `mpiexec` (or a launcher that speaks MPI), every
+// process is one device and MPI carries the collectives; started alone, the program is a
+// single-device world that never calls MPI. `list_devices()`, `process_id()` and
+// `num_processes()` answer as Keras's `keras.distribution.list_devices()` and JAX's
+// `jax.process_index()` / `jax.process_count()` do.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../comm/communicator.hpp"
+#include "../core/errors.hpp"
+
+namespace tessel {
+
+namespace runtime {
+
+struct world_state {
+  bool started = false;    // initialize() ran
+  bool mpi = false;        // MPI is initialized (launched by mpiexec)
+  bool owns_mpi = false;   // and tessel initialized it (so tessel finalizes it)
+  int rank = 0, size = 1;  // in MPI_COMM_WORLD
+  int local_rank = 0, local_size = 1;  // among the processes of this machine
+};
+
+inline world_state& state() {
+  static world_state s;
+  return s;
+}
+
+// Whether an MPI launcher started this process: Open MPI's mpiexec, MPICH's hydra, Slurm's PMI
+// and PMIx all leave these in the environment.
+inline bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
+    if (std::getenv(v) != nullptr) return true;
+  return false;
+}
+
+inline void start_mpi(int& argc, char**& argv) {
+  world_state& w = state();
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    int provided = 0;
+    comm::detail::check(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided),
+                        "MPI_Init_thread");
+    w.owns_mpi = true;
+  }
+  w.mpi = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+  MPI_Comm node{};
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &w.local_rank);
+  MPI_Comm_size(node, &w.local_size);
+  MPI_Comm_free(&node);
+}
+
+inline void stop_mpi() {
+  world_state& w = state();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (w.owns_mpi && !finalized) MPI_Finalize();
+  w.mpi = w.owns_mpi = false;
+}
+
+// Ends every process of the job at once (MPI_Abort), so that a failure on one process never
+// leaves the others waiting in a collective.
+[[noreturn]] inline void abort_job(int code) {
+  std::fflush(nullptr);
+  if (state().mpi && state().size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+}  // namespace runtime
+
+// This process's index among the job's processes (0 without a launcher).
+inline int process_id() { return runtime::state().rank; }
+// How many processes the job has (1 without a launcher).
+inline int num_processes() { return runtime::state().size; }
+
+// keras.distribution.list_devices(device_type=None): every device of the job, "cpu:0" ...
+// "cpu:N-1", one per process. The host backend has only CPU devices.
+inline std::vector<std::string> list_devices(std::string_view device_type = {}) {
+  if (!device_type.empty() && device_type != "cpu" && device_type != "CPU")
+    throw value_error("Unknown device_type: '" + std::string(device_type) +
+                      "'. This build of tessel has the host backend only, whose devices are "
+                      "'cpu'; call list_devices() or list_devices(\"cpu\").");
+  std::vector<std::string> out;
+  for (int i = 0; i < runtime::state().size; ++i) out.push_back("cpu:" + std::to_string(i));
+  return out;
+}
+
+}  // namespace tessel
