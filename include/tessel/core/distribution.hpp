@@ -75,6 +75,14 @@ struct data_parallel {
   static constexpr distribution_value value{distribution_value::data, Mesh::value, 0, {}, 0};
 };
 
+// No distribution (Keras without set_distribution): the model lives whole on its own process. Run
+// under `mpiexec`, every process then trains its own model; nothing is communicated.
+struct one_device {
+  using mesh = device_mesh<axis<"batch", 1>>;
+  static constexpr name_string batch_dim_name{"batch"};
+  static constexpr distribution_value value{distribution_value::data, mesh::value, 0, {}, 0};
+};
+
 // Weights laid out by a layout_map, each batch split along `BatchDimName` (default: the mesh's
 // first axis, as in Keras).
 template <class LayoutMap, fixed_string BatchDimName = LayoutMap::mesh::axis_names[0]>
@@ -101,6 +109,8 @@ template <class T>
 inline constexpr bool is_distribution = false;
 template <class M>
 inline constexpr bool is_distribution<data_parallel<M>> = true;
+template <>
+inline constexpr bool is_distribution<one_device> = true;
 template <class L, fixed_string B>
 inline constexpr bool is_distribution<model_parallel<L, B>> = true;
 
@@ -115,7 +125,8 @@ struct map_lookup<model_parallel<Map, B>, Path> {
 
 template <class Dist, fixed_string Path, class Shape>
 struct variable_layout {
-  static_assert(is_distribution<Dist>, "tessel: expects data_parallel<...> or model_parallel<...>");
+  static_assert(is_distribution<Dist>,
+                "tessel: expects data_parallel<...>, model_parallel<...> or one_device");
   using found = typename map_lookup<Dist, Path>::type;
   using layout = std::conditional_t<std::is_same_v<found, unmatched>,
                                     layout_type_t<typename Dist::mesh, replicated_source<Shape::rank>>,

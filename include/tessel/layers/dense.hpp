@@ -5,6 +5,7 @@
 #include <string>
 
 #include "../core/fixed_string.hpp"
+#include "../core/model_plan.hpp"
 #include "activations.hpp"
 #include "layer.hpp"
 
@@ -36,6 +37,9 @@ struct dense {
   static constexpr shape_value output_shape(const shape_value&) { return shape_value{Units}; }
   static constexpr std::size_t param_count(const shape_value& in) {
     return in[0] * Units + (Args.use_bias ? Units : 0);
+  }
+  static constexpr op_desc plan_op(std::string_view name) {
+    return dense_op(name, Units, Args.use_bias, activation_name(activation));
   }
 
   template <class B>

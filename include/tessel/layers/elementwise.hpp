@@ -4,6 +4,7 @@
 #include <string>
 
 #include "../core/fixed_string.hpp"
+#include "../core/model_plan.hpp"
 #include "activations.hpp"
 #include "layer.hpp"
 
@@ -23,6 +24,8 @@ struct stateless_layer {
   static constexpr bool accepts(const shape_value&) { return true; }
   static constexpr shape_value output_shape(const shape_value& in) { return in; }
   static constexpr std::size_t param_count(const shape_value&) { return 0; }
+  // What the planner needs to know of the layer: a linear element-wise op unless overridden.
+  static constexpr op_desc plan_op(std::string_view name) { return activation_op(name, "linear"); }
 };
 
 // Flatten: (28, 28, 1) -> (784,). Samples are stored flat, so the data does not move.
@@ -34,6 +37,7 @@ struct flatten : stateless_layer {
   static constexpr shape_value output_shape(const shape_value& in) {
     return shape_value{in.elements()};
   }
+  static constexpr op_desc plan_op(std::string_view name) { return flatten_op(name); }
   template <class B>
   struct runtime {
     using matrix = typename B::matrix;
@@ -60,6 +64,7 @@ struct dropout : stateless_layer {
   static constexpr std::string_view class_name = "Dropout";
   static constexpr std::string_view base_name = "dropout";
   static constexpr name_string given_name = Args.name;
+  static constexpr op_desc plan_op(std::string_view name) { return dropout_op(name); }
   template <class B>
   class runtime {
    public:
@@ -94,6 +99,9 @@ struct activation_layer : stateless_layer {
   static constexpr std::string_view class_name = ClassName;
   static constexpr std::string_view base_name = BaseName;
   static constexpr name_string given_name{Name.view()};
+  static constexpr op_desc plan_op(std::string_view name) {
+    return activation_op(name, activation_name(A));
+  }
   template <class B>
   class runtime {
    public:

@@ -30,6 +30,9 @@ class model_base {
   virtual void set_weights(const std::vector<std::vector<float>>& weights) = 0;
   // Whether a larger value of the named metric is better (Keras's metric `_direction == "up"`).
   virtual std::optional<bool> metric_increases(std::string_view name) const = 0;
+  // Whether this process writes files and prints for the job (device 0 of a distributed model;
+  // every process for a model on its own process).
+  virtual bool is_chief() const { return true; }
 };
 
 // keras.callbacks.Callback: override the hooks you need.
@@ -213,12 +216,15 @@ inline std::string python_float_repr(double v) {
   return fixed;
 }
 
-// keras.callbacks.CSVLogger: one row per epoch, "epoch" then the logs in sorted order.
+// keras.callbacks.CSVLogger: one row per epoch, "epoch" then the logs in sorted order. On a
+// distributed model only the chief process (device 0) writes: the logs are global, the same on
+// every process.
 class csv_logger : public callback {
  public:
   explicit csv_logger(std::string filename, std::string separator = ",", bool append = false)
       : filename_(std::move(filename)), sep_(std::move(separator)), append_(append) {}
   void on_train_begin(const logs&) override {
+    if (model != nullptr && !model->is_chief()) return;
     bool header = true;
     if (append_) {
       std::ifstream in(filename_);
@@ -232,6 +238,7 @@ class csv_logger : public callback {
     keys_.clear();
   }
   void on_epoch_end(std::size_t epoch, const logs& l) override {
+    if (!file_.is_open()) return;
     const logs sorted = sorted_logs(l);
     if (keys_.empty())
       for (const auto& [k, v] : sorted) keys_.push_back(k);

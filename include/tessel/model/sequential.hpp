@@ -18,7 +18,10 @@
 #include <vector>
 
 #include "../backend/default.hpp"
+#include "../comm/collectives.hpp"
 #include "../core/diagnostics.hpp"
+#include "../core/distribution.hpp"
+#include "../core/model_plan.hpp"
 #include "../core/shape.hpp"
 #include "../data/array.hpp"
 #include "../data/dataset.hpp"
@@ -27,7 +30,9 @@
 #include "../losses.hpp"
 #include "../metrics.hpp"
 #include "../optimizers.hpp"
+#include "../runtime/process_mesh.hpp"
 #include "callbacks.hpp"
+#include "gradient_buckets.hpp"
 #include "logs.hpp"
 #include "progbar_logger.hpp"
 #include "summary.hpp"
@@ -119,16 +124,28 @@ struct fit_options {
   std::size_t initial_epoch = 0;
 };
 
-template <class B, class Input, class... Layers>
-class basic_sequential;
+// The primary template is reached only when the entry after the distribution is not an input.
+template <class B, class Dist, class Input = void, class... Layers>
+class basic_sequential {
+  static_assert(require<is_input<Input>::value, diagnostic::sequential_needs_an_input<0>>);
+};
 
-template <class B, std::size_t... InputDims, class... Layers>
-class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model_base {
+template <class B, class Dist, std::size_t... InputDims, class... Layers>
+class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public model_base {
   using table = detail::layer_table<Layers...>;
   using checked = detail::checked_layers<table, shape_value{InputDims...}>;
+  static_assert(detail::is_distribution<Dist>,
+                "tessel::sequential: the distribution must be data_parallel<...> or one_device");
+  static_assert(Dist::value.kind == distribution_value::data,
+                "tessel::sequential: training under model_parallel is not built yet; use "
+                "data_parallel<...> (model_parallel layouts can be planned and printed with "
+                "plan_model / explain)");
+  static_assert(sizeof...(Layers) <= max_ops, "tessel::sequential: at most 32 layers");
 
  public:
   using backend = B;
+  using distribution = Dist;
+  using mesh_type = typename Dist::mesh;
   using matrix = typename B::matrix;
   static constexpr std::size_t layer_count = sizeof...(Layers);
   static constexpr shape_value input_shape{InputDims...};
@@ -138,10 +155,31 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
   static constexpr std::size_t input_features = input_shape.elements();
   static constexpr std::size_t output_features = output_shape.elements();
 
+  // The mesh axis the batch is split over, and the model as the planner sees it.
+  static constexpr std::size_t batch_axis = Dist::value.batch_axis;
+  static constexpr model_desc describe(loss_kind loss = loss_kind::none) {
+    model_desc m{input_shape, {}, layer_count, loss, 4, false};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((m.ops[I] = Layers::plan_op(layer_infos[I].name.view())), ...);
+    }(std::make_index_sequence<layer_count>{});
+    return m;
+  }
+
+  // Builds the model on the distribution's mesh, bound to the job's processes (a mesh whose size
+  // differs from the number of processes is an error naming both). Every process draws the same
+  // initial weights: they are keyed by the seed and each variable's path, not by the process.
   explicit basic_sequential(std::string name = "sequential")
       : name_(std::move(name)),
         seed_(utils::random_seed()),
-        layers_(make_layers(std::make_index_sequence<layer_count>{})) {}
+        pm_(bind_mesh()),
+        layers_(make_layers(std::make_index_sequence<layer_count>{})) {
+    for (std::size_t j = 0; j < layer_count; ++j) {
+      const std::string prefix = std::string(layer_infos[j].name.view()) + "/";
+      for (auto& v : vars_)
+        if (v.path.starts_with(prefix)) layer_vars_[j].push_back(&v);
+    }
+    replan(loss_kind::none);
+  }
   basic_sequential(const basic_sequential&) = delete;
   basic_sequential& operator=(const basic_sequential&) = delete;
 
@@ -172,6 +210,8 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     for (const auto& v : vars_) out.push_back(v.numpy());
     return out;
   }
+  // Loads weights. On a distributed model every process calls it, and the values of the
+  // process at device 0 are broadcast, so the replicas stay identical.
   void set_weights(const std::vector<std::vector<float>>& w) override {
     if (w.size() != vars_.size())
       throw value_error("You called `set_weights(weights)` on model '" + name_ + "' with " +
@@ -179,7 +219,9 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
                         std::to_string(vars_.size()) + " variables.");
     std::size_t i = 0;
     for (auto& v : vars_) v.assign(w[i++]);
+    for (auto& v : vars_) pm_.axis(batch_axis).broadcast(B::comm_span(v.value), 0);
   }
+  bool is_chief() const override { return pm_.is_chief(); }
   std::optional<bool> metric_increases(std::string_view name) const override {
     for (const auto& m : metrics_)
       if (m.name == name) return true;  // the accuracies
@@ -205,7 +247,33 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     metric_means_.assign(metrics_.size(), metrics::mean{});
     for (std::size_t i = 0; i < metrics_.size(); ++i)
       metric_means_[i] = metrics::mean(metrics_[i].name);
+    replan(loss_->name().find("crossentropy") != std::string_view::npos
+               ? loss_kind::softmax_cross_entropy
+               : loss_kind::mean_squared_error);
   }
+
+  // ---- distribution ---------------------------------------------------------------------------
+  // The mesh bound to the processes, with one communicator per axis.
+  const process_mesh<mesh_type>& mesh() const noexcept { return pm_; }
+  // The communication plan of a training step (global batch unknown: bytes per sample unknown).
+  const model_plan& plan() const noexcept { return plan_; }
+  // The plan of a training step on a global batch of `global_batch`, as text: variables and
+  // their layouts, and every collective with its mesh axis and bytes.
+  std::string explain(std::size_t global_batch) const {
+    const model_desc d = describe(plan_loss_);
+    return tessel::explain(plan_model(Dist::value, pm_.shape(), d, global_batch), d);
+  }
+  // Bucket size and overlap of the gradient reduction (DDP's bucket_cap_mb, default 25).
+  void set_gradient_options(gradient_options o) {
+    grad_options_ = o;
+    build_buckets();
+  }
+  const gradient_options& get_gradient_options() const noexcept { return grad_options_; }
+  std::size_t gradient_bucket_count() const noexcept { return buckets_.size(); }
+  const tessel::communication_stats& communication_stats() const noexcept {
+    return buckets_.stats();
+  }
+  void reset_communication_stats() { buckets_.reset_stats(); }
   optimizer<B>& get_optimizer() {
     require_compiled("get_optimizer");
     return *optimizer_state_;
@@ -213,20 +281,27 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
 
   // ---- the custom-training-loop pieces ------------------------------------------------------
   // Forward pass on a batch; returns the output (rows = batch) in device memory.
+  // It runs on this process alone, on every row of x.
   const matrix& call(const array<float>& x, bool training = false) {
-    upload_inputs(x);
+    upload_inputs(x, 0, x.rows());
     pass_.training = training;
+    pass_.first_row = 0;
     return forward(input_);
   }
   // Loss of the batch and the gradient of every trainable variable (in variable::gradient), as
   // Keras's `compute_loss_and_updates` + `jax.grad` give them. Updates the compiled metrics.
+  // On a distributed model x and y are the global batch: each process takes its block of rows
+  // along the batch axis, and the gradients (reduced in buckets during the backward pass), the
+  // loss and the metrics are those of the whole batch.
   template <class Y>
   double compute_loss_and_gradients(const array<float>& x, const array<Y>& y) {
     require_compiled("compute_loss_and_gradients");
-    const double loss = forward_and_loss(x, y, true);
+    const std::size_t global = forward_and_loss(x, y, true);
+    buckets_.begin();
     backward(loss_grad_);
+    buckets_.finish();
     ++pass_.step;  // the next training call draws new dropout masks, as Keras's seed generator
-    return loss;
+    return finish_metrics(global);
   }
   // The counter of training calls that keys dropout masks. Setting it replays a call's masks
   // (Keras's stateless_call takes its seed state as an argument for the same purpose).
@@ -264,21 +339,22 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     std::vector<callback*> cbs{&hist};
     for (const auto& c : o.callbacks) cbs.push_back(c.get());
     for (callback* c : cbs) c->set_model(this);
-    progbar_logger bar(o.verbose, o.epochs, known_steps(train));
+    const int verbose = shown_verbosity(o.verbose);
+    progbar_logger bar(verbose, o.epochs, known_steps(train));
     stop_training = false;
     bar.on_train_begin();
     for (callback* c : cbs) c->on_train_begin({});
     logs epoch_logs;
     for (std::size_t epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) {
       reset_metrics();
-      if (o.verbose) bar.on_epoch_begin(epoch);
+      if (verbose) bar.on_epoch_begin(epoch);
       for (callback* c : cbs) c->on_epoch_begin(epoch, {});
       std::size_t step = 0;
       for (const auto& element : train) {
         const auto& [x, y] = element;
         for (callback* c : cbs) c->on_train_batch_begin(step, {});
         const logs l = train_on_batch(x, y, false);
-        if (o.verbose) bar.on_train_batch_end(step, sorted_logs(l));
+        if (verbose) bar.on_train_batch_end(step, sorted_logs(l));
         for (callback* c : cbs) c->on_train_batch_end(step, l);
         ++step;
         if (stop_training) break;
@@ -289,7 +365,7 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
         for (const auto& [k, val] : v) epoch_logs.emplace_back("val_" + k, val);
       }
       const logs shown = sorted_logs(epoch_logs);
-      if (o.verbose) bar.on_epoch_end(epoch, shown);
+      if (verbose) bar.on_epoch_end(epoch, shown);
       for (callback* c : cbs) c->on_epoch_end(epoch, shown);
     }
     for (callback* c : cbs) c->on_train_end(epoch_logs);
@@ -332,32 +408,36 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     for (const auto& c : callbacks) cbs.push_back(c.get());
     for (callback* c : cbs) c->set_model(this);
     std::optional<progbar_logger> bar;
+    verbose = shown_verbosity(verbose);
     if (verbose) bar.emplace(verbose, 1, known_steps(data));
     return run_evaluate(data, bar ? &*bar : nullptr, cbs);
   }
 
-  // The model's outputs for every sample of x, batch by batch (Keras's predict).
+  // The model's outputs for every sample of x, batch by batch (Keras's predict). On a
+  // distributed model each process computes its block of every batch and every process gets
+  // the whole result.
   array<float> predict(const array<float>& x, std::size_t batch_size = 32, int verbose = 0) {
     check_input_shape(x);
-    const std::size_t n = x.rows(), per = x.row_size();
+    const std::size_t n = x.rows();
     std::vector<std::size_t> shape{n};
     for (std::size_t i = 0; i < output_shape.rank; ++i) shape.push_back(output_shape[i]);
     array<float> out(shape);
     std::optional<progbar_logger> bar;
     const std::size_t steps = (n + batch_size - 1) / batch_size;
+    verbose = shown_verbosity(verbose);
     if (verbose) {
       bar.emplace(verbose, 1, steps);
       bar->on_predict_begin();
     }
     for (std::size_t b = 0; b < steps; ++b) {
       const std::size_t begin = b * batch_size, end = std::min(n, begin + batch_size);
-      array<float> xb({end - begin}, std::vector<float>(x.values.begin() + begin * per,
-                                                        x.values.begin() + end * per));
-      xb.shape = x.shape;
-      xb.shape[0] = end - begin;
-      const matrix& y = call(xb, false);
-      B::download(y, std::span<float>(out.values.data() + begin * output_features,
-                                      (end - begin) * output_features));
+      const shard s = shard_of(end - begin);
+      upload_inputs(x, begin + s.first, s.local);
+      pass_.training = false;
+      pass_.first_row = s.first;
+      const matrix& y = forward(input_);
+      gather_rows(y, s, std::span<float>(out.values.data() + begin * output_features,
+                                         (end - begin) * output_features));
       if (bar) bar->on_predict_batch_end(b);
     }
     if (bar) bar->on_predict_end();
@@ -394,9 +474,112 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     for (const auto& v : vars_) (v.trainable ? trainable : non_trainable) += v.size();
     return format_summary(name_, rows, trainable, non_trainable);
   }
-  void summary() const { std::cout << summary_text() << std::flush; }
+  // Printed by the process at device 0 only.
+  void summary() const {
+    if (pm_.is_chief()) std::cout << summary_text() << std::flush;
+  }
 
  private:
+  static process_mesh<mesh_type> bind_mesh() {
+    if constexpr (std::is_same_v<Dist, one_device>) return process_mesh<mesh_type>::local();
+    else return process_mesh<mesh_type>::bind();
+  }
+  // Progress output comes from the process at device 0 only.
+  int shown_verbosity(int verbose) const { return pm_.is_chief() ? verbose : 0; }
+
+  // ---- the plan -------------------------------------------------------------------------------
+  // Plans a training step on the bound mesh and turns its collectives into work: the gradient
+  // all_reduces into buckets, the loss all_reduce into the reduction of the loss and metric
+  // sums. A collective this model cannot perform yet is refused here, before any step runs.
+  void replan(loss_kind loss) {
+    plan_loss_ = loss;
+    const model_desc d = describe(loss);
+    plan_ = plan_model(Dist::value, pm_.shape(), d, dynamic_extent);
+    if (!plan_.ok) throw value_error(tessel::explain(plan_, d));
+    loss_steps_.clear();
+    for (const auto& s : plan_) {
+      const std::string_view what = s.what.view();
+      const bool gradient = s.when == phase::backward && s.step.kind == collective::all_reduce &&
+                            (what == "kernel gradient" || what == "bias gradient");
+      const bool loss_sum = s.when == phase::forward && what == "loss";
+      if (loss_sum) loss_steps_.push_back(s.step);
+      if (!gradient && !loss_sum)
+        throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
+                          " of '" + std::string(what) + "' in layer '" +
+                          std::string(layer_infos[s.op].name.view()) +
+                          "', which data-parallel training does not perform");
+    }
+    build_buckets();
+  }
+  void build_buckets() {
+    std::vector<typename gradient_buckets<B, mesh_type>::entry> entries;
+    for (const auto& s : plan_) {
+      if (s.when != phase::backward) continue;
+      const std::string leaf = s.what.view() == "kernel gradient" ? "/kernel" : "/bias";
+      entries.push_back(
+          {&get_variable(std::string(layer_infos[s.op].name.view()) + leaf), s.step});
+    }
+    buckets_.build(pm_, std::move(entries), grad_options_);
+  }
+
+  // ---- the batch split ----------------------------------------------------------------------
+  struct shard {
+    std::size_t global = 0, local = 0, first = 0;  // rows: whole batch, this process's, its first
+  };
+  // Contiguous blocks of the global batch along the batch axis, as Keras's DataParallel.
+  shard shard_of(std::size_t global) const {
+    const std::size_t n = pm_.mesh().extent(batch_axis);
+    if (global % n != 0)
+      throw value_error("Global batch size must be divisible by the number of replicas. "
+                        "`global_batch_size`=" + std::to_string(global) +
+                        " and `num_model_replicas`=" + std::to_string(n) +
+                        ". Use a batch size that is a multiple of " + std::to_string(n) +
+                        " (the size of mesh axis '" +
+                        std::string(mesh_type::axis_names[batch_axis].view()) +
+                        "'), or drop the last partial batch with batch(size, true).");
+    const std::size_t local = global / n;
+    return {global, local, pm_.coordinates()[batch_axis] * local};
+  }
+  // The rows of every process's `local` output, in order, into `out` (the whole batch).
+  void gather_rows(const matrix& local, const shard& s, std::span<float> out) {
+    const std::size_t block = s.local * output_features;
+    host_gather_.resize(block);
+    B::download(local, host_gather_);
+    const reshard_plan r = plan_reshard(plan_.activations[plan_.activation_count - 1].layout,
+                                        layout_value::replicated(2), pm_.shape(),
+                                        shape_value{s.global, output_features});
+    if (r.empty()) {
+      std::copy(host_gather_.begin(), host_gather_.end(), out.begin());
+      return;
+    }
+    for (const auto& step : r)
+      if (step.kind != collective::all_gather || r.size() != 1)
+        throw value_error("tessel::sequential::predict: the output needs " +
+                          to_string(step, plan_.mesh) + ", which predict does not perform");
+    comm::run_step(pm_, r[0], std::span<const float>(host_gather_), out);
+  }
+  // Starts the reduction of this process's loss and metric sums (the plan's "loss" steps).
+  void start_scalar_reduction() {
+    if (loss_steps_.size() == 1) {
+      scalar_request_ = comm::start_step(pm_, loss_steps_[0], std::span<const double>(scalars_),
+                                         std::span<double>(scalars_));
+    } else {
+      for (const auto& step : loss_steps_)
+        comm::run_step(pm_, step, std::span<const double>(scalars_), std::span<double>(scalars_));
+    }
+  }
+  // Waits for the sums and updates the loss tracker and metrics with the whole batch's values;
+  // returns the batch's mean loss.
+  double finish_metrics(std::size_t global) {
+    scalar_request_.wait();
+    const double rows = static_cast<double>(global);
+    const double loss = scalars_[0] / rows;
+    loss_tracker_.update_state(loss, rows);
+    for (std::size_t i = 0; i < metrics_.size(); ++i)
+      metric_means_[i].update_state(scalars_[i + 1] / rows, rows);
+    return loss;
+  }
+
   // Single device: every variable is whole on it.
   static std::string replicated_layout(const std::vector<std::size_t>& shape) {
     std::string s = "(";
@@ -434,8 +617,13 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
   void backward(const matrix& dy) {
     const matrix* g = &dy;
     auto step = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
-      if constexpr (needs_backward<J>())
+      if constexpr (needs_backward<J>()) {
         g = &std::get<J>(layers_).backward(*inputs_[J], *g, needs_input_gradient<J>(), pass_);
+        if (!buckets_.empty()) {
+          for (const variable<B>* v : layer_vars_[J]) buckets_.ready(v);
+          buckets_.progress();
+        }
+      }
     };
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (step(std::integral_constant<std::size_t, layer_count - 1 - I>{}), ...);
@@ -465,13 +653,18 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
                         ". Reshape the data so that each sample has the model's input shape.");
     }
   }
-  void upload_inputs(const array<float>& x) {
+  // Rows [first, first + rows) of x.
+  void upload_inputs(const array<float>& x, std::size_t first, std::size_t rows) {
     check_input_shape(x);
-    input_ = sized<B>(input_store_, x.rows(), input_features, "input");
-    B::upload(std::span<const float>(x.values), input_);
+    input_ = sized<B>(input_store_, rows, input_features, "input");
+    B::upload(std::span<const float>(x.values).subspan(first * input_features,
+                                                       rows * input_features),
+              input_);
   }
+  // Checks the targets of the whole batch (so that every process finds the same error), then
+  // uploads rows [first, first + local).
   template <class Y>
-  void upload_targets(const array<Y>& y, std::size_t rows) {
+  void upload_targets(const array<Y>& y, std::size_t rows, std::size_t first, std::size_t local) {
     if (y.rows() != rows)
       throw value_error("Data cardinality is ambiguous: x sizes: " + std::to_string(rows) +
                         ", y sizes: " + std::to_string(y.rows()) +
@@ -493,11 +686,11 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
                             std::to_string(output_features) + ").");
         host_labels_[i] = static_cast<std::int32_t>(v);
       }
-      if (labels_rows_ != rows) {
-        labels_ = B::make_indices("labels", rows);
-        labels_rows_ = rows;
+      if (labels_rows_ != local) {
+        labels_ = B::make_indices("labels", local);
+        labels_rows_ = local;
       }
-      B::upload(std::span<const std::int32_t>(host_labels_), labels_);
+      B::upload(std::span<const std::int32_t>(host_labels_).subspan(first, local), labels_);
     } else {
       if (y.size() != rows * output_features)
         throw value_error(
@@ -507,8 +700,10 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
             std::to_string(output_features) +
             "). For class labels use sparse_categorical_crossentropy, or one-hot "
             "encode them with to_categorical.");
-      host_targets_.assign(y.values.begin(), y.values.end());
-      targets_ = sized<B>(targets_store_, rows, output_features, "targets");
+      host_targets_.assign(
+          y.values.begin() + static_cast<std::ptrdiff_t>(first * output_features),
+          y.values.begin() + static_cast<std::ptrdiff_t>((first + local) * output_features));
+      targets_ = sized<B>(targets_store_, local, output_features, "targets");
       B::upload(std::span<const float>(host_targets_), targets_);
     }
   }
@@ -519,15 +714,16 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
     else
       return std::to_string(v);
   }
-  void update_metrics(const matrix& out, double loss, std::size_t rows) {
-    loss_tracker_.update_state(loss, static_cast<double>(rows));
+  // This process's sums: the loss, then each metric's count of hits.
+  void local_sums(const matrix& out, double loss_sum) {
+    scalars_.assign(metrics_.size() + 1, 0.0);
+    scalars_[0] = loss_sum;
     for (std::size_t i = 0; i < metrics_.size(); ++i) {
       const std::size_t hits =
           metrics_[i].kind == metrics::metric_kind::sparse_categorical_accuracy
               ? (require_sparse(metrics_[i]), B::count_argmax_equal(out, labels_, targets_))
               : B::count_argmax_equal(out, typename B::index_vector(), targets_);
-      metric_means_[i].update_state(static_cast<double>(hits) / static_cast<double>(rows),
-                                    static_cast<double>(rows));
+      scalars_[i + 1] = static_cast<double>(hits);
     }
   }
   void require_sparse(const metrics::metric_spec& m) const {
@@ -564,22 +760,25 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
   }
   template <class Y>
   void test_step(const array<float>& x, const array<Y>& y) {
-    forward_and_loss(x, y, false);
+    finish_metrics(forward_and_loss(x, y, false));
   }
-  // Forward pass, loss (its gradient w.r.t. the output left in loss_grad_) and metrics.
+  // Forward pass on this process's rows of the global batch, the loss's gradient w.r.t. the
+  // output (left in loss_grad_, scaled for the mean over the global batch), and the start of the
+  // reduction of the loss and metric sums. Returns the global batch size.
   template <class Y>
-  double forward_and_loss(const array<float>& x, const array<Y>& y, bool training) {
-    upload_inputs(x);
-    upload_targets(y, x.rows());
+  std::size_t forward_and_loss(const array<float>& x, const array<Y>& y, bool training) {
+    const shard s = shard_of(x.rows());
+    upload_inputs(x, s.first, s.local);
+    upload_targets(y, x.rows(), s.first, s.local);
     pass_.training = training;
+    pass_.first_row = s.first;
     const matrix& out = forward(input_);
-    const std::size_t rows = B::rows(out);
-    loss_grad_ = sized<B>(loss_grad_store_, rows, output_features, "loss_gradient");
-    const double loss = loss_and_gradient<B>(*loss_, out, labels_, targets_, loss_grad_,
-                                             1.0f / static_cast<float>(rows)) /
-                        static_cast<double>(rows);
-    update_metrics(out, loss, rows);
-    return loss;
+    loss_grad_ = sized<B>(loss_grad_store_, s.local, output_features, "loss_gradient");
+    const double loss_sum = loss_and_gradient<B>(*loss_, out, labels_, targets_, loss_grad_,
+                                                 1.0f / static_cast<float>(s.global));
+    local_sums(out, loss_sum);
+    start_scalar_reduction();
+    return s.global;
   }
   void require_compiled(const char* what) const {
     if (!loss_)
@@ -597,6 +796,7 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
 
   std::string name_;
   std::uint64_t seed_;
+  process_mesh<mesh_type> pm_;
   variable_store<B> vars_;
   std::tuple<typename Layers::template runtime<B>...> layers_;
   std::array<const matrix*, layer_count + 1> inputs_{};
@@ -611,11 +811,35 @@ class basic_sequential<B, layers::input<InputDims...>, Layers...> : public model
   std::vector<metrics::metric_spec> metrics_;
   metrics::mean loss_tracker_{"loss"};
   std::vector<metrics::mean> metric_means_;
+  // distribution
+  model_plan plan_{};
+  loss_kind plan_loss_ = loss_kind::none;
+  std::vector<reshard_step> loss_steps_;
+  std::array<std::vector<variable<B>*>, layer_count> layer_vars_{};
+  gradient_options grad_options_{};
+  gradient_buckets<B, mesh_type> buckets_;
+  std::vector<double> scalars_;
+  comm::request scalar_request_;
+  std::vector<float> host_gather_;
 };
 
-// `sequential<layers::input<784>, layers::dense<256, {.activation = "relu"}>, ...>`
-template <class Input, class... Layers>
-requires require<is_input<Input>::value, diagnostic::sequential_needs_an_input<0>>
-using sequential = basic_sequential<default_backend, Input, Layers...>;
+namespace detail {
+template <class First, class... Rest>
+struct make_sequential {
+  using type = basic_sequential<default_backend, one_device, First, Rest...>;
+};
+template <class First, class... Rest>
+  requires is_distribution<First>
+struct make_sequential<First, Rest...> {
+  using type = basic_sequential<default_backend, First, Rest...>;
+};
+}  // namespace detail
+
+// `sequential<layers::input<784>, layers::dense<256, {.activation = "relu"}>, ...>`: a model on
+// its own process. With a distribution first, `sequential<data_parallel<>, layers::input<784>,
+// ...>`, it is built distributed over the job's processes (Keras's set_distribution before
+// building the model).
+template <class First, class... Rest>
+using sequential = typename detail::make_sequential<First, Rest...>::type;
 
 }  // namespace tessel

@@ -1,0 +1,145 @@
+// gradient_buckets: the gradients whose plan ends in an all_reduce, fused into buckets that are
+// reduced with non-blocking collectives while the backward pass goes on (PyTorch DDP's reducer;
+// 25 MB buckets by default, as DDP's bucket_cap_mb). The gradients live in one flat buffer, in
+// the order backward produces them, and each variable's `gradient` is a view of its part of it
+// (DDP's gradient_as_bucket_view), so filling a bucket copies nothing.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../comm/collectives.hpp"
+#include "../core/planner.hpp"
+#include "../layers/layer.hpp"
+
+namespace tessel {
+
+// How gradients are reduced: the bucket size, and whether a bucket's collective starts as soon
+// as its last gradient is computed (overlap) or all start after the backward pass.
+struct gradient_options {
+  double bucket_cap_mb = 25.0;  // MB of 10^6 bytes, as DDP's bucket_cap_mb
+  bool overlap = true;
+};
+
+// Where the time of the gradient reduction went, summed over the steps since the last reset.
+struct communication_stats {
+  std::size_t steps = 0;
+  std::size_t buckets = 0;           // per step
+  std::size_t bytes = 0;             // gradient bytes reduced per step
+  double exposed_seconds = 0;        // waiting for collectives after the backward pass
+  double backward_seconds = 0;       // the backward pass itself, collectives started inside it
+};
+
+template <class B, class Mesh>
+class gradient_buckets {
+ public:
+  // One gradient and the planned step that reduces it.
+  struct entry {
+    variable<B>* var;
+    reshard_step step;
+  };
+
+  // `entries` in the order backward completes them. Consecutive entries with the same step
+  // kind and axis share a bucket until it holds `cap_mb`.
+  void build(const process_mesh<Mesh>& pm, std::vector<entry> entries, gradient_options o) {
+    pm_ = &pm;
+    options_ = o;
+    buckets_.clear();
+    owner_.clear();
+    std::size_t total = 0;
+    for (const auto& e : entries) total += B::rows(e.var->gradient) * B::cols(e.var->gradient);
+    if (total == 0) return;
+    flat_ = B::make_zeros("gradient_buckets", 1, total);
+    const auto cap = static_cast<std::size_t>(o.bucket_cap_mb * 1e6 / sizeof(float));
+    std::size_t offset = 0;
+    for (const auto& e : entries) {
+      const std::size_t rows = B::rows(e.var->gradient), cols = B::cols(e.var->gradient);
+      const std::size_t n = rows * cols;
+      if (buckets_.empty() || buckets_.back().step.kind != e.step.kind ||
+          buckets_.back().step.axis != e.step.axis ||
+          (buckets_.back().size > 0 && buckets_.back().size + n > cap))
+        buckets_.push_back({offset, 0, e.step, 0, 0, {}, false});
+      bucket& b = buckets_.back();
+      b.size += n;
+      ++b.members;
+      e.var->gradient = B::alias(flat_, offset, rows, cols);
+      owner_.push_back({e.var, buckets_.size() - 1});
+      offset += n;
+    }
+    stats_.buckets = buckets_.size();
+    stats_.bytes = total * sizeof(float);
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return buckets_.empty(); }
+  [[nodiscard]] std::size_t size() const noexcept { return buckets_.size(); }
+  [[nodiscard]] const gradient_options& options() const noexcept { return options_; }
+
+  // Before a backward pass.
+  void begin() {
+    for (auto& b : buckets_) {
+      b.ready = 0;
+      b.started = false;
+    }
+    backward_start_ = clock::now();
+  }
+  // The gradient of `v` is complete; its bucket starts reducing when it is the last one.
+  void ready(const variable<B>* v) {
+    for (const auto& [var, index] : owner_) {
+      if (var != v) continue;
+      bucket& b = buckets_[index];
+      if (++b.ready == b.members && options_.overlap) start(b);
+      return;
+    }
+  }
+  // Lets MPI progress the collectives in flight (MPI progresses inside MPI calls only).
+  void progress() {
+    for (auto& b : buckets_)
+      if (b.started && b.request.pending()) b.request.test();
+  }
+  // After the backward pass: starts what has not started and waits for everything.
+  void finish() {
+    const auto t0 = clock::now();
+    for (auto& b : buckets_)
+      if (!b.started) start(b);
+    for (auto& b : buckets_) b.request.wait();
+    const auto t1 = clock::now();
+    ++stats_.steps;
+    stats_.backward_seconds += std::chrono::duration<double>(t0 - backward_start_).count();
+    stats_.exposed_seconds += std::chrono::duration<double>(t1 - t0).count();
+  }
+
+  [[nodiscard]] const communication_stats& stats() const noexcept { return stats_; }
+  void reset_stats() {
+    stats_.steps = 0;
+    stats_.exposed_seconds = stats_.backward_seconds = 0;
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  struct bucket {
+    std::size_t offset = 0, size = 0;
+    reshard_step step{};
+    std::size_t members = 0, ready = 0;
+    comm::request request;
+    bool started = false;
+  };
+  void start(bucket& b) {
+    const std::span<float> all = B::comm_span(flat_);
+    const std::span<float> data = all.subspan(b.offset, b.size);
+    b.request = comm::start_step(*pm_, b.step, std::span<const float>(data), data);
+    b.started = true;
+  }
+
+  const process_mesh<Mesh>* pm_ = nullptr;
+  gradient_options options_{};
+  typename B::matrix flat_;
+  std::vector<bucket> buckets_;
+  std::vector<std::pair<const variable<B>*, std::size_t>> owner_;
+  communication_stats stats_{};
+  clock::time_point backward_start_{};
+};
+
+}  // namespace tessel

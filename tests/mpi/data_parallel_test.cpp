@@ -1,0 +1,213 @@
+// data_parallel training is one device's training: run under `mpiexec -n N`, the seed models
+// train 20 steps distributed over the N processes, and process 0 trains the same models on one
+// device (one_device) on the same global batches. Losses, metrics, weights, evaluate and predict
+// must agree within 1e-5 relative; every process must hold bit-identical weights; set_weights
+// must broadcast process 0's values; a global batch that does not divide must fail with Keras's
+// message on every process. Exit code 0 when all checks pass.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <tessel/tessel.hpp>
+#include <vector>
+
+namespace {
+
+using namespace tessel::layers;
+
+template <class Dist>
+using seed000 =
+    tessel::sequential<Dist, input<28, 28, 1>, flatten<>,
+                       dense<200, {.activation = "relu", .use_bias = false, .name = "d1"}>,
+                       dropout<0.4>, dense<10, {.activation = "softmax", .name = "d2"}>>;
+template <class Dist>
+using seed001 = tessel::sequential<Dist, input<784>, dense<256, {.activation = "relu"}>,
+                                   dense<256, {.activation = "relu"}>, dense<10>>;
+
+constexpr std::size_t steps = 20, global_batch = 32;
+constexpr double tolerance = 1e-5;
+
+int failures = 0, checks = 0;
+void check(bool ok, const std::string& what) {
+  ++checks;
+  if (!ok) {
+    ++failures;
+    std::fprintf(stderr, "FAILED on process %d: %s\n", tessel::process_id(), what.c_str());
+  }
+}
+// |a - b| relative to the larger magnitude (a loss, a metric).
+double rel(double a, double b) { return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-30}); }
+// The largest difference between two arrays relative to the largest magnitude in the reference.
+double rel(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double diff = 0, scale = 1e-30;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+struct data {
+  tessel::array<float> x_images, x_flat, x_test_images;
+  tessel::array<float> y_onehot, y_test_onehot;
+  tessel::array<std::int32_t> y_sparse, y_test_sparse;
+};
+data load() {
+  auto [train, test] = tessel::datasets::fashion_mnist::load_data();
+  const std::size_t n = steps * global_batch, m = 160;
+  auto xs = tessel::data::to_float(tessel::data::slice_rows(train.first, 0, n), 1.0f / 255.0f);
+  auto ys = tessel::data::slice_rows(train.second, 0, n);
+  auto xt = tessel::data::to_float(tessel::data::slice_rows(test.first, 0, m), 1.0f / 255.0f);
+  auto yt = tessel::data::slice_rows(test.second, 0, m);
+  return {tessel::data::reshape(xs, {n, 28, 28, 1}), tessel::data::reshape(xs, {n, 784}),
+          tessel::data::reshape(xt, {m, 28, 28, 1}), tessel::data::to_categorical(ys, 10),
+          tessel::data::to_categorical(yt, 10), tessel::data::to_int32(ys),
+          tessel::data::to_int32(yt)};
+}
+
+// Trains `model` on the batches of (x, y): the per-step logs.
+template <class Model, class X, class Y>
+std::vector<tessel::logs> train(Model& model, const X& x, const Y& y) {
+  auto ds = tessel::from_tensor_slices(x, y).shuffle(static_cast<std::int64_t>(x.rows()), 7)
+                .batch(global_batch);
+  std::vector<tessel::logs> out;
+  for (const auto& [xb, yb] : ds) out.push_back(model.train_on_batch(xb, yb));
+  return out;
+}
+
+// Every process holds process 0's weights, bit for bit.
+void check_replicas_identical(const std::vector<std::vector<float>>& w, const std::string& name) {
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    std::vector<float> root = w[i];
+    MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    check(root == w[i], name + ": variable " + std::to_string(i) +
+                            " differs from process 0's (replicas diverged)");
+  }
+}
+
+template <template <class> class Model, class X, class Y, class XT, class YT>
+void compare(const std::string& name, const X& x, const Y& y, const XT& xt, const YT& yt,
+             auto compile) {
+  Model<tessel::data_parallel<>> dist;
+  compile(dist);
+  const auto dist_logs = train(dist, x, y);
+  const auto dist_weights = dist.get_weights();
+  const auto dist_eval = dist.evaluate(xt, yt, 32, 0);
+  const auto dist_pred = dist.predict(xt, 32);
+  check_replicas_identical(dist_weights, name);
+  check(dist.gradient_bucket_count() == (tessel::num_processes() > 1 ? 1u : 0u),
+        name + ": one 25 MB gradient bucket when distributed");
+
+  double worst_loss = 0, worst_weight = 0;
+  if (tessel::process_id() == 0) {
+    Model<tessel::one_device> ref;
+    compile(ref);
+    const auto ref_logs = train(ref, x, y);
+    check(ref_logs.size() == steps && dist_logs.size() == steps, name + ": 20 steps");
+    for (std::size_t s = 0; s < std::min(ref_logs.size(), dist_logs.size()); ++s)
+      for (const auto& [key, value] : ref_logs[s]) {
+        const double d = rel(*tessel::find_log(dist_logs[s], key), value);
+        worst_loss = std::max(worst_loss, d);
+        check(d <= tolerance, name + ": step " + std::to_string(s) + " " + key + " " +
+                                  std::to_string(*tessel::find_log(dist_logs[s], key)) +
+                                  " vs one device " + std::to_string(value));
+      }
+    check(*tessel::find_log(ref_logs.back(), "loss") < *tessel::find_log(ref_logs.front(), "loss"),
+          name + ": the loss decreases");
+    const auto ref_weights = ref.get_weights();
+    for (std::size_t i = 0; i < ref_weights.size(); ++i) {
+      const double d = rel(dist_weights[i], ref_weights[i]);
+      worst_weight = std::max(worst_weight, d);
+      check(d <= tolerance, name + ": variable " + std::to_string(i) + " differs by " +
+                                std::to_string(d) + " relative");
+    }
+    const auto ref_eval = ref.evaluate(xt, yt, 32, 0);
+    for (const auto& [key, value] : ref_eval)
+      check(rel(*tessel::find_log(dist_eval, key), value) <= tolerance,
+            name + ": evaluate " + key);
+    const auto ref_pred = ref.predict(xt, 32);
+    check(dist_pred.shape == ref_pred.shape && rel(dist_pred.values, ref_pred.values) <= tolerance,
+          name + ": predict");
+    std::printf("%s on %d processes: worst relative difference from one device: losses and "
+                "metrics %.3g, weights %.3g (tolerance %.0e)\n",
+                name.c_str(), tessel::num_processes(), worst_loss, worst_weight, tolerance);
+  }
+  // predict gives every process the whole result.
+  std::vector<float> root = dist_pred.values;
+  MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  check(root == dist_pred.values, name + ": predict returns the same whole result everywhere");
+}
+
+void check_set_weights_broadcasts() {
+  seed001<tessel::data_parallel<>> model;
+  auto w = model.get_weights();
+  for (auto& v : w) std::fill(v.begin(), v.end(), static_cast<float>(tessel::process_id() + 1));
+  model.set_weights(w);
+  bool all_ones = true;
+  for (const auto& v : model.get_weights())
+    all_ones = all_ones && std::all_of(v.begin(), v.end(), [](float f) { return f == 1.0f; });
+  check(all_ones, "set_weights: every process holds process 0's values");
+}
+
+void check_batch_not_divisible(const data& d) {
+  const int n = tessel::num_processes();
+  if (n == 1) return;
+  seed001<tessel::data_parallel<>> model;
+  model.compile("sgd", tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const std::size_t rows = static_cast<std::size_t>(n) + 1;  // never divides by n > 1
+  std::string message;
+  try {
+    model.train_on_batch(tessel::data::slice_rows(d.x_flat, 0, rows),
+                         tessel::data::slice_rows(d.y_sparse, 0, rows));
+  } catch (const tessel::value_error& e) {
+    message = e.what();
+  }
+  check(message.find("Global batch size must be divisible by the number of replicas") !=
+                std::string::npos &&
+            message.find("`global_batch_size`=" + std::to_string(rows)) != std::string::npos &&
+            message.find("`num_model_replicas`=" + std::to_string(n)) != std::string::npos,
+        "a global batch of " + std::to_string(rows) + " on " + std::to_string(n) +
+            " processes fails with Keras's message; got: " + message);
+}
+
+void check_list_devices() {
+  const auto devices = tessel::list_devices();
+  check(devices.size() == static_cast<std::size_t>(tessel::num_processes()) &&
+            devices.front() == "cpu:0" &&
+            devices.back() == "cpu:" + std::to_string(tessel::num_processes() - 1),
+        "list_devices lists one cpu device per process");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessel::initialize guard(argc, argv);
+  try {
+    check_list_devices();
+    const data d = load();
+    compare<seed000>("seed000 (mse, rmsprop, dropout)", d.x_images, d.y_onehot, d.x_test_images,
+                     d.y_test_onehot,
+                     [](auto& m) { m.compile({.loss = "mse", .metrics = {"accuracy"}}); });
+    compare<seed001>(
+        "seed001 (logits crossentropy, adam)", d.x_flat, d.y_sparse,
+        tessel::data::reshape(d.x_test_images, {d.x_test_images.rows(), 784}), d.y_test_sparse,
+        [](auto& m) {
+          m.compile(tessel::optimizers::adam{},
+                    tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
+                    {"accuracy"});
+        });
+    check_set_weights_broadcasts();
+    check_batch_not_divisible(d);
+  } catch (const std::exception& e) {
+    return guard.fail(e);
+  }
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (tessel::process_id() == 0)
+    std::printf("data_parallel_test on %d processes: %d checks per process, %d failed\n",
+                tessel::num_processes(), checks, total);
+  return total == 0 ? 0 : 1;
+}
