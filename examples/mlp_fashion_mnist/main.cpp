@@ -3,7 +3,11 @@
 // accuracy; batch 32, 2 epochs, validation on the last 10,000 training images, then evaluation
 // on the test set. The Keras program it mirrors is in benchmarks/keras_mlp_fashion_mnist.py.
 //
-//   mlp_fashion_mnist [--epochs N] [--verbose 0|1|2]
+// Data parallel (seeds/001's MirroredStrategy): run alone it trains on one device; run as
+// `mpiexec -n N mlp_fashion_mnist` each of the N processes takes 32/N samples of every global
+// batch of 32, and the gradients are summed across them, so the result is one device's.
+//
+//   [mpiexec -n N] mlp_fashion_mnist [--epochs N] [--verbose 0|1|2]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -12,8 +16,9 @@
 namespace {
 
 using namespace tessel::layers;
-using model_t = tessel::sequential<input<784>, dense<256, {.activation = "relu"}>,
-                                   dense<256, {.activation = "relu"}>, dense<10>>;
+using model_t =
+    tessel::sequential<tessel::data_parallel<>, input<784>, dense<256, {.activation = "relu"}>,
+                       dense<256, {.activation = "relu"}>, dense<10>>;
 
 int run(int argc, char** argv) {
   std::size_t epochs = 2;
@@ -53,8 +58,10 @@ int run(int argc, char** argv) {
   model.fit(train_ds, {.epochs = epochs, .verbose = verbose, .validation_data = val_ds});
   const tessel::logs result = model.evaluate(test_ds, verbose);
   const double accuracy = *tessel::find_log(result, "sparse_categorical_accuracy");
-  std::printf("test loss: %.4f - test accuracy: %.4f\n", *tessel::find_log(result, "loss"),
-              accuracy);
+  if (tessel::process_id() == 0)
+    std::printf("test loss: %.4f - test accuracy: %.4f (%d process%s)\n",
+                *tessel::find_log(result, "loss"), accuracy, tessel::num_processes(),
+                tessel::num_processes() == 1 ? "" : "es");
   return 0;
 }
 
@@ -65,7 +72,6 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return guard.fail(e);
   }
 }

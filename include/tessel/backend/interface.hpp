@@ -24,6 +24,8 @@ concept backend_interface = requires(const typename B::matrix& m, const typename
   { B::rows(m) } -> std::same_as<std::size_t>;
   { B::cols(m) } -> std::same_as<std::size_t>;
   { B::row_range(m, n, n) } -> std::same_as<typename B::matrix>;
+  { B::alias(m, n, n, n) } -> std::same_as<typename B::matrix>;  // a view of part of m
+  { B::comm_span(m) } -> std::same_as<std::span<float>>;  // the memory collectives use
   B::upload(src, m);
   B::download(m, dst);
   B::fill(m, f);

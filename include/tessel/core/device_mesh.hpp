@@ -195,7 +195,8 @@ class device_mesh {
     if (size() != devices)
       throw value_error("tessel::device_mesh: the mesh " + to_string(shape()) + " has " +
                         std::to_string(size()) + " devices but the job has " +
-                        std::to_string(devices) + " processes; launch with `mpiexec -n " +
+                        std::to_string(devices) + (devices == 1 ? " process" : " processes") +
+                        "; launch with `mpiexec -n " +
                         std::to_string(size()) + "` or change the mesh shape");
   }
 

@@ -571,8 +571,11 @@ inline std::string explain(const model_plan& p, const model_desc& m) {
   s += "mesh " + to_string(p.mesh) + " (" + std::to_string(p.mesh.size()) + " devices), global batch " +
        std::to_string(p.batch) + "\n";
   if (!p.ok) {
-    s += "cannot plan layer '" + std::string(m.ops[p.error_op].name.view()) + "': " +
-         std::string(p.error);
+    // The batch split is checked on the model's input, before any layer.
+    const bool input = p.error.starts_with("the global batch");
+    s += (input ? std::string("cannot split the input batch")
+                : "cannot plan layer '" + std::string(m.ops[p.error_op].name.view()) + "'") +
+         ": " + std::string(p.error);
     if (!p.error_path.empty()) s += " (path '" + std::string(p.error_path.view()) + "'";
     if (!p.error_key.empty())
       s += ", keys '" + std::string(p.error_key.view()) + "' and '" +
