@@ -79,15 +79,24 @@ template <std::size_t I, class Mesh, class T>
 request start_on_axis(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<const T> in,
                       std::span<T> out) {
   const communicator& c = pm.template axis<I>();
+  const auto n = static_cast<std::size_t>(c.size());
+  auto require_sizes = [&](bool ok, const char* rule) {
+    if (!ok)
+      throw value_error("tessel: " + std::string(name_of(s.kind)) + " over " + std::to_string(n) +
+                        " processes needs " + rule + "; got input " + std::to_string(in.size()) +
+                        " and output " + std::to_string(out.size()) + " elements");
+  };
   switch (s.kind) {
     case collective::all_reduce:
+      require_sizes(in.size() == out.size(), "input and output of one size");
       if (in.data() != out.data()) copy(in, out);
       return c.iall_reduce(out);
     case collective::all_gather: return c.iall_gather(in, out);
     case collective::reduce_scatter: return c.ireduce_scatter(in, out);
     case collective::all_to_all: return c.iall_to_all(in, out);
     case collective::slice: {
-      const std::size_t block = in.size() / static_cast<std::size_t>(c.size());
+      require_sizes(in.size() == out.size() * n, "an input of (processes x output) elements");
+      const std::size_t block = out.size();
       copy(in.subspan(block * static_cast<std::size_t>(c.rank()), block), out);
       return {};
     }

@@ -30,6 +30,10 @@ MPI_Datatype datatype() {
   else static_assert(std::is_same_v<T, float>, "tessel::comm: unsupported element type");
 }
 
+// MPI's default error handler (MPI_ERRORS_ARE_FATAL) ends the whole job on an MPI error, which is
+// what a job whose processes wait on each other needs; tessel checks its arguments before
+// calling MPI so that a mistake is a value_error instead. Where a handler returns errors, they
+// become runtime_error here.
 inline void check(int code, const char* what) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING]{};
@@ -156,6 +160,7 @@ class communicator {
   // Every process ends with `root`'s `data`.
   template <class T>
   void broadcast(std::span<T> data, int root = 0) const {
+    check_root(root);
     if (!uses_mpi() || data.empty()) return;
     detail::check(MPI_Bcast(data.data(), detail::count_of(data.size()), detail::datatype<T>(),
                             root, comm_),
@@ -208,6 +213,7 @@ class communicator {
   }
   template <class T>
   [[nodiscard]] request ibroadcast(std::span<T> data, int root = 0) const {
+    check_root(root);
     if (!uses_mpi() || data.empty()) return {};
     MPI_Request r{};
     detail::check(MPI_Ibcast(data.data(), detail::count_of(data.size()), detail::datatype<T>(),
@@ -228,6 +234,12 @@ class communicator {
   }
 
  private:
+  void check_root(int root) const {
+    if (root < 0 || root >= size_)
+      throw value_error("tessel: broadcast from process " + std::to_string(root) + " of a group of " +
+                        std::to_string(size_) + "; the root must be in [0, " +
+                        std::to_string(size_) + ")");
+  }
   void check_blocks(const char* what, std::size_t whole, std::size_t block) const {
     if (whole != block * static_cast<std::size_t>(size_))
       throw value_error(std::string("tessel: ") + what + " over " + std::to_string(size_) +

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
