@@ -141,6 +141,37 @@ void compare(const std::string& name, const X& x, const Y& y, const XT& xt, cons
   check(root == dist_pred.values, name + ": predict returns the same whole result everywhere");
 }
 
+// Bucket size and overlap change when each gradient is reduced, not what it sums to: seed001
+// with 0.1 MB buckets (5 buckets: a 784x256 or 256x256 kernel alone overflows one) and with
+// overlap off trains to the default's weights.
+void check_bucket_options(const data& d) {
+  auto compile = [](auto& m) {
+    m.compile(tessel::optimizers::adam{},
+              tessel::losses::sparse_categorical_crossentropy{.from_logits = true}, {"accuracy"});
+  };
+  seed001<tessel::data_parallel<>> base, small, serial;
+  compile(base);
+  compile(small);
+  compile(serial);
+  small.set_gradient_options({.bucket_cap_mb = 0.1, .overlap = true});
+  serial.set_gradient_options({.bucket_cap_mb = 0.1, .overlap = false});
+  const bool distributed = tessel::num_processes() > 1;
+  check(small.gradient_bucket_count() == (distributed ? 5u : 0u),
+        "0.1 MB buckets: 5 buckets, got " + std::to_string(small.gradient_bucket_count()));
+  train(base, d.x_flat, d.y_sparse);
+  train(small, d.x_flat, d.y_sparse);
+  train(serial, d.x_flat, d.y_sparse);
+  const auto w = base.get_weights(), ws = small.get_weights(), wn = serial.get_weights();
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    check(rel(ws[i], w[i]) <= tolerance, "0.1 MB buckets change variable " + std::to_string(i));
+    check(rel(wn[i], w[i]) <= tolerance, "overlap off changes variable " + std::to_string(i));
+  }
+  const auto& stats = small.communication_stats();
+  check(stats.steps == steps &&
+            stats.bytes == (distributed ? 4u * small.count_params() : 0u),
+        "communication_stats counts the steps and the gradient bytes");
+}
+
 void check_set_weights_broadcasts() {
   seed001<tessel::data_parallel<>> model;
   auto w = model.get_weights();
@@ -199,6 +230,7 @@ int main(int argc, char** argv) {
                     tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
                     {"accuracy"});
         });
+    check_bucket_options(d);
     check_set_weights_broadcasts();
     check_batch_not_divisible(d);
   } catch (const std::exception& e) {
