@@ -31,6 +31,9 @@ struct communication_stats {
   std::size_t bytes = 0;             // gradient bytes reduced per step
   double exposed_seconds = 0;        // waiting for collectives after the backward pass
   double backward_seconds = 0;       // the backward pass itself, collectives started inside it
+  // Of backward_seconds, the time spent inside MPI (starting buckets, MPI_Test): over shared
+  // memory the processes' own cores move the data, so this is communication too.
+  double backward_mpi_seconds = 0;
 };
 
 template <class B, class Mesh>
@@ -71,6 +74,7 @@ class gradient_buckets {
     }
     stats_.buckets = buckets_.size();
     stats_.bytes = total * sizeof(float);
+    reset_stats();
   }
 
   [[nodiscard]] bool empty() const noexcept { return buckets_.empty(); }
@@ -90,35 +94,59 @@ class gradient_buckets {
     for (const auto& [var, index] : owner_) {
       if (var != v) continue;
       bucket& b = buckets_[index];
-      if (++b.ready == b.members && options_.overlap) start(b);
+      if (++b.ready == b.members && options_.overlap) {
+        const auto t0 = clock::now();
+        start(b);
+        stats_.backward_mpi_seconds += seconds_since(t0);
+      }
       return;
     }
   }
   // Lets MPI progress the collectives in flight (MPI progresses inside MPI calls only).
   void progress() {
+    const auto t0 = clock::now();
+    bool any = false;
     for (auto& b : buckets_)
-      if (b.started && b.request.pending()) b.request.test();
+      if (b.started && b.request.pending()) any = true, b.request.test();
+    if (any) stats_.backward_mpi_seconds += seconds_since(t0);
   }
-  // After the backward pass: starts what has not started and waits for everything.
+  // After the backward pass: reduces what has not started, with blocking collectives (one call
+  // for each run of adjacent buckets reduced alike: they are contiguous in the buffer), and
+  // waits for what has.
   void finish() {
     const auto t0 = clock::now();
-    for (auto& b : buckets_)
-      if (!b.started) start(b);
+    const std::span<float> all = B::comm_span(flat_);
+    for (std::size_t i = 0; i < buckets_.size();) {
+      if (buckets_[i].started) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i + 1, size = buckets_[i].size;
+      while (j < buckets_.size() && !buckets_[j].started &&
+             buckets_[j].step.kind == buckets_[i].step.kind &&
+             buckets_[j].step.axis == buckets_[i].step.axis)
+        size += buckets_[j++].size;
+      const std::span<float> data = all.subspan(buckets_[i].offset, size);
+      comm::run_step(*pm_, buckets_[i].step, std::span<const float>(data), data);
+      i = j;
+    }
     for (auto& b : buckets_) b.request.wait();
-    const auto t1 = clock::now();
     ++stats_.steps;
     stats_.backward_seconds += std::chrono::duration<double>(t0 - backward_start_).count();
-    stats_.exposed_seconds += std::chrono::duration<double>(t1 - t0).count();
+    stats_.exposed_seconds += seconds_since(t0);
   }
 
   [[nodiscard]] const communication_stats& stats() const noexcept { return stats_; }
   void reset_stats() {
     stats_.steps = 0;
-    stats_.exposed_seconds = stats_.backward_seconds = 0;
+    stats_.exposed_seconds = stats_.backward_seconds = stats_.backward_mpi_seconds = 0;
   }
 
  private:
   using clock = std::chrono::steady_clock;
+  static double seconds_since(clock::time_point t0) {
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  }
   struct bucket {
     std::size_t offset = 0, size = 0;
     reshard_step step{};
