@@ -168,7 +168,7 @@ int main(int argc, char** argv) {
           procs, blas_threads ? blas_threads : "(unset)", batch,
           batch / static_cast<std::size_t>(procs), adam ? "Adam" : "SGD", step_flop / 1e9,
           static_cast<double>(model.count_params()) * 4 / 1e6,
-          nbc_algorithm ? nbc_algorithm : "default");
+          nbc_algorithm ? nbc_algorithm : "unset");
 
     // ---- 1. throughput ----------------------------------------------------------------------
     for (int i = 0; i < warmup; ++i) model.train_on_batch(x, y);
