@@ -53,6 +53,9 @@ struct model_desc {
   std::size_t element_size = 4;
   // Whether the gradient of the model's input is needed (a model nested in another one).
   bool input_requires_grad = false;
+  // Values (of element_size bytes) the loss step reduces: the loss sum, and whatever a model
+  // reduces with it (tessel's models add one count per metric, as doubles).
+  std::size_t loss_values = 1;
 };
 
 template <std::size_t N>
@@ -497,7 +500,8 @@ class planner {
     layout_value scalar = layout_value::replicated(1);
     scalar.partial = summed_over;
     add(phase::forward, "loss", plan_reshard(scalar, scalar.without_partial(), plan_.mesh,
-                                             shape_value{1}, model_.element_size));
+                                             shape_value{model_.loss_values},
+                                             model_.element_size));
   }
 
   const distribution_value& dist_;

@@ -157,8 +157,11 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
 
   // The mesh axis the batch is split over, and the model as the planner sees it.
   static constexpr std::size_t batch_axis = Dist::value.batch_axis;
-  static constexpr model_desc describe(loss_kind loss = loss_kind::none) {
-    model_desc m{input_shape, {}, layer_count, loss, 4, false};
+  // `loss_values`: the floats the loss step reduces (the loss sum and one count per metric, as
+  // doubles).
+  static constexpr model_desc describe(loss_kind loss = loss_kind::none,
+                                       std::size_t loss_values = 1) {
+    model_desc m{input_shape, {}, layer_count, loss, 4, false, loss_values};
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((m.ops[I] = Layers::plan_op(layer_infos[I].name.view())), ...);
     }(std::make_index_sequence<layer_count>{});
@@ -260,7 +263,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   // The plan of a training step on a global batch of `global_batch`, as text: variables and
   // their layouts, and every collective with its mesh axis and bytes.
   std::string explain(std::size_t global_batch) const {
-    const model_desc d = describe(plan_loss_);
+    const model_desc d = describe(plan_loss_, loss_values());
     return tessel::explain(plan_model(Dist::value, pm_.shape(), d, global_batch), d);
   }
   // Bucket size and overlap of the gradient reduction (DDP's bucket_cap_mb, default 25).
@@ -484,6 +487,8 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     if constexpr (std::is_same_v<Dist, one_device>) return process_mesh<mesh_type>::local();
     else return process_mesh<mesh_type>::bind();
   }
+  // The loss step carries the loss sum and one count per metric, as doubles (two floats each).
+  std::size_t loss_values() const { return 2 * (1 + metrics_.size()); }
   // Progress output comes from the process at device 0 only.
   int shown_verbosity(int verbose) const { return pm_.is_chief() ? verbose : 0; }
 
@@ -493,7 +498,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   // sums. A collective this model cannot perform yet is refused here, before any step runs.
   void replan(loss_kind loss) {
     plan_loss_ = loss;
-    const model_desc d = describe(loss);
+    const model_desc d = describe(loss, loss_values());
     plan_ = plan_model(Dist::value, pm_.shape(), d, dynamic_extent);
     if (!plan_.ok) throw value_error(tessel::explain(plan_, d));
     loss_steps_.clear();
