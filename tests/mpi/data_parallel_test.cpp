@@ -204,6 +204,60 @@ void check_batch_not_divisible(const data& d) {
             " processes fails with Keras's message; got: " + message);
 }
 
+// What must agree between processes does, even when the program makes it differ or fails on one
+// process only.
+void check_processes_agree(const data& d) {
+  const int rank = tessel::process_id();
+  {  // a per-process seed (a DDP habit): the model takes device 0's
+    tessel::utils::set_random_seed(1000 + static_cast<std::uint64_t>(rank));
+    seed001<tessel::data_parallel<>> model;
+    tessel::utils::set_random_seed(1337);
+    check_replicas_identical(model.get_weights(), "per-process seeds");
+  }
+  {  // an unseeded shuffle gives every process the same order
+    auto ds = tessel::from_tensor_slices(d.x_flat, d.y_sparse).shuffle(64).batch(64);
+    std::vector<std::int32_t> first = (*ds.begin()).second.values;
+    std::vector<std::int32_t> root = first;
+    MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_INT32_T, 0, MPI_COMM_WORLD);
+    check(root == first, "an unseeded shuffle gives every process process 0's order");
+  }
+  {  // a callback that fails on process 0 only fails fit() everywhere (no process left waiting)
+    seed001<tessel::data_parallel<>> model;
+    model.compile("sgd", tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
+    tessel::callbacks::csv_logger log("/nonexistent-dir/tessel/log.csv");
+    std::string message;
+    try {
+      model.fit(d.x_flat, d.y_sparse, {.batch_size = 32, .epochs = 1, .verbose = 0,
+                                       .callbacks = {log}});
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    const std::string expected = rank == 0 ? "CSVLogger: cannot open" : "failed on 1 other process";
+    check(message.find(expected) != std::string::npos,
+          "a csv_logger that cannot open its file fails fit() on every process; got: " + message);
+  }
+  {  // new bucket options between computing and applying gradients keep the gradients
+    seed001<tessel::data_parallel<>> model;
+    model.compile("sgd", tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
+    model.compute_loss_and_gradients(tessel::data::slice_rows(d.x_flat, 0, global_batch),
+                                     tessel::data::slice_rows(d.y_sparse, 0, global_batch));
+    std::vector<float> before(model.trainable_variables()[0]->size());
+    tessel::backend::host::download(model.trainable_variables()[0]->gradient, before);
+    model.set_gradient_options({.bucket_cap_mb = 0.1});
+    std::vector<float> after(before.size());
+    tessel::backend::host::download(model.trainable_variables()[0]->gradient, after);
+    check(before == after && std::any_of(before.begin(), before.end(), [](float g) { return g != 0; }),
+          "set_gradient_options keeps the computed gradients");
+    bool threw = false;
+    try {
+      model.set_gradient_options({.bucket_cap_mb = -1});
+    } catch (const tessel::value_error&) {
+      threw = true;
+    }
+    check(threw, "a negative bucket_cap_mb is refused");
+  }
+}
+
 void check_list_devices() {
   const auto devices = tessel::list_devices();
   check(devices.size() == static_cast<std::size_t>(tessel::num_processes()) &&
@@ -231,6 +285,7 @@ int main(int argc, char** argv) {
                     {"accuracy"});
         });
     check_bucket_options(d);
+    check_processes_agree(d);
     check_set_weights_broadcasts();
     check_batch_not_divisible(d);
   } catch (const std::exception& e) {

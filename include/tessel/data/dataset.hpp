@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../core/errors.hpp"
+#include "../runtime/world.hpp"
 #include "array.hpp"
 #include "array_ops.hpp"
 
@@ -657,15 +658,15 @@ class dataset {
   // Randomly shuffles with a buffer of buffer_size elements (buffer_size >= the number of
   // elements gives a uniform permutation). With reshuffle_each_iteration, the n-th pass over this
   // dataset (each begin(), and each repetition under repeat()) has its own order, which depends
-  // only on seed and n; without a seed, one is drawn from std::random_device.
+  // only on seed and n; without a seed, one is drawn from std::random_device (on process 0, and
+  // shared with every process of a multi-process job, so that they all see the same order).
   dataset shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
                   bool reshuffle_each_iteration = true) const {
     if (buffer_size <= 0) {
       throw value_error("shuffle: buffer_size must be greater than zero, got " +
                         std::to_string(buffer_size));
     }
-    const std::uint64_t s =
-        seed ? *seed : (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+    const std::uint64_t s = seed ? *seed : runtime::shared_random_seed();
     return then(std::make_shared<const detail::pipeline::shuffle_node<X, Y>>(
         top_, static_cast<std::size_t>(buffer_size), s, reshuffle_each_iteration));
   }

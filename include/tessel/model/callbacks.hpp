@@ -149,10 +149,11 @@ class early_stopping : public callback {
     }
   }
   void on_train_end(const logs&) override {
-    if (stopped_epoch > 0 && o_.verbose > 0)
+    const bool chief = model->is_chief();  // on a distributed model, process 0 prints
+    if (stopped_epoch > 0 && o_.verbose > 0 && chief)
       std::cout << "Epoch " << stopped_epoch + 1 << ": early stopping\n";
     if (o_.restore_best_weights && !best_weights_.empty()) {
-      if (o_.verbose > 0)
+      if (o_.verbose > 0 && chief)
         std::cout << "Restoring model weights from the end of the best epoch: " << best_epoch + 1
                   << ".\n";
       model->set_weights(best_weights_);
@@ -188,7 +189,8 @@ class terminate_on_nan : public callback {
  public:
   void on_train_batch_end(std::size_t batch, const logs& l) override {
     if (auto loss = find_log(l, "loss"); loss && (std::isnan(*loss) || std::isinf(*loss))) {
-      std::cout << "Batch " << batch << ": Invalid loss, terminating training\n";
+      if (model->is_chief())
+        std::cout << "Batch " << batch << ": Invalid loss, terminating training\n";
       model->stop_training = true;
     }
   }

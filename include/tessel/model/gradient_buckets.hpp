@@ -54,6 +54,10 @@ class gradient_buckets {
     owner_.clear();
     std::size_t total = 0;
     for (const auto& e : entries) total += B::rows(e.var->gradient) * B::cols(e.var->gradient);
+    // The gradients keep their values: a rebuild (new options, a second compile) between
+    // compute_loss_and_gradients and apply_gradients loses nothing. `previous` keeps the old
+    // buffer alive while they are copied out of it.
+    const typename B::matrix previous = flat_;
     if (total == 0) return;
     flat_ = B::make_zeros("gradient_buckets", 1, total);
     const auto cap = static_cast<std::size_t>(o.bucket_cap_mb * 1e6 / sizeof(float));
@@ -68,7 +72,9 @@ class gradient_buckets {
       bucket& b = buckets_.back();
       b.size += n;
       ++b.members;
+      const typename B::matrix old = e.var->gradient;
       e.var->gradient = B::alias(flat_, offset, rows, cols);
+      B::copy(old, e.var->gradient);
       owner_.push_back({e.var, buckets_.size() - 1});
       offset += n;
     }

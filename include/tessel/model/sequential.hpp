@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -170,11 +171,12 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
 
   // Builds the model on the distribution's mesh, bound to the job's processes (a mesh whose size
   // differs from the number of processes is an error naming both). Every process draws the same
-  // initial weights: they are keyed by the seed and each variable's path, not by the process.
+  // initial weights: they are keyed by the seed (device 0's, if processes set different ones)
+  // and each variable's path, not by the process.
   explicit basic_sequential(std::string name = "sequential")
       : name_(std::move(name)),
-        seed_(utils::random_seed()),
         pm_(bind_mesh()),
+        seed_(common_seed(pm_)),
         layers_(make_layers(std::make_index_sequence<layer_count>{})) {
     for (std::size_t j = 0; j < layer_count; ++j) {
       const std::string prefix = std::string(layer_infos[j].name.view()) + "/";
@@ -220,9 +222,11 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
       throw value_error("You called `set_weights(weights)` on model '" + name_ + "' with " +
                         std::to_string(w.size()) + " arrays, but the model has " +
                         std::to_string(vars_.size()) + " variables.");
-    std::size_t i = 0;
-    for (auto& v : vars_) v.assign(w[i++]);
-    for (auto& v : vars_) pm_.axis(batch_axis).broadcast(B::comm_span(v.value), 0);
+    on_every_process("set_weights", [&] {
+      std::size_t i = 0;
+      for (auto& v : vars_) v.assign(w[i++]);
+    });
+    for (auto& v : vars_) pm_.broadcast_from_device_0(B::comm_span(v.value));
   }
   bool is_chief() const override { return pm_.is_chief(); }
   std::optional<bool> metric_increases(std::string_view name) const override {
@@ -267,7 +271,11 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     return tessel::explain(plan_model(Dist::value, pm_.shape(), d, global_batch), d);
   }
   // Bucket size and overlap of the gradient reduction (DDP's bucket_cap_mb, default 25).
+  // Gradient views taken before (copies of variable::gradient) do not follow the new buffer.
   void set_gradient_options(gradient_options o) {
+    if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb))
+      throw value_error("set_gradient_options: bucket_cap_mb must be a positive number of MB, "
+                        "got " + std::to_string(o.bucket_cap_mb));
     grad_options_ = o;
     build_buckets();
   }
@@ -346,7 +354,11 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     progbar_logger bar(verbose, o.epochs, known_steps(train));
     stop_training = false;
     bar.on_train_begin();
-    for (callback* c : cbs) c->on_train_begin({});
+    // A callback that fails here (csv_logger's file, on process 0 only) fails fit() on every
+    // process, so that none goes on to wait in a training step for the others.
+    on_every_process("a callback's on_train_begin", [&] {
+      for (callback* c : cbs) c->on_train_begin({});
+    });
     logs epoch_logs;
     for (std::size_t epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) {
       reset_metrics();
@@ -489,6 +501,29 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   }
   // The loss step carries the loss sum and one count per metric, as doubles (two floats each).
   std::size_t loss_values() const { return 2 * (1 + metrics_.size()); }
+  // Every process starts from device 0's seed: processes given different seeds
+  // (set_random_seed(1000 + rank)) would otherwise build different replicas.
+  static std::uint64_t common_seed(const process_mesh<mesh_type>& pm) {
+    std::uint64_t s = utils::random_seed();
+    pm.broadcast_from_device_0(std::span<std::uint64_t>(&s, 1));
+    return s;
+  }
+  // Runs `f` on every process; if it throws on any, it throws on all (the original error where
+  // it happened), so that no process goes on to a collective the others never reach.
+  template <class F>
+  void on_every_process(const char* what, F&& f) const {
+    std::exception_ptr error;
+    try {
+      f();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const int failed = pm_.count(error != nullptr);
+    if (error) std::rethrow_exception(error);
+    if (failed > 0)
+      throw runtime_error(std::string(what) + " failed on " + std::to_string(failed) +
+                          " other process(es); their error says why");
+  }
   // Progress output comes from the process at device 0 only.
   int shown_verbosity(int verbose) const { return pm_.is_chief() ? verbose : 0; }
 
@@ -800,8 +835,8 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   }
 
   std::string name_;
-  std::uint64_t seed_;
   process_mesh<mesh_type> pm_;
+  std::uint64_t seed_;
   variable_store<B> vars_;
   std::tuple<typename Layers::template runtime<B>...> layers_;
   std::array<const matrix*, layer_count + 1> inputs_{};

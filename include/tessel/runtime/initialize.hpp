@@ -23,7 +23,7 @@ class initialize {
   initialize(const initialize&) = delete;
   initialize& operator=(const initialize&) = delete;
   ~initialize() {
-    // An exception leaving main on one process while others wait in a collective would hang the
+    // Unwinding past the guard on one process while others wait in a collective would hang the
     // job: end it instead.
     if (std::uncaught_exceptions() > 0 && num_processes() > 1) runtime::abort_job(1);
     if (owns_backend_) default_backend::finalize();
@@ -47,12 +47,30 @@ class initialize {
   }
 
  private:
+  [[noreturn]] static void on_terminate() {
+    if (const std::exception_ptr e = std::current_exception()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        std::fprintf(stderr, "error (process %d of %d): uncaught exception: %s\n", process_id(),
+                     num_processes(), x.what());
+      } catch (...) {
+        std::fprintf(stderr, "error (process %d of %d): uncaught exception\n", process_id(),
+                     num_processes());
+      }
+    }
+    runtime::abort_job(1);
+  }
   void start(int& argc, char**& argv) {
     runtime::world_state& w = runtime::state();
     if (!w.started) {
       w.started = true;
       owns_world_ = true;
       if (runtime::launched_by_mpi()) runtime::start_mpi(argc, argv);
+      // An exception that nothing catches ends the process without unwinding (std::terminate):
+      // print it, naming the process, and end the whole job rather than leave the others
+      // waiting in a collective.
+      if (num_processes() > 1) std::set_terminate(&on_terminate);
     }
     owns_backend_ = !default_backend::is_initialized();
     default_backend::initialize(argc, argv);

@@ -8,6 +8,8 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "../comm/communicator.hpp"
@@ -76,6 +78,19 @@ class process_mesh {
   }
   [[nodiscard]] const comm::communicator& axis(std::size_t i) const { return comms_.at(i); }
   [[nodiscard]] bool is_chief() const noexcept { return device_ == 0; }
+
+  // Every process ends with device 0's `data`: a broadcast along each axis in turn, from
+  // coordinate 0.
+  template <class T>
+  void broadcast_from_device_0(std::span<T> data) const {
+    for (const auto& c : comms_) c.broadcast(data, 0);
+  }
+  // The number of processes of the mesh for which `flag` is true (a sum along each axis in turn).
+  [[nodiscard]] int count(bool flag) const {
+    std::int32_t n = flag ? 1 : 0;
+    for (const auto& c : comms_) c.all_reduce(std::span<std::int32_t>(&n, 1));
+    return n;
+  }
 
  private:
   process_mesh(Mesh m, std::size_t device) : mesh_(m), device_(device) {

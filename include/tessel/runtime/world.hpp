@@ -7,8 +7,10 @@
 
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,8 +45,14 @@ inline bool launched_by_mpi() {
 
 inline void start_mpi(int& argc, char**& argv) {
   world_state& w = state();
-  int already = 0;
+  int already = 0, finalized = 0;
   MPI_Initialized(&already);
+  MPI_Finalized(&finalized);
+  if (finalized)
+    throw runtime_error(
+        "tessel::initialize: MPI was already finalized (by an earlier tessel::initialize that "
+        "has ended); MPI cannot start twice in one process, so open one tessel::initialize for "
+        "the whole of main");
   if (!already) {
     // Open MPI 4.1's non-blocking all-reduce (libnbc) picks, for 2 or 3 processes and for
     // in-place buffers, reduce-to-root then broadcast after copying the buffer: about twice the
@@ -81,6 +89,16 @@ inline void stop_mpi() {
   std::fflush(nullptr);
   if (state().mpi && state().size > 1) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
+}
+
+// A random seed that is the same on every process of the job: drawn on process 0 and broadcast
+// (a collective: every process calls it at the same point). For what must not differ between
+// processes, such as the order of an unseeded shuffle that every process iterates.
+inline std::uint64_t shared_random_seed() {
+  std::uint64_t s = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  if (state().mpi && state().size > 1)
+    comm::detail::check(MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  return s;
 }
 
 }  // namespace runtime
