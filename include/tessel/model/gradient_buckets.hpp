@@ -130,7 +130,8 @@ class gradient_buckets {
       std::size_t j = i + 1, size = buckets_[i].size;
       while (j < buckets_.size() && !buckets_[j].started &&
              buckets_[j].step.kind == buckets_[i].step.kind &&
-             buckets_[j].step.axis == buckets_[i].step.axis)
+             buckets_[j].step.axis == buckets_[i].step.axis &&
+             size + buckets_[j].size <= max_call)
         size += buckets_[j++].size;
       const std::span<float> data = all.subspan(buckets_[i].offset, size);
       comm::run_step(*pm_, buckets_[i].step, std::span<const float>(data), data);
@@ -149,6 +150,8 @@ class gradient_buckets {
   }
 
  private:
+  // Elements one MPI call can take (its count is an int).
+  static constexpr std::size_t max_call = 0x7fffffff;
   using clock = std::chrono::steady_clock;
   static double seconds_since(clock::time_point t0) {
     return std::chrono::duration<double>(clock::now() - t0).count();

@@ -37,10 +37,13 @@ inline world_state& state() {
 
 // Whether an MPI launcher started this process: Open MPI's mpiexec, MPICH's hydra, Slurm's PMI
 // and PMIx all leave these in the environment.
+// A program that initialized MPI itself before tessel::initialize is taken as launched too.
 inline bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
     if (std::getenv(v) != nullptr) return true;
-  return false;
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
 }
 
 inline void start_mpi(int& argc, char**& argv) {
