@@ -3,7 +3,7 @@
 # example test holds the 0.85 bar).
 set(first "")
 foreach(p IN LISTS PROCS)
-  execute_process(COMMAND ${MPIEXEC} -n ${p} --oversubscribe ${PROGRAM} --verbose 0
+  execute_process(COMMAND ${MPIEXEC} -n ${p} ${OVERSUBSCRIBE} ${PROGRAM} --verbose 0
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 600)
   if(NOT rc STREQUAL "0")
     message(FATAL_ERROR "${p} processes: exit ${rc}\n${out}\n${err}")

@@ -1,7 +1,7 @@
 # Runs PROGRAM (with ARGS) under `mpiexec -n PROCS` and requires each regular expression in ONCE
 # to match exactly one line of its standard output: on a distributed model only process 0
 # prints the summary, the progress and the results.
-execute_process(COMMAND ${MPIEXEC} -n ${PROCS} --oversubscribe ${PROGRAM} ${ARGS}
+execute_process(COMMAND ${MPIEXEC} -n ${PROCS} ${OVERSUBSCRIBE} ${PROGRAM} ${ARGS}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
 if(NOT rc STREQUAL "0")
   message(FATAL_ERROR "exit ${rc}\n${out}\n${err}")

@@ -3,7 +3,7 @@
 # start to end (a hung job is stopped by the TIMEOUT and fails).
 string(TIMESTAMP start "%s")
 execute_process(
-  COMMAND ${MPIEXEC} -n ${PROCS} --oversubscribe ${PROGRAM}
+  COMMAND ${MPIEXEC} -n ${PROCS} ${OVERSUBSCRIBE} ${PROGRAM}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
 string(TIMESTAMP end "%s")
 math(EXPR elapsed "${end} - ${start}")
