@@ -183,7 +183,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
       for (auto& v : vars_)
         if (v.path.starts_with(prefix)) layer_vars_[j].push_back(&v);
     }
-    replan(loss_kind::none);
+    replan();
   }
   basic_sequential(const basic_sequential&) = delete;
   basic_sequential& operator=(const basic_sequential&) = delete;
@@ -254,9 +254,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     metric_means_.assign(metrics_.size(), metrics::mean{});
     for (std::size_t i = 0; i < metrics_.size(); ++i)
       metric_means_[i] = metrics::mean(metrics_[i].name);
-    replan(loss_->name().find("crossentropy") != std::string_view::npos
-               ? loss_kind::softmax_cross_entropy
-               : loss_kind::mean_squared_error);
+    replan();
   }
 
   // ---- distribution ---------------------------------------------------------------------------
@@ -267,7 +265,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   // The plan of a training step on a global batch of `global_batch`, as text: variables and
   // their layouts, and every collective with its mesh axis and bytes.
   std::string explain(std::size_t global_batch) const {
-    const model_desc d = describe(plan_loss_, loss_values());
+    const model_desc d = describe(plan_loss(), loss_values());
     return tessel::explain(plan_model(Dist::value, pm_.shape(), d, global_batch), d);
   }
   // Bucket size and overlap of the gradient reduction (DDP's bucket_cap_mb, default 25).
@@ -499,6 +497,13 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     if constexpr (std::is_same_v<Dist, one_device>) return process_mesh<mesh_type>::local();
     else return process_mesh<mesh_type>::bind();
   }
+  // The compiled loss as the planner knows it (none before compile).
+  loss_kind plan_loss() const {
+    if (!loss_) return loss_kind::none;
+    return loss_->name().find("crossentropy") != std::string_view::npos
+               ? loss_kind::softmax_cross_entropy
+               : loss_kind::mean_squared_error;
+  }
   // The loss step carries the loss sum and one count per metric, as doubles (two floats each).
   std::size_t loss_values() const { return 2 * (1 + metrics_.size()); }
   // Every process starts from device 0's seed: processes given different seeds
@@ -531,9 +536,8 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   // Plans a training step on the bound mesh and turns its collectives into work: the gradient
   // all_reduces into buckets, the loss all_reduce into the reduction of the loss and metric
   // sums. A collective this model cannot perform yet is refused here, before any step runs.
-  void replan(loss_kind loss) {
-    plan_loss_ = loss;
-    const model_desc d = describe(loss, loss_values());
+  void replan() {
+    const model_desc d = describe(plan_loss(), loss_values());
     plan_ = plan_model(Dist::value, pm_.shape(), d, dynamic_extent);
     if (!plan_.ok) throw value_error(tessel::explain(plan_, d));
     loss_steps_.clear();
@@ -853,7 +857,6 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   std::vector<metrics::mean> metric_means_;
   // distribution
   model_plan plan_{};
-  loss_kind plan_loss_ = loss_kind::none;
   std::vector<reshard_step> loss_steps_;
   std::array<std::vector<variable<B>*>, layer_count> layer_vars_{};
   gradient_options grad_options_{};
