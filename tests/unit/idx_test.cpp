@@ -216,6 +216,54 @@ TEST_CASE("idx: a corrupt gzip stream says so", "[idx][data][error]") {
   CHECK_THAT(msg, Contains("bad.gz") && (Contains("corrupt") || Contains("truncated")));
 }
 
+TEST_CASE("idx: a gzip'd file is checked against its CRC-32 and length trailer",
+          "[idx][data][error]") {
+  temp_dir dir;
+  // Stored (level 0) deflate blocks: a flipped bit in the data flips one value and inflate itself
+  // sees nothing wrong, so only the trailer can tell.
+  std::vector<unsigned char> full = idx_header({1000});
+  for (int i = 0; i < 1000; ++i) full.push_back(static_cast<unsigned char>(i % 10));
+  {
+    gzFile f = gzopen((dir / "stored.gz").c_str(), "wb0");
+    REQUIRE(f != nullptr);
+    REQUIRE(gzwrite(f, full.data(), static_cast<unsigned>(full.size())) ==
+            static_cast<int>(full.size()));
+    REQUIRE(gzclose(f) == Z_OK);
+  }
+  const auto gz = read_bytes(dir / "stored.gz");
+  REQUIRE(tessel::data::read_idx(dir / "stored.gz").values.size() == 1000);
+  auto flipped = gz;
+  flipped[gz.size() - 8 - 100] ^= 0x04;  // a label 100 bytes before the trailer
+
+  SECTION("a flipped bit with the trailer intact fails the CRC") {
+    write_bytes(dir / "crc.gz", flipped);
+    CHECK_THAT(message_of([&] { tessel::data::read_idx(dir / "crc.gz"); }),
+               Contains("crc.gz") && Contains("corrupt") && Contains("incorrect data check") &&
+                   Contains("download it again"));
+  }
+  SECTION("the trailer cut off: every data byte arrives, but nothing can be verified") {
+    auto cut = gz;
+    cut.resize(gz.size() - 8);
+    write_bytes(dir / "cut.gz", cut);
+    CHECK_THAT(message_of([&] { tessel::data::read_idx(dir / "cut.gz"); }),
+               Contains("cut.gz") && Contains("truncated") && Contains("CRC-32") &&
+                   Contains("download it again"));
+  }
+  SECTION("the trailer cut off and a bit flipped: refused, not loaded with a wrong label") {
+    flipped.resize(gz.size() - 8);
+    write_bytes(dir / "both.gz", flipped);
+    CHECK_THAT(message_of([&] { tessel::data::read_idx(dir / "both.gz"); }),
+               Contains("both.gz") && Contains("truncated") && Contains("CRC-32"));
+  }
+  SECTION("part of the trailer cut off") {
+    auto cut = gz;
+    cut.resize(gz.size() - 3);
+    write_bytes(dir / "part.gz", cut);
+    CHECK_THAT(message_of([&] { tessel::data::read_idx(dir / "part.gz"); }),
+               Contains("part.gz") && Contains("truncated"));
+  }
+}
+
 TEST_CASE("idx: write_idx refuses what the format cannot hold", "[idx][data][error]") {
   temp_dir dir;
   array<std::uint8_t> wrong({2, 3}, {1, 2, 3});

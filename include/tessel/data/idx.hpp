@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../core/errors.hpp"
@@ -50,7 +51,9 @@ class gz_reader {
   }
   gz_reader(const gz_reader&) = delete;
   gz_reader& operator=(const gz_reader&) = delete;
-  ~gz_reader() { gzclose(file_); }
+  ~gz_reader() {
+    if (file_ != nullptr) gzclose(file_);
+  }
 
   // Reads up to n bytes; fewer only at the end of the data. A corrupt stream throws.
   std::size_t read(void* dst, std::size_t n) {
@@ -70,6 +73,26 @@ class gz_reader {
     }
     read_ += total;
     return total;
+  }
+
+  // At the end of the data: a gzip stream must have ended cleanly, its CRC-32 and length
+  // trailer read and matched. zlib reports a stream cut short (even by its 8-byte trailer
+  // alone, when every data byte arrived) only through gzerror and gzclose, never as a failed
+  // read: without this check a file whose trailer is gone and whose data has a flipped bit
+  // would load with wrong values.
+  void finish() {
+    int code = Z_OK;
+    const std::string msg = gzerror(file_, &code);
+    const int closed = gzclose(std::exchange(file_, nullptr));
+    if (code == Z_BUF_ERROR || closed == Z_BUF_ERROR)
+      throw value_error("IDX file '" + path_.string() +
+                        "' is truncated: its gzip stream ends before its CRC-32 and length "
+                        "trailer, so its contents cannot be verified (zlib: " +
+                        (msg.empty() ? "unexpected end of file" : msg) + "); download it again");
+    if (code != Z_OK || closed != Z_OK)
+      throw value_error("IDX file '" + path_.string() + "' is corrupt (zlib: " +
+                        (msg.empty() ? "error " + std::to_string(closed) : msg) +
+                        "); download it again");
   }
 
   std::size_t bytes_read() const { return read_; }
@@ -118,7 +141,8 @@ inline std::string hex_bytes(const unsigned char* b, std::size_t n) {
 
 // Reads an IDX file of unsigned bytes (type code 0x08, as MNIST and Fashion-MNIST images and
 // labels are) into an array with the file's shape; gzip'd files (magic 1f 8b) are decompressed.
-// Throws value_error naming the file when it is missing, truncated, not IDX or of another type.
+// Throws value_error naming the file when it is missing, truncated, not IDX or of another type,
+// or when a gzip stream fails its CRC-32 and length check or ends before them.
 inline array<std::uint8_t> read_idx(const std::filesystem::path& path) {
   detail::gz_reader in(path);
   const std::string name = "IDX file '" + path.string() + "'";
@@ -197,6 +221,7 @@ inline array<std::uint8_t> read_idx(const std::filesystem::path& path) {
                       " bytes, but the file has more" + in.size_note() +
                       "; it is not a valid IDX file (is it the right file?)");
   }
+  in.finish();
   return out;
 }
 
