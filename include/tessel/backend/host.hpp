@@ -140,8 +140,24 @@ struct host {
 
   // ---- dense algebra ------------------------------------------------------------------------
   // c = alpha * op(a) * op(b) + beta * c.
+  // An empty contraction (a process holding no rows of a batch, whose kernel gradient is
+  // x^T * dy over zero rows) still gives beta * c: Kokkos Kernels returns early on such
+  // "degenerate" matrices and would leave c as it was.
   static void gemm(bool trans_a, bool trans_b, float alpha, const matrix& a, const matrix& b,
                    float beta, const matrix& c) {
+    if ((trans_a ? a.extent(0) : a.extent(1)) == 0) {
+      if (beta == 0.0f) {
+        Kokkos::deep_copy(c, 0.0f);
+      } else {
+        const std::size_t n = c.extent(1);
+        Kokkos::parallel_for(
+            "tessel::gemm_scale", policy(c.extent(0)),
+            KOKKOS_LAMBDA(std::size_t i) {
+              for (std::size_t j = 0; j < n; ++j) c(i, j) *= beta;
+            });
+      }
+      return;
+    }
     KokkosBlas::gemm(trans_a ? "T" : "N", trans_b ? "T" : "N", alpha, a, b, beta, c);
   }
   // out[i, j] = row[0, j] for every i (the bias before the GEMM accumulates onto it).

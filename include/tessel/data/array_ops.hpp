@@ -28,7 +28,8 @@ void check_shape(const array<T>& a, std::string_view name = "array") {
   if (array<T>::element_count(a.shape) != a.values.size()) {
     throw value_error(std::string(name) + " has shape " + shape_to_string(a.shape) +
                       ", which holds " + std::to_string(array<T>::element_count(a.shape)) +
-                      " values, but it has " + std::to_string(a.values.size()) + " values");
+                      " values, but it has " + std::to_string(a.values.size()) +
+                      " values; give an array as many values as the product of its shape");
   }
 }
 
@@ -117,6 +118,7 @@ To convert_value(From v, std::size_t index) {
 // index (float to integer truncates toward zero, as NumPy does).
 template <class To, class From>
 array<To> cast(const array<From>& a) {
+  check_shape(a, "cast: the input");
   array<To> out;
   out.shape = a.shape;
   out.values.resize(a.values.size());

@@ -349,6 +349,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     for (const auto& c : o.callbacks) cbs.push_back(c.get());
     for (callback* c : cbs) c->set_model(this);
     const int verbose = shown_verbosity(o.verbose);
+    if (known_steps(train) == std::size_t{0}) throw empty_data("fit", "the training data", "train on");
     progbar_logger bar(verbose, o.epochs, known_steps(train));
     stop_training = false;
     bar.on_train_begin();
@@ -372,9 +373,10 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
         ++step;
         if (stop_training) break;
       }
+      if (step == 0) throw empty_data("fit", "the training data", "train on");
       epoch_logs = metric_logs();
       if (o.validation_data) {
-        const logs v = run_evaluate(*o.validation_data, nullptr, cbs);
+        const logs v = run_evaluate(*o.validation_data, nullptr, cbs, true);
         for (const auto& [k, val] : v) epoch_logs.emplace_back("val_" + k, val);
       }
       const logs shown = sorted_logs(epoch_logs);
@@ -396,7 +398,9 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   };
   template <class Y>
   history fit(const array<float>& x, const array<Y>& y, const array_fit_options& o) {
+    check_batch_size("fit", o.batch_size);
     auto ds = from_tensor_slices(x, y);
+    if (x.rows() == 0) throw empty_data("fit", "x", "train on");
     auto batched = o.shuffle ? ds.shuffle(static_cast<std::int64_t>(x.rows()), seed_)
                                    .batch(static_cast<std::int64_t>(o.batch_size))
                              : ds.batch(static_cast<std::int64_t>(o.batch_size));
@@ -409,6 +413,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   template <class Y>
   logs evaluate(const array<float>& x, const array<Y>& y, std::size_t batch_size = 32,
                 int verbose = 1) {
+    check_batch_size("evaluate", batch_size);
     return evaluate(from_tensor_slices(x, y).batch(static_cast<std::int64_t>(batch_size)),
                     verbose);
   }
@@ -420,18 +425,21 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     std::vector<callback*> cbs;
     for (const auto& c : callbacks) cbs.push_back(c.get());
     for (callback* c : cbs) c->set_model(this);
+    if (known_steps(data) == std::size_t{0}) throw empty_data("evaluate", "the data", "evaluate");
     std::optional<progbar_logger> bar;
     verbose = shown_verbosity(verbose);
     if (verbose) bar.emplace(verbose, 1, known_steps(data));
-    return run_evaluate(data, bar ? &*bar : nullptr, cbs);
+    return run_evaluate(data, bar ? &*bar : nullptr, cbs, false);
   }
 
   // The model's outputs for every sample of x, batch by batch (Keras's predict). On a
   // distributed model each process computes its block of every batch and every process gets
   // the whole result.
   array<float> predict(const array<float>& x, std::size_t batch_size = 32, int verbose = 0) {
+    check_batch_size("predict", batch_size);
     check_input_shape(x);
     const std::size_t n = x.rows();
+    if (n == 0) throw empty_data("predict", "x", "predict");
     std::vector<std::size_t> shape{n};
     for (std::size_t i = 0; i < output_shape.rank; ++i) shape.push_back(output_shape[i]);
     array<float> out(shape);
@@ -568,39 +576,52 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
 
   // ---- the batch split ----------------------------------------------------------------------
   struct shard {
-    std::size_t global = 0, local = 0, first = 0;  // rows: whole batch, this process's, its first
+    // rows: the whole batch, this process's, its first, and the largest block of any process
+    std::size_t global = 0, local = 0, first = 0, block = 0;
   };
-  // Contiguous blocks of the global batch along the batch axis, as Keras's DataParallel.
+  // Contiguous blocks of the global batch along the batch axis, as Keras's DataParallel. A batch
+  // that does not divide (the last partial batch of an epoch) is split as evenly as possible, as
+  // tf.distribute splits it: the first `global % n` processes take one row more, and a process
+  // may hold none. The loss is still the mean over the global batch, so the step equals one
+  // device's.
+  static shard block_of(std::size_t global, std::size_t n, std::size_t c) {
+    const std::size_t base = global / n, extra = global % n;
+    return {global, base + (c < extra ? 1 : 0), c * base + std::min(c, extra),
+            base + (extra ? 1 : 0)};
+  }
   shard shard_of(std::size_t global) const {
-    const std::size_t n = pm_.mesh().extent(batch_axis);
-    if (global % n != 0)
-      throw value_error("Global batch size must be divisible by the number of replicas. "
-                        "`global_batch_size`=" + std::to_string(global) +
-                        " and `num_model_replicas`=" + std::to_string(n) +
-                        ". Use a batch size that is a multiple of " + std::to_string(n) +
-                        " (the size of mesh axis '" +
-                        std::string(mesh_type::axis_names[batch_axis].view()) +
-                        "'), or drop the last partial batch with batch(size, true).");
-    const std::size_t local = global / n;
-    return {global, local, pm_.coordinates()[batch_axis] * local};
+    return block_of(global, pm_.mesh().extent(batch_axis), pm_.coordinates()[batch_axis]);
   }
   // The rows of every process's `local` output, in order, into `out` (the whole batch).
+  // Every process sends a block of s.block rows (the rows it holds, then zeros), so that the
+  // planned all_gather of equal blocks serves batches that do not divide too.
   void gather_rows(const matrix& local, const shard& s, std::span<float> out) {
-    const std::size_t block = s.local * output_features;
-    host_gather_.resize(block);
-    B::download(local, host_gather_);
+    host_gather_.assign(s.block * output_features, 0.0f);
+    B::download(local, std::span<float>(host_gather_).first(s.local * output_features));
     const reshard_plan r = plan_reshard(plan_.activations[plan_.activation_count - 1].layout,
                                         layout_value::replicated(2), pm_.shape(),
                                         shape_value{s.global, output_features});
     if (r.empty()) {
-      std::copy(host_gather_.begin(), host_gather_.end(), out.begin());
+      std::copy_n(host_gather_.begin(), s.local * output_features, out.begin());
       return;
     }
     for (const auto& step : r)
       if (step.kind != collective::all_gather || r.size() != 1)
         throw value_error("tessel::sequential::predict: the output needs " +
                           to_string(step, plan_.mesh) + ", which predict does not perform");
-    comm::run_step(pm_, r[0], std::span<const float>(host_gather_), out);
+    const std::size_t n = pm_.mesh().extent(batch_axis);
+    if (n * s.block == s.global) {
+      comm::run_step(pm_, r[0], std::span<const float>(host_gather_), out);
+      return;
+    }
+    gathered_.resize(n * host_gather_.size());
+    comm::run_step(pm_, r[0], std::span<const float>(host_gather_), std::span<float>(gathered_));
+    for (std::size_t c = 0; c < n; ++c) {
+      const shard p = block_of(s.global, n, c);
+      std::copy_n(gathered_.begin() + static_cast<std::ptrdiff_t>(c * host_gather_.size()),
+                  p.local * output_features,
+                  out.begin() + static_cast<std::ptrdiff_t>(p.first * output_features));
+    }
   }
   // Starts the reduction of this process's loss and metric sums (the plan's "loss" steps).
   void start_scalar_reduction() {
@@ -683,7 +704,9 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     return n;
   }
   // ---- data -------------------------------------------------------------------------------------
+  // x's values against its shape, then its shape against the model's input.
   void check_input_shape(const array<float>& x) const {
+    data::check_shape(x, "x");
     bool ok = x.rank() == input_shape.rank + 1;
     for (std::size_t i = 0; ok && i < input_shape.rank; ++i) ok = x.shape[i + 1] == input_shape[i];
     if (!ok) {
@@ -709,6 +732,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   // uploads rows [first, first + local).
   template <class Y>
   void upload_targets(const array<Y>& y, std::size_t rows, std::size_t first, std::size_t local) {
+    data::check_shape(y, "y");
     if (y.rows() != rows)
       throw value_error("Data cardinality is ambiguous: x sizes: " + std::to_string(rows) +
                         ", y sizes: " + std::to_string(y.rows()) +
@@ -778,7 +802,8 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
                         "categorical_accuracy or \"accuracy\".");
   }
   template <class Dataset>
-  logs run_evaluate(const Dataset& data, progbar_logger* bar, const std::vector<callback*>& cbs) {
+  logs run_evaluate(const Dataset& data, progbar_logger* bar, const std::vector<callback*>& cbs,
+                    bool validating) {
     // Validation uses its own trackers so that the training metrics of the epoch survive.
     metrics::mean saved_loss = loss_tracker_;
     std::vector<metrics::mean> saved = metric_means_;
@@ -794,6 +819,12 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
       if (bar) bar->on_test_batch_end(step, sorted_logs(l));
       for (callback* c : cbs) c->on_test_batch_end(step, l);
       ++step;
+    }
+    if (step == 0) {
+      loss_tracker_ = saved_loss;
+      metric_means_ = saved;
+      if (validating) throw empty_data("fit", "validation_data", "evaluate");
+      throw empty_data("evaluate", "the data", "evaluate");
     }
     const logs result = metric_logs();
     if (bar) bar->on_test_end(sorted_logs(result));
@@ -811,6 +842,11 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   // reduction of the loss and metric sums. Returns the global batch size.
   template <class Y>
   std::size_t forward_and_loss(const array<float>& x, const array<Y>& y, bool training) {
+    if (x.rows() == 0)
+      throw value_error("a batch of 0 samples has no loss: pass at least one sample to " +
+                        std::string(training ? "train_on_batch / compute_loss_and_gradients"
+                                             : "evaluate") + ", x has shape " +
+                        shape_to_string(x.shape));
     const shard s = shard_of(x.rows());
     upload_inputs(x, s.first, s.local);
     upload_targets(y, x.rows(), s.first, s.local);
@@ -823,6 +859,21 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     local_sums(out, loss_sum);
     start_scalar_reduction();
     return s.global;
+  }
+  static void check_batch_size(const char* what, std::size_t batch_size) {
+    if (batch_size == 0)
+      throw value_error(std::string(what) +
+                        ": batch_size must be greater than zero, got 0; pass the number of "
+                        "samples per batch (Keras's default is 32)");
+  }
+  // Keras 3 fails on data with no batch too (its epoch iterator raises StopIteration): there is
+  // no loss to report and nothing to train on, so say so instead of printing a loss of 0.
+  static value_error empty_data(std::string_view what, std::string_view data,
+                                std::string_view purpose) {
+    return value_error(std::string(what) + ": " + std::string(data) +
+                       " has no samples, so there is no batch to " + std::string(purpose) +
+                       ". Check that the arrays have rows and that the dataset's pipeline (take, "
+                       "filter, batch with drop_remainder) leaves at least one batch.");
   }
   void require_compiled(const char* what) const {
     if (!loss_)
@@ -863,7 +914,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   gradient_buckets<B, mesh_type> buckets_;
   std::vector<double> scalars_;
   comm::request scalar_request_;
-  std::vector<float> host_gather_;
+  std::vector<float> host_gather_, gathered_;
 };
 
 namespace detail {
