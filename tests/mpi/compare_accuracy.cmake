@@ -1,7 +1,12 @@
 # Runs PROGRAM under `mpiexec -n P` for each P in PROCS and requires every run's "test accuracy"
-# to be within 0.5 points of the first run's, and at least 0.84 (training worked; the single-device
-# example test holds the 0.85 bar).
-set(first "")
+# to be at least 0.84: training works on every process count (the single-device example test
+# holds the 0.85 bar).
+#
+# No bound between the runs is asserted. What is guaranteed between process counts is the step:
+# mpi.data_parallel_equals_one_device checks losses, metrics and weights against one device within
+# 1e-5 over 20 steps. Over two whole epochs the rounding differences (each process's BLAS threads,
+# the order of the all-reduce's sums) grow chaotically: 1 and 2 processes measured 0.8550 and
+# 0.8612 on one machine, and 1 against 2 BLAS threads alone moved one run by 1.2 points.
 foreach(p IN LISTS PROCS)
   execute_process(COMMAND ${MPIEXEC} -n ${p} ${OVERSUBSCRIBE} ${PROGRAM} --verbose 0
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 600)
@@ -14,18 +19,12 @@ foreach(p IN LISTS PROCS)
   set(acc ${CMAKE_MATCH_1})
   message(STATUS "${p} processes: test accuracy ${acc}")
   # Compare in units of 0.0001 (CMake has integer arithmetic only).
-  string(REGEX REPLACE "^0\\.([0-9][0-9][0-9][0-9]).*" "\\1" units "${acc}")
-  math(EXPR units "${units} + 0")
-  if(units LESS 8400)
-    message(FATAL_ERROR "${p} processes: test accuracy ${acc} is below 0.84")
-  endif()
-  if(first STREQUAL "")
-    set(first ${units})
-  else()
-    math(EXPR diff "${units} - ${first}")
-    if(diff LESS -50 OR diff GREATER 50)
-      message(FATAL_ERROR "${p} processes: test accuracy ${acc} differs from 1 process's by more "
-                          "than 0.5 points")
+  if(acc MATCHES "^0\\.([0-9][0-9][0-9][0-9])")
+    math(EXPR units "${CMAKE_MATCH_1} + 0")
+    if(units LESS 8400)
+      message(FATAL_ERROR "${p} processes: test accuracy ${acc} is below 0.84")
     endif()
+  elseif(NOT acc MATCHES "^1\\.0+$")
+    message(FATAL_ERROR "${p} processes: '${acc}' is not an accuracy")
   endif()
 endforeach()

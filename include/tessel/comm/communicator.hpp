@@ -11,10 +11,12 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include "../core/errors.hpp"
+#include "watchdog.hpp"
 
 namespace tessel::comm {
 
@@ -56,16 +58,18 @@ void copy(std::span<const T> in, std::span<T> out) {
 }  // namespace detail
 
 // A non-blocking collective in flight. wait() completes it; a request is waited for when it is
-// destroyed, so that no buffer is released while MPI still writes to it.
+// destroyed, so that no buffer is released while MPI still writes to it. A wait longer than the
+// collective timeout aborts the job (watchdog.hpp).
 class request {
  public:
   request() = default;
-  explicit request(MPI_Request r) : r_(r) {}
-  request(request&& o) noexcept : r_(std::exchange(o.r_, MPI_REQUEST_NULL)) {}
+  explicit request(MPI_Request r, collective_tag tag = {}) : r_(r), tag_(tag) {}
+  request(request&& o) noexcept : r_(std::exchange(o.r_, MPI_REQUEST_NULL)), tag_(o.tag_) {}
   request& operator=(request&& o) noexcept {
     if (this != &o) {
       wait_quietly();
       r_ = std::exchange(o.r_, MPI_REQUEST_NULL);
+      tag_ = o.tag_;
     }
     return *this;
   }
@@ -75,7 +79,9 @@ class request {
 
   // Blocks until the collective is complete.
   void wait() {
-    if (r_ != MPI_REQUEST_NULL) detail::check(MPI_Wait(&r_, MPI_STATUS_IGNORE), "MPI_Wait");
+    if (r_ == MPI_REQUEST_NULL) return;
+    const watched_wait watch(tag_);
+    detail::check(MPI_Wait(&r_, MPI_STATUS_IGNORE), "MPI_Wait");
   }
   // Lets MPI progress the collective; true once it is complete.
   bool test() {
@@ -88,9 +94,12 @@ class request {
 
  private:
   void wait_quietly() noexcept {
-    if (r_ != MPI_REQUEST_NULL) MPI_Wait(&r_, MPI_STATUS_IGNORE);
+    if (r_ == MPI_REQUEST_NULL) return;
+    const watched_wait watch(tag_);
+    MPI_Wait(&r_, MPI_STATUS_IGNORE);
   }
   MPI_Request r_ = MPI_REQUEST_NULL;
+  collective_tag tag_;
 };
 
 // A group of processes. Sums are the only reduction the planner needs.
@@ -98,18 +107,23 @@ class communicator {
  public:
   // The group of this process alone.
   communicator() = default;
-  // Takes ownership of `c` (freed on destruction) when `owned`.
-  communicator(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
+  // Takes ownership of `c` (freed on destruction) when `owned`. Collective over `c`'s processes
+  // (they register with the watchdog together); `label` names the group in the watchdog's
+  // message ("mesh axis 'batch'").
+  communicator(MPI_Comm c, bool owned, std::string_view label = "the world")
+      : comm_(c), owned_(owned) {
     if (c != MPI_COMM_NULL) {
       MPI_Comm_rank(c, &rank_);
       MPI_Comm_size(c, &size_);
+      if (size_ > 1) channel_ = watchdog::instance().register_channel(c, std::string(label));
     }
   }
   communicator(communicator&& o) noexcept
       : comm_(std::exchange(o.comm_, MPI_COMM_NULL)),
         owned_(std::exchange(o.owned_, false)),
         rank_(o.rank_),
-        size_(o.size_) {}
+        size_(o.size_),
+        channel_(o.channel_) {}
   communicator& operator=(communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -117,6 +131,7 @@ class communicator {
       owned_ = std::exchange(o.owned_, false);
       rank_ = o.rank_;
       size_ = o.size_;
+      channel_ = o.channel_;
     }
     return *this;
   }
@@ -134,6 +149,7 @@ class communicator {
   template <class T>
   void all_reduce(std::span<T> data) const {
     if (!uses_mpi() || data.empty()) return;
+    const watched_wait watch(tag("all_reduce"));
     detail::check(MPI_Allreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size()),
                                 detail::datatype<T>(), MPI_SUM, comm_),
                   "MPI_Allreduce");
@@ -143,6 +159,7 @@ class communicator {
   void all_gather(std::span<const T> in, std::span<T> out) const {
     check_blocks("all_gather", out.size(), in.size());
     if (!uses_mpi()) return detail::copy(in, out);
+    const watched_wait watch(tag("all_gather"));
     detail::check(MPI_Allgather(in.data(), detail::count_of(in.size()), detail::datatype<T>(),
                                 out.data(), detail::count_of(in.size()), detail::datatype<T>(),
                                 comm_),
@@ -153,6 +170,7 @@ class communicator {
   void reduce_scatter(std::span<const T> in, std::span<T> out) const {
     check_blocks("reduce_scatter", in.size(), out.size());
     if (!uses_mpi()) return detail::copy(in, out);
+    const watched_wait watch(tag("reduce_scatter"));
     detail::check(MPI_Reduce_scatter_block(in.data(), out.data(), detail::count_of(out.size()),
                                            detail::datatype<T>(), MPI_SUM, comm_),
                   "MPI_Reduce_scatter_block");
@@ -162,6 +180,7 @@ class communicator {
   void broadcast(std::span<T> data, int root = 0) const {
     check_root(root);
     if (!uses_mpi() || data.empty()) return;
+    const watched_wait watch(tag("broadcast"));
     detail::check(MPI_Bcast(data.data(), detail::count_of(data.size()), detail::datatype<T>(),
                             root, comm_),
                   "MPI_Bcast");
@@ -172,12 +191,15 @@ class communicator {
     check_same("all_to_all", in.size(), out.size());
     if (!uses_mpi()) return detail::copy(in, out);
     const int block = detail::count_of(in.size() / static_cast<std::size_t>(size_));
+    const watched_wait watch(tag("all_to_all"));
     detail::check(MPI_Alltoall(in.data(), block, detail::datatype<T>(), out.data(), block,
                                detail::datatype<T>(), comm_),
                   "MPI_Alltoall");
   }
   void barrier() const {
-    if (uses_mpi()) detail::check(MPI_Barrier(comm_), "MPI_Barrier");
+    if (!uses_mpi()) return;
+    const watched_wait watch(tag("barrier"));
+    detail::check(MPI_Barrier(comm_), "MPI_Barrier");
   }
 
   // ---- non-blocking: the same collectives, returning a request ------------------------------
@@ -188,7 +210,7 @@ class communicator {
     detail::check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size()),
                                  detail::datatype<T>(), MPI_SUM, comm_, &r),
                   "MPI_Iallreduce");
-    return request(r);
+    return request(r, tag("all_reduce"));
   }
   template <class T>
   [[nodiscard]] request iall_gather(std::span<const T> in, std::span<T> out) const {
@@ -199,7 +221,7 @@ class communicator {
                                  out.data(), detail::count_of(in.size()), detail::datatype<T>(),
                                  comm_, &r),
                   "MPI_Iallgather");
-    return request(r);
+    return request(r, tag("all_gather"));
   }
   template <class T>
   [[nodiscard]] request ireduce_scatter(std::span<const T> in, std::span<T> out) const {
@@ -209,7 +231,7 @@ class communicator {
     detail::check(MPI_Ireduce_scatter_block(in.data(), out.data(), detail::count_of(out.size()),
                                             detail::datatype<T>(), MPI_SUM, comm_, &r),
                   "MPI_Ireduce_scatter_block");
-    return request(r);
+    return request(r, tag("reduce_scatter"));
   }
   template <class T>
   [[nodiscard]] request ibroadcast(std::span<T> data, int root = 0) const {
@@ -219,7 +241,7 @@ class communicator {
     detail::check(MPI_Ibcast(data.data(), detail::count_of(data.size()), detail::datatype<T>(),
                              root, comm_, &r),
                   "MPI_Ibcast");
-    return request(r);
+    return request(r, tag("broadcast"));
   }
   template <class T>
   [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {
@@ -230,10 +252,14 @@ class communicator {
     detail::check(MPI_Ialltoall(in.data(), block, detail::datatype<T>(), out.data(), block,
                                 detail::datatype<T>(), comm_, &r),
                   "MPI_Ialltoall");
-    return request(r);
+    return request(r, tag("all_to_all"));
   }
 
  private:
+  // Counts this collective for the watchdog (it names the processes that did not arrive).
+  [[nodiscard]] collective_tag tag(const char* op) const noexcept {
+    return {op, channel_, watchdog::instance().enter(channel_)};
+  }
   void check_root(int root) const {
     if (root < 0 || root >= size_)
       throw value_error("tessel: broadcast from process " + std::to_string(root) + " of a group of " +
@@ -265,6 +291,7 @@ class communicator {
   bool owned_ = false;
   int rank_ = 0;
   int size_ = 1;
+  int channel_ = -1;  // the watchdog's
 };
 
 }  // namespace tessel::comm

@@ -4,7 +4,9 @@
 // the backend (Kokkos on the host) and stops both, in reverse order, when it goes away.
 #pragma once
 
+#include <chrono>
 #include <cstdio>
+#include <optional>
 #include <exception>
 
 #include "../backend/default.hpp"
@@ -12,14 +14,21 @@
 
 namespace tessel {
 
+// initialize's keyword arguments.
+struct initialize_options {
+  // How long a collective may wait for the other processes before the job is aborted with a
+  // message; unset: TESSEL_COLLECTIVE_TIMEOUT's seconds, else 10 minutes. Zero waits forever.
+  std::optional<std::chrono::duration<double>> collective_timeout = std::nullopt;
+};
+
 class initialize {
  public:
   initialize() {
     int argc = 0;
     char** argv = nullptr;
-    start(argc, argv);
+    start(argc, argv, {});
   }
-  initialize(int& argc, char**& argv) { start(argc, argv); }
+  initialize(int& argc, char**& argv, const initialize_options& o = {}) { start(argc, argv, o); }
   initialize(const initialize&) = delete;
   initialize& operator=(const initialize&) = delete;
   ~initialize() {
@@ -61,7 +70,8 @@ class initialize {
     }
     runtime::abort_job(1);
   }
-  void start(int& argc, char**& argv) {
+  void start(int& argc, char**& argv, const initialize_options& o) {
+    if (o.collective_timeout) set_collective_timeout(*o.collective_timeout);
     runtime::world_state& w = runtime::state();
     if (!w.started) {
       w.started = true;

@@ -104,7 +104,8 @@ class process_mesh {
       comm::detail::check(MPI_Comm_split(world, static_cast<int>(mesh_.device_at(others)),
                                          static_cast<int>(coords_[i]), &c),
                           "MPI_Comm_split");
-      comms_[i] = comm::communicator(c, true);
+      comms_[i] = comm::communicator(
+          c, true, "mesh axis '" + std::string(Mesh::axis_names[i].view()) + "'");
     }
   }
 

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "../comm/communicator.hpp"
+#include "../comm/watchdog.hpp"
 #include "../core/errors.hpp"
 
 namespace tessel {
@@ -56,6 +58,7 @@ inline void start_mpi(int& argc, char**& argv) {
         "tessel::initialize: MPI was already finalized (by an earlier tessel::initialize that "
         "has ended); MPI cannot start twice in one process, so open one tessel::initialize for "
         "the whole of main");
+  comm::watchdog::instance().read_environment();
   if (!already) {
     // Open MPI 4.1's non-blocking all-reduce (libnbc) picks, for 2 or 3 processes and for
     // in-place buffers, reduce-to-root then broadcast after copying the buffer: about twice the
@@ -76,12 +79,15 @@ inline void start_mpi(int& argc, char**& argv) {
   MPI_Comm_rank(node, &w.local_rank);
   MPI_Comm_size(node, &w.local_size);
   MPI_Comm_free(&node);
+  // A collective that waits past the timeout ends the job with a message (comm/watchdog.hpp).
+  if (w.size > 1) comm::watchdog::instance().start();
 }
 
 inline void stop_mpi() {
   world_state& w = state();
   int finalized = 0;
   MPI_Finalized(&finalized);
+  if (!finalized) comm::watchdog::instance().stop();
   if (w.owns_mpi && !finalized) MPI_Finalize();
   w.mpi = w.owns_mpi = false;
 }
@@ -105,6 +111,17 @@ inline std::uint64_t shared_random_seed() {
 }
 
 }  // namespace runtime
+
+// How long a collective may wait for the other processes before the job is aborted with a
+// message naming the collective, its mesh axis and the processes that did not arrive (PyTorch's
+// init_process_group timeout). Overrides TESSEL_COLLECTIVE_TIMEOUT; 0 waits forever; the
+// default is 10 minutes.
+inline void set_collective_timeout(std::chrono::duration<double> timeout) {
+  comm::watchdog::instance().set_timeout(timeout.count());
+}
+inline std::chrono::duration<double> collective_timeout() {
+  return std::chrono::duration<double>(comm::watchdog::instance().timeout());
+}
 
 // This process's index among the job's processes (0 without a launcher).
 inline int process_id() { return runtime::state().rank; }
