@@ -2,12 +2,13 @@
 # Writes the seed corpora of the fuzz harnesses into tests/fuzz/corpus/<harness>/ (committed; run
 # this again only to change them). Each seed is a valid input in the harness's input format (see
 # the comment at the top of tests/fuzz/fuzz_<harness>.cpp): small IDX files, plain and gzip'd,
-# Fashion-MNIST-shaped directories, and layout_map keys with paths, accepted and rejected.
+# Fashion-MNIST-shaped directories, layout_map keys with paths, accepted and rejected, and values of
+# TESSEL_COLLECTIVE_TIMEOUT.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=$here/corpus
 rm -rf "$out"
-mkdir -p "$out/idx" "$out/fashion_mnist" "$out/regex"
+mkdir -p "$out/idx" "$out/fashion_mnist" "$out/regex" "$out/collective_timeout"
 
 byte() { printf "\\x$(printf %02x "$1")"; }
 be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
@@ -88,4 +89,10 @@ dense_[0-9]{1,3}/kernel	dense_1/kernel
 a+?+	aa
 [a-\w]	a
 EOF
+# --- collective_timeout: TESSEL_COLLECTIVE_TIMEOUT's value, accepted and refused.
+n=0
+for v in 600 0 1.5 0.25e1 0x1p4 1e400 inf nan -1 '' ' 5' 5s; do
+  printf '%s' "$v" >"$out/collective_timeout/$(printf %02d $n)"
+  n=$((n + 1))
+done
 echo "seeds: $(find "$out" -type f | wc -l) files in $out"
