@@ -7,11 +7,12 @@
 #
 #   scripts/fuzz.sh SECONDS [HARNESS...]     e.g. scripts/fuzz.sh 600, scripts/fuzz.sh 60 idx
 #
-# Harnesses: idx, fashion_mnist, regex, collective_timeout (tests/fuzz/fuzz_<name>.cpp). The corpus each run grows
-# is kept in build-fuzz/corpus/<harness>/ and used again by the next run (delete it to start
-# from the seeds in tests/fuzz/corpus/<harness>/ alone); the log of the last run is
-# build-fuzz/logs/<harness>.log. Environment: FUZZ_BUILD (default build-fuzz), FUZZ_CXX (default
-# clang++), FUZZ_ARGS (more libFuzzer flags, e.g. "-jobs=2 -workers=2" or "-max_len=8192").
+# Harnesses: idx, fashion_mnist, regex, collective_timeout (tests/fuzz/fuzz_<name>.cpp). The
+# corpus each run grows is kept in build-fuzz/corpus/<harness>/ and used again by the next run
+# (delete it to start from the seeds in tests/fuzz/corpus/<harness>/ alone); the log of the last
+# run is build-fuzz/logs/<harness>.log. Environment: FUZZ_BUILD (default build-fuzz), FUZZ_CXX
+# (default clang++), FUZZ_ARGS (more libFuzzer flags, e.g. "-max_len=8192"; not -jobs, whose
+# output goes to other logs).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [[ $# -lt 1 || ! $1 =~ ^[0-9]+$ ]]; then
@@ -52,8 +53,9 @@ for h in "${harnesses[@]}"; do
     >"$log" 2>&1
   rc=$?
   set -e
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
-  rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$' || true)
+  final_stat() { grep -o "stat::$1: *[0-9]*" "$log" | tail -1 | grep -o '[0-9]*$' || true; }
+  execs=$(final_stat number_of_executed_units)
+  rate=$(final_stat average_exec_per_sec)
   last=$(grep -E '^#[0-9]+.*cov: ' "$log" | tail -1 || true)
   cov=$(grep -o 'cov: [0-9]*' <<<"$last" | grep -o '[0-9]*' || true)
   ft=$(grep -o 'ft: [0-9]*' <<<"$last" | grep -o '[0-9]*' || true)
