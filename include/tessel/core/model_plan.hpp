@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -307,9 +308,11 @@ class planner {
     shape = shape_value{shape.extents[0], n};
   }
 
-  // The layout_map's layout for `path`, or nullptr when no key matches; an ambiguous path
-  // fails the plan, naming both keys.
-  constexpr const layout_value* find_layout(const key_string& path) noexcept {
+  // The layout_map's layout for `path`, or nothing when no key matches; an ambiguous path
+  // fails the plan, naming both keys. A copy, not a pointer into dist_.rules: under GCC 12's
+  // -fsanitize=undefined, testing a pointer into a constexpr object against null is not a
+  // constant expression.
+  constexpr std::optional<layout_value> find_layout(const key_string& path) noexcept {
     const lookup_result f = dist_.find(path.view());
     if (f.kind == lookup_result::ambiguous) {
       fail("the path matches two layout_map keys", path);
@@ -317,13 +320,12 @@ class planner {
       plan_.other_error_key = dist_.rules[f.second].key;
     }
     if (f.kind == lookup_result::none_matched || f.kind == lookup_result::ambiguous)
-      return nullptr;
-    return &dist_.rules[f.index].layout;
+      return std::nullopt;
+    return dist_.rules[f.index].layout;
   }
 
   constexpr layout_value variable_layout(const key_string& path, std::size_t rank) noexcept {
-    const layout_value* l = find_layout(path);
-    return l ? *l : layout_value::replicated(rank);
+    return find_layout(path).value_or(layout_value::replicated(rank));
   }
 
   constexpr layout_value add_variable(const name_string& layer, std::string_view leaf,
@@ -347,13 +349,15 @@ class planner {
 
   // The complete output layout: the layout_map's "<name>/output" if given, else the product's
   // layout without its partial axes.
-  constexpr layout_value output_target(const layout_value& y, const layout_value* forced) const {
+  constexpr layout_value output_target(const layout_value& y,
+                                       const std::optional<layout_value>& forced) const {
     return forced ? *forced : y.without_partial();
   }
 
   constexpr dense_choice evaluate(const layout_value& x, const layout_value& xu,
                                   const layout_value& wu, const layout_value& w,
-                                  const layout_value* forced, const shape_value& xs,
+                                  const std::optional<layout_value>& forced,
+                                  const shape_value& xs,
                                   const shape_value& ws, const shape_value& ys,
                                   bool needs_grad) const noexcept {
     dense_choice c;
@@ -390,7 +394,7 @@ class planner {
     if (op.use_bias) b = add_variable(op.name, "bias", shape_value{op.units});
     if (!plan_.ok) return;
     const key_string out_path = make_path(op.name, "output");
-    const layout_value* forced = find_layout(out_path);
+    const std::optional<layout_value> forced = find_layout(out_path);
     if (!plan_.ok) return;
     if (forced && !check_divides(*forced, ys, out_path)) return;
 
@@ -475,7 +479,7 @@ class planner {
                                   bool needs_grad) noexcept {
     if (op.kind == op_kind::dense) return;  // dense applies its output layout itself
     const key_string path = make_path(op.name, "output");
-    const layout_value* forced = find_layout(path);
+    const std::optional<layout_value> forced = find_layout(path);
     if (forced && check_divides(*forced, shape, path))
       reshard_forward("output", layout, *forced, shape, needs_grad);
   }
