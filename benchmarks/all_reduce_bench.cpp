@@ -30,7 +30,7 @@
 #include <cstring>
 #include <span>
 #include <string>
-#include <tessel/comm/collectives.hpp>
+#include <tessel/runtime/collectives.hpp>
 #include <tessel/runtime/initialize.hpp>
 #include <tessel/runtime/process_mesh.hpp>
 #include <vector>

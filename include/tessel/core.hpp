@@ -1,6 +1,7 @@
 // The compile-time core of tessel: meshes, layouts, layout maps, planner. Standard library only.
 #pragma once
 
+#include "core/activations.hpp"
 #include "core/axis.hpp"
 #include "core/device_mesh.hpp"
 #include "core/diagnostics.hpp"

@@ -3,7 +3,7 @@
 // Expected diagnostic: tessel::diagnostic::axis_not_in_mesh<"modle", Mesh>.
 #include <span>
 
-#include <tessel/comm/collectives.hpp>
+#include <tessel/runtime/collectives.hpp>
 
 using Mesh = tessel::device_mesh<tessel::axis<"data", 2>, tessel::axis<"model", 4>>;
 

@@ -19,7 +19,7 @@
 #include <numeric>
 #include <span>
 #include <string>
-#include <tessel/comm/collectives.hpp>
+#include <tessel/runtime/collectives.hpp>
 #include <tessel/core/device_mesh.hpp>
 #include <tessel/core/errors.hpp>
 #include <tessel/runtime/initialize.hpp>

@@ -18,7 +18,7 @@
 #include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
 
-#include "../layers/activations.hpp"
+#include "../core/activations.hpp"
 #include "../random/philox.hpp"
 
 namespace tessel::backend {

@@ -7,7 +7,7 @@
 #include <span>
 #include <string>
 
-#include "../layers/activations.hpp"
+#include "../core/activations.hpp"
 #include "../random/philox.hpp"
 
 namespace tessel::backend {

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "../core/errors.hpp"
-#include "../runtime/world.hpp"
+#include "../random/shared_seed.hpp"
 #include "array.hpp"
 #include "array_ops.hpp"
 
@@ -666,7 +666,7 @@ class dataset {
       throw value_error("shuffle: buffer_size must be greater than zero, got " +
                         std::to_string(buffer_size));
     }
-    const std::uint64_t s = seed ? *seed : runtime::shared_random_seed();
+    const std::uint64_t s = seed ? *seed : random::shared_seed();
     return then(std::make_shared<const detail::pipeline::shuffle_node<X, Y>>(
         top_, static_cast<std::size_t>(buffer_size), s, reshuffle_each_iteration));
   }

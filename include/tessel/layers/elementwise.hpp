@@ -5,7 +5,7 @@
 
 #include "../core/fixed_string.hpp"
 #include "../core/model_plan.hpp"
-#include "activations.hpp"
+#include "../core/activations.hpp"
 #include "layer.hpp"
 
 namespace tessel::layers {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "../comm/collectives.hpp"
 #include "../core/planner.hpp"
 #include "../layers/layer.hpp"
+#include "../runtime/collectives.hpp"
 
 namespace tessel {
 

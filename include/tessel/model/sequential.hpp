@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "../backend/default.hpp"
-#include "../comm/collectives.hpp"
 #include "../core/diagnostics.hpp"
 #include "../core/distribution.hpp"
 #include "../core/model_plan.hpp"
@@ -31,6 +30,7 @@
 #include "../losses.hpp"
 #include "../metrics.hpp"
 #include "../optimizers.hpp"
+#include "../runtime/collectives.hpp"
 #include "../runtime/process_mesh.hpp"
 #include "callbacks.hpp"
 #include "gradient_buckets.hpp"

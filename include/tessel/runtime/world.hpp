@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "../comm/communicator.hpp"
 #include "../comm/watchdog.hpp"
 #include "../core/errors.hpp"
+#include "../random/shared_seed.hpp"
 
 namespace tessel {
 
@@ -46,6 +46,17 @@ inline bool launched_by_mpi() {
   int initialized = 0;
   MPI_Initialized(&initialized);
   return initialized != 0;
+}
+
+// A random seed that is the same on every process of the job: drawn on process 0 and broadcast
+// (a collective: every process calls it at the same point). For what must not differ between
+// processes, such as the order of an unseeded shuffle that every process iterates.
+// random::shared_seed() calls it while MPI runs (start_mpi installs it, stop_mpi removes it).
+inline std::uint64_t shared_random_seed() {
+  std::uint64_t s = random::device_seed();
+  if (state().mpi && state().size > 1)
+    comm::detail::check(MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  return s;
 }
 
 inline void start_mpi(int& argc, char**& argv) {
@@ -81,12 +92,14 @@ inline void start_mpi(int& argc, char**& argv) {
   MPI_Comm_free(&node);
   // A collective that waits past the timeout ends the job with a message (comm/watchdog.hpp).
   if (w.size > 1) comm::watchdog::instance().start();
+  random::shared_seed_source() = &shared_random_seed;
 }
 
 inline void stop_mpi() {
   world_state& w = state();
   int finalized = 0;
   MPI_Finalized(&finalized);
+  random::shared_seed_source() = &random::device_seed;
   if (!finalized) comm::watchdog::instance().stop();
   if (w.owns_mpi && !finalized) MPI_Finalize();
   w.mpi = w.owns_mpi = false;
@@ -100,15 +113,6 @@ inline void stop_mpi() {
   std::_Exit(code);
 }
 
-// A random seed that is the same on every process of the job: drawn on process 0 and broadcast
-// (a collective: every process calls it at the same point). For what must not differ between
-// processes, such as the order of an unseeded shuffle that every process iterates.
-inline std::uint64_t shared_random_seed() {
-  std::uint64_t s = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
-  if (state().mpi && state().size > 1)
-    comm::detail::check(MPI_Bcast(&s, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast");
-  return s;
-}
 
 }  // namespace runtime
 

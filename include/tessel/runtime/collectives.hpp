@@ -2,7 +2,8 @@
 // grads)` sums `grads` over the processes along axis "batch" of the process_mesh `pm`. An axis
 // the mesh does not have is a compile error naming it. `run_step` executes one step of a plan
 // (planner.hpp's reshard_step, as `explain` prints it), dispatching to the instantiation for the
-// step's axis.
+// step's axis. They live in runtime/, above comm/: they take the process_mesh, which binds a
+// mesh to the job's processes, and comm/ (the communicator) sits below the runtime.
 #pragma once
 
 #include <cstddef>
@@ -12,8 +13,8 @@
 
 #include "../core/diagnostics.hpp"
 #include "../core/planner.hpp"
-#include "../runtime/process_mesh.hpp"
-#include "communicator.hpp"
+#include "../comm/communicator.hpp"
+#include "process_mesh.hpp"
 
 namespace tessel::comm {
 

@@ -1,5 +1,7 @@
 // activations: the element-wise functions a dense layer applies (Keras's names), as values the
-// backends switch on. Resolved at compile time, so an unknown name does not compile.
+// backends switch on. Resolved at compile time, so an unknown name does not compile. Shared
+// vocabulary below both the backends and the layers (standard library only), so that a backend
+// never includes a layer.
 #pragma once
 
 #include <string_view>
