@@ -245,16 +245,20 @@ struct host {
         "tessel::scale_shift", policy(in.size()),
         KOKKOS_LAMBDA(std::size_t k) { po[k] = pi[k] * scale + offset; });
   }
-  // Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate). The mask of
-  // element (r, j) is drawn at global index (first_row + r) * cols + j, so every shard of a batch
-  // draws the same mask one device would. Forward and backward call this with the same stream.
+  // Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate). `in` is the
+  // block of the whole batch's activation (global_cols columns wide) that starts at row
+  // first_row and column first_col; the mask of its element (r, j) is drawn at that element's
+  // global row-major index, (first_row + r) * global_cols + first_col + j, so a shard draws the
+  // mask one device would, whether the rows (the batch) or the columns are split. Forward and
+  // backward call this with the same stream.
   static void dropout(const matrix& in, const matrix& out, const random::stream& s, float rate,
-                      std::uint64_t first_row) {
+                      std::uint64_t first_row, std::uint64_t first_col,
+                      std::uint64_t global_cols) {
     const std::size_t n = in.extent(1);
     const float keep_scale = 1.0f / (1.0f - rate);
     Kokkos::parallel_for(
         "tessel::dropout", policy(in.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          const std::uint64_t base = (first_row + i) * n;
+          const std::uint64_t base = (first_row + i) * global_cols + first_col;
           for (std::size_t j = 0; j < n; ++j)
             out(i, j) = s.uniform(base + j) >= rate ? in(i, j) * keep_scale : 0.0f;
         });

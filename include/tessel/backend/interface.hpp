@@ -36,7 +36,7 @@ concept backend_interface = requires(const typename B::matrix& m, const typename
   B::activation_forward(activation_kind::relu, m);
   B::activation_backward(activation_kind::relu, m, m, m);
   B::scale_shift(m, m, f, f);
-  B::dropout(m, m, s, f, std::uint64_t{});
+  B::dropout(m, m, s, f, std::uint64_t{}, std::uint64_t{}, std::uint64_t{});
   { B::crossentropy_on_probabilities(m, l, m, m, f, f) } -> std::same_as<double>;
   { B::softmax_cross_entropy(m, l, m, m, f) } -> std::same_as<double>;
   { B::mean_squared_error(m, m, m, f) } -> std::same_as<double>;

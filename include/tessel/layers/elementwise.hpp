@@ -72,15 +72,17 @@ struct dropout : stateless_layer {
     runtime(const layer_info& info, variable_store<B>&, std::uint64_t seed)
         : stream_id_(random::hash_name(info.name.view())),
           seed_(Args.seed >= 0 ? static_cast<std::uint64_t>(Args.seed) : seed) {}
+    // The activation is split by rows (the batch) only, so this block's columns are all of them
+    // (first column 0); a column-sharded activation passes its offset and the global width.
     const matrix& forward(const matrix& x, const pass_context& ctx) {
       if (!ctx.training || Rate == 0.0) return x;
       y_ = sized<B>(y_store_, B::rows(x), B::cols(x), "dropout");
-      B::dropout(x, y_, stream(ctx), static_cast<float>(Rate), ctx.first_row);
+      B::dropout(x, y_, stream(ctx), static_cast<float>(Rate), ctx.first_row, 0, B::cols(x));
       return y_;
     }
     const matrix& backward(const matrix&, const matrix& dy, bool, const pass_context& ctx) {
       if (!ctx.training || Rate == 0.0) return dy;
-      B::dropout(dy, dy, stream(ctx), static_cast<float>(Rate), ctx.first_row);
+      B::dropout(dy, dy, stream(ctx), static_cast<float>(Rate), ctx.first_row, 0, B::cols(dy));
       return dy;
     }
 

@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "../core/errors.hpp"
 #include "philox.hpp"
@@ -30,22 +31,23 @@ inline bool is_known(std::string_view name) {
   return false;
 }
 
-// Fills `out` (the variable's values, row-major, `rows` x `cols`, of logical rank `rank`) with
-// element k taken from `s` at global index `first + k`.
-inline void fill(std::string_view name, const random::stream& s, std::size_t rows,
-                 std::size_t cols, std::size_t rank, std::span<float> out,
-                 std::uint64_t first = 0) {
-  const fans f = compute_fans(rows, cols, rank);
+namespace detail {
+// Element k of `out` takes the stream's values at global index `index(k)`: the one code path of
+// fill (a contiguous range) and fill_block (a block of a rank-N tensor).
+template <class Index>
+void draw(std::string_view name, const random::stream& s, const fans& f, std::span<float> out,
+          Index index) {
   auto uniform = [&](double limit) {
     for (std::size_t k = 0; k < out.size(); ++k)
-      out[k] = static_cast<float>((2.0 * s.uniform(first + k) - 1.0) * limit);
+      out[k] = static_cast<float>((2.0 * s.uniform(index(k)) - 1.0) * limit);
   };
   // Keras's VarianceScaling with a truncated normal: redraw beyond two standard deviations, and
   // divide by .8796... so that the truncated distribution has the requested variance.
   auto truncated = [&](double stddev) {
     for (std::size_t k = 0; k < out.size(); ++k) {
-      float z = s.normal(first + k);
-      for (std::uint32_t attempt = 1; std::fabs(z) > 2.0f; ++attempt) z = s.normal(first + k, attempt);
+      const std::uint64_t i = index(k);
+      float z = s.normal(i);
+      for (std::uint32_t attempt = 1; std::fabs(z) > 2.0f; ++attempt) z = s.normal(i, attempt);
       out[k] = static_cast<float>(z * stddev / 0.87962566103423978);
     }
   };
@@ -64,7 +66,7 @@ inline void fill(std::string_view name, const random::stream& s, std::size_t row
   } else if (name == "lecun_uniform") {
     uniform(std::sqrt(3.0 / f.fan_in));
   } else if (name == "random_normal") {  // RandomNormal(mean=0.0, stddev=0.05)
-    for (std::size_t k = 0; k < out.size(); ++k) out[k] = 0.05f * s.normal(first + k);
+    for (std::size_t k = 0; k < out.size(); ++k) out[k] = 0.05f * s.normal(index(k));
   } else if (name == "random_uniform") {  // RandomUniform(minval=-0.05, maxval=0.05)
     uniform(0.05);
   } else {
@@ -72,6 +74,55 @@ inline void fill(std::string_view name, const random::stream& s, std::size_t row
                       "'. Use one of zeros, ones, glorot_uniform, glorot_normal, he_normal, "
                       "he_uniform, lecun_normal, lecun_uniform, random_normal, random_uniform.");
   }
+}
+}  // namespace detail
+
+// Fills `out` (the variable's values, row-major, `rows` x `cols`, of logical rank `rank`) with
+// element k taken from `s` at global index `first + k`.
+inline void fill(std::string_view name, const random::stream& s, std::size_t rows,
+                 std::size_t cols, std::size_t rank, std::span<float> out,
+                 std::uint64_t first = 0) {
+  detail::draw(name, s, compute_fans(rows, cols, rank), out,
+               [first](std::size_t k) { return first + k; });
+}
+
+// Fills `out` with the block of a variable of global shape `global` that starts at `offset` and
+// spans `extent` (row-major within the block): each element takes the value at its global
+// row-major index, so a device that holds a shard of the variable draws exactly its slice of the
+// values one device would hold, whatever the sharding (JAX's threefry keyed by position does the
+// same). The fans are the global shape's.
+inline void fill_block(std::string_view name, const random::stream& s,
+                       std::span<const std::size_t> global, std::span<const std::size_t> offset,
+                       std::span<const std::size_t> extent, std::span<float> out) {
+  const std::size_t rank = global.size();
+  std::size_t count = 1;
+  bool inside = offset.size() == rank && extent.size() == rank;
+  for (std::size_t d = 0; inside && d < rank; ++d) {
+    inside = offset[d] + extent[d] <= global[d];
+    count *= extent[d];
+  }
+  if (!inside || count != out.size())
+    throw value_error("fill_block: the block does not lie inside the variable's global shape, or "
+                      "its size differs from the output's " + std::to_string(out.size()) +
+                      " values");
+  std::size_t rows = rank >= 2 ? global[0] : 1, cols = 1;
+  for (std::size_t d = rank >= 2 ? 1 : 0; d < rank; ++d) cols *= global[d];
+  // Global row-major strides, and the block's local multi-index stepped like an odometer.
+  std::vector<std::uint64_t> stride(rank, 1);
+  for (std::size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * global[d];
+  std::vector<std::uint64_t> index_of(out.size());
+  std::vector<std::size_t> at(rank, 0);
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    std::uint64_t g = 0;
+    for (std::size_t d = 0; d < rank; ++d) g += (offset[d] + at[d]) * stride[d];
+    index_of[k] = g;
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++at[d] < extent[d]) break;
+      at[d] = 0;
+    }
+  }
+  detail::draw(name, s, compute_fans(rows, cols, rank), out,
+               [&](std::size_t k) { return index_of[k]; });
 }
 
 }  // namespace tessel::initializers

@@ -1,0 +1,106 @@
+// Randomness keyed by global element index: a device that holds a shard of a variable (or of a
+// batch's activation) draws exactly its slice of what one device draws for the whole tensor,
+// whichever dimensions the layout splits and over how many devices.
+#include <catch2/catch.hpp>
+
+#include <tessel/tessel.hpp>
+
+namespace {
+using namespace tessel;
+using mesh_2x4 = device_mesh<axis<"data", 2>, axis<"model", 4>>;
+
+// The values of the block [offset, offset + extent) of a row-major tensor of shape `global`.
+std::vector<float> slice(const std::vector<float>& whole, const shape_value& global,
+                         const shape_value& offset, const shape_value& extent) {
+  std::vector<float> out;
+  const std::size_t rank = global.rank;
+  std::vector<std::size_t> at(rank, 0);
+  std::size_t count = 1;
+  for (std::size_t d = 0; d < rank; ++d) count *= extent[d];
+  for (std::size_t k = 0; k < count; ++k) {
+    std::size_t g = 0;
+    for (std::size_t d = 0; d < rank; ++d) g = g * global[d] + offset[d] + at[d];
+    out.push_back(whole[g]);
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++at[d] < extent[d]) break;
+      at[d] = 0;
+    }
+  }
+  return out;
+}
+std::span<const std::size_t> dims(const shape_value& s) { return {s.extents.data(), s.rank}; }
+
+// Every device's block of `Layout` on the 2x4 mesh, drawn alone, equals its slice of the whole.
+template <class Layout>
+void check_layout(const char* initializer, const shape_value& global) {
+  const random::stream s(1337, random::hash_name("d1/kernel"));
+  std::size_t rows = global.rank >= 2 ? global[0] : 1, cols = 1;
+  for (std::size_t d = global.rank >= 2 ? 1 : 0; d < global.rank; ++d) cols *= global[d];
+  std::vector<float> whole(rows * cols);
+  initializers::fill(initializer, s, rows, cols, global.rank, whole);
+  for (std::size_t data = 0; data < 2; ++data)
+    for (std::size_t model = 0; model < 4; ++model) {
+      const block b = shard_block(Layout::value, mesh_2x4::value, global, {data, model});
+      std::size_t n = 1;
+      for (std::size_t d = 0; d < global.rank; ++d) n *= b.extent[d];
+      std::vector<float> mine(n);
+      initializers::fill_block(initializer, s, dims(global), dims(b.offset), dims(b.extent),
+                               mine);
+      INFO(initializer << " on device (" << data << ", " << model << ")");
+      CHECK(mine == slice(whole, global, b.offset, b.extent));
+    }
+}
+}  // namespace
+
+TEST_CASE("randomness: an initializer draws a shard's exact slice of the unsharded variable",
+          "[random][sharding]") {
+  for (const char* init : {"glorot_uniform", "he_normal", "random_normal", "lecun_uniform"}) {
+    check_layout<tensor_layout<mesh_2x4, none, "model">>(init, {784, 200});       // columns
+    check_layout<tensor_layout<mesh_2x4, "model", none>>(init, {784, 200});       // rows
+    check_layout<tensor_layout<mesh_2x4, "data", "model">>(init, {784, 200});     // both
+    check_layout<tensor_layout<mesh_2x4, axes<"data", "model">, none>>(init, {64, 10});
+    check_layout<tensor_layout<mesh_2x4, "model">>(init, {256});                  // a bias
+    check_layout<tensor_layout<mesh_2x4, none, none, "data", "model">>(init, {3, 3, 8, 16});
+  }
+  // The whole tensor as one block is fill itself.
+  const random::stream s(7, 9);
+  std::vector<float> a(12 * 5), b(12 * 5);
+  initializers::fill("glorot_normal", s, 12, 5, 2, a);
+  const shape_value g{12, 5}, zero{0, 0};
+  initializers::fill_block("glorot_normal", s, dims(g), dims(zero), dims(g), b);
+  CHECK(a == b);
+  // A block outside the variable is refused.
+  std::vector<float> c(6);
+  const shape_value off{11, 0}, ext{2, 3};
+  CHECK_THROWS_AS(initializers::fill_block("zeros", s, dims(g), dims(off), dims(ext), c),
+                  tessel::value_error);
+}
+
+TEST_CASE("randomness: a dropout mask drawn on a block of rows and columns is its slice of the "
+          "whole batch's mask", "[random][sharding]") {
+  using B = default_backend;
+  const std::size_t rows = 12, cols = 20;
+  std::vector<float> ones(rows * cols, 1.0f);
+  const random::stream s(42, random::hash_name("dropout"), 3);
+  auto whole_in = B::make_matrix("in", rows, cols), whole_out = B::make_matrix("out", rows, cols);
+  B::upload(ones, whole_in);
+  B::dropout(whole_in, whole_out, s, 0.4f, 0, 0, cols);
+  std::vector<float> whole(rows * cols);
+  B::download(whole_out, whole);
+  std::size_t dropped = 0;
+  for (float v : whole) dropped += v == 0.0f;
+  CHECK(dropped > rows * cols / 5);  // about 40% dropped
+  CHECK(dropped < rows * cols * 3 / 5);
+  // Blocks of 3 rows x 5 columns, and of 6 rows x 20 columns (the batch split alone).
+  for (const auto& [r_ext, c_ext] : {std::pair<std::size_t, std::size_t>{3, 5}, {6, 20}})
+    for (std::size_t r0 = 0; r0 < rows; r0 += r_ext)
+      for (std::size_t c0 = 0; c0 < cols; c0 += c_ext) {
+        auto in = B::make_matrix("in", r_ext, c_ext), out = B::make_matrix("out", r_ext, c_ext);
+        B::upload(std::vector<float>(r_ext * c_ext, 1.0f), in);
+        B::dropout(in, out, s, 0.4f, r0, c0, cols);
+        std::vector<float> mine(r_ext * c_ext);
+        B::download(out, mine);
+        INFO("block at (" << r0 << ", " << c0 << ")");
+        CHECK(mine == slice(whole, {rows, cols}, {r0, c0}, {r_ext, c_ext}));
+      }
+}
