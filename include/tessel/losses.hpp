@@ -7,21 +7,27 @@
 #include <variant>
 
 #include "core/errors.hpp"
+#include "core/model_plan.hpp"
 
 namespace tessel {
 
 namespace losses {
 
+// Each loss names the planner's loss_kind: the collectives its value and gradient need on a
+// sharded output (a softmax over a sharded class dimension needs the max and the sum reduced).
 struct mean_squared_error {
   static constexpr std::string_view name = "mean_squared_error";
+  static constexpr loss_kind plan_kind = loss_kind::mean_squared_error;
 };
 struct sparse_categorical_crossentropy {
   bool from_logits = false;
   static constexpr std::string_view name = "sparse_categorical_crossentropy";
+  static constexpr loss_kind plan_kind = loss_kind::softmax_cross_entropy;
 };
 struct categorical_crossentropy {
   bool from_logits = false;
   static constexpr std::string_view name = "categorical_crossentropy";
+  static constexpr loss_kind plan_kind = loss_kind::softmax_cross_entropy;
 };
 
 }  // namespace losses
@@ -45,6 +51,10 @@ class loss_spec {
   }
   std::string_view name() const {
     return std::visit([](const auto& l) { return std::decay_t<decltype(l)>::name; }, value_);
+  }
+  // The loss as the planner knows it.
+  loss_kind plan_kind() const {
+    return std::visit([](const auto& l) { return std::decay_t<decltype(l)>::plan_kind; }, value_);
   }
 
  private:

@@ -25,7 +25,7 @@ static_assert(mp.ok);
 static_assert(mp.collectives(fwd, -1, model) == 1 && mp.collectives(fwd, collective::all_reduce, model) == 1);
 static_assert(mp.collectives(bwd, -1, model) == 1 && mp.collectives(bwd, collective::all_reduce, model) == 1);
 // The forward one reduces the row layer's output: 32 x 1024 floats on each device.
-static_assert(mp.steps[0].op == 1 && mp.steps[0].what == fixed_string("output"));
+static_assert(mp.steps[0].op == 1 && mp.steps[0].role == step_role::output);
 static_assert(mp.steps[0].step.bytes == 32 * 1024 * 4);
 // Over "data" only gradients are reduced: the two kernels and the two biases.
 static_assert(mp.collectives(fwd, -1, data) == 0 && mp.collectives(bwd, collective::all_reduce, data) == 4);

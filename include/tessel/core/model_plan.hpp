@@ -73,10 +73,49 @@ constexpr model_desc describe_model(const shape_value& input, const std::array<o
 
 enum class phase : std::uint8_t { forward, backward };
 
+// The tensor a planned step moves. The runtime executes steps by role (a kernel gradient's
+// all_reduce becomes a gradient bucket, the loss's reduces the loss and metric sums); `explain`
+// prints role_name.
+enum class step_role : std::uint8_t {
+  input,             // a layer's input, resharded to what the layer needs
+  output,            // a layer's output, resharded to its laid-out layout
+  input_gradient,    // the transposes of those, in backward
+  output_gradient,
+  kernel,            // a variable, resharded to the layout its layer computes with
+  bias,
+  kernel_gradient,   // a variable's gradient, reduced or resharded to the variable's layout
+  bias_gradient,
+  row_max,           // a softmax's or cross-entropy's reductions over a sharded class dimension
+  row_sum,
+  true_class_logit,
+  loss,              // the loss sum (and metric counts), reduced over the batch axes
+};
+constexpr std::string_view role_name(step_role r) noexcept {
+  switch (r) {
+    case step_role::input: return "input";
+    case step_role::output: return "output";
+    case step_role::input_gradient: return "input gradient";
+    case step_role::output_gradient: return "output gradient";
+    case step_role::kernel: return "kernel";
+    case step_role::bias: return "bias";
+    case step_role::kernel_gradient: return "kernel gradient";
+    case step_role::bias_gradient: return "bias gradient";
+    case step_role::row_max: return "row max";
+    case step_role::row_sum: return "row sum";
+    case step_role::true_class_logit: return "true-class logit";
+    case step_role::loss: return "loss";
+  }
+  return "";
+}
+// A variable's gradient (a bucket of the data-parallel gradient reduction).
+constexpr bool is_gradient_of_variable(step_role r) noexcept {
+  return r == step_role::kernel_gradient || r == step_role::bias_gradient;
+}
+
 struct planned_step {
   phase when{};
   std::uint8_t op = 0;  // index of the layer; the loss is op == count
-  name_string what{};   // the tensor moved: "input", "output", "kernel", "kernel gradient", ...
+  step_role role{};
   reshard_step step{};
 };
 
@@ -208,7 +247,7 @@ class planner {
         case op_kind::activation:
           if (op.activation.view() == "softmax") softmax(layout, shape);
           else if (!is_linear_activation(op.activation.view()))
-            reshard_forward("input", layout, layout.without_partial(), shape, needs_grad);
+            reshard_forward(step_role::input, layout, layout.without_partial(), shape, needs_grad);
           break;
         case op_kind::dropout: break;  // the mask is keyed by global index: linear, local
       }
@@ -243,11 +282,11 @@ class planner {
     if (plan_.count == max_planned_steps) return fail("the plan has too many steps");
     plan_.steps[plan_.count++] = s;
   }
-  constexpr void add(phase p, std::string_view what, const reshard_plan& r) noexcept {
+  constexpr void add(phase p, step_role role, const reshard_plan& r) noexcept {
     if (!r.ok) return fail("no resharding plan between these layouts");
     for (const auto& s : r) {
       if (s.kind == collective::slice) continue;  // local, free: not a collective
-      const planned_step ps{p, op_, name_string(what), s};
+      const planned_step ps{p, op_, role, s};
       if (p == phase::forward) {
         push(ps);
       } else {
@@ -285,12 +324,12 @@ class planner {
 
   // A reshard of an activation whose gradient is needed: forward steps, and the transposed
   // steps in the backward group.
-  constexpr void reshard_forward(std::string_view what, layout_value& layout,
-                                 const layout_value& to, const shape_value& shape,
-                                 bool needs_grad) noexcept {
-    add(phase::forward, what, plan_reshard(layout, to, plan_.mesh, shape, model_.element_size));
+  constexpr void reshard_forward(step_role role, layout_value& layout, const layout_value& to,
+                                 const shape_value& shape, bool needs_grad) noexcept {
+    add(phase::forward, role, plan_reshard(layout, to, plan_.mesh, shape, model_.element_size));
     if (needs_grad)
-      add(phase::backward, std::string_view(what == "output" ? "output gradient" : "input gradient"),
+      add(phase::backward,
+          role == step_role::output ? step_role::output_gradient : step_role::input_gradient,
           plan_reshard_backward(layout, to.without_partial(), plan_.mesh, shape,
                                 model_.element_size));
     layout = to;
@@ -298,7 +337,7 @@ class planner {
 
   constexpr void flatten(layout_value& layout, shape_value& shape, bool needs_grad) noexcept {
     const std::size_t last = shape.rank - 1;
-    reshard_forward("input", layout, flatten_input_requirement(layout, 1, last), shape,
+    reshard_forward(step_role::input, layout, flatten_input_requirement(layout, 1, last), shape,
                     needs_grad);
     const auto r = propagate_flatten(layout, 1, last);
     if (!r.ok) return fail(r.error);
@@ -419,31 +458,31 @@ class planner {
     const auto& m = plan_.mesh;
     const std::size_t es = model_.element_size;
     // forward
-    add(phase::forward, "input", plan_reshard(layout, best.x, m, shape, es));
-    add(phase::forward, "kernel", plan_reshard(w, best.w, m, ws, es));
+    add(phase::forward, step_role::input, plan_reshard(layout, best.x, m, shape, es));
+    add(phase::forward, step_role::kernel, plan_reshard(w, best.w, m, ws, es));
     if (op.use_bias) {
       layout_value want_b = layout_value::replicated(1);
       want_b.dims[0] = best.out.dims[1];
-      add(phase::forward, "bias", plan_reshard(b, want_b, m, shape_value{op.units}, es));
+      add(phase::forward, step_role::bias, plan_reshard(b, want_b, m, shape_value{op.units}, es));
     }
-    add(phase::forward, "output", plan_reshard(best.y, best.out, m, ys, es));
+    add(phase::forward, step_role::output, plan_reshard(best.y, best.out, m, ys, es));
     if (!plan_.ok) return;
     // backward, in execution order
     const layout_value g = best.y.without_partial();
-    add(phase::backward, "output gradient", plan_reshard(best.out, g, m, ys, es));
+    add(phase::backward, step_role::output_gradient, plan_reshard(best.out, g, m, ys, es));
     const auto dw = propagate_matmul(swap2(best.x), g);
     if (!dw.ok) return fail(dw.error);
-    add(phase::backward, "kernel gradient", plan_reshard(dw.out, best.w, m, ws, es));
-    add(phase::backward, "kernel gradient", plan_reshard(best.w, w, m, ws, es));
+    add(phase::backward, step_role::kernel_gradient, plan_reshard(dw.out, best.w, m, ws, es));
+    add(phase::backward, step_role::kernel_gradient, plan_reshard(best.w, w, m, ws, es));
     if (op.use_bias) {
       const auto db = propagate_reduce(g, 0);
-      add(phase::backward, "bias gradient", plan_reshard(db.out, b, m, shape_value{op.units}, es));
+      add(phase::backward, step_role::bias_gradient, plan_reshard(db.out, b, m, shape_value{op.units}, es));
     }
     if (needs_grad) {
       const auto dx = propagate_matmul(g, swap2(best.w));
       if (!dx.ok) return fail(dx.error);
-      add(phase::backward, "input gradient", plan_reshard(dx.out, best.x, m, shape, es));
-      add(phase::backward, "input gradient",
+      add(phase::backward, step_role::input_gradient, plan_reshard(dx.out, best.x, m, shape, es));
+      add(phase::backward, step_role::input_gradient,
           plan_reshard_backward(layout, best.x, m, shape, es));
     }
     layout = best.out;
@@ -458,13 +497,14 @@ class planner {
   constexpr void softmax(const layout_value& layout, const shape_value& shape) noexcept {
     const auto r = propagate_softmax(layout);
     if (!r.ok) return fail(r.error);
-    row_reductions(r.reduce_axes, layout, shape, phase::forward, "row max", "row sum");
-    row_reductions(r.reduce_axes, layout, shape, phase::backward, "row sum", {});
+    row_reductions(r.reduce_axes, layout, shape, phase::forward, step_role::row_max,
+                   step_role::row_sum);
+    row_reductions(r.reduce_axes, layout, shape, phase::backward, step_role::row_sum);
   }
 
   constexpr void row_reductions(std::uint32_t axes, const layout_value& layout,
-                                const shape_value& shape, phase p, std::string_view first,
-                                std::string_view second) noexcept {
+                                const shape_value& shape, phase p, step_role first,
+                                std::optional<step_role> second = std::nullopt) noexcept {
     if (!axes) return;
     layout_value rows = layout_value::replicated(1);
     rows.dims[0] = layout.dims[0];
@@ -472,7 +512,7 @@ class planner {
     const shape_value rs{shape.extents[0]};
     const auto r = plan_reshard(rows, rows.without_partial(), plan_.mesh, rs, model_.element_size);
     add(p, first, r);
-    if (!second.empty()) add(p, second, r);
+    if (second) add(p, *second, r);
   }
 
   constexpr void constrain_output(const op_desc& op, layout_value& layout, const shape_value& shape,
@@ -481,7 +521,7 @@ class planner {
     const key_string path = make_path(op.name, "output");
     const std::optional<layout_value> forced = find_layout(path);
     if (forced && check_divides(*forced, shape, path))
-      reshard_forward("output", layout, *forced, shape, needs_grad);
+      reshard_forward(step_role::output, layout, *forced, shape, needs_grad);
   }
 
   // The loss is a mean over the global batch: the local sum is all_reduced over every axis the
@@ -497,13 +537,14 @@ class planner {
       labels.dims[0] = layout.dims[0];
       const auto r = propagate_softmax_cross_entropy(layout, labels);
       if (!r.ok) return fail(r.error);
-      row_reductions(r.reduce_axes, layout, shape, phase::forward, "row max", "row sum");
-      row_reductions(r.reduce_axes, layout, shape, phase::forward, "true-class logit", {});
+      row_reductions(r.reduce_axes, layout, shape, phase::forward, step_role::row_max,
+                   step_role::row_sum);
+      row_reductions(r.reduce_axes, layout, shape, phase::forward, step_role::true_class_logit);
       summed_over = r.out.sharded_axes();
     }
     layout_value scalar = layout_value::replicated(1);
     scalar.partial = summed_over;
-    add(phase::forward, "loss", plan_reshard(scalar, scalar.without_partial(), plan_.mesh,
+    add(phase::forward, step_role::loss, plan_reshard(scalar, scalar.without_partial(), plan_.mesh,
                                              shape_value{model_.loss_values},
                                              model_.element_size));
   }
@@ -611,7 +652,7 @@ inline std::string explain(const model_plan& p, const model_desc& m) {
       ++n;
       const std::string layer =
           st.op < m.count ? std::string(m.ops[st.op].name.view()) : std::string("loss");
-      s += "    " + pad(layer, 10) + pad(std::string(st.what.view()), 18) +
+      s += "    " + pad(layer, 10) + pad(std::string(role_name(st.role)), 18) +
            pad(to_string(st.step, p.mesh), 30) + detail::bytes_text(st.step.bytes) + " buffer, " +
            detail::bytes_text(st.step.wire_bytes) + " sent per device\n";
     }

@@ -506,12 +506,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     else return process_mesh<mesh_type>::bind();
   }
   // The compiled loss as the planner knows it (none before compile).
-  loss_kind plan_loss() const {
-    if (!loss_) return loss_kind::none;
-    return loss_->name().find("crossentropy") != std::string_view::npos
-               ? loss_kind::softmax_cross_entropy
-               : loss_kind::mean_squared_error;
-  }
+  loss_kind plan_loss() const { return loss_ ? loss_->plan_kind() : loss_kind::none; }
   // The loss step carries the loss sum and one count per metric, as doubles (two floats each).
   std::size_t loss_values() const { return 2 * (1 + metrics_.size()); }
   // Every process starts from device 0's seed: processes given different seeds
@@ -550,14 +545,13 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     if (!plan_.ok) throw value_error(tessel::explain(plan_, d));
     loss_steps_.clear();
     for (const auto& s : plan_) {
-      const std::string_view what = s.what.view();
       const bool gradient = s.when == phase::backward && s.step.kind == collective::all_reduce &&
-                            (what == "kernel gradient" || what == "bias gradient");
-      const bool loss_sum = s.when == phase::forward && what == "loss";
+                            is_gradient_of_variable(s.role);
+      const bool loss_sum = s.when == phase::forward && s.role == step_role::loss;
       if (loss_sum) loss_steps_.push_back(s.step);
       if (!gradient && !loss_sum)
         throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
-                          " of '" + std::string(what) + "' in layer '" +
+                          " of '" + std::string(role_name(s.role)) + "' in layer '" +
                           std::string(layer_infos[s.op].name.view()) +
                           "', which data-parallel training does not perform");
     }
@@ -567,7 +561,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     std::vector<typename gradient_buckets<B, mesh_type>::entry> entries;
     for (const auto& s : plan_) {
       if (s.when != phase::backward) continue;
-      const std::string leaf = s.what.view() == "kernel gradient" ? "/kernel" : "/bias";
+      const std::string leaf = s.role == step_role::kernel_gradient ? "/kernel" : "/bias";
       entries.push_back(
           {&get_variable(std::string(layer_infos[s.op].name.view()) + leaf), s.step});
     }
