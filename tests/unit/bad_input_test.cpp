@@ -91,9 +91,7 @@ TEST_CASE("bad input: no samples is an error that says so, as in Keras, never a 
   const auto none = tessel::from_tensor_slices(features(10), labels(10)).batch(16, true);
   CHECK_THAT(message_of([&] { m.fit(none, {.verbose = 0}); }),
              Contains("fit: the training data has no samples"));
-  CHECK_THAT(message_of([&] {
-               m.fit(ds, {.verbose = 0, .validation_data = ds.take(0)});
-             }),
+  CHECK_THAT(message_of([&] { m.fit(ds, {.verbose = 0, .validation_data = ds.take(0)}); }),
              Contains("fit: validation_data has no samples"));
   CHECK(m.get_weights() != before);  // the last fit trained one epoch before validating
 }

@@ -1,5 +1,6 @@
-// The collective watchdog's settings: TESSEL_COLLECTIVE_TIMEOUT's values and set_collective_timeout.
-// (What it does when a process stops: tests/mpi, mpi.watchdog_ends_a_stalled_job.)
+// The collective watchdog's settings: TESSEL_COLLECTIVE_TIMEOUT's values and
+// set_collective_timeout. (What it does when a process stops: tests/mpi,
+// mpi.watchdog_ends_a_stalled_job.)
 #include <catch2/catch.hpp>
 
 #include "test_helpers.hpp"

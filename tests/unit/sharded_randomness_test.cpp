@@ -44,8 +44,7 @@ void check_layout(const char* initializer, const shape_value& global) {
       std::size_t n = 1;
       for (std::size_t d = 0; d < global.rank; ++d) n *= b.extent[d];
       std::vector<float> mine(n);
-      initializers::fill_block(initializer, s, dims(global), dims(b.offset), dims(b.extent),
-                               mine);
+      initializers::fill_block(initializer, s, dims(global), dims(b.offset), dims(b.extent), mine);
       INFO(initializer << " on device (" << data << ", " << model << ")");
       CHECK(mine == slice(whole, global, b.offset, b.extent));
     }
@@ -55,11 +54,11 @@ void check_layout(const char* initializer, const shape_value& global) {
 TEST_CASE("randomness: an initializer draws a shard's exact slice of the unsharded variable",
           "[random][sharding]") {
   for (const char* init : {"glorot_uniform", "he_normal", "random_normal", "lecun_uniform"}) {
-    check_layout<tensor_layout<mesh_2x4, none, "model">>(init, {784, 200});       // columns
-    check_layout<tensor_layout<mesh_2x4, "model", none>>(init, {784, 200});       // rows
-    check_layout<tensor_layout<mesh_2x4, "data", "model">>(init, {784, 200});     // both
+    check_layout<tensor_layout<mesh_2x4, none, "model">>(init, {784, 200});    // columns
+    check_layout<tensor_layout<mesh_2x4, "model", none>>(init, {784, 200});    // rows
+    check_layout<tensor_layout<mesh_2x4, "data", "model">>(init, {784, 200});  // both
     check_layout<tensor_layout<mesh_2x4, axes<"data", "model">, none>>(init, {64, 10});
-    check_layout<tensor_layout<mesh_2x4, "model">>(init, {256});                  // a bias
+    check_layout<tensor_layout<mesh_2x4, "model">>(init, {256});  // a bias
     check_layout<tensor_layout<mesh_2x4, none, none, "data", "model">>(init, {3, 3, 8, 16});
   }
   // The whole tensor as one block is fill itself.
@@ -76,8 +75,10 @@ TEST_CASE("randomness: an initializer draws a shard's exact slice of the unshard
                   tessel::value_error);
 }
 
-TEST_CASE("randomness: a dropout mask drawn on a block of rows and columns is its slice of the "
-          "whole batch's mask", "[random][sharding]") {
+TEST_CASE(
+    "randomness: a dropout mask drawn on a block of rows and columns is its slice of the "
+    "whole batch's mask",
+    "[random][sharding]") {
   using B = default_backend;
   const std::size_t rows = 12, cols = 20;
   std::vector<float> ones(rows * cols, 1.0f);

@@ -135,8 +135,10 @@ class watchdog {
   // Seconds; 0 turns the watchdog off. Overrides TESSEL_COLLECTIVE_TIMEOUT.
   void set_timeout(double seconds) {
     if (!std::isfinite(seconds) || seconds < 0)
-      throw value_error("set_collective_timeout: the timeout must be a non-negative number of "
-                        "seconds (0 for none), got " + std::to_string(seconds));
+      throw value_error(
+          "set_collective_timeout: the timeout must be a non-negative number of "
+          "seconds (0 for none), got " +
+          std::to_string(seconds));
     timeout_set_ = true;
     timeout_ns_.store(to_ns(seconds));
     wake_.notify_all();
@@ -223,8 +225,8 @@ class watchdog {
     while (!stop_) {
       const std::int64_t t = timeout_ns_.load();
       // Check often enough to end within a tenth of the timeout (at most once a second).
-      const auto tick = std::chrono::nanoseconds(t > 0 ? std::clamp<std::int64_t>(t / 10, 10'000'000, 1'000'000'000)
-                                                       : 1'000'000'000);
+      const auto tick = std::chrono::nanoseconds(
+          t > 0 ? std::clamp<std::int64_t>(t / 10, 10'000'000, 1'000'000'000) : 1'000'000'000);
       wake_.wait_for(lock, tick, [&] { return stop_; });
       if (stop_ || t <= 0) continue;
       const std::uint64_t id = waiting_.load(std::memory_order_acquire);
@@ -268,13 +270,15 @@ class watchdog {
       msg += "; the processes that did not arrive: " + missing +
              " (stopped, hung, or waiting in another collective)";
     else if (unknown.empty() && w.channel >= 0)
-      msg += "; every process arrived, so the collective itself did not complete (an MPI or "
-             "network fault)";
+      msg +=
+          "; every process arrived, so the collective itself did not complete (an MPI or "
+          "network fault)";
     if (!unknown.empty())
       msg += "; processes " + unknown + " are on other machines and could not be checked";
     if (w.channel < 0) msg += "; which processes did not arrive is unknown";
-    msg += ". Aborting the job. If a step really takes this long, raise the timeout: "
-           "TESSEL_COLLECTIVE_TIMEOUT=<seconds> or tessel::set_collective_timeout.\n";
+    msg +=
+        ". Aborting the job. If a step really takes this long, raise the timeout: "
+        "TESSEL_COLLECTIVE_TIMEOUT=<seconds> or tessel::set_collective_timeout.\n";
     std::fputs(msg.c_str(), stderr);
   }
   static std::string format_seconds(double s) {
