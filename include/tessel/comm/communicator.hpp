@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "../core/errors.hpp"
+#include "concept.hpp"
 #include "watchdog.hpp"
 
 namespace tessel::comm {
@@ -293,5 +294,7 @@ class communicator {
   int size_ = 1;
   int channel_ = -1;  // the watchdog's
 };
+
+static_assert(communicator_like<communicator>);
 
 }  // namespace tessel::comm

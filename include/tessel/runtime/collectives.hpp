@@ -10,10 +10,12 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../core/diagnostics.hpp"
 #include "../core/planner.hpp"
 #include "../comm/communicator.hpp"
+#include "../comm/dimension.hpp"
 #include "process_mesh.hpp"
 
 namespace tessel::comm {
@@ -121,7 +123,8 @@ request dispatch_step(const process_mesh<Mesh>& pm, const reshard_step& s, std::
   if (s.kind != collective::all_reduce && (s.dim != 0 || s.to_dim != 0))
     throw value_error("tessel: " + std::string(name_of(s.kind)) + " on tensor dimension " +
                       std::to_string(s.kind == collective::all_to_all ? s.to_dim : s.dim) +
-                      " is not supported by the host collectives yet (only dimension 0)");
+                      " needs the tensor's shape to pack it: call run_step(pm, step, "
+                      "local_shape, in, out, scratch)");
   if (s.axis >= Mesh::rank)
     throw value_error("tessel: a planned step names mesh axis " + std::to_string(s.axis) +
                       " of a mesh with " + std::to_string(Mesh::rank) + " axes");
@@ -136,7 +139,7 @@ request dispatch_step(const process_mesh<Mesh>& pm, const reshard_step& s, std::
 // Starts step `s` of a plan on this process's buffers and returns its request. The buffers hold
 // the tensor row-major; gathers, scatters, slices and all-to-alls move whole blocks of the
 // leading dimension (dimension 0; the batch), which is where data parallelism shards. Steps on
-// other dimensions need packing, which model parallelism brings; they are refused here.
+// other dimensions need packing: the run_step below, which knows the tensor's shape.
 template <class Mesh, class T>
 [[nodiscard]] request start_step(const process_mesh<Mesh>& pm, const reshard_step& s,
                                  std::span<const T> in, std::span<T> out) {
@@ -147,6 +150,51 @@ template <class Mesh, class T>
 void run_step(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<const T> in,
               std::span<T> out) {
   detail::dispatch_step(pm, s, in, out, true);
+}
+
+// Step `s` on a tensor whose block on this process, the step's input, has shape `local`: a
+// gather, scatter, slice or all-to-all on any dimension, packed where the dimension is not the
+// leading one (comm/dimension.hpp); `scratch` holds the packed data between calls. Blocking.
+template <class Mesh, class T>
+void run_step(const process_mesh<Mesh>& pm, const reshard_step& s,
+              std::span<const std::size_t> local, std::span<const T> in, std::span<T> out,
+              std::vector<T>& scratch) {
+  if (s.axis >= Mesh::rank)
+    throw value_error("tessel: a planned step names mesh axis " + std::to_string(s.axis) +
+                      " of a mesh with " + std::to_string(Mesh::rank) + " axes");
+  auto run = [&](const communicator& c) {
+    const auto n = static_cast<std::size_t>(c.size());
+    switch (s.kind) {
+      case collective::all_reduce:
+        detail::check_size("all_reduce", "output", out.size(), in.size(), local);
+        if (in.data() != out.data()) detail::copy(in, out);
+        return c.all_reduce(out);
+      case collective::all_gather:
+        return all_gather_dim(c, local, s.dim, in, out, scratch);
+      case collective::reduce_scatter:
+      case collective::slice: {
+        detail::check_dim(std::string(name_of(s.kind)).c_str(), local, s.dim);
+        if (local[s.dim] % n != 0)
+          throw value_error("tessel: " + std::string(name_of(s.kind)) + " of dimension " +
+                            std::to_string(s.dim) + " of a tensor of shape " +
+                            detail::shape_text(local) + " over " + std::to_string(n) +
+                            " processes: the dimension does not divide");
+        std::vector<std::size_t> part(local.begin(), local.end()), offset(local.size(), 0);
+        part[s.dim] /= n;
+        if (s.kind == collective::reduce_scatter)
+          return reduce_scatter_dim(c, std::span<const std::size_t>(part), s.dim, in, out, scratch);
+        detail::check_size("slice", "input", in.size(), detail::elements(local), local);
+        detail::check_size("slice", "output", out.size(), detail::elements(part), part);
+        offset[s.dim] = static_cast<std::size_t>(c.rank()) * part[s.dim];
+        return detail::copy_block<T>(local, offset, part, in.data(), out.data(), true);
+      }
+      case collective::all_to_all:
+        return all_to_all_dim(c, local, s.dim, s.to_dim, in, out, scratch);
+    }
+  };
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((s.axis == I ? (run(pm.template axis<I>()), true) : false) || ...);
+  }(std::make_index_sequence<Mesh::rank>{});
 }
 
 }  // namespace tessel::comm
