@@ -1,5 +1,8 @@
-// backend_interface: what a backend provides to layers, losses, metrics and optimizers. Layers
-// are written once against it; `host` (Kokkos) implements it today, a CUDA backend later.
+// The backend concepts: what a backend provides to layers, losses, metrics and optimizers, in
+// small groups so that a new backend (CUDA) can be brought up, and checked, one group at a time,
+// and a piece of code can say which group it needs (flashlight's TensorBackend and Kokkos's
+// memory and execution spaces are split the same way). backend_interface is all of them: what
+// `host` (Kokkos) implements today and a CUDA backend will.
 #pragma once
 
 #include <concepts>
@@ -12,10 +15,11 @@
 
 namespace tessel::backend {
 
+// Memory and copies: buffers in the device's memory, views of parts of them, host transfers,
+// and the memory the collectives read and write.
 template <class B>
-concept backend_interface = requires(const typename B::matrix& m, const typename B::index_vector& l,
-                                     std::span<const float> src, std::span<float> dst,
-                                     const random::stream& s, float f, bool b, std::size_t n) {
+concept backend_memory = requires(const typename B::matrix& m, std::span<const float> src,
+                                  std::span<float> dst, float f, std::size_t n) {
   typename B::matrix;        // a row-major 2-D float buffer in the device's memory
   typename B::index_vector;  // int32 labels in the device's memory
   { B::make_matrix(std::string{}, n, n) } -> std::same_as<typename B::matrix>;
@@ -30,20 +34,53 @@ concept backend_interface = requires(const typename B::matrix& m, const typename
   B::download(m, dst);
   B::fill(m, f);
   B::copy(m, m);
-  B::gemm(b, b, f, m, m, f, m);
+};
+
+// Dense algebra: c = alpha * op(a) * op(b) + beta * c.
+template <class B>
+concept backend_gemm = backend_memory<B> && requires(const typename B::matrix& m, float f,
+                                                     bool b) { B::gemm(b, b, f, m, m, f, m); };
+
+// Element-wise: bias broadcast, activations and their gradients, affine maps.
+template <class B>
+concept backend_elementwise = backend_memory<B> && requires(const typename B::matrix& m, float f) {
   B::broadcast_rows(m, m);
-  B::column_sums(m, m);
   B::activation_forward(activation_kind::relu, m);
   B::activation_backward(activation_kind::relu, m, m, m);
   B::scale_shift(m, m, f, f);
-  B::dropout(m, m, s, f, std::uint64_t{}, std::uint64_t{}, std::uint64_t{});
+};
+
+// Reductions: column sums (bias gradients), the losses' sums with their gradients, and the
+// metrics' counts.
+template <class B>
+concept backend_reductions = backend_memory<B> && requires(const typename B::matrix& m,
+                                                           const typename B::index_vector& l,
+                                                           float f) {
+  B::column_sums(m, m);
   { B::crossentropy_on_probabilities(m, l, m, m, f, f) } -> std::same_as<double>;
   { B::softmax_cross_entropy(m, l, m, m, f) } -> std::same_as<double>;
   { B::mean_squared_error(m, m, m, f) } -> std::same_as<double>;
   { B::count_argmax_equal(m, l, m) } -> std::same_as<std::size_t>;
+};
+
+// Randomness: dropout masks drawn at each element's global index.
+template <class B>
+concept backend_random = backend_memory<B> && requires(const typename B::matrix& m,
+                                                       const random::stream& s, float f) {
+  B::dropout(m, m, s, f, std::uint64_t{}, std::uint64_t{}, std::uint64_t{});
+};
+
+// The optimizers' fused updates.
+template <class B>
+concept backend_optimizers = backend_memory<B> && requires(const typename B::matrix& m, float f,
+                                                           bool b) {
   B::sgd_update(m, m, m, f, f, b);
   B::adam_update(m, m, m, m, f, f, f, f);
   B::rmsprop_update(m, m, m, m, m, f, f, f, f, b);
 };
+
+template <class B>
+concept backend_interface = backend_memory<B> && backend_gemm<B> && backend_elementwise<B> &&
+                            backend_reductions<B> && backend_random<B> && backend_optimizers<B>;
 
 }  // namespace tessel::backend
