@@ -3,3 +3,4 @@
 
 #include "layers/dense.hpp"
 #include "layers/elementwise.hpp"
+#include "layers/pooling.hpp"

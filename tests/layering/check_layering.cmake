@@ -1,6 +1,7 @@
 # Checks that each part of include/tessel uses only the parts below it, in the order of
 # ../shared/docs/architecture.md §8 (and docs/design.md, "Layers of the code"):
-#   1 core (standard library only)   2 random, shared vocabulary   3 backend, comm   4 runtime
+#   1 core (standard library only)   2 random, shared vocabulary   3 backend, comm, tensor
+#   4 runtime
 #   5 layers, losses, metrics, optimizers   6 distribution   7 model, data, io   8 trainer
 #   9 strategy
 # plus: data/ needs no MPI (neither <mpi.h> nor comm/ or runtime/); core/ includes no library
@@ -13,6 +14,7 @@ set(group_core 1)
 set(group_random 2)
 set(group_backend 3)
 set(group_comm 3)
+set(group_tensor 3)
 set(group_runtime 4)
 set(group_layers 5)
 set(group_distribution 6)
