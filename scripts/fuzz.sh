@@ -60,7 +60,7 @@ for h in "${harnesses[@]}"; do
   cov=$(grep -o 'cov: [0-9]*' <<<"$last" | grep -o '[0-9]*' || true)
   ft=$(grep -o 'ft: [0-9]*' <<<"$last" | grep -o '[0-9]*' || true)
   corp=$(grep -o 'corp: [0-9]*/[0-9]*[a-zA-Z]*' <<<"$last" | sed 's/corp: //' || true)
-  line=$(printf '%-14s executions %-10s exec/s %-7s cov %-6s ft %-7s corpus %s' "$h" \
+  line=$(printf '%-19s executions %-10s exec/s %-7s cov %-6s ft %-7s corpus %s' "$h" \
     "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "${corp:-?}")
   found=$(find "$artifacts" -type f -newer "$build/logs/$h.start" | head -5)
   if [[ $rc -ne 0 || -n $found ]]; then
