@@ -106,6 +106,7 @@ class request {
 // A group of processes. Sums are the only reduction the planner needs.
 class communicator {
  public:
+  using request = comm::request;
   // The group of this process alone.
   communicator() = default;
   // Takes ownership of `c` (freed on destruction) when `owned`. Collective over `c`'s processes

@@ -11,10 +11,13 @@
 
 namespace tessel::comm {
 
+// wait() blocks until the collective is complete; test() lets it progress and says whether it
+// is; pending() says, without progressing it, whether it may still be running.
 template <class R>
-concept request_like = std::movable<R> && requires(R r) {
+concept request_like = std::movable<R> && requires(R r, const R& cr) {
   r.wait();
   { r.test() } -> std::same_as<bool>;
+  { cr.pending() } -> std::same_as<bool>;
 };
 
 namespace detail {

@@ -17,7 +17,8 @@ class local_communicator {
   // A collective on one process completes when it starts.
   struct request {
     void wait() noexcept {}
-    [[nodiscard]] bool test() noexcept { return true; }
+    bool test() noexcept { return true; }
+    [[nodiscard]] bool pending() const noexcept { return false; }
   };
 
   [[nodiscard]] int rank() const noexcept { return 0; }

@@ -36,7 +36,7 @@ struct communication_stats {
   double backward_mpi_seconds = 0;
 };
 
-template <class B, class Mesh>
+template <class B, class Mesh, class C = comm::communicator>
 class gradient_buckets {
  public:
   // One gradient and the planned step that reduces it.
@@ -47,7 +47,7 @@ class gradient_buckets {
 
   // `entries` in the order backward completes them. Consecutive entries with the same step
   // kind and axis share a bucket until it holds `cap_mb`.
-  void build(const process_mesh<Mesh>& pm, std::vector<entry> entries, gradient_options o) {
+  void build(const process_mesh<Mesh, C>& pm, std::vector<entry> entries, gradient_options o) {
     pm_ = &pm;
     options_ = o;
     buckets_.clear();
@@ -160,7 +160,7 @@ class gradient_buckets {
     std::size_t offset = 0, size = 0;
     reshard_step step{};
     std::size_t members = 0, ready = 0;
-    comm::request request;
+    typename C::request request;
     bool started = false;
   };
   void start(bucket& b) {
@@ -170,7 +170,7 @@ class gradient_buckets {
     b.started = true;
   }
 
-  const process_mesh<Mesh>* pm_ = nullptr;
+  const process_mesh<Mesh, C>* pm_ = nullptr;
   gradient_options options_{};
   typename B::matrix flat_;
   std::vector<bucket> buckets_;

@@ -115,6 +115,20 @@ struct checked_layers {
 
 }  // namespace detail
 
+namespace detail {
+// A backend names the communicator of its memory (NCCL for device memory, MPI for the host);
+// without one, MPI's over host memory.
+template <class B>
+struct communicator_of {
+  using type = comm::communicator;
+};
+template <class B>
+  requires requires { typename B::communicator; }
+struct communicator_of<B> {
+  using type = typename B::communicator;
+};
+}  // namespace detail
+
 // fit()'s keyword arguments, by Keras's names.
 template <class Dataset>
 struct fit_options {
@@ -147,6 +161,9 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   using backend = B;
   using distribution = Dist;
   using mesh_type = typename Dist::mesh;
+  // The communicator of the mesh's axes: the backend's (B::communicator), else MPI's.
+  using communicator_type = typename detail::communicator_of<B>::type;
+  using mesh_binding = process_mesh<mesh_type, communicator_type>;
   using matrix = typename B::matrix;
   static constexpr std::size_t layer_count = sizeof...(Layers);
   static constexpr shape_value input_shape{InputDims...};
@@ -259,7 +276,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
 
   // ---- distribution ---------------------------------------------------------------------------
   // The mesh bound to the processes, with one communicator per axis.
-  const process_mesh<mesh_type>& mesh() const noexcept { return pm_; }
+  const mesh_binding& mesh() const noexcept { return pm_; }
   // The communication plan of a training step (global batch unknown: bytes per sample unknown).
   const model_plan& plan() const noexcept { return plan_; }
   // The plan of a training step on a global batch of `global_batch`, as text: variables and
@@ -501,9 +518,9 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   }
 
  private:
-  static process_mesh<mesh_type> bind_mesh() {
-    if constexpr (std::is_same_v<Dist, one_device>) return process_mesh<mesh_type>::local();
-    else return process_mesh<mesh_type>::bind();
+  static mesh_binding bind_mesh() {
+    if constexpr (std::is_same_v<Dist, one_device>) return mesh_binding::local();
+    else return mesh_binding::bind();
   }
   // The compiled loss as the planner knows it (none before compile).
   loss_kind plan_loss() const { return loss_ ? loss_->plan_kind() : loss_kind::none; }
@@ -511,7 +528,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   std::size_t loss_values() const { return 2 * (1 + metrics_.size()); }
   // Every process starts from device 0's seed: processes given different seeds
   // (set_random_seed(1000 + rank)) would otherwise build different replicas.
-  static std::uint64_t common_seed(const process_mesh<mesh_type>& pm) {
+  static std::uint64_t common_seed(const mesh_binding& pm) {
     std::uint64_t s = utils::random_seed();
     pm.broadcast_from_device_0(std::span<std::uint64_t>(&s, 1));
     return s;
@@ -558,7 +575,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
     build_buckets();
   }
   void build_buckets() {
-    std::vector<typename gradient_buckets<B, mesh_type>::entry> entries;
+    std::vector<typename gradient_buckets<B, mesh_type, communicator_type>::entry> entries;
     for (const auto& s : plan_) {
       if (s.when != phase::backward) continue;
       const std::string leaf = s.role == step_role::kernel_gradient ? "/kernel" : "/bias";
@@ -884,7 +901,7 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   }
 
   std::string name_;
-  process_mesh<mesh_type> pm_;
+  mesh_binding pm_;
   std::uint64_t seed_;
   variable_store<B> vars_;
   std::tuple<typename Layers::template runtime<B>...> layers_;
@@ -905,9 +922,9 @@ class basic_sequential<B, Dist, layers::input<InputDims...>, Layers...> : public
   std::vector<reshard_step> loss_steps_;
   std::array<std::vector<variable<B>*>, layer_count> layer_vars_{};
   gradient_options grad_options_{};
-  gradient_buckets<B, mesh_type> buckets_;
+  gradient_buckets<B, mesh_type, communicator_type> buckets_;
   std::vector<double> scalars_;
-  comm::request scalar_request_;
+  typename communicator_type::request scalar_request_;
   std::vector<float> host_gather_, gathered_;
 };
 

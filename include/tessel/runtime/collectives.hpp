@@ -30,48 +30,48 @@ constexpr std::size_t axis_index() {
 }  // namespace detail
 
 // ---- blocking -------------------------------------------------------------------------------
-template <fixed_string Axis, class Mesh, class T>
-void all_reduce(const process_mesh<Mesh>& pm, std::span<T> data) {
+template <fixed_string Axis, class Mesh, class C, class T>
+void all_reduce(const process_mesh<Mesh, C>& pm, std::span<T> data) {
   pm.template axis<detail::axis_index<Axis, Mesh>()>().all_reduce(data);
 }
-template <fixed_string Axis, class Mesh, class T>
-void all_gather(const process_mesh<Mesh>& pm, std::span<const T> in, std::span<T> out) {
+template <fixed_string Axis, class Mesh, class C, class T>
+void all_gather(const process_mesh<Mesh, C>& pm, std::span<const T> in, std::span<T> out) {
   pm.template axis<detail::axis_index<Axis, Mesh>()>().all_gather(in, out);
 }
-template <fixed_string Axis, class Mesh, class T>
-void reduce_scatter(const process_mesh<Mesh>& pm, std::span<const T> in, std::span<T> out) {
+template <fixed_string Axis, class Mesh, class C, class T>
+void reduce_scatter(const process_mesh<Mesh, C>& pm, std::span<const T> in, std::span<T> out) {
   pm.template axis<detail::axis_index<Axis, Mesh>()>().reduce_scatter(in, out);
 }
-template <fixed_string Axis, class Mesh, class T>
-void broadcast(const process_mesh<Mesh>& pm, std::span<T> data, int root = 0) {
+template <fixed_string Axis, class Mesh, class C, class T>
+void broadcast(const process_mesh<Mesh, C>& pm, std::span<T> data, int root = 0) {
   pm.template axis<detail::axis_index<Axis, Mesh>()>().broadcast(data, root);
 }
-template <fixed_string Axis, class Mesh, class T>
-void all_to_all(const process_mesh<Mesh>& pm, std::span<const T> in, std::span<T> out) {
+template <fixed_string Axis, class Mesh, class C, class T>
+void all_to_all(const process_mesh<Mesh, C>& pm, std::span<const T> in, std::span<T> out) {
   pm.template axis<detail::axis_index<Axis, Mesh>()>().all_to_all(in, out);
 }
 
 // ---- non-blocking ---------------------------------------------------------------------------
-template <fixed_string Axis, class Mesh, class T>
-[[nodiscard]] request iall_reduce(const process_mesh<Mesh>& pm, std::span<T> data) {
+template <fixed_string Axis, class Mesh, class C, class T>
+[[nodiscard]] auto iall_reduce(const process_mesh<Mesh, C>& pm, std::span<T> data) {
   return pm.template axis<detail::axis_index<Axis, Mesh>()>().iall_reduce(data);
 }
-template <fixed_string Axis, class Mesh, class T>
-[[nodiscard]] request iall_gather(const process_mesh<Mesh>& pm, std::span<const T> in,
+template <fixed_string Axis, class Mesh, class C, class T>
+[[nodiscard]] auto iall_gather(const process_mesh<Mesh, C>& pm, std::span<const T> in,
                                   std::span<T> out) {
   return pm.template axis<detail::axis_index<Axis, Mesh>()>().iall_gather(in, out);
 }
-template <fixed_string Axis, class Mesh, class T>
-[[nodiscard]] request ireduce_scatter(const process_mesh<Mesh>& pm, std::span<const T> in,
+template <fixed_string Axis, class Mesh, class C, class T>
+[[nodiscard]] auto ireduce_scatter(const process_mesh<Mesh, C>& pm, std::span<const T> in,
                                       std::span<T> out) {
   return pm.template axis<detail::axis_index<Axis, Mesh>()>().ireduce_scatter(in, out);
 }
-template <fixed_string Axis, class Mesh, class T>
-[[nodiscard]] request ibroadcast(const process_mesh<Mesh>& pm, std::span<T> data, int root = 0) {
+template <fixed_string Axis, class Mesh, class C, class T>
+[[nodiscard]] auto ibroadcast(const process_mesh<Mesh, C>& pm, std::span<T> data, int root = 0) {
   return pm.template axis<detail::axis_index<Axis, Mesh>()>().ibroadcast(data, root);
 }
-template <fixed_string Axis, class Mesh, class T>
-[[nodiscard]] request iall_to_all(const process_mesh<Mesh>& pm, std::span<const T> in,
+template <fixed_string Axis, class Mesh, class C, class T>
+[[nodiscard]] auto iall_to_all(const process_mesh<Mesh, C>& pm, std::span<const T> in,
                                   std::span<T> out) {
   return pm.template axis<detail::axis_index<Axis, Mesh>()>().iall_to_all(in, out);
 }
@@ -81,10 +81,10 @@ namespace detail {
 // Step `s` on axis I: non-blocking (returns the request) or blocking (returns a done request).
 // MPI's blocking collectives are used when nothing is to overlap: Open MPI's non-blocking
 // all-reduce costs up to twice its blocking one over shared memory.
-template <std::size_t I, class Mesh, class T>
-request on_axis(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<const T> in,
+template <std::size_t I, class Mesh, class C, class T>
+typename C::request on_axis(const process_mesh<Mesh, C>& pm, const reshard_step& s, std::span<const T> in,
                 std::span<T> out, bool blocking) {
-  const communicator& c = pm.template axis<I>();
+  const C& c = pm.template axis<I>();
   const auto n = static_cast<std::size_t>(c.size());
   auto require_sizes = [&](bool ok, const char* rule) {
     if (!ok)
@@ -96,16 +96,16 @@ request on_axis(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<c
     case collective::all_reduce:
       require_sizes(in.size() == out.size(), "input and output of one size");
       if (in.data() != out.data()) copy(in, out);
-      if (blocking) return c.all_reduce(out), request{};
+      if (blocking) return c.all_reduce(out), typename C::request{};
       return c.iall_reduce(out);
     case collective::all_gather:
-      if (blocking) return c.all_gather(in, out), request{};
+      if (blocking) return c.all_gather(in, out), typename C::request{};
       return c.iall_gather(in, out);
     case collective::reduce_scatter:
-      if (blocking) return c.reduce_scatter(in, out), request{};
+      if (blocking) return c.reduce_scatter(in, out), typename C::request{};
       return c.ireduce_scatter(in, out);
     case collective::all_to_all:
-      if (blocking) return c.all_to_all(in, out), request{};
+      if (blocking) return c.all_to_all(in, out), typename C::request{};
       return c.iall_to_all(in, out);
     case collective::slice: {
       require_sizes(in.size() == out.size() * n, "an input of (processes x output) elements");
@@ -117,8 +117,8 @@ request on_axis(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<c
   return {};
 }
 
-template <class Mesh, class T>
-request dispatch_step(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<const T> in,
+template <class Mesh, class C, class T>
+typename C::request dispatch_step(const process_mesh<Mesh, C>& pm, const reshard_step& s, std::span<const T> in,
                       std::span<T> out, bool blocking) {
   if (s.kind != collective::all_reduce && (s.dim != 0 || s.to_dim != 0))
     throw value_error("tessel: " + std::string(name_of(s.kind)) + " on tensor dimension " +
@@ -128,7 +128,7 @@ request dispatch_step(const process_mesh<Mesh>& pm, const reshard_step& s, std::
   if (s.axis >= Mesh::rank)
     throw value_error("tessel: a planned step names mesh axis " + std::to_string(s.axis) +
                       " of a mesh with " + std::to_string(Mesh::rank) + " axes");
-  request r;
+  typename C::request r;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     ((s.axis == I ? (r = on_axis<I>(pm, s, in, out, blocking), true) : false) || ...);
   }(std::make_index_sequence<Mesh::rank>{});
@@ -140,14 +140,14 @@ request dispatch_step(const process_mesh<Mesh>& pm, const reshard_step& s, std::
 // the tensor row-major; gathers, scatters, slices and all-to-alls move whole blocks of the
 // leading dimension (dimension 0; the batch), which is where data parallelism shards. Steps on
 // other dimensions need packing: the run_step below, which knows the tensor's shape.
-template <class Mesh, class T>
-[[nodiscard]] request start_step(const process_mesh<Mesh>& pm, const reshard_step& s,
+template <class Mesh, class C, class T>
+[[nodiscard]] typename C::request start_step(const process_mesh<Mesh, C>& pm, const reshard_step& s,
                                  std::span<const T> in, std::span<T> out) {
   return detail::dispatch_step(pm, s, in, out, false);
 }
 // The same step, blocking (MPI's blocking collective).
-template <class Mesh, class T>
-void run_step(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<const T> in,
+template <class Mesh, class C, class T>
+void run_step(const process_mesh<Mesh, C>& pm, const reshard_step& s, std::span<const T> in,
               std::span<T> out) {
   detail::dispatch_step(pm, s, in, out, true);
 }
@@ -155,14 +155,14 @@ void run_step(const process_mesh<Mesh>& pm, const reshard_step& s, std::span<con
 // Step `s` on a tensor whose block on this process, the step's input, has shape `local`: a
 // gather, scatter, slice or all-to-all on any dimension, packed where the dimension is not the
 // leading one (comm/dimension.hpp); `scratch` holds the packed data between calls. Blocking.
-template <class Mesh, class T>
-void run_step(const process_mesh<Mesh>& pm, const reshard_step& s,
+template <class Mesh, class C, class T>
+void run_step(const process_mesh<Mesh, C>& pm, const reshard_step& s,
               std::span<const std::size_t> local, std::span<const T> in, std::span<T> out,
               std::vector<T>& scratch) {
   if (s.axis >= Mesh::rank)
     throw value_error("tessel: a planned step names mesh axis " + std::to_string(s.axis) +
                       " of a mesh with " + std::to_string(Mesh::rank) + " axes");
-  auto run = [&](const communicator& c) {
+  auto run = [&](const C& c) {
     const auto n = static_cast<std::size_t>(c.size());
     switch (s.kind) {
       case collective::all_reduce:

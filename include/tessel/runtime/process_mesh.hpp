@@ -11,27 +11,36 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "../comm/communicator.hpp"
+#include "../comm/concept.hpp"
 #include "../core/device_mesh.hpp"
 #include "../core/diagnostics.hpp"
 #include "world.hpp"
 
 namespace tessel {
 
-template <class Mesh>
+// C is the communicator of each axis: any type of the communicator concept. The MPI communicator
+// is the default and the one bind() lays over the job's processes; local() builds a mesh of one
+// process with any of them (comm::local_communicator: no MPI at all).
+template <class Mesh, comm::communicator_like C = comm::communicator>
 class process_mesh {
   static_assert(detail::is_device_mesh<Mesh>,
                 "tessel::process_mesh: the argument must be a tessel::device_mesh<...>");
 
  public:
   using mesh_type = Mesh;
+  using communicator_type = C;
   static constexpr std::size_t rank = Mesh::rank;
 
   // The mesh laid over every process of the job. A run-time-sized axis takes the processes the
   // static axes leave; a mesh whose size differs from the number of processes is an error
   // naming both numbers.
   static process_mesh bind() {
+    static_assert(std::is_same_v<C, comm::communicator>,
+                  "tessel::process_mesh::bind: laying a mesh over the job's processes needs the MPI "
+                  "communicator; a mesh of another communicator is built with local()");
     static_assert(Mesh::rank_dynamic <= 1,
                   "tessel::process_mesh: at most one mesh axis may be sized at run time");
     if (!runtime::state().started)
@@ -66,17 +75,17 @@ class process_mesh {
   // The processes along mesh axis I (by index) or `Name`, this process among them at its
   // coordinate on that axis.
   template <std::size_t I>
-  [[nodiscard]] const comm::communicator& axis() const noexcept {
+  [[nodiscard]] const C& axis() const noexcept {
     static_assert(I < rank, "tessel::process_mesh: axis index out of range");
     return comms_[I];
   }
   template <fixed_string Name>
-  [[nodiscard]] const comm::communicator& axis() const noexcept {
+  [[nodiscard]] const C& axis() const noexcept {
     static_assert(require<(Mesh::template index_of<Name> >= 0),
                           diagnostic::axis_not_in_mesh<Name, Mesh>>);
     return comms_[static_cast<std::size_t>(Mesh::template index_of<Name>)];
   }
-  [[nodiscard]] const comm::communicator& axis(std::size_t i) const { return comms_.at(i); }
+  [[nodiscard]] const C& axis(std::size_t i) const { return comms_.at(i); }
   [[nodiscard]] bool is_chief() const noexcept { return device_ == 0; }
 
   // Every process ends with device 0's `data`: a broadcast along each axis in turn, from
@@ -112,7 +121,7 @@ class process_mesh {
   Mesh mesh_;
   std::size_t device_ = 0;
   std::array<std::size_t, rank> coords_{};
-  std::array<comm::communicator, rank> comms_{};
+  std::array<C, rank> comms_{};
 };
 
 }  // namespace tessel

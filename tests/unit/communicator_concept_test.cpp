@@ -1,0 +1,52 @@
+// The model compiles against the communicator concept, not against MPI: a backend that names
+// comm::local_communicator (one process, every collective a copy) as its communicator builds a
+// sequential model whose mesh, gradient buckets and loss reduction all use it, and that model
+// trains to the same weights as the default one (MPI's communicator, on one process).
+#include <catch2/catch.hpp>
+
+#include <concepts>
+#include <tessel/comm/local.hpp>
+#include <tessel/tessel.hpp>
+
+namespace {
+using namespace tessel::layers;
+
+struct host_without_mpi : tessel::default_backend {
+  using communicator = tessel::comm::local_communicator;
+};
+template <class B>
+using model = tessel::basic_sequential<B, tessel::one_device, input<4>,
+                                       dense<8, {.activation = "relu"}>, dense<3>>;
+
+static_assert(tessel::comm::communicator_like<tessel::comm::communicator>);
+static_assert(tessel::comm::communicator_like<tessel::comm::local_communicator>);
+static_assert(std::same_as<model<host_without_mpi>::communicator_type,
+                           tessel::comm::local_communicator>);
+static_assert(std::same_as<model<tessel::default_backend>::communicator_type,
+                           tessel::comm::communicator>);
+static_assert(std::same_as<std::remove_cvref_t<decltype(
+                               std::declval<model<host_without_mpi>&>().mesh().template axis<0>())>,
+                           tessel::comm::local_communicator>);
+}  // namespace
+
+TEST_CASE("communicator concept: a model on local_communicator trains as the default one",
+          "[comm][model]") {
+  tessel::array<float> x({32, 4});
+  tessel::array<std::int32_t> y({32});
+  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>((i * 37) % 11) / 11;
+  for (std::size_t i = 0; i < 32; ++i) y.values[i] = static_cast<std::int32_t>(i % 3);
+  auto train = [&](auto& m) {
+    m.compile("adam", tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
+              {"accuracy"});
+    const auto h = m.fit(x, y, {.batch_size = 8, .epochs = 3, .verbose = 0, .shuffle = false});
+    return std::pair{h.history.at("loss"), m.get_weights()};
+  };
+  model<host_without_mpi> local;
+  model<tessel::default_backend> mpi;
+  const auto [local_loss, local_weights] = train(local);
+  const auto [mpi_loss, mpi_weights] = train(mpi);
+  CHECK(local_loss == mpi_loss);
+  CHECK(local_weights == mpi_weights);
+  CHECK(local_loss.back() < local_loss.front());
+  CHECK(local.predict(x).values == mpi.predict(x).values);
+}
