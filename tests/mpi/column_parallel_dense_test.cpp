@@ -21,6 +21,8 @@
 #include <tessel/tessel.hpp>
 #include <vector>
 
+#include "mpi_checks.hpp"
+
 namespace {
 using namespace tessel;
 using B = default_backend;
@@ -31,23 +33,8 @@ using dist = model_parallel<map, "data">;
 constexpr std::size_t batch = 6, in_features = 32, units = 24;
 constexpr double tolerance = 1e-5;
 
-int failures = 0, checks = 0;
-void check(bool ok, const std::string& what) {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    std::fprintf(stderr, "FAILED on process %d: %s\n", process_id(), what.c_str());
-  }
-}
-double rel(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double diff = 0, scale = 1e-30;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
+using tessel::testing::check;
+using tessel::testing::rel;
 B::matrix upload(const std::vector<float>& v, std::size_t rows, std::size_t cols) {
   B::matrix m = B::make_matrix("m", rows, cols);
   B::upload(v, m);
@@ -201,10 +188,5 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return guard.fail(e);
   }
-  int total = failures;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (process_id() == 0)
-    std::printf("column_parallel_dense_test on %d processes: %d checks per process, %d failed\n",
-                num_processes(), checks, total);
-  return total == 0 ? 0 : 1;
+  return tessel::testing::finish("column_parallel_dense_test");
 }

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <string>
 #include <tessel/tessel.hpp>
+
+#include "mpi_checks.hpp"
 #include <vector>
 
 namespace {
@@ -29,26 +31,8 @@ using seed001 = tessel::sequential<Dist, input<784>, dense<256, {.activation = "
 constexpr std::size_t steps = 20, global_batch = 32;
 constexpr double tolerance = 1e-5;
 
-int failures = 0, checks = 0;
-void check(bool ok, const std::string& what) {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    std::fprintf(stderr, "FAILED on process %d: %s\n", tessel::process_id(), what.c_str());
-  }
-}
-// |a - b| relative to the larger magnitude (a loss, a metric).
-double rel(double a, double b) { return std::abs(a - b) / std::max({std::abs(a), std::abs(b), 1e-30}); }
-// The largest difference between two arrays relative to the largest magnitude in the reference.
-double rel(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double diff = 0, scale = 1e-30;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / scale;
-}
+using tessel::testing::check;
+using tessel::testing::rel;
 
 struct data {
   tessel::array<float> x_images, x_flat, x_test_images;
@@ -326,10 +310,5 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return guard.fail(e);
   }
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (tessel::process_id() == 0)
-    std::printf("data_parallel_test on %d processes: %d checks per process, %d failed\n",
-                tessel::num_processes(), checks, total);
-  return total == 0 ? 0 : 1;
+  return tessel::testing::finish("data_parallel_test");
 }

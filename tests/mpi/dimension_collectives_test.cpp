@@ -17,19 +17,14 @@
 #include <tessel/runtime/world.hpp>
 #include <vector>
 
+#include "mpi_checks.hpp"
+
 namespace {
 namespace comm = tessel::comm;
 static_assert(comm::communicator_like<comm::communicator>);
 static_assert(comm::communicator_like<comm::local_communicator>);
 
-int failures = 0, checks = 0;
-void check(bool ok, const std::string& what) {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    std::fprintf(stderr, "FAILED on process %d: %s\n", tessel::process_id(), what.c_str());
-  }
-}
+using tessel::testing::check;
 
 using shape = std::vector<std::size_t>;
 float value(std::size_t i, std::size_t j, std::size_t k) {
@@ -127,11 +122,5 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return guard.fail(e);
   }
-  int total = failures;
-  if (tessel::num_processes() > 1)
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (tessel::process_id() == 0)
-    std::printf("dimension_collectives_test on %d processes: %d checks per process, %d failed\n",
-                tessel::num_processes(), checks, total);
-  return total == 0 ? 0 : 1;
+  return tessel::testing::finish("dimension_collectives_test");
 }
