@@ -5,6 +5,7 @@
 #include <array>
 
 #include <tessel/core.hpp>
+#include <tessel/layers/plans.hpp>
 
 using Mesh = tessel::device_mesh<tessel::axis<"data", 2>, tessel::axis<"model", 4>>;
 using AnyBias = tessel::rule<"d.*/bias", "model">;

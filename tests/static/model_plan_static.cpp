@@ -1,5 +1,6 @@
 // Model plans: the Megatron pair and the seeds/000 MLP on its four meshes.
 #include <tessel/core.hpp>
+#include <tessel/layers/plans.hpp>
 
 namespace {
 using namespace tessel;
@@ -82,6 +83,44 @@ using class_map = layout_map<mesh_2x4, rule<"logits/kernel", none, "model">, rul
 constexpr const model_plan& cp = model_plan_v<model_parallel<class_map>, classifier, 64>;
 static_assert(cp.ok && cp.collectives(fwd, collective::all_reduce, model) == 3);  // max, sum, logit
 static_assert(cp.collectives(fwd, collective::all_reduce, data) == 1);  // the loss
+
+// A graph: a residual block, d1 -> d2 -> sum(d1, d2) -> d3. d1's output is read twice (fan-out:
+// its gradients are summed), and the plan is made in the order the layers are listed.
+constexpr model_desc residual = describe_model(
+    shape_value{64},
+    std::array{dense_op("d1", 64, true, "relu"), dense_op("d2", 64), reads(add_op("sum"), {1, 2}),
+               dense_op("d3", 10)},
+    loss_kind::softmax_cross_entropy);
+using batch_4 = data_parallel<device_mesh<axis<"batch", 4>>>;
+constexpr const model_plan& rd = model_plan_v<batch_4, residual, 64>;
+static_assert(rd.ok && rd.activations[1].uses == 2 && rd.activations[2].uses == 1);
+// Data parallel: the join moves nothing; the six gradients are reduced, last layer first.
+static_assert(rd.collectives(fwd, -1, 0) == 1 && rd.collectives(bwd, collective::all_reduce, 0) == 6);
+static_assert(rd.steps[1].op == 3 && rd.steps[rd.count - 1].op == 0);
+// Model parallel (d1 column-parallel, d2 row-parallel): the join slices d2's complete output to
+// d1's column split for free forward, and gathers that input's gradient over "model" backward.
+using residual_map = layout_map<mesh_2x4, rule<"d1/kernel", none, "model">, rule<"d1/bias", "model">,
+                                rule<"d2/kernel", "model", none>>;
+constexpr const model_plan& rm = model_plan_v<model_parallel<residual_map, "data">, residual, 64>;
+static_assert(rm.ok && rm.activations[3].layout.dims[1].axes[0] == model);  // sum's output
+static_assert(rm.collectives(fwd, collective::all_reduce, model) == 2);      // d2's and d3's outputs
+constexpr bool join_gathers_its_input_gradient() {
+  std::size_t n = 0;
+  for (const auto& s : rm)
+    n += s.op == 2 && s.when == bwd && s.role == step_role::input_gradient &&
+         s.step.kind == collective::all_gather && s.step.axis == model;
+  return n == 1;
+}
+static_assert(join_gathers_its_input_gradient());
+// A join of inputs of two shapes, and a layer reading one listed after it, are refused.
+static_assert(!plan_model(batch_4::value, batch_4::mesh::value,
+                          describe_model(shape_value{64}, std::array{dense_op("a", 32),
+                                                                     reads(add_op("s"), {0, 1})}),
+                          64).ok);
+static_assert(plan_model(batch_4::value, batch_4::mesh::value,
+                         describe_model(shape_value{64}, std::array{dense_op("a", 32),
+                                                                    reads(add_op("s"), {2, 1})}),
+                         64).error == "reads a later layer; list the layers in topological order");
 
 // A batch that does not divide by the batch axis is reported, not planned.
 static_assert(!plan_model(seed_distribution<2, 4>::value, seed_distribution<2, 4>::mesh::value,

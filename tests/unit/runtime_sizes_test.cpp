@@ -4,6 +4,7 @@
 #include "test_helpers.hpp"
 #include <string>
 #include <tessel/core.hpp>
+#include <tessel/layers/plans.hpp>
 
 using namespace tessel;
 using Catch::Matchers::Contains;

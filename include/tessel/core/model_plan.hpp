@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,35 +18,47 @@
 namespace tessel {
 
 // ---------------------------------------------------------------------------------------------
-// What the planner needs to know of a layer. The model API produces these from its layer types.
+// What the planner needs to know of a layer. The core knows no layer type: each layer gives an
+// op_desc whose `rule` plans it (its propagation rule and its collectives, as DTensor's per-op
+// sharding strategies do), written against layer_planner below. Dense's rule lives in
+// layers/plan/dense.hpp, flatten's, dropout's and the activations' in
+// layers/plan/elementwise.hpp, add's in layers/plan/merge.hpp; a new layer brings its own.
 
-enum class op_kind : std::uint8_t { flatten, dense, activation, dropout };
 enum class loss_kind : std::uint8_t { none, mean_squared_error, softmax_cross_entropy };
 
-struct op_desc {
-  op_kind kind{};
-  name_string name{};
-  std::size_t units = 0;         // dense
-  bool use_bias = true;          // dense
-  name_string activation{"linear"};  // dense and activation: "linear", "relu", "softmax", ...
+class layer_planner;
+struct op_desc;
+// A layer type's planning rule: reads the layer's inputs from the planner, adds its variables
+// and steps, and leaves its output's shape and layout (see layer_planner). op_desc points to a
+// rule object, not to the function: GCC 12 refuses a function pointer inside a class-type
+// template argument (static_model_plan takes the model_desc as one), but takes a pointer to a
+// constexpr variable.
+struct plan_rule {
+  void (*plan)(layer_planner&, const op_desc&) = nullptr;
+  std::string_view type{};  // the layer type, as `explain` may name it ("dense")
 };
 
-constexpr op_desc flatten_op(std::string_view name) noexcept {
-  return {op_kind::flatten, name_string(name), 0, false, name_string("linear")};
-}
-constexpr op_desc dense_op(std::string_view name, std::size_t units, bool use_bias = true,
-                           std::string_view activation = "linear") noexcept {
-  return {op_kind::dense, name_string(name), units, use_bias, name_string(activation)};
-}
-constexpr op_desc activation_op(std::string_view name, std::string_view fn) noexcept {
-  return {op_kind::activation, name_string(name), 0, false, name_string(fn)};
-}
-constexpr op_desc dropout_op(std::string_view name) noexcept {
-  return {op_kind::dropout, name_string(name), 0, false, name_string("linear")};
-}
+inline constexpr std::size_t max_op_inputs = 4;
+
+struct op_desc {
+  const plan_rule* rule = nullptr;
+  name_string name{};
+  // The layer's parameters, as its rule reads them (dense: sizes[0] the units, flags bit 0
+  // use_bias, option the activation).
+  std::array<std::size_t, 4> sizes{};
+  std::uint32_t flags = 0;
+  name_string option{"linear"};
+  // The graph's edges: the nodes this layer reads, 0 being the model's input and i + 1 the
+  // output of layer i. With none given the layer reads the one before it (a chain).
+  std::array<std::uint8_t, max_op_inputs> inputs{};
+  std::uint8_t input_count = 0;
+};
 
 inline constexpr std::size_t max_ops = 32;
 
+// A model as the planner sees it: a graph of layers in topological order (each reads only the
+// model's input or layers before it); the last layer's output is the model's output, where the
+// loss applies. A chain is the case where each layer reads the one before.
 struct model_desc {
   shape_value input{};  // per-sample shape (without the batch)
   std::array<op_desc, max_ops> ops{};
@@ -62,10 +75,19 @@ struct model_desc {
 template <std::size_t N>
 constexpr model_desc describe_model(const shape_value& input, const std::array<op_desc, N>& ops,
                                     loss_kind loss = loss_kind::none) noexcept {
-  static_assert(N <= max_ops, "tessel: at most 32 layers in one planned chain");
+  static_assert(N <= max_ops, "tessel: at most 32 layers in one planned model");
   model_desc m{input, {}, N, loss};
   for (std::size_t i = 0; i < N; ++i) m.ops[i] = ops[i];
   return m;
+}
+
+// A graph's edges: `reads(add_op("sum"), {1, 3})` is a layer that reads the outputs of layers 0
+// and 2.
+constexpr op_desc reads(op_desc op, std::initializer_list<std::uint8_t> nodes) noexcept {
+  op.input_count = 0;
+  for (std::uint8_t n : nodes)
+    if (op.input_count < max_op_inputs) op.inputs[op.input_count++] = n;
+  return op;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -130,6 +152,9 @@ struct variable_plan {
 struct activation_plan {
   shape_value shape{};  // global, with the batch
   layout_value layout{};
+  // Layers that read this node: past one, their input gradients are summed (fan-out), each
+  // first returned to this layout by the reader's own backward steps.
+  std::size_t uses = 0;
 };
 
 inline constexpr std::size_t max_planned_steps = 160;
@@ -185,8 +210,6 @@ struct model_plan {
   }
 };
 
-namespace detail {
-
 constexpr key_string make_path(const name_string& layer, std::string_view leaf) noexcept {
   key_string k{};
   std::size_t n = 0;
@@ -197,80 +220,81 @@ constexpr key_string make_path(const name_string& layer, std::string_view leaf) 
   return k;
 }
 
-constexpr bool is_linear_activation(std::string_view fn) noexcept {
-  return fn == "linear" || fn.empty();
-}
-
-// Removes from `l`'s dimensions `first`.. any axis in `mask` (a batch axis the weight needs).
-constexpr layout_value drop_axes(layout_value l, std::uint32_t mask) noexcept {
-  for (std::size_t d = 0; d < l.rank; ++d) {
-    dim_sharding kept{};
-    for (std::size_t k = 0; k < l.dims[d].count; ++k)
-      if (!(mask & (1u << l.dims[d].axes[k]))) kept.push(l.dims[d].axes[k]);
-    l.dims[d] = kept;
-  }
-  return l;
-}
-
-constexpr layout_value swap2(layout_value l) noexcept {
-  const auto t = l.dims[0];
-  l.dims[0] = l.dims[1];
-  l.dims[1] = t;
-  return l;
-}
-
-class planner {
+// The planner: walks the model's graph in topological order and calls each layer's rule. A rule
+// sees its inputs (input(k)), the layout it transforms (`layout()`/`shape()`, input 0's when it
+// starts, the layer's output when it returns) and whether that tensor needs a gradient
+// (`needs_grad()`), and adds the layer's variables and steps. The planner keeps the generic
+// algebra a rule builds on: variable layouts from the layout_map, divisibility, resharding
+// with its backward transpose, the loss, and the order of the backward groups.
+class layer_planner {
  public:
-  constexpr planner(const distribution_value& d, const mesh_value& mesh, const model_desc& m,
-                    std::size_t batch) noexcept
+  struct node {
+    shape_value shape{};
+    layout_value layout{};
+    bool needs_grad = false;
+  };
+
+  constexpr layer_planner(const distribution_value& d, const mesh_value& mesh, const model_desc& m,
+                          std::size_t batch) noexcept
       : dist_(d), model_(m) {
     plan_.mesh = mesh;
     plan_.batch = batch;
   }
 
   constexpr model_plan run() noexcept {
-    shape_value shape{};
-    shape.rank = model_.input.rank + 1;
-    shape.extents[0] = plan_.batch;
-    for (std::size_t i = 0; i < model_.input.rank; ++i) shape.extents[i + 1] = model_.input[i];
-    layout_value layout = dist_.batch_layout(shape.rank);
-    if (!check_divides(layout, shape, {})) return plan_;
-    record_activation(shape, layout);
-    bool needs_grad = model_.input_requires_grad;
+    node in{};
+    in.shape.rank = model_.input.rank + 1;
+    in.shape.extents[0] = plan_.batch;
+    for (std::size_t i = 0; i < model_.input.rank; ++i) in.shape.extents[i + 1] = model_.input[i];
+    in.layout = dist_.batch_layout(in.shape.rank);
+    in.needs_grad = model_.input_requires_grad;
+    if (!check_divides(in.layout, in.shape, {})) return plan_;
+    nodes_[0] = in;
+    record_activation(in.shape, in.layout);
     for (std::size_t i = 0; i < model_.count && plan_.ok; ++i) {
       op_ = static_cast<std::uint8_t>(i);
       backward_mark_ = bw_count_;
       const op_desc& op = model_.ops[i];
-      switch (op.kind) {
-        case op_kind::flatten: flatten(layout, shape, needs_grad); break;
-        case op_kind::dense: dense(op, layout, shape, needs_grad); break;
-        case op_kind::activation:
-          if (op.activation.view() == "softmax") softmax(layout, shape);
-          else if (!is_linear_activation(op.activation.view()))
-            reshard_forward(step_role::input, layout, layout.without_partial(), shape, needs_grad);
-          break;
-        case op_kind::dropout: break;  // the mask is keyed by global index: linear, local
+      if (!bind_inputs(op)) break;
+      if (op.rule == nullptr || op.rule->plan == nullptr) {
+        fail("the layer has no planning rule");
+        break;
       }
+      cur_ = nodes_[inputs_[0]];
+      output_set_ = false;
+      op.rule->plan(*this, op);
       if (!plan_.ok) break;
-      constrain_output(op, layout, shape, needs_grad);
-      record_activation(shape, layout);
+      if (!output_set_) constrain_output(op);
+      nodes_[i + 1] = cur_;
+      record_activation(cur_.shape, cur_.layout);
       close_backward_group();
     }
     if (plan_.ok) {
       op_ = static_cast<std::uint8_t>(model_.count);
       backward_mark_ = bw_count_;
-      loss(layout, shape);
+      loss(cur_.layout, cur_.shape);
       close_backward_group();
     }
-    // Backward runs last layer first: append the per-layer groups in reverse order.
+    // Backward runs in reverse topological order: append the per-layer groups last layer first.
     for (std::size_t g = groups_; g-- > 0;)
       for (std::size_t k = group_begin_[g]; k < group_end_[g]; ++k) push(backward_[k]);
     return plan_;
   }
 
- private:
-  static constexpr std::size_t max_backward = max_planned_steps;
+  // ---- what a rule reads ---------------------------------------------------------------------
+  [[nodiscard]] constexpr std::size_t input_count() const noexcept { return input_count_; }
+  [[nodiscard]] constexpr const node& input(std::size_t k = 0) const noexcept {
+    return nodes_[inputs_[k]];
+  }
+  // The tensor the rule transforms: input 0 when the rule starts, its output when it returns.
+  [[nodiscard]] constexpr layout_value& layout() noexcept { return cur_.layout; }
+  [[nodiscard]] constexpr shape_value& shape() noexcept { return cur_.shape; }
+  [[nodiscard]] constexpr bool& needs_grad() noexcept { return cur_.needs_grad; }
+  [[nodiscard]] constexpr const mesh_value& mesh() const noexcept { return plan_.mesh; }
+  [[nodiscard]] constexpr std::size_t element_size() const noexcept { return model_.element_size; }
+  [[nodiscard]] constexpr bool ok() const noexcept { return plan_.ok; }
 
+  // ---- what a rule does ----------------------------------------------------------------------
   constexpr void fail(std::string_view why, const key_string& path = {}) noexcept {
     if (!plan_.ok) return;
     plan_.ok = false;
@@ -278,14 +302,12 @@ class planner {
     plan_.error_op = op_;
     plan_.error_path = path;
   }
-  constexpr void push(const planned_step& s) noexcept {
-    if (plan_.count == max_planned_steps) return fail("the plan has too many steps");
-    plan_.steps[plan_.count++] = s;
-  }
+  // The collectives of a resharding (slices are local and free) as steps of this layer:
+  // forward steps in order, backward steps into the layer's backward group.
   constexpr void add(phase p, step_role role, const reshard_plan& r) noexcept {
     if (!r.ok) return fail("no resharding plan between these layouts");
     for (const auto& s : r) {
-      if (s.kind == collective::slice) continue;  // local, free: not a collective
+      if (s.kind == collective::slice) continue;
       const planned_step ps{p, op_, role, s};
       if (p == phase::forward) {
         push(ps);
@@ -295,15 +317,17 @@ class planner {
       }
     }
   }
-  // Ends the current layer's group of backward steps (kept in execution order within the
-  // layer); run() appends the groups last layer first.
-  constexpr void close_backward_group() noexcept {
-    group_begin_[groups_] = backward_mark_;
-    group_end_[groups_] = bw_count_;
-    ++groups_;
-  }
-  constexpr void record_activation(const shape_value& s, const layout_value& l) noexcept {
-    plan_.activations[plan_.activation_count++] = {s, l};
+  // Reshards `layout` (a tensor of `shape`) to `to`: the forward steps, and, when the tensor needs
+  // its gradient, the transposed steps in backward.
+  constexpr void reshard_forward(step_role role, layout_value& layout, const layout_value& to,
+                                 const shape_value& shape, bool needs_grad) noexcept {
+    add(phase::forward, role, plan_reshard(layout, to, plan_.mesh, shape, model_.element_size));
+    if (needs_grad)
+      add(phase::backward,
+          role == step_role::output ? step_role::output_gradient : step_role::input_gradient,
+          plan_reshard_backward(layout, to.without_partial(), plan_.mesh, shape,
+                                model_.element_size));
+    layout = to;
   }
   constexpr bool check_divides(const layout_value& l, const shape_value& s,
                                const key_string& path) noexcept {
@@ -321,32 +345,6 @@ class planner {
       }
     return true;
   }
-
-  // A reshard of an activation whose gradient is needed: forward steps, and the transposed
-  // steps in the backward group.
-  constexpr void reshard_forward(step_role role, layout_value& layout, const layout_value& to,
-                                 const shape_value& shape, bool needs_grad) noexcept {
-    add(phase::forward, role, plan_reshard(layout, to, plan_.mesh, shape, model_.element_size));
-    if (needs_grad)
-      add(phase::backward,
-          role == step_role::output ? step_role::output_gradient : step_role::input_gradient,
-          plan_reshard_backward(layout, to.without_partial(), plan_.mesh, shape,
-                                model_.element_size));
-    layout = to;
-  }
-
-  constexpr void flatten(layout_value& layout, shape_value& shape, bool needs_grad) noexcept {
-    const std::size_t last = shape.rank - 1;
-    reshard_forward(step_role::input, layout, flatten_input_requirement(layout, 1, last), shape,
-                    needs_grad);
-    const auto r = propagate_flatten(layout, 1, last);
-    if (!r.ok) return fail(r.error);
-    std::size_t n = 1;
-    for (std::size_t d = 1; d <= last; ++d) n *= shape.extents[d];
-    layout = r.out;
-    shape = shape_value{shape.extents[0], n};
-  }
-
   // The layout_map's layout for `path`, or nothing when no key matches; an ambiguous path
   // fails the plan, naming both keys. A copy, not a pointer into dist_.rules: under GCC 12's
   // -fsanitize=undefined, testing a pointer into a constexpr object against null is not a
@@ -362,15 +360,12 @@ class planner {
       return std::nullopt;
     return dist_.rules[f.index].layout;
   }
-
-  constexpr layout_value variable_layout(const key_string& path, std::size_t rank) noexcept {
-    return find_layout(path).value_or(layout_value::replicated(rank));
-  }
-
+  // A variable of this layer, "<layer>/<leaf>": its layout (the layout_map's, else
+  // replicated), checked to divide, recorded with its local shard.
   constexpr layout_value add_variable(const name_string& layer, std::string_view leaf,
                                       const shape_value& shape) noexcept {
     const key_string path = make_path(layer, leaf);
-    const layout_value l = variable_layout(path, shape.rank);
+    const layout_value l = find_layout(path).value_or(layout_value::replicated(shape.rank));
     if (plan_.ok && check_divides(l, shape, path)) {
       auto& v = plan_.variables[plan_.variable_count++];
       v = {op_, path, shape, l, shape};
@@ -379,129 +374,11 @@ class planner {
     }
     return l;
   }
-
-  struct dense_choice {
-    bool ok = false;
-    layout_value x, w, y, out;  // input as used, weight as used, raw product, complete output
-    std::size_t cost = 0;
-  };
-
-  // The complete output layout: the layout_map's "<name>/output" if given, else the product's
-  // layout without its partial axes.
-  constexpr layout_value output_target(const layout_value& y,
-                                       const std::optional<layout_value>& forced) const {
-    return forced ? *forced : y.without_partial();
-  }
-
-  constexpr dense_choice evaluate(const layout_value& x, const layout_value& xu,
-                                  const layout_value& wu, const layout_value& w,
-                                  const std::optional<layout_value>& forced,
-                                  const shape_value& xs,
-                                  const shape_value& ws, const shape_value& ys,
-                                  bool needs_grad) const noexcept {
-    dense_choice c;
-    const auto y = propagate_matmul(xu, wu);
-    if (!y.ok) return c;
-    c = {true, xu, wu, y.out, output_target(y.out, forced), 0};
-    const auto& m = plan_.mesh;
-    const std::size_t es = model_.element_size;
-    auto cost = [&](const reshard_plan& r) {
-      const auto b = r.wire_bytes();
-      if (!r.ok) c.ok = false;
-      c.cost += b == unknown_bytes ? 0 : b;
-    };
-    cost(plan_reshard(x, xu, m, xs, es));
-    cost(plan_reshard(y.out, c.out, m, ys, es));
-    // backward: the weight gradient reduced over the batch axes and returned to w's layout
-    const auto dw = propagate_matmul(swap2(xu), c.out.without_partial());
-    if (dw.ok) cost(plan_reshard(dw.out, wu, m, ws, es));
-    cost(plan_reshard(wu, w, m, ws, es));
-    if (needs_grad) {
-      const auto dx = propagate_matmul(y.out.without_partial(), swap2(wu));
-      if (dx.ok) cost(plan_reshard(dx.out, xu, m, xs, es));
-    }
-    return c;
-  }
-
-  constexpr void dense(const op_desc& op, layout_value& layout, shape_value& shape,
-                       bool& needs_grad) noexcept {
-    if (shape.rank != 2) return fail("dense takes a 2-D input; flatten it first");
-    const shape_value ws{shape.extents[1], op.units};
-    const shape_value ys{shape.extents[0], op.units};
-    const layout_value w = add_variable(op.name, "kernel", ws);
-    layout_value b = layout_value::replicated(1);
-    if (op.use_bias) b = add_variable(op.name, "bias", shape_value{op.units});
-    if (!plan_.ok) return;
-    const key_string out_path = make_path(op.name, "output");
-    const std::optional<layout_value> forced = find_layout(out_path);
-    if (!plan_.ok) return;
-    if (forced && !check_divides(*forced, ys, out_path)) return;
-
-    // (a) reshard the input to the kernel: its contracting dimension sharded like the kernel's,
-    //     its batch free of the axes the kernel uses.
-    layout_value xa = drop_axes(layout, w.sharded_axes());
-    xa.dims[1] = w.dims[0];
-    xa.partial = 0;
-    dense_choice best = evaluate(layout, xa, w, w, forced, shape, ws, ys, needs_grad);
-    // (b) keep the input, slice the kernel locally to match it (free), reduce the output.
-    if (w.dims[0].is_prefix_of(layout.dims[1]) && !layout.partial) {
-      layout_value wb = w;
-      wb.dims[0] = layout.dims[1];
-      bool free = !(layout.dims[1].mask() & ~w.dims[0].mask() & w.sharded_axes());
-      if (free && !(wb.dims[0].mask() & wb.dims[1].mask())) {
-        const dense_choice alt = evaluate(layout, layout, wb, w, forced, shape, ws, ys, needs_grad);
-        if (alt.ok && (!best.ok || alt.cost < best.cost)) best = alt;
-      }
-    }
-    if (!best.ok) return fail("no layout of the input fits the kernel's layout");
-
-    const auto& m = plan_.mesh;
-    const std::size_t es = model_.element_size;
-    // forward
-    add(phase::forward, step_role::input, plan_reshard(layout, best.x, m, shape, es));
-    add(phase::forward, step_role::kernel, plan_reshard(w, best.w, m, ws, es));
-    if (op.use_bias) {
-      layout_value want_b = layout_value::replicated(1);
-      want_b.dims[0] = best.out.dims[1];
-      add(phase::forward, step_role::bias, plan_reshard(b, want_b, m, shape_value{op.units}, es));
-    }
-    add(phase::forward, step_role::output, plan_reshard(best.y, best.out, m, ys, es));
-    if (!plan_.ok) return;
-    // backward, in execution order
-    const layout_value g = best.y.without_partial();
-    add(phase::backward, step_role::output_gradient, plan_reshard(best.out, g, m, ys, es));
-    const auto dw = propagate_matmul(swap2(best.x), g);
-    if (!dw.ok) return fail(dw.error);
-    add(phase::backward, step_role::kernel_gradient, plan_reshard(dw.out, best.w, m, ws, es));
-    add(phase::backward, step_role::kernel_gradient, plan_reshard(best.w, w, m, ws, es));
-    if (op.use_bias) {
-      const auto db = propagate_reduce(g, 0);
-      add(phase::backward, step_role::bias_gradient, plan_reshard(db.out, b, m, shape_value{op.units}, es));
-    }
-    if (needs_grad) {
-      const auto dx = propagate_matmul(g, swap2(best.w));
-      if (!dx.ok) return fail(dx.error);
-      add(phase::backward, step_role::input_gradient, plan_reshard(dx.out, best.x, m, shape, es));
-      add(phase::backward, step_role::input_gradient,
-          plan_reshard_backward(layout, best.x, m, shape, es));
-    }
-    layout = best.out;
-    shape = ys;
-    needs_grad = true;
-    if (op.activation.view() == "softmax")
-      softmax(layout, shape);
-  }
-
-  // softmax over a sharded last dimension: all_reduce of the row max and the row sum forward,
-  // and of the row sum of (gradient * output) backward.
-  constexpr void softmax(const layout_value& layout, const shape_value& shape) noexcept {
-    const auto r = propagate_softmax(layout);
-    if (!r.ok) return fail(r.error);
-    row_reductions(r.reduce_axes, layout, shape, phase::forward, step_role::row_max,
-                   step_role::row_sum);
-    row_reductions(r.reduce_axes, layout, shape, phase::backward, step_role::row_sum);
-  }
-
+  // The rule applied the layout_map's "<layer>/output" itself (dense chooses its product's
+  // layout knowing it); otherwise the planner reshards the rule's output to it.
+  constexpr void output_applied() noexcept { output_set_ = true; }
+  // All-reduces of per-row values (a softmax's row max and row sum) over `axes`, the mesh axes a
+  // row's elements are split over.
   constexpr void row_reductions(std::uint32_t axes, const layout_value& layout,
                                 const shape_value& shape, phase p, step_role first,
                                 std::optional<step_role> second = std::nullopt) noexcept {
@@ -515,13 +392,45 @@ class planner {
     if (second) add(p, *second, r);
   }
 
-  constexpr void constrain_output(const op_desc& op, layout_value& layout, const shape_value& shape,
-                                  bool needs_grad) noexcept {
-    if (op.kind == op_kind::dense) return;  // dense applies its output layout itself
+ private:
+  static constexpr std::size_t max_backward = max_planned_steps;
+
+  // The nodes `op` reads, each before it (topological order), each counted as a use.
+  constexpr bool bind_inputs(const op_desc& op) noexcept {
+    input_count_ = op.input_count ? op.input_count : 1;
+    if (input_count_ > max_op_inputs) {
+      fail("a layer reads more than 4 inputs");
+      return false;
+    }
+    for (std::size_t k = 0; k < input_count_; ++k) {
+      inputs_[k] = op.input_count ? op.inputs[k] : op_;
+      if (inputs_[k] > op_) {
+        fail("reads a later layer; list the layers in topological order");
+        return false;
+      }
+      ++plan_.activations[inputs_[k]].uses;
+    }
+    return true;
+  }
+  constexpr void push(const planned_step& s) noexcept {
+    if (plan_.count == max_planned_steps) return fail("the plan has too many steps");
+    plan_.steps[plan_.count++] = s;
+  }
+  // Ends the current layer's group of backward steps (kept in execution order within the
+  // layer); run() appends the groups last layer first.
+  constexpr void close_backward_group() noexcept {
+    group_begin_[groups_] = backward_mark_;
+    group_end_[groups_] = bw_count_;
+    ++groups_;
+  }
+  constexpr void record_activation(const shape_value& s, const layout_value& l) noexcept {
+    plan_.activations[plan_.activation_count++] = {s, l, 0};
+  }
+  constexpr void constrain_output(const op_desc& op) noexcept {
     const key_string path = make_path(op.name, "output");
     const std::optional<layout_value> forced = find_layout(path);
-    if (forced && check_divides(*forced, shape, path))
-      reshard_forward(step_role::output, layout, *forced, shape, needs_grad);
+    if (forced && check_divides(*forced, cur_.shape, path))
+      reshard_forward(step_role::output, cur_.layout, *forced, cur_.shape, cur_.needs_grad);
   }
 
   // The loss is a mean over the global batch: the local sum is all_reduced over every axis the
@@ -538,32 +447,35 @@ class planner {
       const auto r = propagate_softmax_cross_entropy(layout, labels);
       if (!r.ok) return fail(r.error);
       row_reductions(r.reduce_axes, layout, shape, phase::forward, step_role::row_max,
-                   step_role::row_sum);
+                     step_role::row_sum);
       row_reductions(r.reduce_axes, layout, shape, phase::forward, step_role::true_class_logit);
       summed_over = r.out.sharded_axes();
     }
     layout_value scalar = layout_value::replicated(1);
     scalar.partial = summed_over;
-    add(phase::forward, step_role::loss, plan_reshard(scalar, scalar.without_partial(), plan_.mesh,
-                                             shape_value{model_.loss_values},
-                                             model_.element_size));
+    add(phase::forward, step_role::loss,
+        plan_reshard(scalar, scalar.without_partial(), plan_.mesh,
+                     shape_value{model_.loss_values}, model_.element_size));
   }
 
   const distribution_value& dist_;
   const model_desc& model_;
   model_plan plan_{};
   std::uint8_t op_ = 0;
+  std::array<node, max_ops + 1> nodes_{};
+  node cur_{};
+  std::array<std::uint8_t, max_op_inputs> inputs_{};
+  std::size_t input_count_ = 0;
+  bool output_set_ = false;
   std::array<planned_step, max_backward> backward_{};
   std::size_t bw_count_ = 0, backward_mark_ = 0, groups_ = 0;
   std::array<std::size_t, max_ops + 1> group_begin_{}, group_end_{};
 };
 
-}  // namespace detail
-
 // Plans a training step of `model` under `dist` on `mesh` (concrete sizes) for a global batch.
 constexpr model_plan plan_model(const distribution_value& dist, const mesh_value& mesh,
                                 const model_desc& model, std::size_t global_batch) noexcept {
-  return detail::planner(dist, mesh, model, global_batch).run();
+  return layer_planner(dist, mesh, model, global_batch).run();
 }
 
 // The plan computed when the program compiles (every mesh axis static). A plan that fails names
@@ -642,7 +554,9 @@ inline std::string explain(const model_plan& p, const model_desc& m) {
   for (std::size_t i = 0; i < p.activation_count; ++i) {
     const auto& a = p.activations[i];
     const std::string layer = i == 0 ? "input" : std::string(m.ops[i - 1].name.view());
-    s += "  " + pad(layer, 14) + pad(to_string(a.shape), 18) + to_string(a.layout, p.mesh) + "\n";
+    s += "  " + pad(layer, 14) + pad(to_string(a.shape), 18) + to_string(a.layout, p.mesh);
+    if (a.uses > 1) s += "  (read by " + std::to_string(a.uses) + " layers: gradients summed)";
+    s += "\n";
   }
   for (phase ph : {phase::forward, phase::backward}) {
     s += ph == phase::forward ? "  forward:\n" : "  backward:\n";

@@ -8,6 +8,7 @@
 #include "../core/model_plan.hpp"
 #include "../core/activations.hpp"
 #include "layer.hpp"
+#include "plan/dense.hpp"
 
 namespace tessel::layers {
 

@@ -7,6 +7,7 @@
 #include "../core/model_plan.hpp"
 #include "../core/activations.hpp"
 #include "layer.hpp"
+#include "plan/elementwise.hpp"
 
 namespace tessel::layers {
 

@@ -1,0 +1,163 @@
+// Planning rule of dense (Keras's Dense): y = x @ kernel + bias under the kernel's and bias's
+// layouts. It chooses, by the bytes each moves, between resharding the input to the kernel
+// (column-parallel and data-parallel layers) and slicing the kernel to the input (row-parallel:
+// partial output, then reduced), and lists every collective of its forward and backward.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+#include "../../core/model_plan.hpp"
+#include "../../core/propagation.hpp"
+#include "elementwise.hpp"
+
+namespace tessel {
+
+namespace layer_rules {
+
+// Removes from `l`'s dimensions any axis in `mask` (a batch axis the weight needs).
+constexpr layout_value drop_axes(layout_value l, std::uint32_t mask) noexcept {
+  for (std::size_t d = 0; d < l.rank; ++d) {
+    dim_sharding kept{};
+    for (std::size_t k = 0; k < l.dims[d].count; ++k)
+      if (!(mask & (1u << l.dims[d].axes[k]))) kept.push(l.dims[d].axes[k]);
+    l.dims[d] = kept;
+  }
+  return l;
+}
+
+constexpr layout_value swap2(layout_value l) noexcept {
+  const auto t = l.dims[0];
+  l.dims[0] = l.dims[1];
+  l.dims[1] = t;
+  return l;
+}
+
+struct dense_choice {
+  bool ok = false;
+  layout_value x, w, y, out;  // input as used, weight as used, raw product, complete output
+  std::size_t cost = 0;
+};
+
+// The bytes one choice of the input's and kernel's layouts moves in a training step.
+constexpr dense_choice evaluate_dense(const layer_planner& p, const layout_value& x,
+                                      const layout_value& xu, const layout_value& wu,
+                                      const layout_value& w,
+                                      const std::optional<layout_value>& forced,
+                                      const shape_value& xs, const shape_value& ws,
+                                      const shape_value& ys, bool needs_grad) noexcept {
+  dense_choice c;
+  const auto y = propagate_matmul(xu, wu);
+  if (!y.ok) return c;
+  // The complete output: the layout_map's "<name>/output" if given, else the product's layout
+  // without its partial axes.
+  c = {true, xu, wu, y.out, forced ? *forced : y.out.without_partial(), 0};
+  const auto& m = p.mesh();
+  const std::size_t es = p.element_size();
+  auto cost = [&](const reshard_plan& r) {
+    const auto b = r.wire_bytes();
+    if (!r.ok) c.ok = false;
+    c.cost += b == unknown_bytes ? 0 : b;
+  };
+  cost(plan_reshard(x, xu, m, xs, es));
+  cost(plan_reshard(y.out, c.out, m, ys, es));
+  // backward: the weight gradient reduced over the batch axes and returned to w's layout
+  const auto dw = propagate_matmul(swap2(xu), c.out.without_partial());
+  if (dw.ok) cost(plan_reshard(dw.out, wu, m, ws, es));
+  cost(plan_reshard(wu, w, m, ws, es));
+  if (needs_grad) {
+    const auto dx = propagate_matmul(y.out.without_partial(), swap2(wu));
+    if (dx.ok) cost(plan_reshard(dx.out, xu, m, xs, es));
+  }
+  return c;
+}
+
+constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
+  const std::size_t units = op.sizes[0];
+  const bool use_bias = op.flags & 1u;
+  layout_value& layout = p.layout();
+  shape_value& shape = p.shape();
+  const bool needs_grad = p.needs_grad();
+  if (shape.rank != 2) return p.fail("dense takes a 2-D input; flatten it first");
+  const shape_value ws{shape.extents[1], units};
+  const shape_value ys{shape.extents[0], units};
+  const layout_value w = p.add_variable(op.name, "kernel", ws);
+  layout_value b = layout_value::replicated(1);
+  if (use_bias) b = p.add_variable(op.name, "bias", shape_value{units});
+  if (!p.ok()) return;
+  const key_string out_path = make_path(op.name, "output");
+  const std::optional<layout_value> forced = p.find_layout(out_path);
+  if (!p.ok()) return;
+  if (forced && !p.check_divides(*forced, ys, out_path)) return;
+  p.output_applied();
+
+  // (a) reshard the input to the kernel: its contracting dimension sharded like the kernel's,
+  //     its batch free of the axes the kernel uses.
+  layout_value xa = drop_axes(layout, w.sharded_axes());
+  xa.dims[1] = w.dims[0];
+  xa.partial = 0;
+  dense_choice best = evaluate_dense(p, layout, xa, w, w, forced, shape, ws, ys, needs_grad);
+  // (b) keep the input, slice the kernel locally to match it (free), reduce the output.
+  if (w.dims[0].is_prefix_of(layout.dims[1]) && !layout.partial) {
+    layout_value wb = w;
+    wb.dims[0] = layout.dims[1];
+    bool free = !(layout.dims[1].mask() & ~w.dims[0].mask() & w.sharded_axes());
+    if (free && !(wb.dims[0].mask() & wb.dims[1].mask())) {
+      const dense_choice alt =
+          evaluate_dense(p, layout, layout, wb, w, forced, shape, ws, ys, needs_grad);
+      if (alt.ok && (!best.ok || alt.cost < best.cost)) best = alt;
+    }
+  }
+  if (!best.ok) return p.fail("no layout of the input fits the kernel's layout");
+
+  const auto& m = p.mesh();
+  const std::size_t es = p.element_size();
+  // forward
+  p.add(phase::forward, step_role::input, plan_reshard(layout, best.x, m, shape, es));
+  p.add(phase::forward, step_role::kernel, plan_reshard(w, best.w, m, ws, es));
+  if (use_bias) {
+    layout_value want_b = layout_value::replicated(1);
+    want_b.dims[0] = best.out.dims[1];
+    p.add(phase::forward, step_role::bias, plan_reshard(b, want_b, m, shape_value{units}, es));
+  }
+  p.add(phase::forward, step_role::output, plan_reshard(best.y, best.out, m, ys, es));
+  if (!p.ok()) return;
+  // backward, in execution order
+  const layout_value g = best.y.without_partial();
+  p.add(phase::backward, step_role::output_gradient, plan_reshard(best.out, g, m, ys, es));
+  const auto dw = propagate_matmul(swap2(best.x), g);
+  if (!dw.ok) return p.fail(dw.error);
+  p.add(phase::backward, step_role::kernel_gradient, plan_reshard(dw.out, best.w, m, ws, es));
+  p.add(phase::backward, step_role::kernel_gradient, plan_reshard(best.w, w, m, ws, es));
+  if (use_bias) {
+    const auto db = propagate_reduce(g, 0);
+    p.add(phase::backward, step_role::bias_gradient,
+          plan_reshard(db.out, b, m, shape_value{units}, es));
+  }
+  if (needs_grad) {
+    const auto dx = propagate_matmul(g, swap2(best.w));
+    if (!dx.ok) return p.fail(dx.error);
+    p.add(phase::backward, step_role::input_gradient, plan_reshard(dx.out, best.x, m, shape, es));
+    p.add(phase::backward, step_role::input_gradient,
+          plan_reshard_backward(layout, best.x, m, shape, es));
+  }
+  layout = best.out;
+  shape = ys;
+  p.needs_grad() = true;
+  if (op.option.view() == "softmax") softmax(p);
+}
+
+inline constexpr plan_rule dense_rule{&dense, "dense"};
+
+}  // namespace layer_rules
+
+constexpr op_desc dense_op(std::string_view name, std::size_t units, bool use_bias = true,
+                           std::string_view activation = "linear") noexcept {
+  return {.rule = &layer_rules::dense_rule,
+          .name = name_string(name),
+          .sizes = {units, 0, 0, 0},
+          .flags = use_bias ? 1u : 0u,
+          .option = name_string(activation)};
+}
+
+}  // namespace tessel

@@ -1,0 +1,71 @@
+// Planning rules of the layers without variables: flatten, dropout, the activations (softmax
+// reduces over a sharded class dimension). Each is the op_desc's `rule` (core/model_plan.hpp).
+#pragma once
+
+#include <string_view>
+
+#include "../../core/model_plan.hpp"
+#include "../../core/propagation.hpp"
+
+namespace tessel {
+
+namespace layer_rules {
+
+constexpr bool is_linear_activation(std::string_view fn) noexcept {
+  return fn == "linear" || fn.empty();
+}
+
+// softmax over a sharded last dimension: all_reduce of the row max and the row sum forward,
+// and of the row sum of (gradient * output) backward.
+constexpr void softmax(layer_planner& p) noexcept {
+  const auto r = propagate_softmax(p.layout());
+  if (!r.ok) return p.fail(r.error);
+  p.row_reductions(r.reduce_axes, p.layout(), p.shape(), phase::forward, step_role::row_max,
+                   step_role::row_sum);
+  p.row_reductions(r.reduce_axes, p.layout(), p.shape(), phase::backward, step_role::row_sum);
+}
+
+// An element-wise function: linear ones (identity, scaling) work on partial sums as they are;
+// a nonlinear one needs its input complete; softmax reduces over the class dimension.
+constexpr void activation(layer_planner& p, const op_desc& op) noexcept {
+  if (op.option.view() == "softmax") softmax(p);
+  else if (!is_linear_activation(op.option.view()))
+    p.reshard_forward(step_role::input, p.layout(), p.layout().without_partial(), p.shape(),
+                      p.needs_grad());
+}
+
+// Flatten of every dimension after the batch: the input's trailing dimensions may be split only
+// as a flattened dimension can be (the outer one), so reshard to that first.
+constexpr void flatten(layer_planner& p, const op_desc&) noexcept {
+  shape_value& shape = p.shape();
+  const std::size_t last = shape.rank - 1;
+  p.reshard_forward(step_role::input, p.layout(), flatten_input_requirement(p.layout(), 1, last),
+                    shape, p.needs_grad());
+  const auto r = propagate_flatten(p.layout(), 1, last);
+  if (!r.ok) return p.fail(r.error);
+  std::size_t n = 1;
+  for (std::size_t d = 1; d <= last; ++d) n *= shape.extents[d];
+  p.layout() = r.out;
+  shape = shape_value{shape.extents[0], n};
+}
+
+// Dropout's mask is keyed by the global element index: a local, linear op on any layout.
+constexpr void dropout(layer_planner&, const op_desc&) noexcept {}
+
+inline constexpr plan_rule flatten_rule{&flatten, "flatten"};
+inline constexpr plan_rule activation_rule{&activation, "activation"};
+inline constexpr plan_rule dropout_rule{&dropout, "dropout"};
+
+}  // namespace layer_rules
+
+constexpr op_desc flatten_op(std::string_view name) noexcept {
+  return {.rule = &layer_rules::flatten_rule, .name = name_string(name)};
+}
+constexpr op_desc activation_op(std::string_view name, std::string_view fn) noexcept {
+  return {.rule = &layer_rules::activation_rule, .name = name_string(name), .option = name_string(fn)};
+}
+constexpr op_desc dropout_op(std::string_view name) noexcept {
+  return {.rule = &layer_rules::dropout_rule, .name = name_string(name)};
+}
+
+}  // namespace tessel

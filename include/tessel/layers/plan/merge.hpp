@@ -1,0 +1,44 @@
+// Planning rule of a layer with several inputs: add (Keras's Add), the join of a residual
+// connection. Planned now so that graphs with fan-out and joins plan; the functional model that
+// executes them comes later.
+#pragma once
+
+#include <initializer_list>
+#include <string_view>
+
+#include "../../core/model_plan.hpp"
+
+namespace tessel {
+
+namespace layer_rules {
+
+// The sum of inputs of one shape: each input is resharded to input 0's layout, made complete
+// (an element-wise sum of partial sums over different axes has no layout), and added locally.
+// Backward, the output gradient goes to every input unchanged, through each input's transposed
+// resharding.
+constexpr void add(layer_planner& p, const op_desc&) noexcept {
+  if (p.input_count() < 2) return p.fail("add takes two or more inputs");
+  const layout_value out = p.input(0).layout.without_partial();
+  bool needs_grad = false;
+  for (std::size_t k = 0; k < p.input_count(); ++k) {
+    const auto& in = p.input(k);
+    if (!(in.shape == p.input(0).shape))
+      return p.fail("add takes inputs of one shape; reshape or project them first");
+    layout_value l = in.layout;
+    p.reshard_forward(step_role::input, l, out, in.shape, in.needs_grad);
+    needs_grad = needs_grad || in.needs_grad;
+  }
+  p.layout() = out;
+  p.needs_grad() = needs_grad;
+}
+
+inline constexpr plan_rule add_rule{&add, "add"};
+
+}  // namespace layer_rules
+
+// `reads(add_op("sum"), {2, 4})`: the sum of the outputs of layers 1 and 3.
+constexpr op_desc add_op(std::string_view name) noexcept {
+  return {.rule = &layer_rules::add_rule, .name = name_string(name)};
+}
+
+}  // namespace tessel
