@@ -2,6 +2,8 @@
 // is computed with its gradient in one pass over the predictions.
 #pragma once
 
+#include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -75,31 +77,47 @@ class loss_spec {
 // Keras's backend epsilon, which clips probabilities in the cross-entropies.
 inline constexpr float epsilon = 1e-7f;
 
-// The sum over the rows of `pred` of the per-sample loss; writes d(loss)/d(pred) * grad_scale to
-// grad. Labels are used by the sparse loss, targets by the others.
+// The sum over the rows of `pred` of the per-sample loss, written into sums(slot) in the
+// device's memory; writes d(loss)/d(pred) * grad_scale to grad. Labels are used by the sparse
+// loss, targets by the others.
+template <class B>
+void loss_and_gradient(const loss_spec& loss, const typename B::matrix& pred,
+                       const typename B::index_vector& labels, const typename B::matrix& targets,
+                       const typename B::matrix& grad, float grad_scale,
+                       const typename B::sums& sums, std::size_t slot) {
+  std::visit(
+      [&](const auto& l) {
+        using L = std::decay_t<decltype(l)>;
+        if constexpr (std::is_same_v<L, losses::mean_squared_error>) {
+          B::mean_squared_error(pred, targets, grad, grad_scale, sums, slot);
+        } else if constexpr (std::is_same_v<L, losses::sparse_categorical_crossentropy>) {
+          if (l.from_logits)
+            B::softmax_cross_entropy(pred, labels, targets, grad, grad_scale, sums, slot);
+          else
+            B::crossentropy_on_probabilities(pred, labels, targets, grad, grad_scale, epsilon,
+                                             sums, slot);
+        } else {
+          if (l.from_logits)
+            B::softmax_cross_entropy(pred, typename B::index_vector(), targets, grad, grad_scale,
+                                     sums, slot);
+          else
+            B::crossentropy_on_probabilities(pred, typename B::index_vector(), targets, grad,
+                                             grad_scale, epsilon, sums, slot);
+        }
+      },
+      loss.value());
+}
+
+// The same, returning the sum on the host (one read-back; tests and one-off uses).
 template <class B>
 double loss_and_gradient(const loss_spec& loss, const typename B::matrix& pred,
                          const typename B::index_vector& labels, const typename B::matrix& targets,
                          const typename B::matrix& grad, float grad_scale) {
-  return std::visit(
-      [&](const auto& l) -> double {
-        using L = std::decay_t<decltype(l)>;
-        if constexpr (std::is_same_v<L, losses::mean_squared_error>) {
-          return B::mean_squared_error(pred, targets, grad, grad_scale);
-        } else if constexpr (std::is_same_v<L, losses::sparse_categorical_crossentropy>) {
-          return l.from_logits
-                     ? B::softmax_cross_entropy(pred, labels, targets, grad, grad_scale)
-                     : B::crossentropy_on_probabilities(pred, labels, targets, grad, grad_scale,
-                                                        epsilon);
-        } else {
-          return l.from_logits ? B::softmax_cross_entropy(pred, typename B::index_vector(),
-                                                          targets, grad, grad_scale)
-                               : B::crossentropy_on_probabilities(
-                                     pred, typename B::index_vector(), targets, grad, grad_scale,
-                                     epsilon);
-        }
-      },
-      loss.value());
+  const typename B::sums sums = B::make_sums("loss_sum", 1);
+  loss_and_gradient<B>(loss, pred, labels, targets, grad, grad_scale, sums, 0);
+  double total = 0.0;
+  B::download(sums, std::span<double>(&total, 1));
+  return total;
 }
 
 }  // namespace tessel

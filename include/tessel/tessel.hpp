@@ -13,5 +13,7 @@
 #include "metrics.hpp"
 #include "model/callbacks.hpp"
 #include "model/sequential.hpp"
+#include "trainer/sequential.hpp"
+#include "trainer/trainer.hpp"
 #include "optimizers.hpp"
 #include "runtime/initialize.hpp"

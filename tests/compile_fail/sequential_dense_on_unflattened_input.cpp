@@ -1,7 +1,7 @@
 // expect: layer_needs_flat_input<tessel::name_string\{"d1(\\000)*"\}, 3>
 // A dense layer directly on (28, 28, 1) images: tessel's dense takes samples of rank 1.
 // Expected diagnostic: tessel::diagnostic::layer_needs_flat_input<"d1", 3>.
-#include <tessel/model/sequential.hpp>
+#include <tessel/trainer/sequential.hpp>
 #include <tessel/layers.hpp>
 
 using namespace tessel::layers;

@@ -1,7 +1,7 @@
 // expect: duplicate_layer_name<tessel::name_string\{"d1(\\000)*"\}>
 // Two layers named "d1": Keras refuses a Sequential model whose layer names repeat.
 // Expected diagnostic: tessel::diagnostic::duplicate_layer_name<"d1">.
-#include <tessel/model/sequential.hpp>
+#include <tessel/trainer/sequential.hpp>
 #include <tessel/layers.hpp>
 
 using namespace tessel::layers;

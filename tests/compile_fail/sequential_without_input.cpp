@@ -1,7 +1,7 @@
 // expect: sequential_needs_an_input
 // A sequential model whose first entry is a layer, not input<...>: the sample shape is unknown.
 // Expected diagnostic: tessel::diagnostic::sequential_needs_an_input.
-#include <tessel/model/sequential.hpp>
+#include <tessel/trainer/sequential.hpp>
 #include <tessel/layers.hpp>
 
 using namespace tessel::layers;

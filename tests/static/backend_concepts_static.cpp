@@ -16,6 +16,9 @@ static_assert(backend::backend_memory<H> && backend::backend_gemm<H> &&
 struct memory_only {
   using matrix = H::matrix;
   using index_vector = H::index_vector;
+  using sums = H::sums;
+  static sums make_sums(const std::string&, std::size_t);
+  static void download(const sums&, std::span<double>);
   static matrix make_matrix(const std::string&, std::size_t, std::size_t);
   static matrix make_zeros(const std::string&, std::size_t, std::size_t);
   static index_vector make_indices(const std::string&, std::size_t);

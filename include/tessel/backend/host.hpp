@@ -79,6 +79,9 @@ struct host {
   using execution_space = Kokkos::DefaultHostExecutionSpace;
   using matrix = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
   using index_vector = Kokkos::View<std::int32_t*, Kokkos::HostSpace>;
+  // The step's loss and metric sums, in the device's memory until the step ends (a GPU backend
+  // reads them back once per step, not once per loss and metric).
+  using sums = Kokkos::View<double*, Kokkos::HostSpace>;
 
   static bool is_initialized() { return Kokkos::is_initialized(); }
   static void initialize(int& argc, char** argv) {
@@ -111,6 +114,11 @@ struct host {
   }
   static index_vector make_indices(const std::string& label, std::size_t n) {
     return index_vector(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
+  }
+  static sums make_sums(const std::string& label, std::size_t n) { return sums(label, n); }
+  // The one read-back of a step: every sum at once.
+  static void download(const sums& src, std::span<double> dst) {
+    std::copy(src.data(), src.data() + src.size(), dst.begin());
   }
   // A rows x cols matrix over the elements of `storage` from `offset` on, sharing its memory:
   // the gradients of one bucket are views of the bucket's buffer.
@@ -264,16 +272,16 @@ struct host {
         });
   }
 
-  // ---- losses: each returns the sum over rows of the per-sample loss and writes
-  //      grad = grad_scale * d(per-sample loss)/d(prediction). --------------------------------
+  // ---- losses: each writes the sum over rows of the per-sample loss into out(slot), in the
+  //      device's memory, and grad = grad_scale * d(per-sample loss)/d(prediction). ---------------
   // Cross-entropy on probabilities, as Keras computes it: normalise each row to sum 1, clip to
   // [eps, 1 - eps], then -sum(t * log). `labels` (sparse) or `targets` (one-hot), one of them.
-  static double crossentropy_on_probabilities(const matrix& probs, const index_vector& labels,
+  static void crossentropy_on_probabilities(const matrix& probs, const index_vector& labels,
                                               const matrix& targets, const matrix& grad,
-                                              float grad_scale, float eps) {
+                                              float grad_scale, float eps, const sums& out,
+                                              std::size_t slot) {
     const std::size_t n = probs.extent(1);
     const bool sparse = labels.extent(0) > 0;
-    double total = 0.0;
     Kokkos::parallel_reduce(
         "tessel::xent_probabilities", policy(probs.extent(0)),
         KOKKOS_LAMBDA(std::size_t i, double& acc) {
@@ -294,17 +302,15 @@ struct host {
           for (std::size_t j = 0; j < n; ++j) grad(i, j) = grad_scale * (grad(i, j) - dot) / s;
           acc += static_cast<double>(loss);
         },
-        total);
-    return total;
+        Kokkos::subview(out, slot));
   }
   // Cross-entropy on logits through a stable log-softmax: -sum(t * log_softmax(z)); the
   // gradient is softmax(z) * sum(t) - t. `labels` (sparse) or `targets` (one-hot), one of them.
-  static double softmax_cross_entropy(const matrix& logits, const index_vector& labels,
+  static void softmax_cross_entropy(const matrix& logits, const index_vector& labels,
                                       const matrix& targets, const matrix& grad,
-                                      float grad_scale) {
+                                      float grad_scale, const sums& out, std::size_t slot) {
     const std::size_t n = logits.extent(1);
     const bool sparse = labels.extent(0) > 0;
-    double total = 0.0;
     Kokkos::parallel_reduce(
         "tessel::softmax_xent", policy(logits.extent(0)),
         KOKKOS_LAMBDA(std::size_t i, double& acc) {
@@ -328,15 +334,13 @@ struct host {
           }
           acc += static_cast<double>(loss);
         },
-        total);
-    return total;
+        Kokkos::subview(out, slot));
   }
   // Per sample: mean over the last axis of (p - t)^2.
-  static double mean_squared_error(const matrix& pred, const matrix& targets, const matrix& grad,
-                                   float grad_scale) {
+  static void mean_squared_error(const matrix& pred, const matrix& targets, const matrix& grad,
+                                 float grad_scale, const sums& out, std::size_t slot) {
     const std::size_t n = pred.extent(1);
     const float inv_n = 1.0f / static_cast<float>(n);
-    double total = 0.0;
     Kokkos::parallel_reduce(
         "tessel::mse", policy(pred.extent(0)),
         KOKKOS_LAMBDA(std::size_t i, double& acc) {
@@ -348,20 +352,19 @@ struct host {
           }
           acc += static_cast<double>(s * inv_n);
         },
-        total);
-    return total;
+        Kokkos::subview(out, slot));
   }
 
   // ---- metrics --------------------------------------------------------------------------------
-  // Rows whose arg-max (first maximum, as NumPy) equals the label / the target's arg-max.
-  static std::size_t count_argmax_equal(const matrix& pred, const index_vector& labels,
-                                        const matrix& targets) {
+  // The rows whose arg-max (first maximum, as NumPy) equals the label / the target's arg-max,
+  // counted into out(slot).
+  static void count_argmax_equal(const matrix& pred, const index_vector& labels,
+                                 const matrix& targets, const sums& out, std::size_t slot) {
     const std::size_t n = pred.extent(1);
     const bool sparse = labels.extent(0) > 0;
-    std::size_t hits = 0;
     Kokkos::parallel_reduce(
         "tessel::argmax_equal", policy(pred.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, std::size_t& acc) {
+        KOKKOS_LAMBDA(std::size_t i, double& acc) {
           std::size_t best = 0, want = 0;
           for (std::size_t j = 1; j < n; ++j)
             if (pred(i, j) > pred(i, best)) best = j;
@@ -371,10 +374,9 @@ struct host {
             for (std::size_t j = 1; j < n; ++j)
               if (targets(i, j) > targets(i, want)) want = j;
           }
-          acc += best == want ? 1 : 0;
+          acc += best == want ? 1.0 : 0.0;
         },
-        hits);
-    return hits;
+        Kokkos::subview(out, slot));
   }
 
   // ---- optimizer updates (Keras 3's formulas) --------------------------------------------------

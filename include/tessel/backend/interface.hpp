@@ -19,9 +19,12 @@ namespace tessel::backend {
 // and the memory the collectives read and write.
 template <class B>
 concept backend_memory = requires(const typename B::matrix& m, std::span<const float> src,
-                                  std::span<float> dst, float f, std::size_t n) {
+                                  std::span<float> dst, float f, std::size_t n,
+                                  const typename B::sums& s, std::span<double> host_sums) {
   typename B::matrix;        // a row-major 2-D float buffer in the device's memory
   typename B::index_vector;  // int32 labels in the device's memory
+  typename B::sums;          // float64 sums (a step's loss and metrics) in the device's memory
+  { B::make_sums(std::string{}, n) } -> std::same_as<typename B::sums>;
   { B::make_matrix(std::string{}, n, n) } -> std::same_as<typename B::matrix>;
   { B::make_zeros(std::string{}, n, n) } -> std::same_as<typename B::matrix>;
   { B::make_indices(std::string{}, n) } -> std::same_as<typename B::index_vector>;
@@ -32,6 +35,7 @@ concept backend_memory = requires(const typename B::matrix& m, std::span<const f
   { B::comm_span(m) } -> std::same_as<std::span<float>>;  // the memory collectives use
   B::upload(src, m);
   B::download(m, dst);
+  B::download(s, host_sums);  // a step's one read-back
   B::fill(m, f);
   B::copy(m, m);
 };
@@ -51,16 +55,17 @@ concept backend_elementwise = backend_memory<B> && requires(const typename B::ma
 };
 
 // Reductions: column sums (bias gradients), the losses' sums with their gradients, and the
-// metrics' counts.
+// metrics' counts, the sums written into a slot of device memory (no read-back).
 template <class B>
 concept backend_reductions = backend_memory<B> && requires(const typename B::matrix& m,
                                                            const typename B::index_vector& l,
-                                                           float f) {
+                                                           const typename B::sums& s, float f,
+                                                           std::size_t slot) {
   B::column_sums(m, m);
-  { B::crossentropy_on_probabilities(m, l, m, m, f, f) } -> std::same_as<double>;
-  { B::softmax_cross_entropy(m, l, m, m, f) } -> std::same_as<double>;
-  { B::mean_squared_error(m, m, m, f) } -> std::same_as<double>;
-  { B::count_argmax_equal(m, l, m) } -> std::same_as<std::size_t>;
+  B::crossentropy_on_probabilities(m, l, m, m, f, f, s, slot);
+  B::softmax_cross_entropy(m, l, m, m, f, s, slot);
+  B::mean_squared_error(m, m, m, f, s, slot);
+  B::count_argmax_equal(m, l, m, s, slot);
 };
 
 // Randomness: dropout masks drawn at each element's global index.

@@ -1,0 +1,622 @@
+// trainer: Keras's Trainer (keras/src/trainers/trainer.py) apart from the model — compile,
+// fit / evaluate / predict, train_on_batch and the custom-training-loop pieces, callbacks and
+// progress output, the batch split across the batch axis, the gradient buckets and the reduction
+// of the loss and metric sums. It works on any model meeting `trainable_model` (sequential_model
+// now, a functional model later) and adds its API to the model's: `trainer<M>` is an M.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../core/model_plan.hpp"
+#include "../data/array.hpp"
+#include "../data/dataset.hpp"
+#include "../layers/layer.hpp"
+#include "../losses.hpp"
+#include "../metrics.hpp"
+#include "../model/callbacks.hpp"
+#include "../model/logs.hpp"
+#include "../model/progbar_logger.hpp"
+#include "../model/sequential.hpp"
+#include "../optimizers.hpp"
+#include "../runtime/collectives.hpp"
+#include "gradient_buckets.hpp"
+
+namespace tessel {
+
+// What a trainer needs of a model: its backend and mesh, its variables, its description for the
+// planner, and a forward and backward pass on this process's rows of a batch.
+template <class M>
+concept trainable_model =
+    requires(M& m, const M& cm, const array<float>& x, const typename M::matrix& dy) {
+      typename M::backend;
+      typename M::distribution;
+      typename M::mesh_type;
+      typename M::communicator_type;
+      typename M::mesh_binding;
+      typename M::matrix;
+      { M::batch_axis } -> std::convertible_to<std::size_t>;
+      { M::output_shape } -> std::convertible_to<shape_value>;
+      { M::output_features } -> std::convertible_to<std::size_t>;
+      { M::describe(loss_kind::none, std::size_t{1}) } -> std::same_as<model_desc>;
+      { M::layer_name(std::size_t{0}) } -> std::convertible_to<std::string_view>;
+      { cm.mesh() } -> std::same_as<const typename M::mesh_binding&>;
+      { cm.seed() } -> std::convertible_to<std::uint64_t>;
+      { cm.get_weights() } -> std::same_as<std::vector<std::vector<float>>>;
+      { m.trainable_variables() } -> std::same_as<std::vector<variable<typename M::backend>*>>;
+      { m.get_variable(std::string_view{}) } -> std::same_as<variable<typename M::backend>&>;
+      cm.check_input_shape(x);
+      { m.forward_rows(x, std::size_t{}, std::size_t{}, std::size_t{}, true) }
+          -> std::same_as<const typename M::matrix&>;
+      m.backward(dy, [](std::span<variable<typename M::backend>* const>) {});
+      m.set_training_step(m.training_step() + 1);
+    };
+
+// fit()'s keyword arguments, by Keras's names.
+template <class Dataset>
+struct fit_options {
+  std::size_t epochs = 1;
+  int verbose = 1;  // Keras's "auto" is 1
+  std::vector<callback_ref> callbacks = {};
+  std::optional<Dataset> validation_data = std::nullopt;
+  std::size_t initial_epoch = 0;
+};
+
+template <trainable_model Model>
+class trainer : public Model, public model_base {
+  using B = typename Model::backend;
+  using Dist = typename Model::distribution;
+
+ public:
+  using typename Model::backend;
+  using typename Model::distribution;
+  using typename Model::mesh_type;
+  using typename Model::communicator_type;
+  using typename Model::mesh_binding;
+  using typename Model::matrix;
+  using Model::output_shape;
+  using Model::output_features;
+  using Model::batch_axis;
+
+  // Builds the model (its arguments are the model's) and plans a training step for it.
+  template <class... Args>
+  explicit trainer(Args&&... args) : Model(std::forward<Args>(args)...) {
+    replan();
+  }
+
+  // ---- the model's state, for callbacks (model_base) ------------------------------------------
+  std::vector<std::vector<float>> get_weights() const override { return Model::get_weights(); }
+  void set_weights(const std::vector<std::vector<float>>& w) override { Model::set_weights(w); }
+  bool is_chief() const override { return Model::is_chief(); }
+  std::optional<bool> metric_increases(std::string_view name) const override {
+    for (const auto& m : metrics_)
+      if (m.name == name) return true;  // the accuracies
+    return std::nullopt;
+  }
+
+  // ---- compile -------------------------------------------------------------------------------
+  // compile()'s keyword arguments, with Keras's default optimizer.
+  struct compile_options {
+    optimizer_spec optimizer = "rmsprop";
+    loss_spec loss = losses::mean_squared_error{};
+    std::vector<metrics::metric_arg> metrics = {};
+  };
+  void compile(compile_options o) {
+    compile(std::move(o.optimizer), std::move(o.loss), std::move(o.metrics));
+  }
+  void compile(optimizer_spec optimizer_, loss_spec loss,
+               std::vector<metrics::metric_arg> metric_list = {}) {
+    optimizer_state_.emplace(std::move(optimizer_));
+    loss_.emplace(std::move(loss));
+    metrics_.clear();
+    for (const auto& m : metric_list) metrics_.push_back(m.resolve(loss_->sparse_labels()));
+    metric_means_.assign(metrics_.size(), metrics::mean{});
+    sums_ = B::make_sums("loss_and_metric_sums", 1 + metrics_.size());
+    for (std::size_t i = 0; i < metrics_.size(); ++i)
+      metric_means_[i] = metrics::mean(metrics_[i].name);
+    replan();
+  }
+
+  // ---- distribution ---------------------------------------------------------------------------
+  // The communication plan of a training step (global batch unknown: bytes per sample unknown).
+  const model_plan& plan() const noexcept { return plan_; }
+  // The plan of a training step on a global batch of `global_batch`, as text: variables and
+  // their layouts, and every collective with its mesh axis and bytes.
+  std::string explain(std::size_t global_batch) const {
+    const model_desc d = Model::describe(plan_loss(), loss_values());
+    return tessel::explain(plan_model(Dist::value, pm().shape(), d, global_batch), d);
+  }
+  // Bucket size and overlap of the gradient reduction (DDP's bucket_cap_mb, default 25).
+  // Gradient views taken before (copies of variable::gradient) do not follow the new buffer.
+  void set_gradient_options(gradient_options o) {
+    if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb))
+      throw value_error("set_gradient_options: bucket_cap_mb must be a positive number of MB, "
+                        "got " + std::to_string(o.bucket_cap_mb));
+    grad_options_ = o;
+    build_buckets();
+  }
+  const gradient_options& get_gradient_options() const noexcept { return grad_options_; }
+  std::size_t gradient_bucket_count() const noexcept { return buckets_.size(); }
+  const tessel::communication_stats& communication_stats() const noexcept {
+    return buckets_.stats();
+  }
+  void reset_communication_stats() { buckets_.reset_stats(); }
+  optimizer<B>& get_optimizer() {
+    require_compiled("get_optimizer");
+    return *optimizer_state_;
+  }
+
+
+  // ---- the custom-training-loop pieces ------------------------------------------------------
+  // Loss of the batch and the gradient of every trainable variable (in variable::gradient), as
+  // Keras's `compute_loss_and_updates` + `jax.grad` give them. Updates the compiled metrics.
+  // On a distributed model x and y are the global batch: each process takes its block of rows
+  // along the batch axis, and the gradients (reduced in buckets during the backward pass), the
+  // loss and the metrics are those of the whole batch.
+  template <class Y>
+  double compute_loss_and_gradients(const array<float>& x, const array<Y>& y) {
+    require_compiled("compute_loss_and_gradients");
+    const std::size_t global = forward_and_loss(x, y, true);
+    buckets_.begin();
+    this->backward(loss_grad_, [this](std::span<variable<B>* const> layer_variables) {
+      if (buckets_.empty()) return;
+      for (const variable<B>* v : layer_variables) buckets_.ready(v);
+      buckets_.progress();
+    });
+    buckets_.finish();
+    // The next training call draws new dropout masks, as Keras's seed generator.
+    this->set_training_step(this->training_step() + 1);
+    return finish_metrics(global);
+  }
+  // One optimizer step on the gradients computed last (Keras's optimizer.apply).
+  void apply_gradients() {
+    require_compiled("apply_gradients");
+    optimizer_state_->apply(this->trainable_variables());
+  }
+  // One training step on one batch. As in Keras, the metrics are reset first unless
+  // reset_metrics is false, so the logs are this batch's loss (before the update) and metrics.
+  template <class Y>
+  logs train_on_batch(const array<float>& x, const array<Y>& y, bool reset_metrics = true) {
+    if (reset_metrics) this->reset_metrics();
+    compute_loss_and_gradients(x, y);
+    apply_gradients();
+    return metric_logs();
+  }
+  logs metric_logs() const {
+    logs l{{"loss", loss_tracker_.result()}};
+    for (const auto& m : metric_means_) l.emplace_back(m.name(), m.result());
+    return l;
+  }
+  void reset_metrics() {
+    loss_tracker_.reset_state();
+    for (auto& m : metric_means_) m.reset_state();
+  }
+
+  // ---- fit / evaluate / predict -------------------------------------------------------------
+  template <class Dataset>
+  history fit(const Dataset& train, const fit_options<Dataset>& o = {}) {
+    require_compiled("fit");
+    history hist;
+    std::vector<callback*> cbs{&hist};
+    for (const auto& c : o.callbacks) cbs.push_back(c.get());
+    for (callback* c : cbs) c->set_model(this);
+    const int verbose = shown_verbosity(o.verbose);
+    if (known_steps(train) == std::size_t{0}) throw empty_data("fit", "the training data", "train on");
+    progbar_logger bar(verbose, o.epochs, known_steps(train));
+    stop_training = false;
+    bar.on_train_begin();
+    // A callback that fails here (csv_logger's file, on process 0 only) fails fit() on every
+    // process, so that none goes on to wait in a training step for the others.
+    detail::on_every_process(pm(), "a callback's on_train_begin", [&] {
+      for (callback* c : cbs) c->on_train_begin({});
+    });
+    logs epoch_logs;
+    for (std::size_t epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) {
+      reset_metrics();
+      if (verbose) bar.on_epoch_begin(epoch);
+      for (callback* c : cbs) c->on_epoch_begin(epoch, {});
+      std::size_t step = 0;
+      for (const auto& element : train) {
+        const auto& [x, y] = element;
+        for (callback* c : cbs) c->on_train_batch_begin(step, {});
+        const logs l = train_on_batch(x, y, false);
+        if (verbose) bar.on_train_batch_end(step, sorted_logs(l));
+        for (callback* c : cbs) c->on_train_batch_end(step, l);
+        ++step;
+        if (stop_training) break;
+      }
+      if (step == 0) throw empty_data("fit", "the training data", "train on");
+      epoch_logs = metric_logs();
+      if (o.validation_data) {
+        const logs v = run_evaluate(*o.validation_data, nullptr, cbs, true);
+        for (const auto& [k, val] : v) epoch_logs.emplace_back("val_" + k, val);
+      }
+      const logs shown = sorted_logs(epoch_logs);
+      if (verbose) bar.on_epoch_end(epoch, shown);
+      for (callback* c : cbs) c->on_epoch_end(epoch, shown);
+    }
+    for (callback* c : cbs) c->on_train_end(epoch_logs);
+    return hist;
+  }
+
+  // fit(x, y, batch_size=32, shuffle=True, ...) on arrays, as Keras's fit takes NumPy arrays.
+  struct array_fit_options {
+    std::size_t batch_size = 32;
+    std::size_t epochs = 1;
+    int verbose = 1;
+    std::vector<callback_ref> callbacks = {};
+    bool shuffle = true;
+    std::size_t initial_epoch = 0;
+  };
+  template <class Y>
+  history fit(const array<float>& x, const array<Y>& y, const array_fit_options& o) {
+    check_batch_size("fit", o.batch_size);
+    auto ds = from_tensor_slices(x, y);
+    if (x.rows() == 0) throw empty_data("fit", "x", "train on");
+    auto batched = o.shuffle ? ds.shuffle(static_cast<std::int64_t>(x.rows()), this->seed())
+                                   .batch(static_cast<std::int64_t>(o.batch_size))
+                             : ds.batch(static_cast<std::int64_t>(o.batch_size));
+    return fit(batched, fit_options<decltype(batched)>{.epochs = o.epochs,
+                                                        .verbose = o.verbose,
+                                                        .callbacks = o.callbacks,
+                                                        .validation_data = std::nullopt,
+                                                        .initial_epoch = o.initial_epoch});
+  }
+  template <class Y>
+  logs evaluate(const array<float>& x, const array<Y>& y, std::size_t batch_size = 32,
+                int verbose = 1) {
+    check_batch_size("evaluate", batch_size);
+    return evaluate(from_tensor_slices(x, y).batch(static_cast<std::int64_t>(batch_size)),
+                    verbose);
+  }
+
+  // Returns the loss and metrics over the whole dataset (Keras's evaluate with return_dict).
+  template <class Dataset>
+  logs evaluate(const Dataset& data, int verbose = 1, std::vector<callback_ref> callbacks = {}) {
+    require_compiled("evaluate");
+    std::vector<callback*> cbs;
+    for (const auto& c : callbacks) cbs.push_back(c.get());
+    for (callback* c : cbs) c->set_model(this);
+    if (known_steps(data) == std::size_t{0}) throw empty_data("evaluate", "the data", "evaluate");
+    std::optional<progbar_logger> bar;
+    verbose = shown_verbosity(verbose);
+    if (verbose) bar.emplace(verbose, 1, known_steps(data));
+    return run_evaluate(data, bar ? &*bar : nullptr, cbs, false);
+  }
+
+  // The model's outputs for every sample of x, batch by batch (Keras's predict). On a
+  // distributed model each process computes its block of every batch and every process gets
+  // the whole result.
+  array<float> predict(const array<float>& x, std::size_t batch_size = 32, int verbose = 0) {
+    check_batch_size("predict", batch_size);
+    this->check_input_shape(x);
+    const std::size_t n = x.rows();
+    if (n == 0) throw empty_data("predict", "x", "predict");
+    std::vector<std::size_t> shape{n};
+    for (std::size_t i = 0; i < output_shape.rank; ++i) shape.push_back(output_shape[i]);
+    array<float> out(shape);
+    std::optional<progbar_logger> bar;
+    const std::size_t steps = (n + batch_size - 1) / batch_size;
+    verbose = shown_verbosity(verbose);
+    if (verbose) {
+      bar.emplace(verbose, 1, steps);
+      bar->on_predict_begin();
+    }
+    for (std::size_t b = 0; b < steps; ++b) {
+      const std::size_t begin = b * batch_size, end = std::min(n, begin + batch_size);
+      const shard s = shard_of(end - begin);
+      const matrix& y = this->forward_rows(x, begin, s.first, s.local, false);
+      gather_rows(y, s, std::span<float>(out.values.data() + begin * output_features,
+                                         (end - begin) * output_features));
+      if (bar) bar->on_predict_batch_end(b);
+    }
+    if (bar) bar->on_predict_end();
+    return out;
+  }
+
+ private:
+  const mesh_binding& pm() const noexcept { return this->mesh(); }
+  // The compiled loss as the planner knows it (none before compile).
+  loss_kind plan_loss() const { return loss_ ? loss_->plan_kind() : loss_kind::none; }
+  // The loss step carries the loss sum and one count per metric, as doubles (two floats each).
+  std::size_t loss_values() const { return 2 * (1 + metrics_.size()); }
+  // Progress output comes from the process at device 0 only.
+  int shown_verbosity(int verbose) const { return pm().is_chief() ? verbose : 0; }
+
+  // ---- the plan -------------------------------------------------------------------------------
+  // Plans a training step on the bound mesh and turns its collectives into work: the gradient
+  // all_reduces into buckets, the loss all_reduce into the reduction of the loss and metric
+  // sums. A collective this model cannot perform yet is refused here, before any step runs.
+  void replan() {
+    const model_desc d = Model::describe(plan_loss(), loss_values());
+    plan_ = plan_model(Dist::value, pm().shape(), d, dynamic_extent);
+    if (!plan_.ok) throw value_error(tessel::explain(plan_, d));
+    loss_steps_.clear();
+    for (const auto& s : plan_) {
+      const bool gradient = s.when == phase::backward && s.step.kind == collective::all_reduce &&
+                            is_gradient_of_variable(s.role);
+      const bool loss_sum = s.when == phase::forward && s.role == step_role::loss;
+      if (loss_sum) loss_steps_.push_back(s.step);
+      if (!gradient && !loss_sum)
+        throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
+                          " of '" + std::string(role_name(s.role)) + "' in layer '" +
+                          std::string(Model::layer_name(s.op)) +
+                          "', which data-parallel training does not perform");
+    }
+    build_buckets();
+  }
+  void build_buckets() {
+    std::vector<typename gradient_buckets<B, mesh_type, communicator_type>::entry> entries;
+    for (const auto& s : plan_) {
+      if (s.when != phase::backward) continue;
+      const std::string leaf = s.role == step_role::kernel_gradient ? "/kernel" : "/bias";
+      entries.push_back(
+          {&this->get_variable(std::string(Model::layer_name(s.op)) + leaf), s.step});
+    }
+    buckets_.build(pm(), std::move(entries), grad_options_);
+  }
+
+  // ---- the batch split ----------------------------------------------------------------------
+  struct shard {
+    // rows: the whole batch, this process's, its first, and the largest block of any process
+    std::size_t global = 0, local = 0, first = 0, block = 0;
+  };
+  // Contiguous blocks of the global batch along the batch axis, as Keras's DataParallel. A batch
+  // that does not divide (the last partial batch of an epoch) is split as evenly as possible, as
+  // tf.distribute splits it: the first `global % n` processes take one row more, and a process
+  // may hold none. The loss is still the mean over the global batch, so the step equals one
+  // device's.
+  static shard block_of(std::size_t global, std::size_t n, std::size_t c) {
+    const std::size_t base = global / n, extra = global % n;
+    return {global, base + (c < extra ? 1 : 0), c * base + std::min(c, extra),
+            base + (extra ? 1 : 0)};
+  }
+  shard shard_of(std::size_t global) const {
+    return block_of(global, pm().mesh().extent(batch_axis), pm().coordinates()[batch_axis]);
+  }
+  // The rows of every process's `local` output, in order, into `out` (the whole batch).
+  // Every process sends a block of s.block rows (the rows it holds, then zeros), so that the
+  // planned all_gather of equal blocks serves batches that do not divide too.
+  void gather_rows(const matrix& local, const shard& s, std::span<float> out) {
+    host_gather_.assign(s.block * output_features, 0.0f);
+    B::download(local, std::span<float>(host_gather_).first(s.local * output_features));
+    const reshard_plan r = plan_reshard(plan_.activations[plan_.activation_count - 1].layout,
+                                        layout_value::replicated(2), pm().shape(),
+                                        shape_value{s.global, output_features});
+    if (r.empty()) {
+      std::copy_n(host_gather_.begin(), s.local * output_features, out.begin());
+      return;
+    }
+    for (const auto& step : r)
+      if (step.kind != collective::all_gather || r.size() != 1)
+        throw value_error("tessel::sequential::predict: the output needs " +
+                          to_string(step, plan_.mesh) + ", which predict does not perform");
+    const std::size_t n = pm().mesh().extent(batch_axis);
+    if (n * s.block == s.global) {
+      comm::run_step(pm(), r[0], std::span<const float>(host_gather_), out);
+      return;
+    }
+    gathered_.resize(n * host_gather_.size());
+    comm::run_step(pm(), r[0], std::span<const float>(host_gather_), std::span<float>(gathered_));
+    for (std::size_t c = 0; c < n; ++c) {
+      const shard p = block_of(s.global, n, c);
+      std::copy_n(gathered_.begin() + static_cast<std::ptrdiff_t>(c * host_gather_.size()),
+                  p.local * output_features,
+                  out.begin() + static_cast<std::ptrdiff_t>(p.first * output_features));
+    }
+  }
+  // Starts the reduction of this process's loss and metric sums (the plan's "loss" steps).
+  void start_scalar_reduction() {
+    if (loss_steps_.size() == 1) {
+      scalar_request_ = comm::start_step(pm(), loss_steps_[0], std::span<const double>(scalars_),
+                                         std::span<double>(scalars_));
+    } else {
+      for (const auto& step : loss_steps_)
+        comm::run_step(pm(), step, std::span<const double>(scalars_), std::span<double>(scalars_));
+    }
+  }
+  // Waits for the sums and updates the loss tracker and metrics with the whole batch's values;
+  // returns the batch's mean loss.
+  double finish_metrics(std::size_t global) {
+    scalar_request_.wait();
+    const double rows = static_cast<double>(global);
+    const double loss = scalars_[0] / rows;
+    loss_tracker_.update_state(loss, rows);
+    for (std::size_t i = 0; i < metrics_.size(); ++i)
+      metric_means_[i].update_state(scalars_[i + 1] / rows, rows);
+    return loss;
+  }
+
+  template <class Dataset>
+  static std::optional<std::size_t> known_steps(const Dataset& d) {
+    const std::optional<std::size_t> n = d.cardinality();
+    if (n && *n == std::numeric_limits<std::size_t>::max()) return std::nullopt;
+    return n;
+  }
+  // Checks the targets of the whole batch (so that every process finds the same error), then
+  // uploads rows [first, first + local).
+  template <class Y>
+  void upload_targets(const array<Y>& y, std::size_t rows, std::size_t first, std::size_t local) {
+    data::check_shape(y, "y");
+    if (y.rows() != rows)
+      throw value_error("Data cardinality is ambiguous: x sizes: " + std::to_string(rows) +
+                        ", y sizes: " + std::to_string(y.rows()) +
+                        ". Make sure all arrays contain the same number of samples.");
+    if (loss_->sparse_labels()) {
+      if (y.size() != rows)
+        throw value_error("A sparse loss (" + std::string(loss_->name()) +
+                          ") takes one integer label per sample, shape (" + std::to_string(rows) +
+                          ",); got shape " + shape_to_string(y.shape) +
+                          ". Use categorical_crossentropy for one-hot targets.");
+      host_labels_.resize(rows);
+      for (std::size_t i = 0; i < rows; ++i) {
+        const double v = static_cast<double>(y.values[i]);
+        if (!(v >= 0 && v < static_cast<double>(output_features)) || v != std::floor(v))
+          throw value_error("Received a label value of " + label_text(y.values[i]) +
+                            " which is outside the valid range of [0, " +
+                            std::to_string(output_features) + ") (sample " + std::to_string(i) +
+                            " of the batch). Labels must be class indices in [0, " +
+                            std::to_string(output_features) + ").");
+        host_labels_[i] = static_cast<std::int32_t>(v);
+      }
+      if (labels_rows_ != local) {
+        labels_ = B::make_indices("labels", local);
+        labels_rows_ = local;
+      }
+      B::upload(std::span<const std::int32_t>(host_labels_).subspan(first, local), labels_);
+    } else {
+      if (y.size() != rows * output_features)
+        throw value_error(
+            "Arguments `target` and `output` must have the same shape. Received: "
+            "target.shape=" +
+            shape_to_string(y.shape) + ", output.shape=(" + std::to_string(rows) + ", " +
+            std::to_string(output_features) +
+            "). For class labels use sparse_categorical_crossentropy, or one-hot "
+            "encode them with to_categorical.");
+      host_targets_.assign(
+          y.values.begin() + static_cast<std::ptrdiff_t>(first * output_features),
+          y.values.begin() + static_cast<std::ptrdiff_t>((first + local) * output_features));
+      targets_ = sized<B>(targets_store_, local, output_features, "targets");
+      B::upload(std::span<const float>(host_targets_), targets_);
+    }
+  }
+  template <class Y>
+  static std::string label_text(Y v) {
+    if constexpr (std::is_floating_point_v<Y>)
+      return callbacks::python_float_repr(static_cast<double>(v));
+    else
+      return std::to_string(v);
+  }
+  // This process's metric counts, after the loss sum, into the device's sums (slot i + 1 for
+  // metric i); then the step's one read-back of all of them.
+  void local_sums(const matrix& out) {
+    for (std::size_t i = 0; i < metrics_.size(); ++i) {
+      if (metrics_[i].kind == metrics::metric_kind::sparse_categorical_accuracy) {
+        require_sparse(metrics_[i]);
+        B::count_argmax_equal(out, labels_, targets_, sums_, i + 1);
+      } else {
+        B::count_argmax_equal(out, typename B::index_vector(), targets_, sums_, i + 1);
+      }
+    }
+    scalars_.resize(metrics_.size() + 1);
+    B::download(sums_, std::span<double>(scalars_));
+  }
+  void require_sparse(const metrics::metric_spec& m) const {
+    if (!loss_->sparse_labels())
+      throw value_error("Metric " + m.name + " takes integer labels, but the loss " +
+                        std::string(loss_->name()) +
+                        " takes target vectors; use "
+                        "categorical_accuracy or \"accuracy\".");
+  }
+  template <class Dataset>
+  logs run_evaluate(const Dataset& data, progbar_logger* bar, const std::vector<callback*>& cbs,
+                    bool validating) {
+    // Validation uses its own trackers so that the training metrics of the epoch survive.
+    metrics::mean saved_loss = loss_tracker_;
+    std::vector<metrics::mean> saved = metric_means_;
+    reset_metrics();
+    if (bar) bar->on_test_begin();
+    for (callback* c : cbs) c->on_test_begin({});
+    std::size_t step = 0;
+    for (const auto& element : data) {
+      const auto& [x, y] = element;
+      for (callback* c : cbs) c->on_test_batch_begin(step, {});
+      test_step(x, y);
+      const logs l = metric_logs();
+      if (bar) bar->on_test_batch_end(step, sorted_logs(l));
+      for (callback* c : cbs) c->on_test_batch_end(step, l);
+      ++step;
+    }
+    if (step == 0) {
+      loss_tracker_ = saved_loss;
+      metric_means_ = saved;
+      if (validating) throw empty_data("fit", "validation_data", "evaluate");
+      throw empty_data("evaluate", "the data", "evaluate");
+    }
+    const logs result = metric_logs();
+    if (bar) bar->on_test_end(sorted_logs(result));
+    for (callback* c : cbs) c->on_test_end(result);
+    loss_tracker_ = saved_loss;
+    metric_means_ = saved;
+    return result;
+  }
+  template <class Y>
+  void test_step(const array<float>& x, const array<Y>& y) {
+    finish_metrics(forward_and_loss(x, y, false));
+  }
+  // Forward pass on this process's rows of the global batch, the loss's gradient w.r.t. the
+  // output (left in loss_grad_, scaled for the mean over the global batch), and the start of the
+  // reduction of the loss and metric sums. Returns the global batch size.
+  template <class Y>
+  std::size_t forward_and_loss(const array<float>& x, const array<Y>& y, bool training) {
+    if (x.rows() == 0)
+      throw value_error("a batch of 0 samples has no loss: pass at least one sample to " +
+                        std::string(training ? "train_on_batch / compute_loss_and_gradients"
+                                             : "evaluate") + ", x has shape " +
+                        shape_to_string(x.shape));
+    const shard s = shard_of(x.rows());
+    this->check_input_shape(x);
+    upload_targets(y, x.rows(), s.first, s.local);
+    const matrix& out = this->forward_rows(x, 0, s.first, s.local, training);
+    loss_grad_ = sized<B>(loss_grad_store_, s.local, output_features, "loss_gradient");
+    loss_and_gradient<B>(*loss_, out, labels_, targets_, loss_grad_,
+                         1.0f / static_cast<float>(s.global), sums_, 0);
+    local_sums(out);
+    start_scalar_reduction();
+    return s.global;
+  }
+  static void check_batch_size(const char* what, std::size_t batch_size) {
+    if (batch_size == 0)
+      throw value_error(std::string(what) +
+                        ": batch_size must be greater than zero, got 0; pass the number of "
+                        "samples per batch (Keras's default is 32)");
+  }
+  // Keras 3 fails on data with no batch too (its epoch iterator raises StopIteration): there is
+  // no loss to report and nothing to train on, so say so instead of printing a loss of 0.
+  static value_error empty_data(std::string_view what, std::string_view data,
+                                std::string_view purpose) {
+    return value_error(std::string(what) + ": " + std::string(data) +
+                       " has no samples, so there is no batch to " + std::string(purpose) +
+                       ". Check that the arrays have rows and that the dataset's pipeline (take, "
+                       "filter, batch with drop_remainder) leaves at least one batch.");
+  }
+  void require_compiled(const char* what) const {
+    if (!loss_)
+      throw value_error(std::string("You must call `compile()` before calling `") + what +
+                        "()`. For example: model.compile(\"adam\", "
+                        "\"sparse_categorical_crossentropy\", {\"accuracy\"}).");
+  }
+
+  matrix loss_grad_store_, loss_grad_, targets_store_, targets_;
+  typename B::index_vector labels_;
+  std::size_t labels_rows_ = 0;
+  std::vector<std::int32_t> host_labels_;
+  std::vector<float> host_targets_;
+  std::optional<optimizer<B>> optimizer_state_;
+  std::optional<loss_spec> loss_;
+  std::vector<metrics::metric_spec> metrics_;
+  metrics::mean loss_tracker_{"loss"};
+  std::vector<metrics::mean> metric_means_;
+  // distribution
+  model_plan plan_{};
+  std::vector<reshard_step> loss_steps_;
+  gradient_options grad_options_{};
+  gradient_buckets<B, mesh_type, communicator_type> buckets_;
+  typename B::sums sums_;        // the step's loss and metric sums, on the device
+  std::vector<double> scalars_;  // the same on the host, reduced over the batch axis
+  typename communicator_type::request scalar_request_;
+  std::vector<float> host_gather_, gathered_;
+};
+
+}  // namespace tessel
