@@ -10,6 +10,7 @@
 
 #include "core/errors.hpp"
 #include "core/model_plan.hpp"
+#include "tensor/dtensor.hpp"
 
 namespace tessel {
 
@@ -77,14 +78,25 @@ class loss_spec {
 // Keras's backend epsilon, which clips probabilities in the cross-entropies.
 inline constexpr float epsilon = 1e-7f;
 
-// The sum over the rows of `pred` of the per-sample loss, written into sums(slot) in the
-// device's memory; writes d(loss)/d(pred) * grad_scale to grad. Labels are used by the sparse
-// loss, targets by the others.
+// The sum over the rows of `pred` (this device's block of the model's output) of the
+// per-sample loss, written into sums(slot) in the device's memory; writes d(loss)/d(pred) *
+// grad_scale, for the same block, to grad. Labels are used by the sparse loss, targets by the
+// others. The block must hold whole rows: a class dimension split across devices needs the row
+// reductions of model-parallel training.
 template <class B>
-void loss_and_gradient(const loss_spec& loss, const typename B::matrix& pred,
+void loss_and_gradient(const loss_spec& loss, const basic_dtensor<B>& pred_block,
                        const typename B::index_vector& labels, const typename B::matrix& targets,
                        const typename B::matrix& grad, float grad_scale,
                        const typename B::sums& sums, std::size_t slot) {
+  const shape_value& g = pred_block.global_shape();
+  if (g.rank >= 2 && pred_block.shard().extent[g.rank - 1] != g[g.rank - 1])
+    throw value_error(std::string(loss.name()) + ": the output's class dimension is split across "
+                      "devices (its block holds " +
+                      std::to_string(pred_block.shard().extent[g.rank - 1]) + " of " +
+                      std::to_string(g[g.rank - 1]) +
+                      " classes); this loss takes whole rows. Lay the last layer's output out "
+                      "with its classes whole (a \"<layer>/output\" rule with None last)");
+  const typename B::matrix& pred = pred_block.local();
   std::visit(
       [&](const auto& l) {
         using L = std::decay_t<decltype(l)>;
@@ -114,7 +126,10 @@ double loss_and_gradient(const loss_spec& loss, const typename B::matrix& pred,
                          const typename B::index_vector& labels, const typename B::matrix& targets,
                          const typename B::matrix& grad, float grad_scale) {
   const typename B::sums sums = B::make_sums("loss_sum", 1);
-  loss_and_gradient<B>(loss, pred, labels, targets, grad, grad_scale, sums, 0);
+  const std::size_t rows = B::rows(pred), cols = B::cols(pred);
+  const basic_dtensor<B> whole(shape_value{rows, cols}, layout_value::replicated(2),
+                               block{shape_value{0, 0}, shape_value{rows, cols}}, pred);
+  loss_and_gradient<B>(loss, whole, labels, targets, grad, grad_scale, sums, 0);
   double total = 0.0;
   B::download(sums, std::span<double>(&total, 1));
   return total;

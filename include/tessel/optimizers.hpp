@@ -82,7 +82,9 @@ class optimizer {
         x.shape = v->shape;
         x.initializer = "zeros";
         x.trainable = false;
-        x.value = B::make_zeros(x.path, B::rows(v->value), B::cols(v->value));
+        // On the same shards as the variable: the block's shape, zeroed.
+        x.value = v->value.like(
+            B::make_zeros(x.path, B::rows(v->value.local()), B::cols(v->value.local())));
         return &x;
       };
       std::visit(
@@ -119,18 +121,19 @@ class optimizer {
             const variable<B>& v = *vars[i];
             const slot& s = slots_[i];
             if constexpr (std::is_same_v<O, optimizers::sgd>) {
-              B::sgd_update(v.value, v.gradient, s.a ? s.a->value : v.gradient,
+              B::sgd_update(v.value.local(), v.gradient, s.a ? s.a->value.local() : v.gradient,
                             static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
                             o.nesterov);
             } else if constexpr (std::is_same_v<O, optimizers::adam>) {
               const double alpha = o.learning_rate * std::sqrt(1.0 - std::pow(o.beta_2, t)) /
                                    (1.0 - std::pow(o.beta_1, t));
-              B::adam_update(v.value, v.gradient, s.a->value, s.b->value,
+              B::adam_update(v.value.local(), v.gradient, s.a->value.local(), s.b->value.local(),
                              static_cast<float>(alpha), static_cast<float>(o.beta_1),
                              static_cast<float>(o.beta_2), static_cast<float>(o.epsilon));
             } else {
-              B::rmsprop_update(v.value, v.gradient, s.a->value, s.c ? s.c->value : v.gradient,
-                                s.b ? s.b->value : v.gradient,
+              B::rmsprop_update(v.value.local(), v.gradient, s.a->value.local(),
+                                s.c ? s.c->value.local() : v.gradient,
+                                s.b ? s.b->value.local() : v.gradient,
                                 static_cast<float>(o.learning_rate), static_cast<float>(o.rho),
                                 static_cast<float>(o.momentum), static_cast<float>(o.epsilon),
                                 o.centered);

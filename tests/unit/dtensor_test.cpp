@@ -155,3 +155,109 @@ TEST_CASE("global_average_pooling_2d: batch and channels sharded over four devic
   CHECK(y == y_ref);
   CHECK(dx == dx_ref);
 }
+
+// Variables are sharded tensors: a variable placed by a layout holds its device's block, drawn
+// exactly as that slice of the unsharded variable, and the optimizer's state lives on the same
+// block. Activations are too: dropout keys its mask by the block's global (row, column).
+namespace {
+variable_store<B> store_at(const layout_value& l, std::size_t data, std::size_t model) {
+  variable_store<B> s;
+  s.place = [l, data, model](std::string_view, std::size_t) {
+    variable_placement p{l, mesh::value, {}};
+    p.coords[0] = data, p.coords[1] = model;
+    return p;
+  };
+  return s;
+}
+}  // namespace
+
+TEST_CASE("variables: a variable holds its block of the global tensor, drawn as one device's",
+          "[dtensor][variables]") {
+  variable_store<B> whole;
+  const std::vector<float> all =
+      add_variable(whole, "d/kernel", {8, 6}, "glorot_uniform", 7).numpy();
+  CHECK(whole[0].value.layout() == layout_value::replicated(2));
+  layout_value by_columns = layout_value::replicated(2);
+  by_columns.dims[1].push(1);  // (None, "model")
+  for (std::size_t model = 0; model < 2; ++model) {
+    auto store = store_at(by_columns, 1, model);
+    variable<B>& v = add_variable(store, "d/kernel", {8, 6}, "glorot_uniform", 7);
+    CHECK(v.size() == 48);
+    CHECK(v.value.global_shape() == shape_value{8, 6});
+    CHECK(v.value.local_shape() == shape_value{8, 3});
+    CHECK(v.value.shard().offset == shape_value{0, 3 * model});
+    CHECK(B::rows(v.gradient) == 8);
+    CHECK(B::cols(v.gradient) == 3);
+    const std::vector<float> mine = v.numpy();
+    for (std::size_t r = 0; r < 8; ++r)
+      for (std::size_t c = 0; c < 3; ++c) {
+        INFO("row " << r << ", column " << c << ", device model=" << model);
+        CHECK(mine[r * 3 + c] == all[r * 6 + 3 * model + c]);
+      }
+    // Adam's moments are built on the variable's block.
+    optimizer<B> adam("adam");
+    adam.build({&v});
+    for (variable<B>* slot : adam.variables()) {
+      CHECK(slot->value.shard().offset == v.value.shard().offset);
+      CHECK(slot->value.local_shape() == shape_value{8, 3});
+    }
+  }
+  // A bias split over "data" (size 2): rows of one.
+  layout_value split = layout_value::replicated(1);
+  split.dims[0].push(0);
+  auto store = store_at(split, 1, 0);
+  variable<B>& b = add_variable(store, "d/bias", {6}, "random_normal", 7);
+  variable_store<B> whole_bias;
+  const std::vector<float> bias = add_variable(whole_bias, "d/bias", {6}, "random_normal", 7).numpy();
+  CHECK(b.numpy() == std::vector<float>(bias.begin() + 3, bias.end()));
+}
+
+TEST_CASE("activations: dropout draws a block's part of the whole batch's mask", "[dtensor]") {
+  using drop = layers::dropout<0.5>;
+  variable_store<B> none;
+  const layer_info info{"dropout", shape_value{6}, shape_value{6}};
+  drop::runtime<B> whole(info, none, 3), part(info, none, 3);
+  const pass_context ctx{.training = true, .step = 2, .seed = 0};
+  std::vector<float> ones(8 * 6, 1.0f);
+  B::matrix x = B::make_matrix("x", 8, 6);
+  B::upload(ones, x);
+  std::vector<float> all(48);
+  B::download(whole.forward(batch_block<B>(x), ctx).local(), all);
+  // Rows [4, 8) and columns [3, 6) of the batch: a block of a tensor split over both axes.
+  const block b{shape_value{4, 3}, shape_value{4, 3}};
+  layout_value l = layout_value::replicated(2);
+  l.dims[0].push(0);
+  l.dims[1].push(1);
+  B::matrix xb = B::make_matrix("xb", 4, 3);
+  B::upload(std::span<const float>(ones).first(12), xb);
+  std::vector<float> mine(12);
+  B::download(part.forward(basic_dtensor<B>(shape_value{8, 6}, l, b, xb), ctx).local(), mine);
+  for (std::size_t r = 0; r < 4; ++r)
+    for (std::size_t c = 0; c < 3; ++c) {
+      INFO("row " << r << ", column " << c);
+      CHECK(mine[r * 3 + c] == all[(4 + r) * 6 + 3 + c]);
+    }
+  // A rank-3 block split past its first feature dimension has no single range of features.
+  layout_value deep = layout_value::replicated(3);
+  deep.dims[2].push(1);
+  B::matrix xd = B::make_matrix("xd", 2, 6);
+  const block bd{shape_value{0, 0, 2}, shape_value{2, 3, 2}};
+  CHECK_THAT(message_of([&] {
+               part.forward(basic_dtensor<B>(shape_value{2, 3, 4}, deep, bd, xd), ctx);
+             }),
+             Contains("dropout: a block split along dimension 2"));
+}
+
+TEST_CASE("losses: an output block without its whole class dimension is refused", "[dtensor]") {
+  layout_value by_classes = layout_value::replicated(2);
+  by_classes.dims[1].push(1);
+  const basic_dtensor<B> half(shape_value{4, 6}, by_classes, mesh::value, {});
+  const B::matrix grad = B::make_matrix("grad", 4, 3);
+  const B::sums sums = B::make_sums("sums", 1);
+  CHECK_THAT(message_of([&] {
+               loss_and_gradient<B>(losses::mean_squared_error{}, half, B::index_vector(),
+                                    B::make_matrix("t", 4, 3), grad, 1.0f, sums, 0);
+             }),
+             Contains("mean_squared_error: the output's class dimension is split across devices "
+                      "(its block holds 3 of 6 classes)"));
+}

@@ -84,11 +84,11 @@ void check_dense_case(const json& g, const json& c) {
   if (c["use_bias"].get<bool>()) layer.vars[1].assign(values(g["bias"]));
   const matrix x = device(g["x"]);
   tessel::pass_context ctx{.training = true};
-  const matrix& y = layer.rt.forward(x, ctx);
+  const matrix y = layer.rt.forward(tessel::batch_block<B>(x), ctx).local();
   const std::string name = c["activation"].get<std::string>();
   check_close(y, c["y"], "dense " + name + " y");
   const matrix dy = device(g["dy"]);
-  const matrix& dx = layer.rt.backward(x, dy, true, ctx);
+  const matrix& dx = layer.rt.backward(tessel::batch_block<B>(x), dy, true, ctx);
   check_close(dx, c["dx"], "dense " + name + " dx");
   check_close(layer.vars[0].gradient, c["dkernel"], "dense " + name + " dkernel");
   if (c["use_bias"].get<bool>())
@@ -101,9 +101,10 @@ void check_activation_case(const json& g, const json& c, const std::string& what
   lone_layer<L> layer(tessel::shape_value{xs[1]}, tessel::shape_value{xs[1]});
   const matrix x = device(g["x"]);
   tessel::pass_context ctx{.training = true};
-  check_close(layer.rt.forward(x, ctx), c["y"], what + " y");
+  check_close(layer.rt.forward(tessel::batch_block<B>(x), ctx).local(), c["y"], what + " y");
   const matrix dy = device(g["dy"]);
-  check_close(layer.rt.backward(x, dy, true, ctx), c["dx"], what + " dx");
+  check_close(layer.rt.backward(tessel::batch_block<B>(x), dy, true, ctx), c["dx"],
+              what + " dx");
 }
 
 }  // namespace
@@ -161,12 +162,13 @@ TEST_CASE("golden: rescaling, flatten and dropout at inference", "[golden][layer
   const json& f = all["flatten"];
   lone_layer<flatten<>> fl(tessel::shape_value{3, 4}, tessel::shape_value{12});
   const matrix x = device(f["x"]);
-  check_close(fl.rt.forward(x, {}), f["y"], "Flatten y");
+  check_close(fl.rt.forward(tessel::batch_block<B>(x), {}).local(), f["y"], "Flatten y");
   CHECK(shape_of(f["y"]) == std::vector<std::size_t>{2, 12});
 
   const json& d = all["dropout"];
   lone_layer<dropout<0.4>> dr(tessel::shape_value{5}, tessel::shape_value{5});
-  check_close(dr.rt.forward(device(d["x"]), {.training = false}), d["y_training_false"],
+  check_close(dr.rt.forward(tessel::batch_block<B>(device(d["x"])), {.training = false}).local(),
+              d["y_training_false"],
               "Dropout(training=False)");
 }
 

@@ -56,26 +56,29 @@ struct dense {
         bias_ = &add_variable(vars, name + "/bias", {Units},
                               std::string(Args.bias_initializer.view()), seed);
     }
-    const matrix& forward(const matrix& x, const pass_context&) {
-      const std::size_t rows = B::rows(x);
-      y_ = sized<B>(y_store_, rows, Units, "output");
+    using tensor = basic_dtensor<B>;
+    // x: this device's rows of the batch; the output holds the same rows, every unit.
+    const tensor& forward(const tensor& x, const pass_context&) {
+      y_ = rows_of<B>(x, shape_value{Units}, y_store_, "output");
+      const matrix& y = y_.local();
       if constexpr (Args.use_bias) {
-        B::broadcast_rows(bias_->value, y_);
-        B::gemm(false, false, 1.0f, x, kernel_->value, 1.0f, y_);
+        B::broadcast_rows(bias_->value.local(), y);
+        B::gemm(false, false, 1.0f, x.local(), kernel_->value.local(), 1.0f, y);
       } else {
-        B::gemm(false, false, 1.0f, x, kernel_->value, 0.0f, y_);
+        B::gemm(false, false, 1.0f, x.local(), kernel_->value.local(), 0.0f, y);
       }
-      B::activation_forward(activation, y_);
+      B::activation_forward(activation, y);
       return y_;
     }
-    // dy is this layer's scratch: it becomes d(pre-activation) in place.
-    const matrix& backward(const matrix& x, const matrix& dy, bool need_dx, const pass_context&) {
-      B::activation_backward(activation, y_, dy, dy);
-      B::gemm(true, false, 1.0f, x, dy, 0.0f, kernel_->gradient);
+    // dy (the gradient of y's block) is this layer's scratch: it becomes d(pre-activation) in
+    // place.
+    const matrix& backward(const tensor& x, const matrix& dy, bool need_dx, const pass_context&) {
+      B::activation_backward(activation, y_.local(), dy, dy);
+      B::gemm(true, false, 1.0f, x.local(), dy, 0.0f, kernel_->gradient);
       if constexpr (Args.use_bias) B::column_sums(dy, bias_->gradient);
       if (need_dx) {
         dx_ = sized<B>(dx_store_, B::rows(dy), in_, "input_gradient");
-        B::gemm(false, true, 1.0f, dy, kernel_->value, 0.0f, dx_);
+        B::gemm(false, true, 1.0f, dy, kernel_->value.local(), 0.0f, dx_);
       }
       return dx_;
     }
@@ -84,7 +87,8 @@ struct dense {
     std::size_t in_;
     variable<B>* kernel_ = nullptr;
     variable<B>* bias_ = nullptr;
-    matrix y_store_, y_, dx_store_, dx_;
+    matrix y_store_, dx_store_, dx_;
+    tensor y_;
   };
 };
 

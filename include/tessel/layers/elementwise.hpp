@@ -42,11 +42,32 @@ struct flatten : stateless_layer {
   template <class B>
   struct runtime {
     using matrix = typename B::matrix;
+    using tensor = basic_dtensor<B>;
     runtime(const layer_info&, variable_store<B>&, std::uint64_t) {}
-    const matrix& forward(const matrix& x, const pass_context&) { return x; }
-    const matrix& backward(const matrix&, const matrix& dy, bool, const pass_context&) {
+    // The same memory as (batch, features): the block keeps x's rows; its columns start where
+    // x's first split dimension (the outer one, the only one flatten lets be split) starts.
+    const tensor& forward(const tensor& x, const pass_context&) {
+      const shape_value& g = x.global_shape();
+      const block& b = x.shard();
+      std::size_t features = 1, local = 1, inner = 1;
+      for (std::size_t d = 1; d < g.rank; ++d) {
+        features *= g[d];
+        local *= b.extent[d];
+        if (d >= 2) inner *= g[d];
+      }
+      layout_value l = layout_value::replicated(2);
+      l.dims[0] = x.layout().dims[0];
+      if (g.rank >= 2) l.dims[1] = x.layout().dims[1];
+      const std::size_t first_col = g.rank >= 2 ? b.offset[1] * inner : 0;
+      y_ = tensor(shape_value{g[0], features}, l,
+                  block{shape_value{b.offset[0], first_col}, shape_value{b.extent[0], local}},
+                  x.local());
+      return y_;
+    }
+    const matrix& backward(const tensor&, const matrix& dy, bool, const pass_context&) {
       return dy;
     }
+    tensor y_;
   };
 };
 
@@ -73,17 +94,21 @@ struct dropout : stateless_layer {
     runtime(const layer_info& info, variable_store<B>&, std::uint64_t seed)
         : stream_id_(random::hash_name(info.name.view())),
           seed_(Args.seed >= 0 ? static_cast<std::uint64_t>(Args.seed) : seed) {}
-    // The activation is split by rows (the batch) only, so this block's columns are all of them
-    // (first column 0); a column-sharded activation passes its offset and the global width.
-    const matrix& forward(const matrix& x, const pass_context& ctx) {
+    using tensor = basic_dtensor<B>;
+    // The mask is keyed by each element's global (row, column) index in the batch, from x's
+    // block, so a device draws exactly its part of the mask one device would draw.
+    const tensor& forward(const tensor& x, const pass_context& ctx) {
       if (!ctx.training || Rate == 0.0) return x;
-      y_ = sized<B>(y_store_, B::rows(x), B::cols(x), "dropout");
-      B::dropout(x, y_, stream(ctx), static_cast<float>(Rate), ctx.first_row, 0, B::cols(x));
+      key_ = columns_of(x);
+      y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "dropout"));
+      B::dropout(x.local(), y_.local(), stream(ctx), static_cast<float>(Rate), key_.first_row,
+                 key_.first_col, key_.global_cols);
       return y_;
     }
-    const matrix& backward(const matrix&, const matrix& dy, bool, const pass_context& ctx) {
+    const matrix& backward(const tensor&, const matrix& dy, bool, const pass_context& ctx) {
       if (!ctx.training || Rate == 0.0) return dy;
-      B::dropout(dy, dy, stream(ctx), static_cast<float>(Rate), ctx.first_row, 0, B::cols(dy));
+      B::dropout(dy, dy, stream(ctx), static_cast<float>(Rate), key_.first_row, key_.first_col,
+                 key_.global_cols);
       return dy;
     }
 
@@ -91,8 +116,33 @@ struct dropout : stateless_layer {
     random::stream stream(const pass_context& ctx) const {
       return random::stream(seed_, stream_id_, ctx.step);
     }
+    // Where x's block lies in the batch seen as (rows, features): its first row, first feature
+    // and the features of a sample. A block of a rank-3+ tensor split past its first feature
+    // dimension is not one range of features: refused.
+    struct mask_key {
+      std::uint64_t first_row = 0, first_col = 0, global_cols = 1;
+    };
+    static mask_key columns_of(const tensor& x) {
+      const shape_value& g = x.global_shape();
+      const block& b = x.shard();
+      mask_key k{b.offset[0], 0, 1};
+      std::uint64_t inner = 1;
+      for (std::size_t d = g.rank; d-- > 1;) {
+        if (d >= 2 && (b.offset[d] != 0 || b.extent[d] != g[d]))
+          throw value_error("dropout: a block split along dimension " + std::to_string(d) +
+                            " of shape " + to_string(g) +
+                            " has no single range of features; flatten first or split only "
+                            "the batch and the first feature dimension");
+        if (d == 1) k.first_col = b.offset[1] * inner;
+        inner *= g[d];
+      }
+      k.global_cols = inner;
+      return k;
+    }
     std::uint64_t stream_id_, seed_;
-    matrix y_store_, y_;
+    matrix y_store_;
+    tensor y_;
+    mask_key key_{};
   };
 };
 
@@ -109,20 +159,22 @@ struct activation_layer : stateless_layer {
   class runtime {
    public:
     using matrix = typename B::matrix;
+    using tensor = basic_dtensor<B>;
     runtime(const layer_info&, variable_store<B>&, std::uint64_t) {}
-    const matrix& forward(const matrix& x, const pass_context&) {
-      y_ = sized<B>(y_store_, B::rows(x), B::cols(x), "activation");
-      B::copy(x, y_);
-      B::activation_forward(A, y_);
+    const tensor& forward(const tensor& x, const pass_context&) {
+      y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "activation"));
+      B::copy(x.local(), y_.local());
+      B::activation_forward(A, y_.local());
       return y_;
     }
-    const matrix& backward(const matrix&, const matrix& dy, bool, const pass_context&) {
-      B::activation_backward(A, y_, dy, dy);
+    const matrix& backward(const tensor&, const matrix& dy, bool, const pass_context&) {
+      B::activation_backward(A, y_.local(), dy, dy);
       return dy;
     }
 
    private:
-    matrix y_store_, y_;
+    matrix y_store_;
+    tensor y_;
   };
 };
 
@@ -152,19 +204,22 @@ struct rescaling : stateless_layer {
   class runtime {
    public:
     using matrix = typename B::matrix;
+    using tensor = basic_dtensor<B>;
     runtime(const layer_info&, variable_store<B>&, std::uint64_t) {}
-    const matrix& forward(const matrix& x, const pass_context&) {
-      y_ = sized<B>(y_store_, B::rows(x), B::cols(x), "rescaling");
-      B::scale_shift(x, y_, static_cast<float>(Scale), static_cast<float>(Args.offset));
+    const tensor& forward(const tensor& x, const pass_context&) {
+      y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "rescaling"));
+      B::scale_shift(x.local(), y_.local(), static_cast<float>(Scale),
+                     static_cast<float>(Args.offset));
       return y_;
     }
-    const matrix& backward(const matrix&, const matrix& dy, bool, const pass_context&) {
+    const matrix& backward(const tensor&, const matrix& dy, bool, const pass_context&) {
       B::scale_shift(dy, dy, static_cast<float>(Scale), 0.0f);
       return dy;
     }
 
    private:
-    matrix y_store_, y_;
+    matrix y_store_;
+    tensor y_;
   };
 };
 

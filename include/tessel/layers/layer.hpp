@@ -2,9 +2,12 @@
 // and Keras-style automatic names (`dense`, `dense_1`, ...).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,62 +15,87 @@
 #include "../core/fixed_string.hpp"
 #include "../core/shape.hpp"
 #include "../random/initializers.hpp"
+#include "../tensor/dtensor.hpp"
 
 namespace tessel {
 
 // A model variable: its Keras path (`dense/kernel`), its logical (global) shape, and on the
-// device its local values and gradient, both stored as (rows, cols) matrices. A bias of shape
-// (256,) is stored as 1 x 256.
+// device the block of it this device holds (`value`, a sharded tensor that knows its global
+// shape, layout and block) and that block's gradient (a matrix of the same shape, in the same
+// layout). The block is stored as (rows, cols): a bias of shape (256,) as 1 x 256.
 template <class B>
 struct variable {
   std::string path;
   std::vector<std::size_t> shape;
   std::string initializer;
   bool trainable = true;
-  typename B::matrix value;
+  basic_dtensor<B> value;
   typename B::matrix gradient;
 
+  // The global number of values.
   std::size_t size() const {
     std::size_t n = 1;
     for (auto e : shape) n *= e;
     return n;
   }
-  // The variable's values on the host, row-major.
+  // The values of this device's block on the host, row-major (the whole variable when it is
+  // replicated).
   std::vector<float> numpy() const {
-    std::vector<float> out(B::rows(value) * B::cols(value));
-    B::download(value, out);
+    std::vector<float> out(value.size());
+    B::download(value.local(), out);
     return out;
   }
   void assign(std::span<const float> values) {
-    if (values.size() != B::rows(value) * B::cols(value))
-      throw value_error("Variable '" + path + "' has " + std::to_string(size()) +
+    if (values.size() != value.size())
+      throw value_error("Variable '" + path + "' has " + std::to_string(value.size()) +
                         " values; cannot assign " + std::to_string(values.size()) + ".");
-    B::upload(values, value);
+    B::upload(values, value.local());
   }
 };
 
-// Variables live in a deque so that layers may keep pointers to them while more are added.
-template <class B>
-using variable_store = std::deque<variable<B>>;
+// Where a new variable lives: its layout over the mesh and this device's coordinates (the plan's
+// layout for its path; replicated on one device when nothing says otherwise).
+struct variable_placement {
+  layout_value layout{};  // rank 0: replicated
+  mesh_value mesh{};      // rank 0: one device
+  std::array<std::size_t, max_mesh_rank> coords{};
+};
 
+// Variables live in a deque so that layers may keep pointers to them while more are added. The
+// store knows where each new variable is placed (the model sets `place` from its plan).
+template <class B>
+struct variable_store : std::deque<variable<B>> {
+  std::function<variable_placement(std::string_view path, std::size_t rank)> place;
+};
+
+// A variable of global `shape`, holding the block its placement gives this device, initialized
+// by drawing exactly that block of the values one device would hold (keyed by the seed, the
+// path and each element's global index).
 template <class B>
 variable<B>& add_variable(variable_store<B>& store, std::string path,
                           std::vector<std::size_t> shape, std::string initializer,
                           std::uint64_t seed, bool trainable = true) {
-  const std::size_t rows = shape.size() >= 2 ? shape[0] : 1;
-  std::size_t cols = 1;
-  for (std::size_t i = shape.size() >= 2 ? 1 : 0; i < shape.size(); ++i) cols *= shape[i];
+  shape_value global{};
+  global.rank = shape.size();
+  for (std::size_t d = 0; d < shape.size(); ++d) global.extents[d] = shape[d];
+  variable_placement p = store.place ? store.place(path, shape.size()) : variable_placement{};
+  if (p.layout.rank == 0) p.layout = layout_value::replicated(shape.size());
   variable<B>& v = store.emplace_back();
   v.path = std::move(path);
   v.shape = std::move(shape);
   v.initializer = std::move(initializer);
   v.trainable = trainable;
-  v.value = B::make_matrix(v.path, rows, cols);
-  v.gradient = B::make_zeros(v.path + "/gradient", rows, cols);
-  std::vector<float> host(rows * cols);
-  initializers::fill(v.initializer, random::stream(seed, random::hash_name(v.path)), rows, cols,
-                     v.shape.size(), host);
-  B::upload(host, v.value);
+  v.value = basic_dtensor<B>(global, p.layout, p.mesh, p.coords, v.path);
+  v.gradient = B::make_zeros(v.path + "/gradient", B::rows(v.value.local()),
+                             B::cols(v.value.local()));
+  const block& b = v.value.shard();
+  std::vector<float> host(v.value.size());
+  initializers::fill_block(v.initializer, random::stream(seed, random::hash_name(v.path)),
+                           std::span<const std::size_t>(global.extents.data(), global.rank),
+                           std::span<const std::size_t>(b.offset.extents.data(), global.rank),
+                           std::span<const std::size_t>(b.extent.extents.data(), global.rank),
+                           host);
+  B::upload(host, v.value.local());
   return v;
 }
 
@@ -80,14 +108,44 @@ typename B::matrix sized(typename B::matrix& store, std::size_t rows, std::size_
   return B::row_range(store, 0, rows);
 }
 
-// Where a pass runs: training or inference, the optimizer step (keys dropout), the global index
-// of this shard's first row (keys dropout per sample), and the model's seed.
+// Where a pass runs: training or inference, the optimizer step (keys dropout), and the model's
+// seed. Which rows and columns of the global batch a device holds is its input tensor's block.
 struct pass_context {
   bool training = false;
   std::uint64_t step = 0;
-  std::uint64_t first_row = 0;
   std::uint64_t seed = 0;
 };
+
+// A block of rows [first_row, first_row + rows) of a batch of `global_rows` samples (at least
+// first_row + rows), every feature whole, over the matrix `m` (rows x features): how a layer is
+// called alone, and how a batch's rows enter a model on one device.
+template <class B>
+basic_dtensor<B> batch_block(const typename B::matrix& m, std::size_t first_row = 0,
+                          std::size_t global_rows = 0) {
+  const std::size_t rows = B::rows(m), cols = B::cols(m);
+  const block b{shape_value{first_row, 0}, shape_value{rows, cols}};
+  return basic_dtensor<B>(shape_value{std::max(global_rows, first_row + rows), cols},
+                       layout_value::replicated(2), b, m);
+}
+
+// The output of a layer that maps each sample on its own (dense, the activations): the rows x
+// holds, each of shape `sample`, laid out as x's batch dimension, over `store` (kept at its
+// largest size, as `sized`).
+template <class B>
+basic_dtensor<B> rows_of(const basic_dtensor<B>& x, const shape_value& sample,
+                      typename B::matrix& store, const char* label) {
+  shape_value global{}, offset{}, extent{};
+  global.rank = offset.rank = extent.rank = sample.rank + 1;
+  global.extents[0] = x.global_shape()[0];
+  offset.extents[0] = x.shard().offset[0];
+  extent.extents[0] = x.shard().extent[0];
+  for (std::size_t d = 0; d < sample.rank; ++d)
+    global.extents[d + 1] = extent.extents[d + 1] = sample[d];
+  layout_value layout = layout_value::replicated(global.rank);
+  layout.dims[0] = x.layout().dims[0];
+  return basic_dtensor<B>(global, layout, block{offset, extent},
+                       sized<B>(store, extent.extents[0], sample.elements(), label));
+}
 
 // Static facts about a layer in a model, computed when the model type is formed.
 struct layer_info {

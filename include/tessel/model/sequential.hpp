@@ -166,6 +166,7 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   using communicator_type = typename detail::communicator_of<B>::type;
   using mesh_binding = process_mesh<mesh_type, communicator_type>;
   using matrix = typename B::matrix;
+  using tensor = basic_dtensor<B>;
   static constexpr std::size_t layer_count = sizeof...(Layers);
   static constexpr shape_value input_shape{InputDims...};
   static constexpr auto layer_infos = checked::info;
@@ -195,6 +196,7 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
       : name_(std::move(name)),
         pm_(bind_mesh()),
         seed_(common_seed(pm_)),
+        vars_(placed_store(pm_)),
         layers_(make_layers(std::make_index_sequence<layer_count>{})) {
     for (std::size_t j = 0; j < layer_count; ++j) {
       const std::string prefix = std::string(layer_infos[j].name.view()) + "/";
@@ -243,7 +245,7 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
       std::size_t i = 0;
       for (auto& v : vars_) v.assign(w[i++]);
     });
-    for (auto& v : vars_) pm_.broadcast_from_device_0(B::comm_span(v.value));
+    for (auto& v : vars_) pm_.broadcast_from_device_0(B::comm_span(v.value.local()));
   }
   bool is_chief() const { return pm_.is_chief(); }
   // The mesh bound to the processes, with one communicator per axis.
@@ -252,7 +254,7 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   // Forward pass on a batch; returns the output (rows = batch) in device memory.
   // It runs on this process alone, on every row of x.
   const matrix& call(const array<float>& x, bool training = false) {
-    return forward_rows(x, 0, 0, x.rows(), training);
+    return forward_rows(x, 0, 0, x.rows(), x.rows(), training).local();
   }
   // The counter of training calls that keys dropout masks. Setting it replays a call's masks
   // (Keras's stateless_call takes its seed state as an argument for the same purpose).
@@ -275,7 +277,8 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
       r.params = params;
       for (const auto& v : vars_)
         if (v.path.starts_with(std::string(name) + "/"))
-          r.layouts.push_back(v.path.substr(name.size() + 1) + " " + replicated_layout(v.shape));
+          r.layouts.push_back(v.path.substr(name.size() + 1) + " " +
+                              to_string(v.value.layout(), pm_.shape()));
       rows.push_back(std::move(r));
       ++index;
     };
@@ -316,14 +319,24 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
                         ". Reshape the data so that each sample has the model's input shape.");
     }
   }
-  // Forward pass on rows [offset + first, offset + first + rows) of x: this process's block of
-  // the batch that starts at row `offset`, its first row being row `first` of that batch (dropout
-  // masks are keyed by the row in the batch).
-  const matrix& forward_rows(const array<float>& x, std::size_t offset, std::size_t first,
-                             std::size_t rows, bool training) {
+  // Forward pass on rows [offset + first, offset + first + rows) of x: this device's block of
+  // the batch of `batch` samples that starts at row `offset`, its first row being row `first` of
+  // that batch. The input and every activation are sharded tensors: the batch's global shape,
+  // its layout over the mesh (the batch axis), this device's block (dropout masks are keyed by
+  // the block's global indices).
+  const tensor& forward_rows(const array<float>& x, std::size_t offset, std::size_t first,
+                             std::size_t rows, std::size_t batch, bool training) {
     upload_inputs(x, offset + first, rows);
+    shape_value global{}, start{}, extent{};
+    global.rank = start.rank = extent.rank = input_shape.rank + 1;
+    global.extents[0] = batch;
+    start.extents[0] = first;
+    extent.extents[0] = rows;
+    for (std::size_t d = 0; d < input_shape.rank; ++d)
+      global.extents[d + 1] = extent.extents[d + 1] = input_shape[d];
+    input_ = tensor(global, Dist::value.batch_layout(global.rank), block{start, extent},
+                    input_rows_);
     pass_.training = training;
-    pass_.first_row = first;
     return forward(input_);
   }
   // Backward pass from the gradient of the output, last layer first. After each layer's
@@ -356,11 +369,23 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
     pm.broadcast_from_device_0(std::span<std::uint64_t>(&s, 1));
     return s;
   }
-  // Single device: every variable is whole on it.
-  static std::string replicated_layout(const std::vector<std::size_t>& shape) {
-    std::string s = "(";
-    for (std::size_t i = 0; i < shape.size(); ++i) s += i ? ", None" : "None";
-    return s + (shape.size() == 1 ? ",)" : ")");
+  // A store that places each variable as the plan lays it out on the bound mesh (replicated
+  // under data parallelism), this device holding its block.
+  static variable_store<B> placed_store(const mesh_binding& pm) {
+    variable_store<B> store;
+    const model_plan p = plan_model(Dist::value, pm.shape(), describe(), dynamic_extent);
+    std::vector<std::pair<std::string, layout_value>> layouts;
+    for (std::size_t i = 0; p.ok && i < p.variable_count; ++i)
+      layouts.emplace_back(std::string(p.variables[i].path.view()), p.variables[i].layout);
+    variable_placement at{layout_value{}, pm.shape(), {}};
+    for (std::size_t a = 0; a < mesh_binding::rank; ++a) at.coords[a] = pm.coordinates()[a];
+    store.place = [layouts = std::move(layouts), at](std::string_view path, std::size_t) {
+      variable_placement v = at;
+      for (const auto& [name, layout] : layouts)
+        if (name == path) v.layout = layout;
+      return v;
+    };
+    return store;
   }
   // ---- layers -----------------------------------------------------------------------------------
   template <std::size_t... I>
@@ -375,8 +400,8 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
       if (has[j]) return true;
     return false;
   }
-  const matrix& forward(const matrix& x) {
-    const matrix* cur = &x;
+  const tensor& forward(const tensor& x) {
+    const tensor* cur = &x;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((inputs_[I] = cur, cur = &std::get<I>(layers_).forward(*cur, pass_)), ...);
     }
@@ -393,10 +418,10 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   // Rows [first, first + rows) of x.
   void upload_inputs(const array<float>& x, std::size_t first, std::size_t rows) {
     check_input_shape(x);
-    input_ = sized<B>(input_store_, rows, input_features, "input");
+    input_rows_ = sized<B>(input_store_, rows, input_features, "input");
     B::upload(std::span<const float>(x.values).subspan(first * input_features,
                                                        rows * input_features),
-              input_);
+              input_rows_);
   }
   template <class P>
   std::vector<variable<B>*> pointers(P pred) {
@@ -411,9 +436,10 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   std::uint64_t seed_;
   variable_store<B> vars_;
   std::tuple<typename Layers::template runtime<B>...> layers_;
-  std::array<const matrix*, layer_count + 1> inputs_{};
-  pass_context pass_{.training = false, .step = 0, .first_row = 0, .seed = 0};
-  matrix input_store_, input_;
+  std::array<const tensor*, layer_count + 1> inputs_{};
+  pass_context pass_{.training = false, .step = 0, .seed = 0};
+  matrix input_store_, input_rows_;
+  tensor input_;
   std::array<std::vector<variable<B>*>, layer_count> layer_vars_{};
 };
 

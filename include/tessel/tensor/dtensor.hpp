@@ -20,32 +20,58 @@
 
 namespace tessel {
 
-template <class Layout, backend::backend_memory B>
-class dtensor {
-  static_assert(detail::is_tensor_layout<Layout>,
-                "tessel::dtensor: the first argument must be a tensor_layout<Mesh, ...>");
-
+// A sharded tensor whose layout is a run-time value (DTensor's local tensor + placements): what
+// a model's variables and activations are, their layouts coming from the plan. dtensor<Layout, B>
+// below is the same with its layout as a type.
+template <backend::backend_memory B>
+class basic_dtensor {
  public:
-  using layout = Layout;
-  using mesh = typename Layout::mesh;
   using matrix = typename B::matrix;
-  static constexpr std::size_t rank = Layout::rank;
 
-  // The block of a tensor of shape `global` that the device at mesh coordinates `coords` (of
-  // the mesh `m`, sized) holds, allocated and zeroed. A layout that does not fit the shape (a
-  // dimension that does not divide by its axes) is a value_error naming the dimension.
-  dtensor(const shape_value& global, const mesh_value& m,
-          const std::array<std::size_t, max_mesh_rank>& coords, const std::string& label = "dtensor")
-      : global_(global), block_(shard_block(Layout::value, m, checked(global), coords)) {
-    local_ = B::make_zeros(label, block_.extent[0], inner());
+  basic_dtensor() = default;
+  // The block of a tensor of shape `global` under `layout` that the device at mesh coordinates
+  // `coords` (of the mesh `m`, sized) holds, allocated and zeroed. A layout that does not fit
+  // the shape (a dimension that does not divide by its axes) is a value_error naming the
+  // dimension.
+  basic_dtensor(const shape_value& global, const layout_value& layout, const mesh_value& m,
+                const std::array<std::size_t, max_mesh_rank>& coords,
+                const std::string& label = "dtensor")
+      : global_(checked(global, layout)),
+        layout_(layout),
+        block_(shard_block(layout, m, global, coords)) {
+    local_ = B::make_zeros(label, rows(), inner());
+  }
+  // A tensor whose block is given: an uneven split of a batch (tf.distribute's, where the first
+  // `batch % n` devices hold one row more) that shard_block's equal blocks cannot describe.
+  basic_dtensor(const shape_value& global, const layout_value& layout, const block& b,
+                const std::string& label = "dtensor")
+      : global_(global), layout_(layout), block_(b) {
+    local_ = B::make_zeros(label, rows(), inner());
+  }
+  // A tensor over existing storage (rows, inner) of the block, allocating nothing: a layer's
+  // output in its reused buffer, a batch's rows where they already are.
+  basic_dtensor(const shape_value& global, const layout_value& layout, const block& b,
+                const matrix& storage)
+      : global_(global), layout_(layout), block_(b), local_(storage) {}
+  // The same tensor (shape, layout, block) over other storage of the block's size: a view of a
+  // buffer that holds several tensors (the gradient buckets), or a zeroed copy for optimizer
+  // state that lives on the same shards as its variable.
+  [[nodiscard]] basic_dtensor like(const matrix& storage) const {
+    basic_dtensor t = *this;
+    t.local_ = storage;
+    return t;
   }
 
   [[nodiscard]] const shape_value& global_shape() const noexcept { return global_; }
+  [[nodiscard]] const layout_value& layout() const noexcept { return layout_; }
   [[nodiscard]] const shape_value& local_shape() const noexcept { return block_.extent; }
   // Where this device's block starts in the global tensor, and its extent.
   [[nodiscard]] const block& shard() const noexcept { return block_; }
-  [[nodiscard]] std::size_t size() const noexcept { return block_.extent[0] * inner(); }
-  // The block, (extent[0], product of the other extents), row-major.
+  [[nodiscard]] std::size_t size() const noexcept {
+    return global_.rank == 0 ? 0 : rows() * inner();
+  }
+  // The block, (extent[0], product of the other extents), row-major; a rank-1 tensor is one
+  // row of its extent.
   [[nodiscard]] const matrix& local() const noexcept { return local_; }
   // The same memory as (rows, cols), rows * cols == size().
   [[nodiscard]] matrix view(std::size_t rows, std::size_t cols) const {
@@ -57,21 +83,45 @@ class dtensor {
   }
 
  private:
-  static const shape_value& checked(const shape_value& global) {
-    if (global.rank != rank)
-      throw value_error("tessel::dtensor: a layout of rank " + std::to_string(rank) +
+  // The rank here; whether each dimension divides by its axes, in shard_block (check_layout),
+  // which names the dimension and the axis.
+  static const shape_value& checked(const shape_value& global, const layout_value& layout) {
+    if (global.rank != layout.rank)
+      throw value_error("tessel::dtensor: a layout of rank " + std::to_string(layout.rank) +
                         " cannot lay out a tensor of shape " + to_string(global));
     return global;
   }
+  // A rank-1 block is stored as one row: (1, extent).
   std::size_t inner() const noexcept {
+    if (global_.rank == 1) return block_.extent[0];
     std::size_t n = 1;
-    for (std::size_t d = 1; d < rank; ++d) n *= block_.extent[d];
+    for (std::size_t d = 1; d < global_.rank; ++d) n *= block_.extent[d];
     return n;
   }
+  std::size_t rows() const noexcept { return global_.rank == 1 ? 1 : block_.extent[0]; }
 
-  shape_value global_;
-  block block_;
-  matrix local_;
+  shape_value global_{};
+  layout_value layout_{};
+  block block_{};
+  matrix local_{};
+};
+
+template <class Layout, backend::backend_memory B>
+class dtensor : public basic_dtensor<B> {
+  static_assert(detail::is_tensor_layout<Layout>,
+                "tessel::dtensor: the first argument must be a tensor_layout<Mesh, ...>");
+
+ public:
+  using layout_type = Layout;
+  using mesh = typename Layout::mesh;
+  using matrix = typename B::matrix;
+  static constexpr std::size_t rank = Layout::rank;
+
+  // The block of a tensor of shape `global` that the device at mesh coordinates `coords` (of
+  // the mesh `m`, sized) holds, allocated and zeroed.
+  dtensor(const shape_value& global, const mesh_value& m,
+          const std::array<std::size_t, max_mesh_rank>& coords, const std::string& label = "dtensor")
+      : basic_dtensor<B>(global, Layout::value, m, coords, label) {}
 };
 
 }  // namespace tessel

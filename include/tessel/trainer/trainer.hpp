@@ -57,8 +57,8 @@ concept trainable_model =
       { m.trainable_variables() } -> std::same_as<std::vector<variable<typename M::backend>*>>;
       { m.get_variable(std::string_view{}) } -> std::same_as<variable<typename M::backend>&>;
       cm.check_input_shape(x);
-      { m.forward_rows(x, std::size_t{}, std::size_t{}, std::size_t{}, true) }
-          -> std::same_as<const typename M::matrix&>;
+      { m.forward_rows(x, std::size_t{}, std::size_t{}, std::size_t{}, std::size_t{}, true) }
+          -> std::same_as<const basic_dtensor<typename M::backend>&>;
       m.backward(dy, [](std::span<variable<typename M::backend>* const>) {});
       m.set_training_step(m.training_step() + 1);
     };
@@ -316,7 +316,7 @@ class trainer : public Model, public model_base {
     for (std::size_t b = 0; b < steps; ++b) {
       const std::size_t begin = b * batch_size, end = std::min(n, begin + batch_size);
       const shard s = shard_of(end - begin);
-      const matrix& y = this->forward_rows(x, begin, s.first, s.local, false);
+      const matrix& y = this->forward_rows(x, begin, s.first, s.local, s.global, false).local();
       gather_rows(y, s, std::span<float>(out.values.data() + begin * output_features,
                                          (end - begin) * output_features));
       if (bar) bar->on_predict_batch_end(b);
@@ -568,9 +568,11 @@ class trainer : public Model, public model_base {
     const shard s = shard_of(x.rows());
     this->check_input_shape(x);
     upload_targets(y, x.rows(), s.first, s.local);
-    const matrix& out = this->forward_rows(x, 0, s.first, s.local, training);
+    const basic_dtensor<B>& output =
+        this->forward_rows(x, 0, s.first, s.local, s.global, training);
+    const matrix& out = output.local();
     loss_grad_ = sized<B>(loss_grad_store_, s.local, output_features, "loss_gradient");
-    loss_and_gradient<B>(*loss_, out, labels_, targets_, loss_grad_,
+    loss_and_gradient<B>(*loss_, output, labels_, targets_, loss_grad_,
                          1.0f / static_cast<float>(s.global), sums_, 0);
     local_sums(out);
     start_scalar_reduction();
