@@ -1,0 +1,94 @@
+// Executing a resharding: a tensor's block moved from one layout to another over the mesh, step by
+// step as plan_reshard lists them (core/planner.hpp), the local slices included (the plan's
+// printed steps leave them out: they move no data). This is what a model-parallel layer runs for
+// each of its planned steps, and what get_weights runs to gather a sharded variable. Every
+// collective it runs is recorded in a collective_log, so a test can hold the run against the plan
+// (PyTorch's CommDebugMode counts the same way).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../core/errors.hpp"
+#include "../core/planner.hpp"
+#include "../core/shard.hpp"
+#include "collectives.hpp"
+#include "process_mesh.hpp"
+
+namespace tessel {
+
+// One collective as it ran: its kind, mesh axis, tensor dimension(s) and the bytes of its input
+// buffer on this process (what the plan's step lists as `bytes`).
+struct collective_record {
+  collective kind{};
+  std::uint8_t axis = 0, dim = 0, to_dim = 0;
+  std::size_t bytes = 0;
+  constexpr bool operator==(const collective_record&) const = default;
+};
+// The record the plan's step `s` predicts.
+constexpr collective_record record_of(const reshard_step& s) noexcept {
+  return {s.kind, s.axis, s.dim, s.to_dim, s.bytes};
+}
+
+struct collective_log {
+  std::vector<collective_record> records;
+  void clear() { records.clear(); }
+  // The collectives of one kind (over one axis; -1: any).
+  [[nodiscard]] std::size_t count(collective kind, int axis = -1) const {
+    std::size_t n = 0;
+    for (const auto& r : records) n += r.kind == kind && (axis < 0 || r.axis == axis);
+    return n;
+  }
+  [[nodiscard]] std::size_t bytes() const {
+    std::size_t n = 0;
+    for (const auto& r : records) n += r.bytes;
+    return n;
+  }
+};
+
+// The local shape after step `s` on a block of shape `local`, over an axis of `n` processes.
+constexpr shape_value after_step(shape_value local, const reshard_step& s, std::size_t n) noexcept {
+  switch (s.kind) {
+    case collective::all_reduce: break;
+    case collective::all_gather: local.extents[s.dim] *= n; break;
+    case collective::slice:
+    case collective::reduce_scatter: local.extents[s.dim] /= n; break;
+    case collective::all_to_all:
+      local.extents[s.dim] *= n;
+      local.extents[s.to_dim] /= n;
+      break;
+  }
+  return local;
+}
+
+// Runs every step of `plan` (a resharding of a tensor whose block on this process has shape
+// `local` and is `in`, row-major) and leaves the new block in `out`; returns its shape. `scratch`
+// holds data between steps. Collectives are recorded in `log` when one is given. Blocking.
+template <class Mesh, class C, class T>
+shape_value run_reshard(const process_mesh<Mesh, C>& pm, const reshard_plan& plan,
+                        shape_value local, std::span<const T> in, std::vector<T>& out,
+                        std::vector<T>& scratch, collective_log* log = nullptr) {
+  if (!plan.ok)
+    throw value_error("tessel: no resharding plan from " + to_string(plan.from, pm.shape()) +
+                      " to " + to_string(plan.to, pm.shape()));
+  std::vector<T> current(in.begin(), in.end());
+  for (const reshard_step& s : plan) {
+    const std::size_t n = pm.mesh().extent(s.axis);
+    const shape_value next = after_step(local, s, n);
+    std::size_t elements = 1;
+    for (std::size_t d = 0; d < next.rank; ++d) elements *= next.extents[d];
+    out.assign(elements, T{});
+    comm::run_step(pm, s, std::span<const std::size_t>(local.extents.data(), local.rank),
+                   std::span<const T>(current), std::span<T>(out), scratch);
+    if (log != nullptr && s.kind != collective::slice)
+      log->records.push_back({s.kind, s.axis, s.dim, s.to_dim, current.size() * sizeof(T)});
+    current.swap(out);
+    local = next;
+  }
+  out.swap(current);
+  return local;
+}
+
+}  // namespace tessel
