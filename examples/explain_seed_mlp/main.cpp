@@ -1,5 +1,6 @@
 // The seeds/000 ModelParallel MLP: its layouts and communication plan on the four 8-device
-// meshes 8x1, 4x2, 2x4 and 1x8, computed when this program compiles.
+// meshes 8x1, 4x2, 2x4 and 1x8, computed when this program compiles, and d1's kernel drawn by
+// visualize_sharding on each.
 #include <cstdio>
 #include <tessel/tessel.hpp>
 
@@ -26,8 +27,12 @@ void explain_on_mesh() {
   using distribution = tessel::model_parallel<map, "data">;
   constexpr const tessel::model_plan& plan =
       tessel::model_plan_v<distribution, seed_mlp, global_batch>;
-  std::printf("== ModelParallel, mesh %zux%zu ==\n%s\n", Data, Model,
+  std::printf("== ModelParallel, mesh %zux%zu ==\n%s", Data, Model,
               tessel::explain(plan, seed_mlp).c_str());
+  // Which device holds which block of d1's kernel (jax.debug.visualize_array_sharding's grid).
+  const tessel::variable_plan& d1 = *plan.variable("d1/kernel");
+  std::printf("d1/kernel %s:\n%s\n", tessel::to_string(d1.layout, plan.mesh).c_str(),
+              tessel::visualize_sharding(d1.shape, d1.layout, plan.mesh).c_str());
 }
 
 }  // namespace

@@ -16,3 +16,4 @@
 #include "core/shape.hpp"
 #include "core/shard.hpp"
 #include "core/tensor_layout.hpp"
+#include "core/visualize_sharding.hpp"
