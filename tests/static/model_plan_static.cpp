@@ -63,6 +63,14 @@ static_assert(p2x4.collectives(fwd, collective::all_reduce, model) == 1);
 static_assert(p2x4.collectives(fwd, collective::all_gather, model) == 0);
 static_assert(p2x4.collectives(bwd, collective::all_gather, model) == 1);  // d2's kernel gradient
 static_assert(p2x4.activations[2].layout.dims[1].axes[0] == model);          // d1's output
+// What d2 computes with on 2x4, recorded for the runtime: its input as it comes (columns over
+// "model"), its replicated kernel sliced by rows to match (free, so not among the steps), a
+// product partial over "model", and the complete output the layout_map asks for.
+static_assert(p2x4.layouts[3].set && !p2x4.layouts[0].set && !p2x4.layouts[2].set);
+static_assert(p2x4.layouts[3].input.dims[1].axes[0] == model && p2x4.layouts[3].input.dims[1].count == 1);
+static_assert(p2x4.layouts[3].kernel.dims[0].axes[0] == model && p2x4.layouts[3].kernel.dims[1].count == 0);
+static_assert(p2x4.layouts[3].product.partial == (1u << model));
+static_assert(p2x4.layouts[3].output.partial == 0 && p2x4.layouts[3].output.dims[1].count == 0);
 // 1x8 is pure model parallelism: no "data" collectives at all.
 static_assert(p1x8.collectives(fwd, -1, data) == 0 && p1x8.collectives(bwd, -1, data) == 0);
 static_assert(p1x8.variable("d1/kernel")->local == shape_value{784, 25});

@@ -157,6 +157,15 @@ struct activation_plan {
   std::size_t uses = 0;
 };
 
+// The layouts a layer computes with, as its rule chose them, so that the runtime can execute the
+// layer (the plan's steps leave out the free local slices between them). Dense: the input and
+// the kernel as the product uses them, the product (partial where the contraction is split),
+// the complete output, the bias as added to it. `set` is false for layers without such a choice.
+struct op_layouts {
+  bool set = false;
+  layout_value input{}, kernel{}, product{}, output{}, bias{};
+};
+
 inline constexpr std::size_t max_planned_steps = 160;
 inline constexpr std::size_t max_variables = 2 * max_ops;
 
@@ -175,6 +184,7 @@ struct model_plan {
   std::size_t variable_count = 0;
   std::array<activation_plan, max_ops + 1> activations{};  // [0] is the input
   std::size_t activation_count = 0;
+  std::array<op_layouts, max_ops> layouts{};  // per layer
 
   [[nodiscard]] constexpr const planned_step* begin() const noexcept { return steps.data(); }
   [[nodiscard]] constexpr const planned_step* end() const noexcept { return steps.data() + count; }
@@ -373,6 +383,11 @@ class layer_planner {
         v.local.extents[d] = shape.extents[d] / plan_.mesh.size_of(l.dims[d].mask());
     }
     return l;
+  }
+  // The layouts this layer computes with (op_layouts), for the runtime.
+  constexpr void record_layouts(const op_layouts& l) noexcept {
+    plan_.layouts[op_] = l;
+    plan_.layouts[op_].set = true;
   }
   // The rule applied the layout_map's "<layer>/output" itself (dense chooses its product's
   // layout knowing it); otherwise the planner reshards the rule's output to it.

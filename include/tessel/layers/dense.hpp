@@ -6,6 +6,7 @@
 
 #include "../core/fixed_string.hpp"
 #include "../core/model_plan.hpp"
+#include "../core/propagation.hpp"
 #include "../core/activations.hpp"
 #include "layer.hpp"
 #include "plan/dense.hpp"
@@ -83,8 +84,79 @@ struct dense {
       return dx_;
     }
 
+    // ---- model parallel: the layouts the plan chose (op_layouts), each planned step run by
+    //      `reshard` (runtime/reshard.hpp's tensor_resharder), the local slices included.
+    // Forward: the input and the kernel resharded as the product uses them; the product (partial
+    // where the contraction is split; the bias added by the devices at coordinate 0 of the
+    // partial axes, so that it is summed once); the output resharded as laid out; the activation.
+    template <class Reshard>
+    const tensor& forward(const tensor& x, const pass_context&, Reshard& reshard,
+                          const op_layouts& l) {
+      if (activation == activation_kind::softmax && l.output.dims[1].count != 0)
+        throw value_error("dense: a softmax over classes split across devices is not executed "
+                          "yet; lay the layer's output out with its classes whole (a "
+                          "\"<layer>/output\" rule with None last)");
+      if (Args.use_bias && !(l.bias.dims[0] == l.product.dims[1]))
+        throw value_error("dense: a bias laid out unlike the product's columns is not executed "
+                          "yet; give the bias the kernel's column layout");
+      x_used_ = reshard(x, l.input, x_used_store_, "input_used");
+      w_used_ = reshard(kernel_->value, l.kernel, w_used_store_, "kernel_used");
+      const shape_value yg{x.global_shape()[0], Units};
+      product_ = reshard.make(yg, l.product, product_store_, "product");
+      bool adds_bias = Args.use_bias;
+      for (std::size_t a = 0; a < max_mesh_rank; ++a)
+        if ((l.product.partial >> a) & 1u) adds_bias = adds_bias && reshard.coordinates()[a] == 0;
+      if constexpr (Args.use_bias) {
+        // Every device runs the bias's planned steps; only one per partial group adds it.
+        b_used_ = reshard(bias_->value, l.bias, b_used_store_, "bias_used");
+        if (adds_bias) B::broadcast_rows(b_used_.local(), product_.local());
+      }
+      B::gemm(false, false, 1.0f, x_used_.local(), w_used_.local(), adds_bias ? 1.0f : 0.0f,
+              product_.local());
+      y_ = reshard(product_, l.output, y_store_, "output");
+      B::activation_forward(activation, y_.local());
+      return y_;
+    }
+    // Backward from dy, the gradient of this device's block of the output: the activation's
+    // gradient; the output gradient resharded to the product's layout; the kernel's and bias's
+    // gradients computed on the blocks as used and resharded to the variables' layouts (reduced
+    // over the batch axes there); the input gradient resharded back to the input's layout.
+    template <class Reshard>
+    const matrix& backward(const tensor& x, const matrix& dy, bool need_dx, const pass_context&,
+                           Reshard& reshard, const op_layouts& l) {
+      B::activation_backward(activation, y_.local(), dy, dy);
+      const layout_value g_layout = l.product.without_partial();
+      const tensor g = reshard(y_.like(dy), g_layout, g_store_, "output_gradient");
+      const auto dw_layout = propagate_matmul(layer_rules::swap2(l.input), g_layout);
+      const tensor dw = reshard.make(kernel_->value.global_shape(), dw_layout.out, dw_store_,
+                                     "kernel_gradient");
+      B::gemm(true, false, 1.0f, x_used_.local(), g.local(), 0.0f, dw.local());
+      const tensor dw_used = reshard(dw, l.kernel, dw_used_store_, "kernel_gradient_used");
+      B::copy(reshard(dw_used, kernel_->value.layout(), dw_var_store_, "kernel_gradient").local(),
+              kernel_->gradient);
+      if constexpr (Args.use_bias) {
+        const auto db_layout = propagate_reduce(g_layout, 0);
+        const tensor db = reshard.make(bias_->value.global_shape(), db_layout.out, db_store_,
+                                       "bias_gradient");
+        B::column_sums(g.local(), db.local());
+        B::copy(reshard(db, bias_->value.layout(), db_var_store_, "bias_gradient").local(),
+                bias_->gradient);
+      }
+      if (!need_dx) return dx_;
+      const auto dx_layout = propagate_matmul(g_layout, layer_rules::swap2(l.kernel));
+      const tensor dx = reshard.make(x.global_shape(), dx_layout.out, dx_store_, "input_gradient");
+      B::gemm(false, true, 1.0f, g.local(), w_used_.local(), 0.0f, dx.local());
+      const tensor dx_used = reshard(dx, l.input, dx_used_store_, "input_gradient_used");
+      dx_ = reshard(dx_used, x.layout().without_partial(), dx_in_store_, "input_gradient")
+                .local();
+      return dx_;
+    }
+
    private:
     std::size_t in_;
+    tensor x_used_, w_used_, product_, b_used_;
+    matrix x_used_store_, w_used_store_, product_store_, b_used_store_, g_store_, dw_store_,
+        dw_used_store_, dw_var_store_, db_store_, db_var_store_, dx_used_store_, dx_in_store_;
     variable<B>* kernel_ = nullptr;
     variable<B>* bias_ = nullptr;
     matrix y_store_, dx_store_, dx_;

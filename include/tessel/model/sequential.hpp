@@ -28,6 +28,7 @@
 #include "../layers/elementwise.hpp"
 #include "../layers/layer.hpp"
 #include "../runtime/process_mesh.hpp"
+#include "../runtime/reshard.hpp"
 #include "summary.hpp"
 
 namespace tessel {
@@ -152,10 +153,6 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   using checked = detail::checked_layers<table, shape_value{InputDims...}>;
   static_assert(detail::is_distribution<Dist>,
                 "tessel::sequential: the distribution must be data_parallel<...> or one_device");
-  static_assert(Dist::value.kind == distribution_value::data,
-                "tessel::sequential: training under model_parallel is not built yet; use "
-                "data_parallel<...> (model_parallel layouts can be planned and printed with "
-                "plan_model / explain)");
   static_assert(sizeof...(Layers) <= max_ops, "tessel::sequential: at most 32 layers");
 
  public:
@@ -167,6 +164,11 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   using mesh_binding = process_mesh<mesh_type, communicator_type>;
   using matrix = typename B::matrix;
   using tensor = basic_dtensor<B>;
+  using resharder = tensor_resharder<B, mesh_type, communicator_type>;
+  // Under model_parallel the layers that choose layouts (dense) run their planned steps
+  // themselves, their variables' gradients reduced inside their backward; under data_parallel
+  // every layer computes locally and the trainer's gradient buckets reduce the gradients.
+  static constexpr bool model_parallel = Dist::value.kind == distribution_value::model;
   static constexpr std::size_t layer_count = sizeof...(Layers);
   static constexpr shape_value input_shape{InputDims...};
   static constexpr auto layer_infos = checked::info;
@@ -197,6 +199,8 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
         pm_(bind_mesh()),
         seed_(common_seed(pm_)),
         vars_(placed_store(pm_)),
+        layouts_(planned_layouts(pm_)),
+        reshard_(pm_),
         layers_(make_layers(std::make_index_sequence<layer_count>{})) {
     for (std::size_t j = 0; j < layer_count; ++j) {
       const std::string prefix = std::string(layer_infos[j].name.view()) + "/";
@@ -229,31 +233,64 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
     for (const auto& v : vars_) n += v.size();
     return n;
   }
+  // Every variable's global values, in Keras's order, on every process (a sharded variable is
+  // gathered).
   std::vector<std::vector<float>> get_weights() const {
     std::vector<std::vector<float>> out;
-    for (const auto& v : vars_) out.push_back(v.numpy());
+    for (const auto& v : vars_) {
+      if (v.value.size() == v.size()) {
+        out.push_back(v.numpy());
+        continue;
+      }
+      typename B::matrix store;
+      const tensor whole =
+          reshard_(v.value, layout_value::replicated(v.shape.size()), store, "gathered");
+      std::vector<float> values(v.size());
+      B::download(whole.local(), std::span<float>(values));
+      out.push_back(std::move(values));
+    }
     return out;
   }
-  // Loads weights. On a distributed model every process calls it, and the values of the
-  // process at device 0 are broadcast, so the replicas stay identical.
+  // Loads weights: global values, in get_weights' order. On a distributed model every process
+  // calls it; the values of the process at device 0 are broadcast, and each process keeps its
+  // block of every variable.
   void set_weights(const std::vector<std::vector<float>>& w) {
     if (w.size() != vars_.size())
       throw value_error("You called `set_weights(weights)` on model '" + name_ + "' with " +
                         std::to_string(w.size()) + " arrays, but the model has " +
                         std::to_string(vars_.size()) + " variables.");
+    std::vector<std::vector<float>> values = w;
     detail::on_every_process(pm_, "set_weights", [&] {
       std::size_t i = 0;
-      for (auto& v : vars_) v.assign(w[i++]);
+      for (auto& v : vars_) {
+        if (values[i].size() != v.size())
+          throw value_error("Variable '" + v.path + "' has " + std::to_string(v.size()) +
+                            " values; cannot assign " + std::to_string(values[i].size()) + ".");
+        ++i;
+      }
     });
-    for (auto& v : vars_) pm_.broadcast_from_device_0(B::comm_span(v.value.local()));
+    std::size_t i = 0;
+    for (auto& v : vars_) {
+      pm_.broadcast_from_device_0(std::span<float>(values[i]));
+      v.assign(block_values(v, values[i]));
+      ++i;
+    }
   }
   bool is_chief() const { return pm_.is_chief(); }
+  // The collectives the layers ran in their planned steps under model_parallel (kind, mesh
+  // axis, dimensions, bytes), to hold a run against its plan; clear_collectives() starts over.
+  const collective_log& collectives() const noexcept { return reshard_.log(); }
+  void clear_collectives() { reshard_.clear_log(); }
   // The mesh bound to the processes, with one communicator per axis.
   const mesh_binding& mesh() const noexcept { return pm_; }
 
   // Forward pass on a batch; returns the output (rows = batch) in device memory.
   // It runs on this process alone, on every row of x.
   const matrix& call(const array<float>& x, bool training = false) {
+    if constexpr (model_parallel)
+      throw value_error("call() runs the model on this process alone, on every row of x; a "
+                        "model_parallel model's layers are split across processes. Use "
+                        "predict(x), which every process calls with the global batch.");
     return forward_rows(x, 0, 0, x.rows(), x.rows(), training).local();
   }
   // The counter of training calls that keys dropout masks. Setting it replays a call's masks
@@ -301,6 +338,15 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   // ---- what a trainer drives (trainer/trainer.hpp) ----------------------------------------------
   // The seed every process shares (initial weights, dropout masks, shuffling).
   std::uint64_t seed() const noexcept { return seed_; }
+  // Whether layer `i` runs its planned steps itself (under model_parallel, a layer with planned
+  // layouts whose runtime executes them).
+  bool runs_plan_of(std::size_t i) const {
+    bool runs = false;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((runs = runs || (I == i && runs_planned<I>() && layouts_[I].set)), ...);
+    }(std::make_index_sequence<layer_count>{});
+    return runs;
+  }
   // The name of layer `i`, as the plan's steps number them.
   static constexpr std::string_view layer_name(std::size_t i) { return layer_infos[i].name.view(); }
   // x's values against its shape, then its shape against the model's input.
@@ -336,6 +382,13 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
       global.extents[d + 1] = extent.extents[d + 1] = input_shape[d];
     input_ = tensor(global, Dist::value.batch_layout(global.rank), block{start, extent},
                     input_rows_);
+    // The layouts a layer computes with are chosen by the bytes they move, which depend on the
+    // global batch: planned again when it changes, so that what runs is what explain() prints.
+    if constexpr (model_parallel)
+      if (batch != planned_batch_) {
+        layouts_ = planned_layouts(pm_, batch);
+        planned_batch_ = batch;
+      }
     pass_.training = training;
     return forward(input_);
   }
@@ -347,7 +400,7 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
     const matrix* g = &dy;
     auto step = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
       if constexpr (needs_backward<J>()) {
-        g = &std::get<J>(layers_).backward(*inputs_[J], *g, needs_input_gradient<J>(), pass_);
+        g = &backward_layer<J>(*inputs_[J], *g);
         on_layer(std::span<variable<B>* const>(layer_vars_[J]));
       }
     };
@@ -403,7 +456,7 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   const tensor& forward(const tensor& x) {
     const tensor* cur = &x;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((inputs_[I] = cur, cur = &std::get<I>(layers_).forward(*cur, pass_)), ...);
+      ((inputs_[I] = cur, cur = &forward_layer<I>(*cur)), ...);
     }
     (std::make_index_sequence<layer_count>{});
     return *cur;
@@ -414,6 +467,55 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   static constexpr bool needs_backward() {
     constexpr std::array<bool, layer_count + 1> has{Layers::has_variables..., false};
     return has[I] || needs_input_gradient<I>();
+  }
+  // Layer I's forward and backward: from its plan under model_parallel when it has planned
+  // layouts, else on the local block.
+  template <std::size_t I>
+  static constexpr bool runs_planned() {
+    using L = std::tuple_element_t<I, std::tuple<typename Layers::template runtime<B>...>>;
+    return model_parallel &&
+           requires(L& l, const tensor& x, const pass_context& c, resharder& r,
+                    const op_layouts& o, const matrix& dy) {
+             l.forward(x, c, r, o);
+             l.backward(x, dy, true, c, r, o);
+           };
+  }
+  template <std::size_t I>
+  const tensor& forward_layer(const tensor& x) {
+    if constexpr (runs_planned<I>())
+      if (layouts_[I].set) return std::get<I>(layers_).forward(x, pass_, reshard_, layouts_[I]);
+    return std::get<I>(layers_).forward(x, pass_);
+  }
+  template <std::size_t I>
+  const matrix& backward_layer(const tensor& x, const matrix& dy) {
+    if constexpr (runs_planned<I>())
+      if (layouts_[I].set)
+        return std::get<I>(layers_).backward(x, dy, needs_input_gradient<I>(), pass_, reshard_,
+                                             layouts_[I]);
+    return std::get<I>(layers_).backward(x, dy, needs_input_gradient<I>(), pass_);
+  }
+  // The layouts each layer computes with, from the plan on the bound mesh.
+  static std::array<op_layouts, max_ops> planned_layouts(const mesh_binding& pm,
+                                                         std::size_t batch = dynamic_extent) {
+    const model_plan p = plan_model(Dist::value, pm.shape(), describe(), batch);
+    if (!p.ok) throw value_error(tessel::explain(p, describe()));
+    return p.layouts;
+  }
+  // This device's block of a variable's global values (row-major).
+  static std::vector<float> block_values(const variable<B>& v, const std::vector<float>& global) {
+    const block& b = v.value.shard();
+    const shape_value& g = v.value.global_shape();
+    if (v.value.size() == v.size()) return global;
+    std::vector<float> out;
+    out.reserve(v.value.size());
+    const std::size_t rows = g.rank == 1 ? 1 : b.extent[0], cols = g.rank == 1 ? g[0] : g[1];
+    const std::size_t first_row = g.rank == 1 ? 0 : b.offset[0];
+    const std::size_t first_col = g.rank == 1 ? b.offset[0] : b.offset[1];
+    const std::size_t width = g.rank == 1 ? b.extent[0] : b.extent[1];
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < width; ++c)
+        out.push_back(global[(first_row + r) * cols + first_col + c]);
+    return out;
   }
   // Rows [first, first + rows) of x.
   void upload_inputs(const array<float>& x, std::size_t first, std::size_t rows) {
@@ -435,6 +537,9 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   mesh_binding pm_;
   std::uint64_t seed_;
   variable_store<B> vars_;
+  std::array<op_layouts, max_ops> layouts_;
+  std::size_t planned_batch_ = dynamic_extent;
+  mutable resharder reshard_;
   std::tuple<typename Layers::template runtime<B>...> layers_;
   std::array<const tensor*, layer_count + 1> inputs_{};
   pass_context pass_{.training = false, .step = 0, .seed = 0};

@@ -14,6 +14,7 @@
 #include "../core/errors.hpp"
 #include "../core/planner.hpp"
 #include "../core/shard.hpp"
+#include "../tensor/dtensor.hpp"
 #include "collectives.hpp"
 #include "process_mesh.hpp"
 
@@ -90,5 +91,62 @@ shape_value run_reshard(const process_mesh<Mesh, C>& pm, const reshard_plan& pla
   out.swap(current);
   return local;
 }
+
+}  // namespace tessel
+
+namespace tessel {
+
+// Reshards sharded tensors (basic_dtensor) of backend B over a bound mesh: what a model-parallel
+// layer calls for each planned step. Each result lives in a buffer the caller keeps (resized only
+// when it grows) and every collective is logged.
+template <class B, class Mesh, class C>
+class tensor_resharder {
+ public:
+  using matrix = typename B::matrix;
+  using tensor = basic_dtensor<B>;
+
+  explicit tensor_resharder(const process_mesh<Mesh, C>& pm) : pm_(&pm), mesh_(pm.shape()) {
+    for (std::size_t a = 0; a < Mesh::rank; ++a) coords_[a] = pm.coordinates()[a];
+  }
+
+  // A tensor of shape `global` laid out by `layout` (partial or not): this device's block over
+  // `store`, its values left to the caller.
+  tensor make(const shape_value& global, const layout_value& layout, matrix& store,
+              const char* label) const {
+    const block b = shard_block(layout.without_partial(), mesh_, global, coords_);
+    const auto [rows, cols] = tensor::storage_shape(global, b);
+    if (store.data() == nullptr || B::rows(store) < rows || B::cols(store) != cols)
+      store = B::make_matrix(label, rows, cols);
+    return tensor(global, layout, b, B::row_range(store, 0, rows));
+  }
+  // `t` laid out by `to`: the steps of plan_reshard, slices included, into `store`. Without a
+  // step, `t` itself under its new name for the layout (a partial sum stays where it is).
+  tensor operator()(const tensor& t, const layout_value& to, matrix& store, const char* label) {
+    const reshard_plan plan = plan_reshard(t.layout(), to, mesh_, t.global_shape());
+    if (!plan.ok)
+      throw value_error("tessel: no resharding plan from " + to_string(t.layout(), mesh_) +
+                        " to " + to_string(to, mesh_) + " for a tensor of shape " +
+                        to_string(t.global_shape()));
+    if (plan.empty()) return t.relabel(to);
+    host_in_.resize(t.size());
+    B::download(t.local(), std::span<float>(host_in_));
+    run_reshard(*pm_, plan, t.local_shape(), std::span<const float>(host_in_), host_out_,
+                scratch_, &log_);
+    tensor r = make(t.global_shape(), to, store, label);
+    B::upload(std::span<const float>(host_out_), r.local());
+    return r;
+  }
+  const std::array<std::size_t, max_mesh_rank>& coordinates() const noexcept { return coords_; }
+  const mesh_value& mesh() const noexcept { return mesh_; }
+  const collective_log& log() const noexcept { return log_; }
+  void clear_log() { log_.clear(); }
+
+ private:
+  const process_mesh<Mesh, C>* pm_;
+  mesh_value mesh_;
+  std::array<std::size_t, max_mesh_rank> coords_{};
+  std::vector<float> host_in_, host_out_, scratch_;
+  collective_log log_;
+};
 
 }  // namespace tessel

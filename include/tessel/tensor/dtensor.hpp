@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "../backend/interface.hpp"
 #include "../core/errors.hpp"
@@ -62,6 +63,22 @@ class basic_dtensor {
     return t;
   }
 
+  // The same block under another name for its layout: a partial sum that a planned step with no
+  // collective declares complete, or a block whose layout changes without moving.
+  [[nodiscard]] basic_dtensor relabel(const layout_value& l) const {
+    basic_dtensor t = *this;
+    t.layout_ = l;
+    return t;
+  }
+  // The (rows, cols) storage of a block of a tensor of shape `global`: (extent[0], product of
+  // the rest); a rank-1 tensor as one row.
+  static std::pair<std::size_t, std::size_t> storage_shape(const shape_value& global,
+                                                           const block& b) {
+    if (global.rank == 1) return {1, b.extent[0]};
+    std::size_t n = 1;
+    for (std::size_t d = 1; d < global.rank; ++d) n *= b.extent[d];
+    return {b.extent[0], n};
+  }
   [[nodiscard]] const shape_value& global_shape() const noexcept { return global_; }
   [[nodiscard]] const layout_value& layout() const noexcept { return layout_; }
   [[nodiscard]] const shape_value& local_shape() const noexcept { return block_.extent; }

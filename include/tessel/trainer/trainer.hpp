@@ -51,6 +51,9 @@ concept trainable_model =
       { M::output_features } -> std::convertible_to<std::size_t>;
       { M::describe(loss_kind::none, std::size_t{1}) } -> std::same_as<model_desc>;
       { M::layer_name(std::size_t{0}) } -> std::convertible_to<std::string_view>;
+      { M::model_parallel } -> std::convertible_to<bool>;
+      { M::layer_count } -> std::convertible_to<std::size_t>;
+      { cm.runs_plan_of(std::size_t{0}) } -> std::same_as<bool>;
       { cm.mesh() } -> std::same_as<const typename M::mesh_binding&>;
       { cm.seed() } -> std::convertible_to<std::uint64_t>;
       { cm.get_weights() } -> std::same_as<std::vector<std::vector<float>>>;
@@ -348,18 +351,24 @@ class trainer : public Model, public model_base {
                             is_gradient_of_variable(s.role);
       const bool loss_sum = s.when == phase::forward && s.role == step_role::loss;
       if (loss_sum) loss_steps_.push_back(s.step);
-      if (!gradient && !loss_sum)
+      // Under model_parallel a layer with planned layouts runs its own steps, gradients included.
+      const bool by_layer = Model::model_parallel && !loss_sum && s.op < Model::layer_count &&
+                            this->runs_plan_of(s.op);
+      if (!by_layer && !loss_sum && !(gradient && !Model::model_parallel))
         throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
                           " of '" + std::string(role_name(s.role)) + "' in layer '" +
                           std::string(Model::layer_name(s.op)) +
-                          "', which data-parallel training does not perform");
+                          "', which tessel does not execute yet; lay the layers out so that only "
+                          "dense layers need collectives");
     }
     build_buckets();
   }
+  // The gradient buckets, under data_parallel (under model_parallel each layer reduces its
+  // gradients in its planned steps).
   void build_buckets() {
     std::vector<typename gradient_buckets<B, mesh_type, communicator_type>::entry> entries;
     for (const auto& s : plan_) {
-      if (s.when != phase::backward) continue;
+      if (s.when != phase::backward || Model::model_parallel) continue;
       const std::string leaf = s.role == step_role::kernel_gradient ? "/kernel" : "/bias";
       entries.push_back(
           {&this->get_variable(std::string(Model::layer_name(s.op)) + leaf), s.step});
@@ -383,6 +392,13 @@ class trainer : public Model, public model_base {
             base + (extra ? 1 : 0)};
   }
   shard shard_of(std::size_t global) const {
+    const std::size_t n = pm().mesh().extent(batch_axis);
+    if (Model::model_parallel && global % n != 0)
+      throw value_error("The global batch size (" + std::to_string(global) +
+                        ") is not divisible by the size of the batch axis '" +
+                        std::string(pm().shape().names[batch_axis].view()) + "' (" +
+                        std::to_string(n) + ") under model_parallel. Use a batch size that " +
+                        "is a multiple of " + std::to_string(n) + " (drop_remainder in batch()).");
     return block_of(global, pm().mesh().extent(batch_axis), pm().coordinates()[batch_axis]);
   }
   // The rows of every process's `local` output, in order, into `out` (the whole batch).

@@ -112,14 +112,14 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
 
   const auto& m = p.mesh();
   const std::size_t es = p.element_size();
+  layout_value want_b = layout_value::replicated(1);
+  want_b.dims[0] = best.out.dims[1];
+  p.record_layouts({true, best.x, best.w, best.y, best.out, want_b});
   // forward
   p.add(phase::forward, step_role::input, plan_reshard(layout, best.x, m, shape, es));
   p.add(phase::forward, step_role::kernel, plan_reshard(w, best.w, m, ws, es));
-  if (use_bias) {
-    layout_value want_b = layout_value::replicated(1);
-    want_b.dims[0] = best.out.dims[1];
+  if (use_bias)
     p.add(phase::forward, step_role::bias, plan_reshard(b, want_b, m, shape_value{units}, es));
-  }
   p.add(phase::forward, step_role::output, plan_reshard(best.y, best.out, m, ys, es));
   if (!p.ok()) return;
   // backward, in execution order
