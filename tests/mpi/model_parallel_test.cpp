@@ -1,7 +1,7 @@
 // Model-parallel training equals one device: seeds/000's ModelParallel program (d1's kernel split
 // by columns over "model", its output laid out ("data", None) at d2) on the 8-device meshes 8x1,
 // 4x2, 2x4 and 1x8, and a Megatron pair (column- then row-parallel) on 2x4, each trained for 10
-// steps (RMSprop, dropout) against the same model on one device: losses, metrics, every weight
+// steps (RMSprop, and Adam on 2x4; dropout) against the same model on one device: losses, metrics, every weight
 // (gathered by get_weights), predictions and evaluate. The collectives each dense layer ran in a
 // training step are the plan's, step for step, with their bytes.
 #include <mpi.h>
@@ -19,6 +19,11 @@ using namespace tessel::layers;
 using tessel::testing::check;
 using tessel::testing::rel;
 constexpr double tolerance = 1e-5;
+// Adam's weights: where a gradient cancels to the size of epsilon (1e-7), Adam's update
+// g / (|g| + eps) turns the gradient's rounding (a different summation order: each device sums
+// its rows, then the devices' sums are added) into up to 1 / (4 eps) times as much change. The
+// seeds/000 model on 2x4 measures 1.15e-5 after 10 steps; RMSprop stays within 1e-6 here.
+constexpr double adam_weight_tolerance = 5e-5;
 constexpr std::size_t batch = 16, steps = 10;
 
 template <std::size_t D, std::size_t M>
@@ -62,11 +67,12 @@ array<float> pairs_x_for_refusals() {
 }
 
 template <class Sharded, class Single>
-void compare(const char* what, const array<float>& x_all, const array<float>& y_all) {
+void compare(const char* what, const array<float>& x_all, const array<float>& y_all,
+             const char* optimizer = "rmsprop") {
   Sharded sharded;
   Single single;
-  sharded.compile({.loss = "mse", .metrics = {"accuracy"}});
-  single.compile({.loss = "mse", .metrics = {"accuracy"}});
+  sharded.compile({.optimizer = optimizer, .loss = "mse", .metrics = {"accuracy"}});
+  single.compile({.optimizer = optimizer, .loss = "mse", .metrics = {"accuracy"}});
   std::string name(what);
   check(sharded.get_weights() == single.get_weights(), name + ": the same initial weights");
   double worst_loss = 0, worst_metric = 0;
@@ -90,7 +96,9 @@ void compare(const char* what, const array<float>& x_all, const array<float>& y_
   const double worst_evaluate = rel(*find_log(ea, "loss"), *find_log(eb, "loss"));
   check(worst_loss <= tolerance, name + ": losses " + std::to_string(worst_loss));
   check(worst_metric <= tolerance, name + ": accuracy " + std::to_string(worst_metric));
-  check(worst_weight <= tolerance, name + ": weights " + std::to_string(worst_weight));
+  const double weight_tolerance =
+      std::string(optimizer) == "adam" ? adam_weight_tolerance : tolerance;
+  check(worst_weight <= weight_tolerance, name + ": weights " + std::to_string(worst_weight));
   check(worst_prediction <= tolerance, name + ": predictions " + std::to_string(worst_prediction));
   check(worst_evaluate <= tolerance, name + ": evaluate " + std::to_string(worst_evaluate));
 
@@ -136,6 +144,8 @@ int main(int argc, char** argv) {
                                                                            x_images, images.y);
     compare<seed_model<model_parallel<seed_map<1, 8>, "data">>, single_seed>("seeds/000 on 1x8",
                                                                            x_images, images.y);
+    compare<seed_model<model_parallel<seed_map<2, 4>, "data">>, single_seed>(
+        "seeds/000 on 2x4 with Adam", x_images, images.y, "adam");
     // What is refused, with what to do: a global batch the batch axis does not divide, and
     // call(), which runs on one process.
     {
@@ -197,6 +207,8 @@ int main(int argc, char** argv) {
     const data_set pairs = make_data(64, 32, 4);
     compare<megatron_model<model_parallel<megatron_map, "data">>, megatron_model<one_device>>(
         "Megatron pair on 2x4", pairs.x, pairs.y);
+    compare<megatron_model<model_parallel<megatron_map, "data">>, megatron_model<one_device>>(
+        "Megatron pair on 2x4 with Adam", pairs.x, pairs.y, "adam");
   } catch (const std::exception& e) {
     return guard.fail(e);
   }
