@@ -399,7 +399,7 @@ class trainer : public Model, public model_base {
                         std::string(pm().shape().names[batch_axis].view()) + "' (" +
                         std::to_string(n) + ") under model_parallel. Use a batch size that " +
                         "is a multiple of " + std::to_string(n) + " (drop_remainder in batch()).");
-    return block_of(global, pm().mesh().extent(batch_axis), pm().coordinates()[batch_axis]);
+    return block_of(global, n, pm().coordinates()[batch_axis]);
   }
   // The rows of every process's `local` output, in order, into `out` (the whole batch).
   // Every process sends a block of s.block rows (the rows it holds, then zeros), so that the
