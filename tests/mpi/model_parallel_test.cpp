@@ -1,10 +1,10 @@
 // Model-parallel training equals one device: seeds/000's ModelParallel program (d1's kernel split
 // by columns over "model", its output laid out ("data", None) at d2) on the 8-device meshes 8x1,
-// 4x2, 2x4 and 1x8 and on a 2x2x2 mesh with d1 split over two axes, and a Megatron pair
-// (column- then row-parallel) on 2x4, each trained for 20
-// steps (RMSprop, and Adam on 2x4; dropout) against the same model on one device: losses, metrics, every weight
-// (gathered by get_weights), predictions and evaluate. The collectives each dense layer ran in a
-// training step are the plan's, step for step, with their bytes.
+// 4x2, 2x4 and 1x8 and on a 2x2x2 mesh with d1 split over two axes, and a Megatron pair (column-
+// then row-parallel) on 2x4, each trained for 20 steps (RMSprop, and Adam on 2x4; dropout)
+// against the same model on one device: losses, metrics, every weight (gathered by get_weights),
+// predictions and evaluate. The collectives each dense layer ran in a training step are the
+// plan's, step for step, with their bytes.
 #include <mpi.h>
 
 #include <cstdio>
