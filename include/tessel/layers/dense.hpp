@@ -128,12 +128,18 @@ struct dense {
       const layout_value g_layout = l.product.without_partial();
       const tensor g = reshard(y_.like(dy), g_layout, g_store_, "output_gradient");
       const auto dw_layout = propagate_matmul(layer_rules::swap2(l.input), g_layout);
-      const tensor dw = reshard.make(kernel_->value.global_shape(), dw_layout.out, dw_store_,
-                                     "kernel_gradient");
-      B::gemm(true, false, 1.0f, x_used_.local(), g.local(), 0.0f, dw.local());
-      const tensor dw_used = reshard(dw, l.kernel, dw_used_store_, "kernel_gradient_used");
-      B::copy(reshard(dw_used, kernel_->value.layout(), dw_var_store_, "kernel_gradient").local(),
-              kernel_->gradient);
+      if (moves_nothing(reshard, dw_layout.out, l.kernel, kernel_->value)) {
+        // The product's gradient is already the variable's block: computed in place.
+        B::gemm(true, false, 1.0f, x_used_.local(), g.local(), 0.0f, kernel_->gradient);
+      } else {
+        const tensor dw = reshard.make(kernel_->value.global_shape(), dw_layout.out, dw_store_,
+                                       "kernel_gradient");
+        B::gemm(true, false, 1.0f, x_used_.local(), g.local(), 0.0f, dw.local());
+        const tensor dw_used = reshard(dw, l.kernel, dw_used_store_, "kernel_gradient_used");
+        B::copy(
+            reshard(dw_used, kernel_->value.layout(), dw_var_store_, "kernel_gradient").local(),
+            kernel_->gradient);
+      }
       if constexpr (Args.use_bias) {
         const auto db_layout = propagate_reduce(g_layout, 0);
         const tensor db = reshard.make(bias_->value.global_shape(), db_layout.out, db_store_,
@@ -153,6 +159,14 @@ struct dense {
     }
 
    private:
+    // Whether a gradient computed in layout `from` is already the variable's block: no step from
+    // `from` to the layout the product used, nor from that to the variable's.
+    template <class Reshard>
+    static bool moves_nothing(const Reshard& reshard, const layout_value& from,
+                              const layout_value& used, const tensor& var) {
+      return plan_reshard(from, used, reshard.mesh(), var.global_shape()).empty() &&
+             plan_reshard(used, var.layout(), reshard.mesh(), var.global_shape()).empty();
+    }
     std::size_t in_;
     tensor x_used_, w_used_, product_, b_used_;
     matrix x_used_store_, w_used_store_, product_store_, b_used_store_, g_store_, dw_store_,
