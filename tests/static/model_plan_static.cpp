@@ -66,7 +66,10 @@ static_assert(p2x4.activations[2].layout.dims[1].axes[0] == model);          // 
 // What d2 computes with on 2x4, recorded for the runtime: its input as it comes (columns over
 // "model"), its replicated kernel sliced by rows to match (free, so not among the steps), a
 // product partial over "model", and the complete output the layout_map asks for.
-static_assert(p2x4.layouts[3].set && !p2x4.layouts[0].set && !p2x4.layouts[2].set);
+static_assert(p2x4.layouts[3].set && p2x4.layouts[0].set && p2x4.layouts[2].set);
+// Flatten and dropout compute locally on what they are given: input, product and output alike.
+static_assert(p2x4.layouts[2].input == p2x4.layouts[2].product &&
+              p2x4.layouts[2].product == p2x4.layouts[2].output);
 static_assert(p2x4.layouts[3].input.dims[1].axes[0] == model && p2x4.layouts[3].input.dims[1].count == 1);
 static_assert(p2x4.layouts[3].kernel.dims[0].axes[0] == model && p2x4.layouts[3].kernel.dims[1].count == 0);
 static_assert(p2x4.layouts[3].product.partial == (1u << model));

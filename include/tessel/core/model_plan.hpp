@@ -160,7 +160,8 @@ struct activation_plan {
 // The layouts a layer computes with, as its rule chose them, so that the runtime can execute the
 // layer (the plan's steps leave out the free local slices between them). Dense: the input and
 // the kernel as the product uses them, the product (partial where the contraction is split),
-// the complete output, the bias as added to it. `set` is false for layers without such a choice.
+// the complete output, the bias as added to it. Other layers: the input as they use it, what
+// they produce (`product`) and their output after a layout_map "<layer>/output" rule.
 struct op_layouts {
   bool set = false;
   layout_value input{}, kernel{}, product{}, output{}, bias{};
@@ -271,10 +272,18 @@ class layer_planner {
         break;
       }
       cur_ = nodes_[inputs_[0]];
+      input_used_ = cur_.layout;
       output_set_ = false;
       op.rule->plan(*this, op);
       if (!plan_.ok) break;
-      if (!output_set_) constrain_output(op);
+      if (!output_set_) {
+        // A layer without its own layouts computes locally on the input as resharded (if it
+        // was) and its output is resharded to the layout_map's "<layer>/output": recorded for
+        // the runtime as input, product (what the layer gives) and output.
+        const layout_value produced = cur_.layout;
+        constrain_output(op);
+        plan_.layouts[op_] = {true, input_used_, {}, produced, cur_.layout, {}};
+      }
       nodes_[i + 1] = cur_;
       record_activation(cur_.shape, cur_.layout);
       close_backward_group();
@@ -329,14 +338,20 @@ class layer_planner {
   }
   // Reshards `layout` (a tensor of `shape`) to `to`: the forward steps, and, when the tensor needs
   // its gradient, the transposed steps in backward.
+  // An output's backward steps run first in the layer's backward (they bring the output's
+  // gradient back to what the layer produced), so they go to the front of the layer's group.
   constexpr void reshard_forward(step_role role, layout_value& layout, const layout_value& to,
                                  const shape_value& shape, bool needs_grad) noexcept {
     add(phase::forward, role, plan_reshard(layout, to, plan_.mesh, shape, model_.element_size));
-    if (needs_grad)
+    if (needs_grad) {
+      const std::size_t before = bw_count_;
       add(phase::backward,
           role == step_role::output ? step_role::output_gradient : step_role::input_gradient,
           plan_reshard_backward(layout, to.without_partial(), plan_.mesh, shape,
                                 model_.element_size));
+      if (role == step_role::output) rotate_to_group_front(before);
+    }
+    if (role == step_role::input && &layout == &cur_.layout) input_used_ = to;
     layout = to;
   }
   constexpr bool check_divides(const layout_value& l, const shape_value& s,
@@ -427,6 +442,14 @@ class layer_planner {
     }
     return true;
   }
+  // Moves the backward steps added since `from` to the front of the current layer's group.
+  constexpr void rotate_to_group_front(std::size_t from) noexcept {
+    for (std::size_t k = from; k < bw_count_; ++k) {
+      const planned_step moved = backward_[k];
+      for (std::size_t j = k; j > backward_mark_ + (k - from); --j) backward_[j] = backward_[j - 1];
+      backward_[backward_mark_ + (k - from)] = moved;
+    }
+  }
   constexpr void push(const planned_step& s) noexcept {
     if (plan_.count == max_planned_steps) return fail("the plan has too many steps");
     plan_.steps[plan_.count++] = s;
@@ -482,6 +505,7 @@ class layer_planner {
   std::array<std::uint8_t, max_op_inputs> inputs_{};
   std::size_t input_count_ = 0;
   bool output_set_ = false;
+  layout_value input_used_{};
   std::array<planned_step, max_backward> backward_{};
   std::size_t bw_count_ = 0, backward_mark_ = 0, groups_ = 0;
   std::array<std::size_t, max_ops + 1> group_begin_{}, group_end_{};

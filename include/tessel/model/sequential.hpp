@@ -338,14 +338,10 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   // ---- what a trainer drives (trainer/trainer.hpp) ----------------------------------------------
   // The seed every process shares (initial weights, dropout masks, shuffling).
   std::uint64_t seed() const noexcept { return seed_; }
-  // Whether layer `i` runs its planned steps itself (under model_parallel, a layer with planned
-  // layouts whose runtime executes them).
+  // Whether layer `i` runs its planned steps (under model_parallel: dense layers themselves, the
+  // others through the model, around their local computation).
   bool runs_plan_of(std::size_t i) const {
-    bool runs = false;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((runs = runs || (I == i && runs_planned<I>() && layouts_[I].set)), ...);
-    }(std::make_index_sequence<layer_count>{});
-    return runs;
+    return model_parallel && i < layer_count && layouts_[i].set;
   }
   // The name of layer `i`, as the plan's steps number them.
   static constexpr std::string_view layer_name(std::size_t i) { return layer_infos[i].name.view(); }
@@ -482,16 +478,40 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   }
   template <std::size_t I>
   const tensor& forward_layer(const tensor& x) {
-    if constexpr (runs_planned<I>())
+    if constexpr (runs_planned<I>()) {
       if (layouts_[I].set) return std::get<I>(layers_).forward(x, pass_, reshard_, layouts_[I]);
+    } else if constexpr (model_parallel) {
+      // A layer without layouts of its own computes on its block; the planned steps around it
+      // reshard its input as it uses it and its output as the layout_map lays it out.
+      if (layouts_[I].set) {
+        wrapped& w = wrapped_[I];
+        w.input = reshard_(x, layouts_[I].input, w.input_store, "input_used");
+        w.produced = std::get<I>(layers_).forward(w.input, pass_);
+        w.output = reshard_(w.produced, layouts_[I].output, w.output_store, "output");
+        return w.output;
+      }
+    }
     return std::get<I>(layers_).forward(x, pass_);
   }
   template <std::size_t I>
   const matrix& backward_layer(const tensor& x, const matrix& dy) {
-    if constexpr (runs_planned<I>())
+    if constexpr (runs_planned<I>()) {
       if (layouts_[I].set)
         return std::get<I>(layers_).backward(x, dy, needs_input_gradient<I>(), pass_, reshard_,
                                              layouts_[I]);
+    } else if constexpr (model_parallel) {
+      if (layouts_[I].set) {
+        wrapped& w = wrapped_[I];
+        const tensor g = reshard_(w.output.like(dy), w.produced.layout().without_partial(),
+                                  w.gradient_store, "output_gradient");
+        const matrix& dx =
+            std::get<I>(layers_).backward(w.input, g.local(), needs_input_gradient<I>(), pass_);
+        if (!needs_input_gradient<I>()) return dx;
+        w.input_gradient = reshard_(w.input.like(dx), x.layout().without_partial(),
+                                    w.input_gradient_store, "input_gradient");
+        return w.input_gradient.local();
+      }
+    }
     return std::get<I>(layers_).backward(x, dy, needs_input_gradient<I>(), pass_);
   }
   // The layouts each layer computes with, from the plan on the bound mesh.
@@ -538,6 +558,13 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   std::uint64_t seed_;
   variable_store<B> vars_;
   std::array<op_layouts, max_ops> layouts_;
+  // Under model_parallel, a layer without layouts of its own: its input as it used it, what it
+  // produced, its output as laid out, and the gradients' buffers.
+  struct wrapped {
+    tensor input, produced, output, input_gradient;
+    matrix input_store, output_store, gradient_store, input_gradient_store;
+  };
+  std::array<wrapped, layer_count> wrapped_{};
   std::size_t planned_batch_ = dynamic_extent;
   mutable resharder reshard_;
   std::tuple<typename Layers::template runtime<B>...> layers_;
