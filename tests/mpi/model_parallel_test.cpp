@@ -165,8 +165,8 @@ int main(int argc, char** argv) {
         "seeds/000 on 2x4 with Adam", x_images, images.y, "adam");
     compare<seed_model<model_parallel<map_3d, "data">>, single_seed>(
         "seeds/000 on 2x2x2, d1 over two axes", x_images, images.y);
-    // What is refused, with what to do: a global batch the batch axis does not divide, and
-    // call(), which runs on one process.
+    // What is refused, with what to do: a global batch the batch axis does not divide, call(),
+    // which runs on one process, and set_weights with a wrong shape.
     {
       seed_model<model_parallel<seed_map<2, 4>, "data">> m;
       m.compile({.loss = "mse"});
@@ -188,9 +188,26 @@ int main(int argc, char** argv) {
         message = e.what();
       }
       check(message.find("Use predict(x)") != std::string::npos, "call() is refused: " + message);
+      message.clear();
+      std::vector<std::vector<float>> wrong = m.get_weights();
+      wrong[0].resize(3);
+      try {
+        m.set_weights(wrong);
+      } catch (const value_error& e) {
+        message = e.what();
+      }
+      check(message.find("Variable 'd1/kernel' has 156800 values; cannot assign 3.") !=
+                std::string::npos,
+            "set_weights with a wrong shape is refused: " + message);
       seed_model<model_parallel<seed_map<2, 4>, "data">> fresh;
       check(m.get_weights() == fresh.get_weights(),
             "the refused calls leave the weights as they were");
+      // set_weights takes global values; each process keeps its block (a round trip).
+      std::vector<std::vector<float>> shifted = fresh.get_weights();
+      for (auto& w : shifted)
+        for (float& v : w) v += 0.25f;
+      m.set_weights(shifted);
+      check(m.get_weights() == shifted, "set_weights then get_weights gives the values back");
     }
     // A softmax over classes split across devices.
     {
