@@ -126,10 +126,7 @@ double loss_and_gradient(const loss_spec& loss, const typename B::matrix& pred,
                          const typename B::index_vector& labels, const typename B::matrix& targets,
                          const typename B::matrix& grad, float grad_scale) {
   const typename B::sums sums = B::make_sums("loss_sum", 1);
-  const std::size_t rows = B::rows(pred), cols = B::cols(pred);
-  const basic_dtensor<B> whole(shape_value{rows, cols}, layout_value::replicated(2),
-                               block{shape_value{0, 0}, shape_value{rows, cols}}, pred);
-  loss_and_gradient<B>(loss, whole, labels, targets, grad, grad_scale, sums, 0);
+  loss_and_gradient<B>(loss, batch_block<B>(pred), labels, targets, grad, grad_scale, sums, 0);
   double total = 0.0;
   B::download(sums, std::span<double>(&total, 1));
   return total;

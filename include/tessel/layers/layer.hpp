@@ -99,15 +99,6 @@ variable<B>& add_variable(variable_store<B>& store, std::string path,
   return v;
 }
 
-// Buffers keep their largest size; a smaller batch (the last of an epoch) uses their first rows.
-template <class B>
-typename B::matrix sized(typename B::matrix& store, std::size_t rows, std::size_t cols,
-                         const char* label) {
-  if (store.data() == nullptr || B::rows(store) < rows || B::cols(store) != cols)
-    store = B::make_matrix(label, rows, cols);
-  return B::row_range(store, 0, rows);
-}
-
 // Where a pass runs: training or inference, the optimizer step (keys dropout), and the model's
 // seed. Which rows and columns of the global batch a device holds is its input tensor's block.
 struct pass_context {
@@ -115,18 +106,6 @@ struct pass_context {
   std::uint64_t step = 0;
   std::uint64_t seed = 0;
 };
-
-// A block of rows [first_row, first_row + rows) of a batch of `global_rows` samples (at least
-// first_row + rows), every feature whole, over the matrix `m` (rows x features): how a layer is
-// called alone, and how a batch's rows enter a model on one device.
-template <class B>
-basic_dtensor<B> batch_block(const typename B::matrix& m, std::size_t first_row = 0,
-                          std::size_t global_rows = 0) {
-  const std::size_t rows = B::rows(m), cols = B::cols(m);
-  const block b{shape_value{first_row, 0}, shape_value{rows, cols}};
-  return basic_dtensor<B>(shape_value{std::max(global_rows, first_row + rows), cols},
-                       layout_value::replicated(2), b, m);
-}
 
 // The output of a layer that maps each sample on its own (dense, the activations): the rows x
 // holds, each of shape `sample`, laid out as x's batch dimension, over `store` (kept at its

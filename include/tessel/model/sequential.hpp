@@ -523,18 +523,14 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   }
   // This device's block of a variable's global values (row-major).
   static std::vector<float> block_values(const variable<B>& v, const std::vector<float>& global) {
+    if (v.value.size() == v.size()) return global;
     const block& b = v.value.shard();
     const shape_value& g = v.value.global_shape();
-    if (v.value.size() == v.size()) return global;
-    std::vector<float> out;
-    out.reserve(v.value.size());
-    const std::size_t rows = g.rank == 1 ? 1 : b.extent[0], cols = g.rank == 1 ? g[0] : g[1];
-    const std::size_t first_row = g.rank == 1 ? 0 : b.offset[0];
-    const std::size_t first_col = g.rank == 1 ? b.offset[0] : b.offset[1];
-    const std::size_t width = g.rank == 1 ? b.extent[0] : b.extent[1];
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t c = 0; c < width; ++c)
-        out.push_back(global[(first_row + r) * cols + first_col + c]);
+    std::vector<float> out(v.value.size());
+    comm::detail::copy_block<float>(std::span<const std::size_t>(g.extents.data(), g.rank),
+                                    std::span<const std::size_t>(b.offset.extents.data(), g.rank),
+                                    std::span<const std::size_t>(b.extent.extents.data(), g.rank),
+                                    global.data(), out.data(), true);
     return out;
   }
   // Rows [first, first + rows) of x.

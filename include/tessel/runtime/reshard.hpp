@@ -74,21 +74,25 @@ shape_value run_reshard(const process_mesh<Mesh, C>& pm, const reshard_plan& pla
   if (!plan.ok)
     throw value_error("tessel: no resharding plan from " + to_string(plan.from, pm.shape()) +
                       " to " + to_string(plan.to, pm.shape()));
-  std::vector<T> current(in.begin(), in.end());
+  // The first step reads `in` itself; each later one the block the step before left.
+  std::vector<T> current;
+  std::span<const T> source = in;
   for (const reshard_step& s : plan) {
     const std::size_t n = pm.mesh().extent(s.axis);
     const shape_value next = after_step(local, s, n);
     std::size_t elements = 1;
     for (std::size_t d = 0; d < next.rank; ++d) elements *= next.extents[d];
     out.assign(elements, T{});
-    comm::run_step(pm, s, std::span<const std::size_t>(local.extents.data(), local.rank),
-                   std::span<const T>(current), std::span<T>(out), scratch);
+    comm::run_step(pm, s, std::span<const std::size_t>(local.extents.data(), local.rank), source,
+                   std::span<T>(out), scratch);
     if (log != nullptr && s.kind != collective::slice)
-      log->records.push_back({s.kind, s.axis, s.dim, s.to_dim, current.size() * sizeof(T)});
+      log->records.push_back({s.kind, s.axis, s.dim, s.to_dim, source.size() * sizeof(T)});
     current.swap(out);
+    source = current;
     local = next;
   }
-  out.swap(current);
+  if (plan.empty()) out.assign(in.begin(), in.end());
+  else out.swap(current);
   return local;
 }
 
@@ -115,9 +119,7 @@ class tensor_resharder {
               const char* label) const {
     const block b = shard_block(layout.without_partial(), mesh_, global, coords_);
     const auto [rows, cols] = tensor::storage_shape(global, b);
-    if (store.data() == nullptr || B::rows(store) < rows || B::cols(store) != cols)
-      store = B::make_matrix(label, rows, cols);
-    return tensor(global, layout, b, B::row_range(store, 0, rows));
+    return tensor(global, layout, b, sized<B>(store, rows, cols, label));
   }
   // `t` laid out by `to`: the steps of plan_reshard, slices included, into `store`. Without a
   // step, `t` itself under its new name for the layout (a partial sum stays where it is).

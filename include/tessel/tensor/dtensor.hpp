@@ -8,6 +8,7 @@
 // alias of the same memory (`view(rows, cols)`: NHWC as (N·H·W, C) for a per-pixel product).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <span>
@@ -122,6 +123,27 @@ class basic_dtensor {
   block block_{};
   matrix local_{};
 };
+
+// Buffers keep their largest size; a smaller batch (the last of an epoch) uses their first rows.
+template <class B>
+typename B::matrix sized(typename B::matrix& store, std::size_t rows, std::size_t cols,
+                         const char* label) {
+  if (store.data() == nullptr || B::rows(store) < rows || B::cols(store) != cols)
+    store = B::make_matrix(label, rows, cols);
+  return B::row_range(store, 0, rows);
+}
+
+// A block of rows [first_row, first_row + rows) of a batch of `global_rows` samples (at least
+// first_row + rows), every feature whole, over the matrix `m` (rows x features): how a layer is
+// called alone, and how a batch's rows enter a model on one device.
+template <class B>
+basic_dtensor<B> batch_block(const typename B::matrix& m, std::size_t first_row = 0,
+                             std::size_t global_rows = 0) {
+  const std::size_t rows = B::rows(m), cols = B::cols(m);
+  const block b{shape_value{first_row, 0}, shape_value{rows, cols}};
+  return basic_dtensor<B>(shape_value{std::max(global_rows, first_row + rows), cols},
+                          layout_value::replicated(2), b, m);
+}
 
 template <class Layout, backend::backend_memory B>
 class dtensor : public basic_dtensor<B> {
