@@ -336,11 +336,14 @@ struct host {
         },
         Kokkos::subview(out, slot));
   }
-  // Per sample: mean over the last axis of (p - t)^2.
+  // Per sample: mean over the last axis of (p - t)^2. `classes`: the length of that axis when
+  // `pred` holds only some of its columns (a class dimension split across devices; the sums are
+  // then partial), else 0.
   static void mean_squared_error(const matrix& pred, const matrix& targets, const matrix& grad,
-                                 float grad_scale, const sums& out, std::size_t slot) {
+                                 float grad_scale, const sums& out, std::size_t slot,
+                                 std::size_t classes = 0) {
     const std::size_t n = pred.extent(1);
-    const float inv_n = 1.0f / static_cast<float>(n);
+    const float inv_n = 1.0f / static_cast<float>(classes ? classes : n);
     Kokkos::parallel_reduce(
         "tessel::mse", policy(pred.extent(0)),
         KOKKOS_LAMBDA(std::size_t i, double& acc) {
@@ -377,6 +380,161 @@ struct host {
           acc += best == want ? 1.0 : 0.0;
         },
         Kokkos::subview(out, slot));
+  }
+
+  // ---- a class dimension split across devices (vocab-parallel) -------------------------------
+  // Each kernel works on this device's columns of whole rows, starting at global column `col0`;
+  // the per-row statistics (rows x 1 or rows x 2 matrices) are completed by all_reduces over the
+  // devices that share the rows, between the calls.
+  // out(i) = max_j m(i, j)
+  static void row_max(const matrix& m, const matrix& out) {
+    const std::size_t n = m.extent(1);
+    Kokkos::parallel_for(
+        "tessel::row_max", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          float mx = -std::numeric_limits<float>::infinity();
+          for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, m(i, j));
+          out(i, 0) = mx;
+        });
+  }
+  // out(i) = sum_j a(i, j) * b(i, j); with b empty, sum_j a(i, j).
+  static void row_dot(const matrix& a, const matrix& b, const matrix& out) {
+    const std::size_t n = a.extent(1);
+    const bool with_b = b.extent(0) > 0;
+    Kokkos::parallel_for(
+        "tessel::row_dot", policy(a.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          float s = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) s += with_b ? a(i, j) * b(i, j) : a(i, j);
+          out(i, 0) = s;
+        });
+  }
+  // dst = exp(src - mx(i)) (dst may be src); sum(i) = sum_j dst(i, j).
+  static void exp_rows(const matrix& src, const matrix& mx, const matrix& dst, const matrix& sum) {
+    const std::size_t n = src.extent(1);
+    Kokkos::parallel_for(
+        "tessel::exp_rows", policy(src.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          float s = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) s += (dst(i, j) = std::exp(src(i, j) - mx(i, 0)));
+          sum(i, 0) = s;
+        });
+  }
+  // m(i, j) *= 1 / s(i), as the whole-row softmax scales.
+  static void divide_rows(const matrix& m, const matrix& s) {
+    const std::size_t n = m.extent(1);
+    Kokkos::parallel_for(
+        "tessel::divide_rows", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          const float inv = 1.0f / s(i, 0);
+          for (std::size_t j = 0; j < n; ++j) m(i, j) *= inv;
+        });
+  }
+  // The softmax's gradient with the row sum of y * dy given: dz = y * (dy - dot(i)).
+  static void softmax_backward_rows(const matrix& y, const matrix& dy, const matrix& dot,
+                                    const matrix& dz) {
+    const std::size_t n = y.extent(1);
+    Kokkos::parallel_for(
+        "tessel::softmax_backward_rows", policy(y.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          for (std::size_t j = 0; j < n; ++j) dz(i, j) = y(i, j) * (dy(i, j) - dot(i, 0));
+        });
+  }
+  // A cross-entropy on logits z: out(i) = (sum_j t(i, j) * (z(i, j) - mx(i)), sum_j t(i, j)),
+  // the targets `labels` (global class indices) or `targets` (this device's columns).
+  static void target_terms(const matrix& z, const index_vector& labels, std::size_t col0,
+                           const matrix& targets, const matrix& mx, const matrix& out) {
+    const std::size_t n = z.extent(1);
+    const bool sparse = labels.extent(0) > 0;
+    Kokkos::parallel_for(
+        "tessel::target_terms", policy(z.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          float tz = 0.0f, ts = 0.0f;
+          if (sparse) {
+            const auto c = static_cast<std::size_t>(labels(i));
+            if (c >= col0 && c < col0 + n) {
+              tz = z(i, c - col0) - mx(i, 0);
+              ts = 1.0f;
+            }
+          } else {
+            for (std::size_t j = 0; j < n; ++j) {
+              tz += targets(i, j) * (z(i, j) - mx(i, 0));
+              ts += targets(i, j);
+            }
+          }
+          out(i, 0) = tz;
+          out(i, 1) = ts;
+        });
+  }
+  // The cross-entropy on logits from the completed statistics: grad holds exp(z - mx) (from
+  // exp_rows), s the row sums, terms target_terms' sums. Per row: loss = sum(t) * log(s) -
+  // sum(t * (z - mx)) into out(slot), on every device of the row's group; grad = grad_scale *
+  // (exp(z - mx) / s * sum(t) - t).
+  static void split_softmax_cross_entropy(const matrix& grad, const index_vector& labels,
+                                          std::size_t col0, const matrix& targets,
+                                          const matrix& s, const matrix& terms, float grad_scale,
+                                          const sums& out, std::size_t slot) {
+    const std::size_t n = grad.extent(1);
+    const bool sparse = labels.extent(0) > 0;
+    Kokkos::parallel_reduce(
+        "tessel::split_softmax_xent", policy(grad.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, double& acc) {
+          const float tsum = terms(i, 1);
+          const float inv = 1.0f / s(i, 0);
+          for (std::size_t j = 0; j < n; ++j) {
+            const float t = sparse ? (static_cast<std::size_t>(labels(i)) == col0 + j ? 1.0f : 0.0f)
+                                   : targets(i, j);
+            grad(i, j) = grad_scale * (grad(i, j) * inv * tsum - t);
+          }
+          acc += static_cast<double>(tsum * std::log(s(i, 0)) - terms(i, 0));
+        },
+        Kokkos::subview(out, slot));
+  }
+  // A cross-entropy on probabilities with the row sums s given (Keras normalises each row):
+  // grad = d(loss)/dq before the normalisation's correction, out(i) = (this device's part of
+  // the row's loss, its part of sum_k dL/dq_k * q_k).
+  static void crossentropy_terms(const matrix& probs, const index_vector& labels,
+                                 std::size_t col0, const matrix& targets, const matrix& s,
+                                 float eps, const matrix& grad, const matrix& out) {
+    const std::size_t n = probs.extent(1);
+    const bool sparse = labels.extent(0) > 0;
+    Kokkos::parallel_for(
+        "tessel::crossentropy_terms", policy(probs.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          float loss = 0.0f, dot = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) {
+            const float t = sparse ? (static_cast<std::size_t>(labels(i)) == col0 + j ? 1.0f : 0.0f)
+                                   : targets(i, j);
+            const float q = probs(i, j) / s(i, 0);
+            const float c = std::min(std::max(q, eps), 1.0f - eps);
+            loss -= t * std::log(c);
+            const float inside = (q >= eps && q <= 1.0f - eps) ? 1.0f : 0.0f;
+            const float dq = -t / c * inside;
+            grad(i, j) = dq;
+            dot += dq * q;
+          }
+          out(i, 0) = loss;
+          out(i, 1) = dot;
+        });
+  }
+  // Finishes it from the completed terms: grad = grad_scale * (grad - dot) / s; the rows' loss
+  // into out(slot).
+  static void split_crossentropy(const matrix& grad, const matrix& s, const matrix& terms,
+                                 float grad_scale, const sums& out, std::size_t slot) {
+    const std::size_t n = grad.extent(1);
+    Kokkos::parallel_reduce(
+        "tessel::split_crossentropy", policy(grad.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, double& acc) {
+          for (std::size_t j = 0; j < n; ++j)
+            grad(i, j) = grad_scale * (grad(i, j) - terms(i, 1)) / s(i, 0);
+          acc += static_cast<double>(terms(i, 0));
+        },
+        Kokkos::subview(out, slot));
+  }
+  // out(i) = (max_j m(i, j), col0 + its first j), the index as a float (exact below 2^24).
+  static void row_argmax(const matrix& m, std::size_t col0, const matrix& out) {
+    const std::size_t n = m.extent(1);
+    Kokkos::parallel_for(
+        "tessel::row_argmax", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+          std::size_t best = 0;
+          for (std::size_t j = 1; j < n; ++j)
+            if (m(i, j) > m(i, best)) best = j;
+          out(i, 0) = m(i, best);
+          out(i, 1) = static_cast<float>(col0 + best);
+        });
   }
 
   // ---- optimizer updates (Keras 3's formulas) --------------------------------------------------

@@ -68,6 +68,27 @@ concept backend_reductions = backend_memory<B> && requires(const typename B::mat
   B::count_argmax_equal(m, l, m, s, slot);
 };
 
+// A class dimension split across devices (vocab-parallel softmax, cross-entropy and arg-max):
+// kernels on this device's columns with per-row statistics in rows x 1 (or x 2) matrices,
+// completed by all_reduces between the calls (tensor/row_split.hpp drives them).
+template <class B>
+concept backend_split_rows = backend_memory<B> && requires(const typename B::matrix& m,
+                                                           const typename B::index_vector& l,
+                                                           const typename B::sums& s, float f,
+                                                           std::size_t n) {
+  B::row_max(m, m);
+  B::row_dot(m, m, m);
+  B::exp_rows(m, m, m, m);
+  B::divide_rows(m, m);
+  B::softmax_backward_rows(m, m, m, m);
+  B::target_terms(m, l, n, m, m, m);
+  B::split_softmax_cross_entropy(m, l, n, m, m, m, f, s, n);
+  B::crossentropy_terms(m, l, n, m, m, f, m, m);
+  B::split_crossentropy(m, m, m, f, s, n);
+  B::row_argmax(m, n, m);
+  B::mean_squared_error(m, m, m, f, s, n, n);
+};
+
 // Randomness: dropout masks drawn at each element's global index.
 template <class B>
 concept backend_random = backend_memory<B> && requires(const typename B::matrix& m,
@@ -86,6 +107,7 @@ concept backend_optimizers = backend_memory<B> && requires(const typename B::mat
 
 template <class B>
 concept backend_interface = backend_memory<B> && backend_gemm<B> && backend_elementwise<B> &&
-                            backend_reductions<B> && backend_random<B> && backend_optimizers<B>;
+                            backend_reductions<B> && backend_split_rows<B> &&
+                            backend_random<B> && backend_optimizers<B>;
 
 }  // namespace tessel::backend

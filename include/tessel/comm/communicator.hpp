@@ -103,7 +103,7 @@ class request {
   collective_tag tag_;
 };
 
-// A group of processes. Sums are the only reduction the planner needs.
+// A group of processes.
 class communicator {
  public:
   using request = comm::request;
@@ -147,13 +147,14 @@ class communicator {
   [[nodiscard]] bool uses_mpi() const noexcept { return size_ > 1; }
 
   // ---- blocking -------------------------------------------------------------------------------
-  // Every process ends with the sum of everyone's `data`.
+  // Every process ends with the sum (or the maximum) of everyone's `data`, element-wise.
   template <class T>
-  void all_reduce(std::span<T> data) const {
+  void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) const {
     if (!uses_mpi() || data.empty()) return;
     const watched_wait watch(tag("all_reduce"));
     detail::check(MPI_Allreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size()),
-                                detail::datatype<T>(), MPI_SUM, comm_),
+                                detail::datatype<T>(), op == reduce_op::max ? MPI_MAX : MPI_SUM,
+                                comm_),
                   "MPI_Allreduce");
   }
   // out = every process's `in`, concatenated in rank order (out.size() == size() * in.size()).

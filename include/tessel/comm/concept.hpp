@@ -11,6 +11,11 @@
 
 namespace tessel::comm {
 
+// The reduction of an all_reduce: sums (gradients, partial products, losses) and maxima (a
+// softmax's row max and the arg-max of a class dimension split across devices, as Megatron's
+// vocab-parallel cross-entropy reduces them).
+enum class reduce_op : std::uint8_t { sum, max };
+
 // wait() blocks until the collective is complete; test() lets it progress and says whether it
 // is; pending() says, without progressing it, whether it may still be running.
 template <class R>
@@ -25,6 +30,7 @@ template <class C, class T>
 concept collectives_on = requires(const C& c, std::span<T> data, std::span<const T> in,
                                   std::span<T> out, int root) {
   c.all_reduce(data);
+  c.all_reduce(data, reduce_op::max);
   c.all_gather(in, out);
   c.reduce_scatter(in, out);
   c.broadcast(data, root);
@@ -37,8 +43,9 @@ concept collectives_on = requires(const C& c, std::span<T> data, std::span<const
 };
 }  // namespace detail
 
-// A group of size() processes, this one at rank(); collectives sum. The element types are those
-// the model moves: float values, double sums and counts, int32 flags, uint64 seeds.
+// A group of size() processes, this one at rank(); all_reduce sums or takes the maximum. The
+// element types are those the model moves: float values, double sums and counts, int32 flags,
+// uint64 seeds and arg-max keys.
 template <class C>
 concept communicator_like = std::movable<C> && requires(const C& c) {
   { c.rank() } -> std::convertible_to<int>;

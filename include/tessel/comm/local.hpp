@@ -26,7 +26,7 @@ class local_communicator {
   void barrier() const noexcept {}
 
   template <class T>
-  void all_reduce(std::span<T>) const noexcept {}
+  void all_reduce(std::span<T>, reduce_op = reduce_op::sum) const noexcept {}
   template <class T>
   void all_gather(std::span<const T> in, std::span<T> out) const {
     copy("all_gather", in, out);

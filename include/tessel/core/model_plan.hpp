@@ -24,7 +24,14 @@ namespace tessel {
 // layers/plan/dense.hpp, flatten's, dropout's and the activations' in
 // layers/plan/elementwise.hpp, add's in layers/plan/merge.hpp; a new layer brings its own.
 
-enum class loss_kind : std::uint8_t { none, mean_squared_error, softmax_cross_entropy };
+// The loss as the planner sees it: squared error (element-wise), cross-entropy on logits (a
+// log-softmax: row max and row sum) or on probabilities (Keras normalises each row by its sum).
+enum class loss_kind : std::uint8_t {
+  none,
+  mean_squared_error,
+  softmax_cross_entropy,
+  crossentropy
+};
 
 class layer_planner;
 struct op_desc;
@@ -70,6 +77,9 @@ struct model_desc {
   // Values (of element_size bytes) the loss step reduces: the loss sum, and whatever a model
   // reduces with it (tessel's models add one count per metric, as doubles).
   std::size_t loss_values = 1;
+  // Whether a metric takes the arg-max of the output (the accuracies): over a class dimension
+  // split across devices each row's arg-max is all_reduced (one 8-byte key per row).
+  bool argmax_metrics = false;
 };
 
 template <std::size_t N>
@@ -109,7 +119,8 @@ enum class step_role : std::uint8_t {
   bias_gradient,
   row_max,           // a softmax's or cross-entropy's reductions over a sharded class dimension
   row_sum,
-  true_class_logit,
+  target_terms,      // a cross-entropy's per-row sums with the targets (two per row)
+  row_argmax,        // the accuracies' arg-max of each row (an 8-byte key per row)
   loss,              // the loss sum (and metric counts), reduced over the batch axes
 };
 constexpr std::string_view role_name(step_role r) noexcept {
@@ -124,7 +135,8 @@ constexpr std::string_view role_name(step_role r) noexcept {
     case step_role::bias_gradient: return "bias gradient";
     case step_role::row_max: return "row max";
     case step_role::row_sum: return "row sum";
-    case step_role::true_class_logit: return "true-class logit";
+    case step_role::target_terms: return "target terms";
+    case step_role::row_argmax: return "row arg-max";
     case step_role::loss: return "loss";
   }
   return "";
@@ -407,19 +419,20 @@ class layer_planner {
   // The rule applied the layout_map's "<layer>/output" itself (dense chooses its product's
   // layout knowing it); otherwise the planner reshards the rule's output to it.
   constexpr void output_applied() noexcept { output_set_ = true; }
-  // All-reduces of per-row values (a softmax's row max and row sum) over `axes`, the mesh axes a
-  // row's elements are split over.
-  constexpr void row_reductions(std::uint32_t axes, const layout_value& layout,
-                                const shape_value& shape, phase p, step_role first,
-                                std::optional<step_role> second = std::nullopt) noexcept {
+  // The all_reduce of `values` per-row values (a softmax's row max or row sum) of `bytes` each
+  // (the model's element size if 0) over `axes`, the mesh axes a row's elements are split over:
+  // one step per axis, in the order of the mesh.
+  constexpr void row_reduction(std::uint32_t axes, const layout_value& layout,
+                               const shape_value& shape, phase p, step_role role,
+                               std::size_t values = 1, std::size_t bytes = 0) noexcept {
     if (!axes) return;
-    layout_value rows = layout_value::replicated(1);
+    layout_value rows = layout_value::replicated(2);
     rows.dims[0] = layout.dims[0];
     rows.partial = axes;
-    const shape_value rs{shape.extents[0]};
-    const auto r = plan_reshard(rows, rows.without_partial(), plan_.mesh, rs, model_.element_size);
-    add(p, first, r);
-    if (second) add(p, *second, r);
+    const shape_value rs{shape.extents[0], values};
+    add(p, role,
+        plan_reshard(rows, rows.without_partial(), plan_.mesh, rs,
+                     bytes ? bytes : model_.element_size));
   }
 
  private:
@@ -472,23 +485,32 @@ class layer_planner {
   }
 
   // The loss is a mean over the global batch: the local sum is all_reduced over every axis the
-  // predictions are sharded over (one float). Softmax cross-entropy over a sharded class
-  // dimension also reduces the row max, the row sum and the true-class logit.
+  // predictions are sharded over (one float). A cross-entropy over a sharded class dimension
+  // (Megatron's vocab-parallel cross-entropy) first completes each row: on logits the row max,
+  // the row sum of exponentials and the target terms (sum(t * z), sum(t)); on probabilities the
+  // row sum and the target terms (the loss and the gradient's correction). The accuracies'
+  // arg-max is reduced as one key per row.
   constexpr void loss(const layout_value& layout, const shape_value& shape) noexcept {
     if (model_.loss == loss_kind::none) return;
     // The local sum runs over the per-sample losses (cross-entropy: one per row, complete after
     // the row reductions) or over every local element (squared error).
     std::uint32_t summed_over = layout.sharded_axes();
-    if (model_.loss == loss_kind::softmax_cross_entropy) {
+    std::uint32_t class_axes = 0;
+    if (shape.rank == 2) class_axes = layout.dims[1].mask();
+    if (model_.loss == loss_kind::softmax_cross_entropy ||
+        model_.loss == loss_kind::crossentropy) {
       layout_value labels = layout_value::replicated(1);
       labels.dims[0] = layout.dims[0];
       const auto r = propagate_softmax_cross_entropy(layout, labels);
       if (!r.ok) return fail(r.error);
-      row_reductions(r.reduce_axes, layout, shape, phase::forward, step_role::row_max,
-                     step_role::row_sum);
-      row_reductions(r.reduce_axes, layout, shape, phase::forward, step_role::true_class_logit);
+      if (model_.loss == loss_kind::softmax_cross_entropy)
+        row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_max);
+      row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_sum);
+      row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::target_terms, 2);
       summed_over = r.out.sharded_axes();
     }
+    if (model_.argmax_metrics)
+      row_reduction(class_axes, layout, shape, phase::forward, step_role::row_argmax, 1, 8);
     layout_value scalar = layout_value::replicated(1);
     scalar.partial = summed_over;
     add(phase::forward, step_role::loss,

@@ -197,4 +197,17 @@ void run_step(const process_mesh<Mesh, C>& pm, const reshard_step& s,
   }(std::make_index_sequence<Mesh::rank>{});
 }
 
+// The all_reduce of `data` over the mesh axis numbered `axis` (known at run time), a sum or a
+// maximum: the per-row reductions of a class dimension split across devices. Blocking.
+template <class Mesh, class C, class T>
+void all_reduce_over(const process_mesh<Mesh, C>& pm, std::size_t axis, std::span<T> data,
+                     reduce_op op) {
+  if (axis >= Mesh::rank)
+    throw value_error("tessel: all_reduce over mesh axis " + std::to_string(axis) +
+                      " of a mesh with " + std::to_string(Mesh::rank) + " axes");
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((axis == I ? (pm.template axis<I>().all_reduce(data, op), true) : false) || ...);
+  }(std::make_index_sequence<Mesh::rank>{});
+}
+
 }  // namespace tessel::comm

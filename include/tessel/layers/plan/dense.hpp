@@ -122,6 +122,18 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
     p.add(phase::forward, step_role::bias, plan_reshard(b, want_b, m, shape_value{units}, es));
   p.add(phase::forward, step_role::output, plan_reshard(best.y, best.out, m, ys, es));
   if (!p.ok()) return;
+  // A softmax activation over classes split across devices: its row reductions forward, and
+  // backward its row sum first (the activation's gradient comes before the product's).
+  const bool softmax = op.option.view() == "softmax";
+  std::uint32_t softmax_axes = 0;
+  if (softmax) {
+    const auto r = propagate_softmax(best.out);
+    if (!r.ok) return p.fail(r.error);
+    softmax_axes = r.reduce_axes;
+    p.row_reduction(softmax_axes, best.out, ys, phase::forward, step_role::row_max);
+    p.row_reduction(softmax_axes, best.out, ys, phase::forward, step_role::row_sum);
+    p.row_reduction(softmax_axes, best.out, ys, phase::backward, step_role::row_sum);
+  }
   // backward, in execution order
   const layout_value g = best.y.without_partial();
   p.add(phase::backward, step_role::output_gradient, plan_reshard(best.out, g, m, ys, es));
@@ -144,7 +156,6 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   layout = best.out;
   shape = ys;
   p.needs_grad() = true;
-  if (op.option.view() == "softmax") softmax(p);
 }
 
 inline constexpr plan_rule dense_rule{&dense, "dense"};

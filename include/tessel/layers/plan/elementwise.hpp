@@ -20,9 +20,9 @@ constexpr bool is_linear_activation(std::string_view fn) noexcept {
 constexpr void softmax(layer_planner& p) noexcept {
   const auto r = propagate_softmax(p.layout());
   if (!r.ok) return p.fail(r.error);
-  p.row_reductions(r.reduce_axes, p.layout(), p.shape(), phase::forward, step_role::row_max,
-                   step_role::row_sum);
-  p.row_reductions(r.reduce_axes, p.layout(), p.shape(), phase::backward, step_role::row_sum);
+  p.row_reduction(r.reduce_axes, p.layout(), p.shape(), phase::forward, step_role::row_max);
+  p.row_reduction(r.reduce_axes, p.layout(), p.shape(), phase::forward, step_role::row_sum);
+  p.row_reduction(r.reduce_axes, p.layout(), p.shape(), phase::backward, step_role::row_sum);
 }
 
 // An element-wise function: linear ones (identity, scaling) work on partial sums as they are;
