@@ -10,6 +10,7 @@
 
 #include "core/errors.hpp"
 #include "core/model_plan.hpp"
+#include "layers/split_rows.hpp"
 #include "tensor/dtensor.hpp"
 
 namespace tessel {
@@ -17,20 +18,25 @@ namespace tessel {
 namespace losses {
 
 // Each loss names the planner's loss_kind: the collectives its value and gradient need on a
-// sharded output (a softmax over a sharded class dimension needs the max and the sum reduced).
+// sharded output (a cross-entropy over a sharded class dimension needs row sums reduced; on
+// logits the row max too).
 struct mean_squared_error {
   static constexpr std::string_view name = "mean_squared_error";
-  static constexpr loss_kind plan_kind = loss_kind::mean_squared_error;
+  constexpr loss_kind plan_kind() const noexcept { return loss_kind::mean_squared_error; }
 };
 struct sparse_categorical_crossentropy {
   bool from_logits = false;
   static constexpr std::string_view name = "sparse_categorical_crossentropy";
-  static constexpr loss_kind plan_kind = loss_kind::softmax_cross_entropy;
+  constexpr loss_kind plan_kind() const noexcept {
+    return from_logits ? loss_kind::softmax_cross_entropy : loss_kind::crossentropy;
+  }
 };
 struct categorical_crossentropy {
   bool from_logits = false;
   static constexpr std::string_view name = "categorical_crossentropy";
-  static constexpr loss_kind plan_kind = loss_kind::softmax_cross_entropy;
+  constexpr loss_kind plan_kind() const noexcept {
+    return from_logits ? loss_kind::softmax_cross_entropy : loss_kind::crossentropy;
+  }
 };
 
 }  // namespace losses
@@ -57,7 +63,7 @@ class loss_spec {
   }
   // The loss as the planner knows it.
   loss_kind plan_kind() const {
-    return std::visit([](const auto& l) { return std::decay_t<decltype(l)>::plan_kind; }, value_);
+    return std::visit([](const auto& l) { return l.plan_kind(); }, value_);
   }
 
  private:
@@ -115,6 +121,51 @@ void loss_and_gradient(const loss_spec& loss, const basic_dtensor<B>& pred_block
           else
             B::crossentropy_on_probabilities(pred, typename B::index_vector(), targets, grad,
                                              grad_scale, epsilon, sums, slot);
+        }
+      },
+      loss.value());
+}
+
+// The same on a block whose class dimension is split across devices (Megatron's vocab-parallel
+// cross-entropy): `targets` holds this block's columns, `labels` global class indices, and
+// `reduce` completes each row's statistics over the devices that share the row, in the plan's
+// order (row max on logits, row sum, target terms). The cross-entropies' sums are then whole
+// rows' losses on every device of the row's group; the squared error's are partial (each device
+// sums its own elements).
+template <class B, class Reduce>
+void split_loss_and_gradient(const loss_spec& loss, const basic_dtensor<B>& pred_block,
+                             const typename B::index_vector& labels,
+                             const typename B::matrix& targets, const typename B::matrix& grad,
+                             float grad_scale, const typename B::sums& sums, std::size_t slot,
+                             row_statistics<B>& st, Reduce& reduce) {
+  const shape_value& g = pred_block.global_shape();
+  const std::size_t last = g.rank - 1, col0 = pred_block.shard().offset[last];
+  const std::uint32_t axes = class_axes(pred_block.layout());
+  const typename B::matrix& pred = pred_block.local();
+  st.size(B::rows(pred));
+  std::visit(
+      [&](const auto& l) {
+        using L = std::decay_t<decltype(l)>;
+        const bool sparse = std::is_same_v<L, losses::sparse_categorical_crossentropy>;
+        const typename B::index_vector no_labels;
+        const typename B::index_vector& lab = sparse ? labels : no_labels;
+        if constexpr (std::is_same_v<L, losses::mean_squared_error>) {
+          B::mean_squared_error(pred, targets, grad, grad_scale, sums, slot, g[last]);
+        } else if (l.from_logits) {
+          B::row_max(pred, st.max);
+          reduce.reduce_rows(st.max, axes, comm::reduce_op::max);
+          B::exp_rows(pred, st.max, grad, st.sum);
+          reduce.reduce_rows(st.sum, axes, comm::reduce_op::sum);
+          B::target_terms(pred, lab, col0, targets, st.max, st.terms);
+          reduce.reduce_rows(st.terms, axes, comm::reduce_op::sum);
+          B::split_softmax_cross_entropy(grad, lab, col0, targets, st.sum, st.terms, grad_scale,
+                                         sums, slot);
+        } else {
+          B::row_dot(pred, typename B::matrix(), st.sum);
+          reduce.reduce_rows(st.sum, axes, comm::reduce_op::sum);
+          B::crossentropy_terms(pred, lab, col0, targets, st.sum, epsilon, grad, st.terms);
+          reduce.reduce_rows(st.terms, axes, comm::reduce_op::sum);
+          B::split_crossentropy(grad, st.sum, st.terms, grad_scale, sums, slot);
         }
       },
       loss.value());

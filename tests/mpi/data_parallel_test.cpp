@@ -143,6 +143,7 @@ void check_bucket_options(const data& d) {
   check(small.gradient_bucket_count() == (distributed ? 5u : 0u),
         "0.1 MB buckets: 5 buckets, got " + std::to_string(small.gradient_bucket_count()));
   train(base, d.x_flat, d.y_sparse);
+  small.reset_communication_stats();
   train(small, d.x_flat, d.y_sparse);
   train(serial, d.x_flat, d.y_sparse);
   const auto w = base.get_weights(), ws = small.get_weights(), wn = serial.get_weights();
@@ -154,6 +155,15 @@ void check_bucket_options(const data& d) {
   check(stats.steps == steps &&
             stats.bytes == (distributed ? 4u * small.count_params() : 0u),
         "communication_stats counts the steps and the gradient bytes");
+  // Every collective run: per step the buckets' all_reduces (at least one call per run of
+  // buckets, at most one per bucket) and the loss's, over "batch", moving the gradient bytes
+  // and the loss and accuracy sums (two doubles).
+  const std::size_t reduces = stats.count(tessel::collective::all_reduce, "batch");
+  check(!distributed ||
+            (stats.collectives.size() == 1 && reduces >= 2 * steps && reduces <= 6 * steps &&
+             stats.collectives[0].bytes == steps * (4u * small.count_params() + 16u)),
+        "communication_stats counts the all_reduces over 'batch' and their bytes: " +
+            std::to_string(reduces));
 }
 
 void check_set_weights_broadcasts() {

@@ -1,14 +1,18 @@
 // Model-parallel training equals one device: seeds/000's ModelParallel program (d1's kernel split
 // by columns over "model", its output laid out ("data", None) at d2) on the 8-device meshes 8x1,
-// 4x2, 2x4 and 1x8 and on a 2x2x2 mesh with d1 split over two axes, and a Megatron pair (column-
-// then row-parallel) on 2x4, each trained for 20 steps (RMSprop, and Adam on 2x4; dropout)
-// against the same model on one device: losses, metrics, every weight (gathered by get_weights),
-// predictions and evaluate. The collectives each dense layer ran in a training step are the
-// plan's, step for step, with their bytes.
+// 4x2, 2x4 and 1x8 and on a 2x2x2 mesh with d1 split over two axes; a Megatron pair (column-
+// then row-parallel) on 2x4, 4x2, 8x1 and 1x8 (and on 2x2 when run on 4 processes); and
+// classifiers whose class dimension stays split across "model" (vocab-parallel softmax, cross-
+// entropies on logits and on probabilities, squared error, accuracy), each trained for 20 steps
+// (RMSprop, and Adam; dropout) against the same model on one device: losses, metrics, every
+// weight (gathered by get_weights), predictions and evaluate. The collectives a further step ran
+// are the plan's, with their bytes, and communication_stats() counts them by kind and mesh axis.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <tessel/tessel.hpp>
 #include <vector>
 
@@ -53,6 +57,36 @@ using megatron_model =
                dense<16, {.activation = "tanh", .name = "row"}>,
                dense<4, {.activation = "softmax", .name = "head"}>>;
 
+template <std::size_t D, std::size_t M>
+using megatron_map_of = layout_map<device_mesh<axis<"data", D>, axis<"model", M>>,
+                                   rule<"col/kernel", none, "model">, rule<"col/bias", "model">,
+                                   rule<"row/kernel", "model", none>>;
+
+// The Megatron pair after a replicated layer, whose input gradient the pair must return: one
+// all_reduce over "model" forward (the row-parallel layer's partial output) and one backward (the
+// column-parallel layer's partial input gradient), and nothing else over "model".
+template <class Dist>
+using megatron_block = sequential<Dist, input<32>, dense<32, {.activation = "relu", .name = "pre"}>,
+                                  dense<64, {.activation = "relu", .name = "col"}>,
+                                  dense<32, {.name = "row"}>,
+                                  dense<4, {.activation = "softmax", .name = "head"}>>;
+void check_megatron_collectives(const array<float>& x, const array<float>& y) {
+  megatron_block<model_parallel<megatron_map, "data">> m;
+  m.compile({.loss = "categorical_crossentropy"});
+  m.reset_communication_stats();
+  m.train_on_batch(data::slice_rows(x, 0, batch), data::slice_rows(y, 0, batch));
+  const communication_stats st = m.communication_stats();
+  const std::size_t over_model = st.count(collective::all_reduce, "model");
+  check(over_model == 2 && st.total_collectives() == st.count(collective::all_reduce, "data") + 2,
+        "a Megatron pair runs one all_reduce over 'model' forward and one backward, got " +
+            std::to_string(over_model) + " of " + std::to_string(st.total_collectives()));
+  const model_plan& p = m.plan();
+  const auto model_axis = static_cast<int>(p.mesh.index_of("model"));
+  check(p.collectives(phase::forward, collective::all_reduce, model_axis) == 1 &&
+            p.collectives(phase::backward, collective::all_reduce, model_axis) == 1,
+        "the plan lists them: one forward, one backward");
+}
+
 // A collective outside a dense layer: the relu's output gathered over "model" by a layout_map
 // rule (the model reshards around the relu's local computation).
 using relu_gather_map = layout_map<device_mesh<axis<"data", 2>, axis<"model", 4>>,
@@ -77,26 +111,52 @@ data_set make_data(std::size_t n, std::size_t features, std::size_t classes) {
   return d;
 }
 
-array<float> pairs_x_for_refusals() {
-  array<float> x({4, 8});
-  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>(i % 5) / 5;
-  return x;
+// The class index of each one-hot row.
+array<std::int32_t> argmax_labels(const array<float>& y) {
+  array<std::int32_t> labels({y.rows()});
+  const std::size_t classes = y.size() / y.rows();
+  for (std::size_t r = 0; r < y.rows(); ++r)
+    for (std::size_t j = 0; j < classes; ++j)
+      if (y.values[r * classes + j] == 1.0f) labels.values[r] = static_cast<std::int32_t>(j);
+  return labels;
 }
 
-template <class Sharded, class Single>
-void compare(const char* what, const array<float>& x_all, const array<float>& y_all,
-             const char* optimizer = "rmsprop") {
+// A classifier whose class dimension stays split across "model" (no output rule): the softmax,
+// the loss and the accuracy reduce rows (row max, row sum, target terms, arg-max).
+using mesh_2x4 = device_mesh<axis<"data", 2>, axis<"model", 4>>;
+using split_map = layout_map<mesh_2x4, rule<"h/kernel", none, "model">,
+                             rule<"c/kernel", none, "model">, rule<"c/bias", "model">>;
+template <class Dist>
+using split_softmax_model =
+    sequential<Dist, input<32>, dense<16, {.activation = "relu", .name = "h"}>, dropout<0.25>,
+               dense<8, {.activation = "softmax", .name = "c"}>>;
+template <class Dist>
+using split_logits_model = sequential<Dist, input<32>, dense<16, {.activation = "relu", .name = "h"}>,
+                                      dense<8, {.name = "c"}>>;
+// A Softmax layer after the split logits: the model runs it on its block with row reductions.
+template <class Dist>
+using split_softmax_layer_model =
+    sequential<Dist, input<32>, dense<16, {.activation = "relu", .name = "h"}>,
+               dense<8, {.name = "c"}>, softmax<"s">>;
+// The classes split over two axes at once on a 2x2x2 mesh.
+using split_map_3d = layout_map<mesh_3d, rule<"h/kernel", none, "m1">,
+                                rule<"c/kernel", none, axes<"m1", "m2">>,
+                                rule<"c/bias", axes<"m1", "m2">>>;
+
+template <class Sharded, class Single, class Y>
+void compare(const char* what, const array<float>& x_all, const array<Y>& y_all,
+             const char* optimizer = "rmsprop", loss_spec loss = "mse") {
   Sharded sharded;
   Single single;
-  sharded.compile({.optimizer = optimizer, .loss = "mse", .metrics = {"accuracy"}});
-  single.compile({.optimizer = optimizer, .loss = "mse", .metrics = {"accuracy"}});
+  sharded.compile({.optimizer = optimizer, .loss = loss, .metrics = {"accuracy"}});
+  single.compile({.optimizer = optimizer, .loss = loss, .metrics = {"accuracy"}});
   std::string name(what);
   check(sharded.get_weights() == single.get_weights(), name + ": the same initial weights");
   double worst_loss = 0, worst_metric = 0;
   for (std::size_t step = 0; step < steps; ++step) {
     const std::size_t first = (step * batch) % (x_all.rows() - batch + 1);
     const array<float> x = data::slice_rows(x_all, first, first + batch);
-    const array<float> y = data::slice_rows(y_all, first, first + batch);
+    const array<Y> y = data::slice_rows(y_all, first, first + batch);
     const logs a = sharded.train_on_batch(x, y), b = single.train_on_batch(x, y);
     worst_loss = std::max(worst_loss, rel(*find_log(a, "loss"), *find_log(b, "loss")));
     worst_metric = std::max(worst_metric, rel(*find_log(a, "accuracy"), *find_log(b, "accuracy")));
@@ -106,7 +166,8 @@ void compare(const char* what, const array<float>& x_all, const array<float>& y_
   check(wa.size() == wb.size(), name + ": as many variables");
   for (std::size_t i = 0; i < wa.size() && i < wb.size(); ++i)
     worst_weight = std::max(worst_weight, rel(wa[i], wb[i]));
-  const array<float> xt = data::slice_rows(x_all, 0, 32), yt = data::slice_rows(y_all, 0, 32);
+  const array<float> xt = data::slice_rows(x_all, 0, 32);
+  const array<Y> yt = data::slice_rows(y_all, 0, 32);
   const double worst_prediction =
       rel(sharded.predict(xt, 16).values, single.predict(xt, 16).values);
   const logs ea = sharded.evaluate(xt, yt, 16, 0), eb = single.evaluate(xt, yt, 16, 0);
@@ -119,19 +180,41 @@ void compare(const char* what, const array<float>& x_all, const array<float>& y_
   check(worst_prediction <= tolerance, name + ": predictions " + std::to_string(worst_prediction));
   check(worst_evaluate <= tolerance, name + ": evaluate " + std::to_string(worst_evaluate));
 
-  // One more step, its collectives against the plan's (the loss's reduction is the trainer's).
+  // One more step, its collectives against the plan's with their bytes (in buckets of one
+  // gradient each, so that each gradient's all_reduce is one collective as planned; the buckets
+  // start as the backward pass reaches them, so the order differs), and counted by kind and axis.
+  sharded.set_gradient_options({.bucket_cap_mb = 1e-6});
   sharded.clear_collectives();
+  sharded.reset_communication_stats();
   sharded.train_on_batch(data::slice_rows(x_all, 0, batch), data::slice_rows(y_all, 0, batch));
-  const model_desc d = Sharded::describe(loss_kind::mean_squared_error, 4);
+  model_desc d = Sharded::describe(loss.plan_kind(), 4);
+  d.argmax_metrics = true;
   const model_plan p = plan_model(Sharded::distribution::value, sharded.mesh().shape(), d, batch);
   std::vector<collective_record> planned;
   for (const auto& s : p)
-    if (s.role != step_role::loss) planned.push_back(record_of(s.step));
-  check(sharded.collectives().records == planned,
-        name + ": the collectives run (" + std::to_string(sharded.collectives().records.size()) +
-            ") are the plan's (" + std::to_string(planned.size()) + ")");
-  if (process_id() == 0 && sharded.collectives().records != planned) {
-    for (const auto& r : sharded.collectives().records)
+    if (s.step.kind != collective::slice) planned.push_back(record_of(s.step));
+  std::vector<collective_record> ran = sharded.collectives().records;
+  const auto order = [](const collective_record& a, const collective_record& b) {
+    return std::tuple(a.kind, a.axis, a.dim, a.to_dim, a.bytes) <
+           std::tuple(b.kind, b.axis, b.dim, b.to_dim, b.bytes);
+  };
+  std::sort(ran.begin(), ran.end(), order);
+  std::sort(planned.begin(), planned.end(), order);
+  const communication_stats stats = sharded.communication_stats();
+  bool counts_match = true;
+  for (const auto& c : stats.collectives) {
+    std::size_t n = 0, bytes = 0;
+    for (const auto& s : p)
+      if (s.step.kind == c.kind && p.mesh.names[s.step.axis].view() == c.axis)
+        n += 1, bytes += s.step.bytes;
+    counts_match = counts_match && n == c.count && bytes == c.bytes;
+  }
+  check(counts_match && stats.total_collectives() == planned.size(),
+        name + ": communication_stats counts the plan's collectives by kind and axis");
+  check(ran == planned, name + ": the collectives run (" + std::to_string(ran.size()) +
+                            ") are the plan's (" + std::to_string(planned.size()) + ")");
+  if (process_id() == 0 && ran != planned) {
+    for (const auto& r : ran)
       std::printf("  ran %s axis %d dim %d bytes %zu\n", std::string(name_of(r.kind)).c_str(),
                   r.axis, r.dim, r.bytes);
     for (const auto& s : p)
@@ -141,15 +224,21 @@ void compare(const char* what, const array<float>& x_all, const array<float>& y_
   if (process_id() == 0)
     std::printf("%s: worst relative difference from one device: loss %.2e, accuracy %.2e, "
                 "weights %.2e, predictions %.2e, evaluate %.2e; %zu collectives per step as "
-                "planned\n",
+                "planned, %zu gradients reduced in buckets\n",
                 what, worst_loss, worst_metric, worst_weight, worst_prediction, worst_evaluate,
-                planned.size());
+                planned.size(), stats.buckets);
 }
 }  // namespace
 
 int main(int argc, char** argv) {
   initialize guard(argc, argv);
   try {
+    if (num_processes() == 4) {  // the 4-device meshes: the Megatron pair on 2x2
+      const data_set pairs = make_data(64, 32, 4);
+      compare<megatron_model<model_parallel<megatron_map_of<2, 2>, "data">>,
+              megatron_model<one_device>>("Megatron pair on 2x2", pairs.x, pairs.y, "adam");
+      return tessel::testing::finish("model_parallel_test");
+    }
     const data_set images = make_data(64, 784, 10);
     const array<float> x_images = data::reshape(images.x, {64, 28, 28, 1});
     using single_seed = seed_model<one_device>;
@@ -209,31 +298,44 @@ int main(int argc, char** argv) {
       m.set_weights(shifted);
       check(m.get_weights() == shifted, "set_weights then get_weights gives the values back");
     }
-    // A softmax over classes split across devices.
-    {
-      using mesh_2x4 = device_mesh<axis<"data", 2>, axis<"model", 4>>;
-      using split_classes = layout_map<mesh_2x4, rule<"d/kernel", none, "model">>;
-      sequential<model_parallel<split_classes, "data">, input<8>,
-                 dense<8, {.activation = "softmax", .name = "d"}>>
-          m;
-      m.compile({.loss = "mse"});
-      std::string message;
-      try {
-        m.predict(data::slice_rows(pairs_x_for_refusals(), 0, 4), 4);
-      } catch (const value_error& e) {
-        message = e.what();
-      }
-      check(message.find("dense: a softmax over classes split across devices is not executed "
-                         "yet") != std::string::npos,
-            "a softmax over split classes is refused: " + message);
-    }
     const data_set pairs = make_data(64, 32, 4);
     compare<megatron_model<model_parallel<megatron_map, "data">>, megatron_model<one_device>>(
         "Megatron pair on 2x4", pairs.x, pairs.y);
+    compare<megatron_model<model_parallel<megatron_map_of<1, 8>, "data">>,
+            megatron_model<one_device>>("Megatron pair on 1x8", pairs.x, pairs.y);
+    compare<megatron_model<model_parallel<megatron_map_of<4, 2>, "data">>,
+            megatron_model<one_device>>("Megatron pair on 4x2", pairs.x, pairs.y);
+    compare<megatron_model<model_parallel<megatron_map_of<8, 1>, "data">>,
+            megatron_model<one_device>>("Megatron pair on 8x1", pairs.x, pairs.y);
+    check_megatron_collectives(pairs.x, pairs.y);
     compare<megatron_model<model_parallel<megatron_map, "data">>, megatron_model<one_device>>(
         "Megatron pair on 2x4 with Adam", pairs.x, pairs.y, "adam");
     compare<relu_gather_model<model_parallel<relu_gather_map, "data">>,
             relu_gather_model<one_device>>("relu's output gathered on 2x4", pairs.x, pairs.y);
+    // Classes split across "model": the vocab-parallel softmax, losses and accuracy.
+    const data_set classes = make_data(64, 32, 8);
+    const array<std::int32_t> labels = argmax_labels(classes.y);
+    using sharded_split = model_parallel<split_map, "data">;
+    compare<split_softmax_model<sharded_split>, split_softmax_model<one_device>>(
+        "softmax over split classes, squared error", classes.x, classes.y);
+    compare<split_softmax_model<sharded_split>, split_softmax_model<one_device>>(
+        "softmax over split classes, categorical_crossentropy", classes.x, classes.y, "adam",
+        "categorical_crossentropy");
+    compare<split_softmax_model<sharded_split>, split_softmax_model<one_device>>(
+        "softmax over split classes, sparse_categorical_crossentropy", classes.x, labels,
+        "rmsprop", "sparse_categorical_crossentropy");
+    compare<split_logits_model<sharded_split>, split_logits_model<one_device>>(
+        "split logits, sparse_categorical_crossentropy(from_logits)", classes.x, labels, "adam",
+        losses::sparse_categorical_crossentropy{.from_logits = true});
+    compare<split_logits_model<sharded_split>, split_logits_model<one_device>>(
+        "split logits, categorical_crossentropy(from_logits)", classes.x, classes.y, "rmsprop",
+        losses::categorical_crossentropy{.from_logits = true});
+    compare<split_softmax_layer_model<sharded_split>, split_softmax_layer_model<one_device>>(
+        "a Softmax layer over split classes", classes.x, labels, "rmsprop",
+        "sparse_categorical_crossentropy");
+    compare<split_softmax_model<model_parallel<split_map_3d, "data">>,
+            split_softmax_model<one_device>>("classes split over two axes on 2x2x2", classes.x,
+                                             labels, "rmsprop", "sparse_categorical_crossentropy");
   } catch (const std::exception& e) {
     return guard.fail(e);
   }

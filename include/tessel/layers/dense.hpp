@@ -9,6 +9,7 @@
 #include "../core/propagation.hpp"
 #include "../core/activations.hpp"
 #include "layer.hpp"
+#include "split_rows.hpp"
 #include "plan/dense.hpp"
 
 namespace tessel::layers {
@@ -92,10 +93,6 @@ struct dense {
     template <class Reshard>
     const tensor& forward(const tensor& x, const pass_context&, Reshard& reshard,
                           const op_layouts& l) {
-      if (activation == activation_kind::softmax && l.output.dims[1].count != 0)
-        throw value_error("dense: a softmax over classes split across devices is not executed "
-                          "yet; lay the layer's output out with its classes whole (a "
-                          "\"<layer>/output\" rule with None last)");
       if (Args.use_bias && !(l.bias.dims[0] == l.product.dims[1]))
         throw value_error("dense: a bias laid out unlike the product's columns is not executed "
                           "yet; give the bias the kernel's column layout");
@@ -114,7 +111,8 @@ struct dense {
       B::gemm(false, false, 1.0f, x_used_.local(), w_used_.local(), adds_bias ? 1.0f : 0.0f,
               product_.local());
       y_ = reshard(product_, l.output, y_store_, "output");
-      B::activation_forward(activation, y_.local());
+      if (splits_softmax(reshard)) split_softmax_forward(y_, stats_, reshard);
+      else B::activation_forward(activation, y_.local());
       return y_;
     }
     // Backward from dy, the gradient of this device's block of the output: the activation's
@@ -124,12 +122,15 @@ struct dense {
     template <class Reshard>
     const matrix& backward(const tensor& x, const matrix& dy, bool need_dx, const pass_context&,
                            Reshard& reshard, const op_layouts& l) {
-      B::activation_backward(activation, y_.local(), dy, dy);
+      if (splits_softmax(reshard)) split_softmax_backward(y_, dy, dy, stats_, reshard);
+      else B::activation_backward(activation, y_.local(), dy, dy);
       const layout_value g_layout = l.product.without_partial();
       const tensor g = reshard(y_.like(dy), g_layout, g_store_, "output_gradient");
       const auto dw_layout = propagate_matmul(layer_rules::swap2(l.input), g_layout);
-      if (moves_nothing(reshard, dw_layout.out, l.kernel, kernel_->value)) {
-        // The product's gradient is already the variable's block: computed in place.
+      if (kernel_->reduced_in_bucket ||
+          moves_nothing(reshard, dw_layout.out, l.kernel, kernel_->value)) {
+        // The product's gradient is already the variable's block (a partial sum, when the
+        // trainer's bucket reduces it): computed in place.
         B::gemm(true, false, 1.0f, x_used_.local(), g.local(), 0.0f, kernel_->gradient);
       } else {
         const tensor dw = reshard.make(kernel_->value.global_shape(), dw_layout.out, dw_store_,
@@ -141,12 +142,16 @@ struct dense {
             kernel_->gradient);
       }
       if constexpr (Args.use_bias) {
-        const auto db_layout = propagate_reduce(g_layout, 0);
-        const tensor db = reshard.make(bias_->value.global_shape(), db_layout.out, db_store_,
-                                       "bias_gradient");
-        B::column_sums(g.local(), db.local());
-        B::copy(reshard(db, bias_->value.layout(), db_var_store_, "bias_gradient").local(),
-                bias_->gradient);
+        if (bias_->reduced_in_bucket) {
+          B::column_sums(g.local(), bias_->gradient);
+        } else {
+          const auto db_layout = propagate_reduce(g_layout, 0);
+          const tensor db = reshard.make(bias_->value.global_shape(), db_layout.out, db_store_,
+                                         "bias_gradient");
+          B::column_sums(g.local(), db.local());
+          B::copy(reshard(db, bias_->value.layout(), db_var_store_, "bias_gradient").local(),
+                  bias_->gradient);
+        }
       }
       if (!need_dx) return dx_;
       const auto dx_layout = propagate_matmul(g_layout, layer_rules::swap2(l.kernel));
@@ -159,6 +164,12 @@ struct dense {
     }
 
    private:
+    // A softmax over classes split across devices (its output laid out with the last dimension
+    // split): row max and sums all_reduced, as the plan's row reductions list them.
+    template <class Reshard>
+    bool splits_softmax(const Reshard& reshard) const {
+      return activation == activation_kind::softmax && reshard.moves(class_axes(y_.layout()));
+    }
     // Whether a gradient computed in layout `from` is already the variable's block: no step from
     // `from` to the layout the product used, nor from that to the variable's.
     template <class Reshard>
@@ -169,6 +180,7 @@ struct dense {
     }
     std::size_t in_;
     tensor x_used_, w_used_, product_, b_used_;
+    row_statistics<B> stats_;
     matrix x_used_store_, w_used_store_, product_store_, b_used_store_, g_store_, dw_store_,
         dw_used_store_, dw_var_store_, db_store_, db_var_store_, dx_used_store_, dx_in_store_;
     variable<B>* kernel_ = nullptr;

@@ -8,6 +8,7 @@
 #include "../core/activations.hpp"
 #include "layer.hpp"
 #include "plan/elementwise.hpp"
+#include "split_rows.hpp"
 
 namespace tessel::layers {
 
@@ -171,10 +172,30 @@ struct activation_layer : stateless_layer {
       B::activation_backward(A, y_.local(), dy, dy);
       return dy;
     }
+    // Under model_parallel, on a block whose classes are split across devices (`reduce` runs the
+    // row reductions the plan lists, layers/split_rows.hpp): a softmax completes its rows.
+    template <class Reduce>
+      requires(A == activation_kind::softmax)
+    const tensor& forward(const tensor& x, const pass_context& c, Reduce& reduce) {
+      if (!reduce.moves(class_axes(x.layout()))) return forward(x, c);
+      y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "activation"));
+      B::copy(x.local(), y_.local());
+      split_softmax_forward(y_, stats_, reduce);
+      return y_;
+    }
+    template <class Reduce>
+      requires(A == activation_kind::softmax)
+    const matrix& backward(const tensor& x, const matrix& dy, bool need_dx, const pass_context& c,
+                           Reduce& reduce) {
+      if (!reduce.moves(class_axes(y_.layout()))) return backward(x, dy, need_dx, c);
+      split_softmax_backward(y_, dy, dy, stats_, reduce);
+      return dy;
+    }
 
    private:
     matrix y_store_;
     tensor y_;
+    row_statistics<B> stats_;
   };
 };
 

@@ -31,6 +31,10 @@ struct variable {
   bool trainable = true;
   basic_dtensor<B> value;
   typename B::matrix gradient;
+  // Set by the trainer when the plan's only step for this gradient is an all_reduce that a
+  // gradient bucket runs, overlapped with the rest of the backward pass (DDP's reducer): the
+  // layer then leaves its partial sum in `gradient` instead of reducing it itself.
+  bool reduced_in_bucket = false;
 
   // The global number of values.
   std::size_t size() const {

@@ -281,6 +281,9 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   // axis, dimensions, bytes), to hold a run against its plan; clear_collectives() starts over.
   const collective_log& collectives() const noexcept { return reshard_.log(); }
   void clear_collectives() { reshard_.clear_log(); }
+  // What runs the planned steps over the bound mesh, and logs them: the trainer's loss and
+  // metrics reduce rows with it when the output's classes are split across devices.
+  resharder& resharding() noexcept { return reshard_; }
   // The mesh bound to the processes, with one communicator per axis.
   const mesh_binding& mesh() const noexcept { return pm_; }
 
@@ -486,7 +489,11 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
       if (layouts_[I].set) {
         wrapped& w = wrapped_[I];
         w.input = reshard_(x, layouts_[I].input, w.input_store, "input_used");
-        w.produced = std::get<I>(layers_).forward(w.input, pass_);
+        auto& layer = std::get<I>(layers_);
+        if constexpr (requires { layer.forward(w.input, pass_, reshard_); })
+          w.produced = layer.forward(w.input, pass_, reshard_);  // it reduces rows (softmax)
+        else
+          w.produced = layer.forward(w.input, pass_);
         w.output = reshard_(w.produced, layouts_[I].output, w.output_store, "output");
         return w.output;
       }
@@ -504,8 +511,13 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
         wrapped& w = wrapped_[I];
         const tensor g = reshard_(w.output.like(dy), w.produced.layout().without_partial(),
                                   w.gradient_store, "output_gradient");
-        const matrix& dx =
-            std::get<I>(layers_).backward(w.input, g.local(), needs_input_gradient<I>(), pass_);
+        auto& layer = std::get<I>(layers_);
+        const matrix& dx = [&]() -> const matrix& {
+          if constexpr (requires { layer.backward(w.input, g.local(), true, pass_, reshard_); })
+            return layer.backward(w.input, g.local(), needs_input_gradient<I>(), pass_, reshard_);
+          else
+            return layer.backward(w.input, g.local(), needs_input_gradient<I>(), pass_);
+        }();
         if (!needs_input_gradient<I>()) return dx;
         w.input_gradient = reshard_(w.input.like(dx), x.layout().without_partial(),
                                     w.input_gradient_store, "input_gradient");

@@ -33,18 +33,44 @@ constexpr collective_record record_of(const reshard_step& s) noexcept {
   return {s.kind, s.axis, s.dim, s.to_dim, s.bytes};
 }
 
+// The collectives run since the last clear(): in order (the first max_records of them, so that a
+// long training run does not grow the log), and counted by kind and mesh axis with their bytes.
 struct collective_log {
+  static constexpr std::size_t max_records = std::size_t{1} << 16;
+  struct total {
+    collective kind{};
+    std::uint8_t axis = 0;
+    std::size_t count = 0, bytes = 0;
+  };
   std::vector<collective_record> records;
-  void clear() { records.clear(); }
+  std::vector<total> totals;
+  std::size_t dropped = 0;  // records beyond max_records, counted in totals only
+
+  void add(const collective_record& r) {
+    if (records.size() < max_records) records.push_back(r);
+    else ++dropped;
+    for (auto& t : totals)
+      if (t.kind == r.kind && t.axis == r.axis) {
+        ++t.count;
+        t.bytes += r.bytes;
+        return;
+      }
+    totals.push_back({r.kind, r.axis, 1, r.bytes});
+  }
+  void clear() {
+    records.clear();
+    totals.clear();
+    dropped = 0;
+  }
   // The collectives of one kind (over one axis; -1: any).
   [[nodiscard]] std::size_t count(collective kind, int axis = -1) const {
     std::size_t n = 0;
-    for (const auto& r : records) n += r.kind == kind && (axis < 0 || r.axis == axis);
+    for (const auto& t : totals) n += t.kind == kind && (axis < 0 || t.axis == axis) ? t.count : 0;
     return n;
   }
   [[nodiscard]] std::size_t bytes() const {
     std::size_t n = 0;
-    for (const auto& r : records) n += r.bytes;
+    for (const auto& t : totals) n += t.bytes;
     return n;
   }
 };
@@ -86,7 +112,7 @@ shape_value run_reshard(const process_mesh<Mesh, C>& pm, const reshard_plan& pla
     comm::run_step(pm, s, std::span<const std::size_t>(local.extents.data(), local.rank), source,
                    std::span<T>(out), scratch);
     if (log != nullptr && s.kind != collective::slice)
-      log->records.push_back({s.kind, s.axis, s.dim, s.to_dim, source.size() * sizeof(T)});
+      log->add({s.kind, s.axis, s.dim, s.to_dim, source.size() * sizeof(T)});
     current.swap(out);
     source = current;
     local = next;
@@ -138,9 +164,35 @@ class tensor_resharder {
     B::upload(std::span<const float>(host_out_), r.local());
     return r;
   }
+  // All-reduces per-row values (`rows`: one or two columns per row of a block) over the mesh axes
+  // in `axes`, the axes a row's elements are split over: one all_reduce per axis of more than
+  // one device, in the mesh's order, as the plan's row reductions list them.
+  void reduce_rows(const matrix& rows, std::uint32_t axes, comm::reduce_op op) {
+    if (!moves(axes)) return;
+    host_in_.resize(B::rows(rows) * B::cols(rows));
+    B::download(rows, std::span<float>(host_in_));
+    reduce_rows(std::span<float>(host_in_), axes, op);
+    B::upload(std::span<const float>(host_in_), rows);
+  }
+  template <class T>
+  void reduce_rows(std::span<T> values, std::uint32_t axes, comm::reduce_op op) {
+    for (std::size_t a = 0; a < Mesh::rank; ++a) {
+      if (!((axes >> a) & 1u) || mesh_.sizes[a] == 1) continue;
+      comm::all_reduce_over(*pm_, a, values, op);
+      log_.add({collective::all_reduce, static_cast<std::uint8_t>(a), 0, 0,
+                values.size() * sizeof(T)});
+    }
+  }
+  // Whether any axis in `axes` has more than one device (a reduction over them moves data).
+  bool moves(std::uint32_t axes) const noexcept {
+    for (std::size_t a = 0; a < Mesh::rank; ++a)
+      if (((axes >> a) & 1u) && mesh_.sizes[a] > 1) return true;
+    return false;
+  }
   const std::array<std::size_t, max_mesh_rank>& coordinates() const noexcept { return coords_; }
   const mesh_value& mesh() const noexcept { return mesh_; }
   const collective_log& log() const noexcept { return log_; }
+  collective_log& log() noexcept { return log_; }
   void clear_log() { log_.clear(); }
 
  private:

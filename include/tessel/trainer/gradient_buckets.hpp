@@ -9,11 +9,13 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../core/planner.hpp"
 #include "../layers/layer.hpp"
 #include "../runtime/collectives.hpp"
+#include "../runtime/reshard.hpp"
 
 namespace tessel {
 
@@ -24,16 +26,40 @@ struct gradient_options {
   bool overlap = true;
 };
 
-// Where the time of the gradient reduction went, summed over the steps since the last reset.
+// The communication of the training steps since the last reset: where the time of the gradient
+// reduction went, and every collective run, by kind and mesh axis.
 struct communication_stats {
   std::size_t steps = 0;
   std::size_t buckets = 0;           // per step
-  std::size_t bytes = 0;             // gradient bytes reduced per step
+  std::size_t bytes = 0;             // gradient bytes reduced in buckets per step
   double exposed_seconds = 0;        // waiting for collectives after the backward pass
   double backward_seconds = 0;       // the backward pass itself, collectives started inside it
   // Of backward_seconds, the time spent inside MPI (starting buckets, MPI_Test): over shared
   // memory the processes' own cores move the data, so this is communication too.
   double backward_mpi_seconds = 0;
+  // The collectives run (the layers' planned steps, the loss's and the metrics' reductions, the
+  // gradient buckets, get_weights' gathers), counted by kind and mesh axis with the bytes of
+  // their input buffers on this process, as PyTorch's CommDebugMode counts them; a test holds
+  // them against the plan's steps (model.plan(), explain()).
+  struct collective_total {
+    collective kind{};
+    std::string axis;
+    std::size_t count = 0;
+    std::size_t bytes = 0;
+  };
+  std::vector<collective_total> collectives;
+  [[nodiscard]] std::size_t total_collectives() const noexcept {
+    std::size_t n = 0;
+    for (const auto& c : collectives) n += c.count;
+    return n;
+  }
+  // The collectives of one kind over the axis named `axis` ("": any axis).
+  [[nodiscard]] std::size_t count(collective kind, std::string_view axis = {}) const noexcept {
+    std::size_t n = 0;
+    for (const auto& c : collectives)
+      if (c.kind == kind && (axis.empty() || c.axis == axis)) n += c.count;
+    return n;
+  }
 };
 
 template <class B, class Mesh, class C = comm::communicator>
@@ -47,17 +73,34 @@ class gradient_buckets {
 
   // `entries` in the order backward completes them. Consecutive entries with the same step
   // kind and axis share a bucket until it holds `cap_mb`.
-  void build(const process_mesh<Mesh, C>& pm, std::vector<entry> entries, gradient_options o) {
+  // `log`, if given, records every collective the buckets run.
+  void build(const process_mesh<Mesh, C>& pm, std::vector<entry> entries, gradient_options o,
+             collective_log* log = nullptr) {
     pm_ = &pm;
+    log_ = log;
     options_ = o;
     buckets_.clear();
     owner_.clear();
     std::size_t total = 0;
     for (const auto& e : entries) total += B::rows(e.var->gradient) * B::cols(e.var->gradient);
-    // The gradients keep their values: a rebuild (new options, a second compile) between
-    // compute_loss_and_gradients and apply_gradients loses nothing. `previous` keeps the old
-    // buffer alive while they are copied out of it.
+    // The gradients keep their values: a rebuild (new options, a second compile, another plan)
+    // between compute_loss_and_gradients and apply_gradients loses nothing. `previous` keeps the
+    // old buffer alive while they are copied out of it; a gradient that leaves the buckets gets
+    // its own buffer again.
     const typename B::matrix previous = flat_;
+    for (const auto& old : entries_) {
+      bool stays = false;
+      for (const auto& e : entries) stays = stays || e.var == old.var;
+      if (stays) continue;
+      const typename B::matrix own = B::make_matrix(
+          old.var->path + "/gradient", B::rows(old.var->gradient), B::cols(old.var->gradient));
+      B::copy(old.var->gradient, own);
+      old.var->gradient = own;
+    }
+    entries_ = entries;
+    flat_ = typename B::matrix();
+    stats_.buckets = 0;
+    stats_.bytes = 0;
     if (total == 0) return;
     flat_ = B::make_zeros("gradient_buckets", 1, total);
     const auto cap = static_cast<std::size_t>(o.bucket_cap_mb * 1e6 / sizeof(float));
@@ -84,6 +127,9 @@ class gradient_buckets {
   }
 
   [[nodiscard]] bool empty() const noexcept { return buckets_.empty(); }
+  // The gradients the buckets take, in build()'s order.
+  [[nodiscard]] std::size_t entry_count() const noexcept { return entries_.size(); }
+  [[nodiscard]] const entry& entry_at(std::size_t i) const { return entries_[i]; }
   [[nodiscard]] std::size_t size() const noexcept { return buckets_.size(); }
   [[nodiscard]] const gradient_options& options() const noexcept { return options_; }
 
@@ -135,6 +181,7 @@ class gradient_buckets {
         size += buckets_[j++].size;
       const std::span<float> data = all.subspan(buckets_[i].offset, size);
       comm::run_step(*pm_, buckets_[i].step, std::span<const float>(data), data);
+      record(buckets_[i].step, size);
       i = j;
     }
     for (auto& b : buckets_) b.request.wait();
@@ -168,13 +215,19 @@ class gradient_buckets {
     const std::span<float> data = all.subspan(b.offset, b.size);
     b.request = comm::start_step(*pm_, b.step, std::span<const float>(data), data);
     b.started = true;
+    record(b.step, b.size);
+  }
+  void record(const reshard_step& s, std::size_t floats) {
+    if (log_ != nullptr) log_->add({s.kind, s.axis, 0, 0, floats * sizeof(float)});
   }
 
   const process_mesh<Mesh, C>* pm_ = nullptr;
+  collective_log* log_ = nullptr;
   gradient_options options_{};
   typename B::matrix flat_;
   std::vector<bucket> buckets_;
   std::vector<std::pair<const variable<B>*, std::size_t>> owner_;
+  std::vector<entry> entries_;
   communication_stats stats_{};
   clock::time_point backward_start_{};
 };

@@ -64,6 +64,7 @@ concept trainable_model =
           -> std::same_as<const basic_dtensor<typename M::backend>&>;
       m.backward(dy, [](std::span<variable<typename M::backend>* const>) {});
       m.set_training_step(m.training_step() + 1);
+      m.resharding();  // the planned steps' executor: row reductions of split classes
     };
 
 // fit()'s keyword arguments, by Keras's names.
@@ -137,7 +138,7 @@ class trainer : public Model, public model_base {
   // The plan of a training step on a global batch of `global_batch`, as text: variables and
   // their layouts, and every collective with its mesh axis and bytes.
   std::string explain(std::size_t global_batch) const {
-    const model_desc d = Model::describe(plan_loss(), loss_values());
+    const model_desc d = described();
     return tessel::explain(plan_model(Dist::value, pm().shape(), d, global_batch), d);
   }
   // Bucket size and overlap of the gradient reduction (DDP's bucket_cap_mb, default 25).
@@ -147,14 +148,24 @@ class trainer : public Model, public model_base {
       throw value_error("set_gradient_options: bucket_cap_mb must be a positive number of MB, "
                         "got " + std::to_string(o.bucket_cap_mb));
     grad_options_ = o;
-    build_buckets();
+    build_buckets(bucket_batch_);
   }
   const gradient_options& get_gradient_options() const noexcept { return grad_options_; }
   std::size_t gradient_bucket_count() const noexcept { return buckets_.size(); }
-  const tessel::communication_stats& communication_stats() const noexcept {
-    return buckets_.stats();
+  // The communication since the last reset: the gradient buckets' timing and every collective
+  // run, by kind and mesh axis with its bytes (the log of collectives() counted).
+  tessel::communication_stats communication_stats() {
+    tessel::communication_stats s = buckets_.stats();
+    const collective_log& log = this->resharding().log();
+    for (const auto& t : log.totals)
+      s.collectives.push_back(
+          {t.kind, std::string(pm().shape().names[t.axis].view()), t.count, t.bytes});
+    return s;
   }
-  void reset_communication_stats() { buckets_.reset_stats(); }
+  void reset_communication_stats() {
+    buckets_.reset_stats();
+    this->resharding().log().clear();
+  }
   optimizer<B>& get_optimizer() {
     require_compiled("get_optimizer");
     return *optimizer_state_;
@@ -170,6 +181,7 @@ class trainer : public Model, public model_base {
   template <class Y>
   double compute_loss_and_gradients(const array<float>& x, const array<Y>& y) {
     require_compiled("compute_loss_and_gradients");
+    buckets_for(x.rows());
     const std::size_t global = forward_and_loss(x, y, true);
     buckets_.begin();
     this->backward(loss_grad_, [this](std::span<variable<B>* const> layer_variables) {
@@ -319,9 +331,16 @@ class trainer : public Model, public model_base {
     for (std::size_t b = 0; b < steps; ++b) {
       const std::size_t begin = b * batch_size, end = std::min(n, begin + batch_size);
       const shard s = shard_of(end - begin);
-      const matrix& y = this->forward_rows(x, begin, s.first, s.local, s.global, false).local();
-      gather_rows(y, s, std::span<float>(out.values.data() + begin * output_features,
-                                         (end - begin) * output_features));
+      const basic_dtensor<B>* y = &this->forward_rows(x, begin, s.first, s.local, s.global, false);
+      basic_dtensor<B> whole_rows;
+      if (splits_classes(*y)) {  // gathered over the class axes first: rows of every class
+        layout_value rows = y->layout();
+        rows.dims[rows.rank - 1] = {};
+        whole_rows = this->resharding()(*y, rows, prediction_store_, "prediction");
+        y = &whole_rows;
+      }
+      gather_rows(*y, s, std::span<float>(out.values.data() + begin * output_features,
+                                          (end - begin) * output_features));
       if (bar) bar->on_predict_batch_end(b);
     }
     if (bar) bar->on_predict_end();
@@ -334,6 +353,13 @@ class trainer : public Model, public model_base {
   loss_kind plan_loss() const { return loss_ ? loss_->plan_kind() : loss_kind::none; }
   // The loss step carries the loss sum and one count per metric, as doubles (two floats each).
   std::size_t loss_values() const { return 2 * (1 + metrics_.size()); }
+  // The model as the planner sees it with the compiled loss and metrics (every metric is an
+  // accuracy: it takes the output's arg-max).
+  model_desc described() const {
+    model_desc d = Model::describe(plan_loss(), loss_values());
+    d.argmax_metrics = !metrics_.empty();
+    return d;
+  }
   // Progress output comes from the process at device 0 only.
   int shown_verbosity(int verbose) const { return pm().is_chief() ? verbose : 0; }
 
@@ -342,7 +368,7 @@ class trainer : public Model, public model_base {
   // all_reduces into buckets, the loss all_reduce into the reduction of the loss and metric
   // sums. A collective this model cannot perform yet is refused here, before any step runs.
   void replan() {
-    const model_desc d = Model::describe(plan_loss(), loss_values());
+    const model_desc d = described();
     plan_ = plan_model(Dist::value, pm().shape(), d, dynamic_extent);
     if (!plan_.ok) throw value_error(tessel::explain(plan_, d));
     loss_steps_.clear();
@@ -351,10 +377,12 @@ class trainer : public Model, public model_base {
                             is_gradient_of_variable(s.role);
       const bool loss_sum = s.when == phase::forward && s.role == step_role::loss;
       if (loss_sum) loss_steps_.push_back(s.step);
-      // Under model_parallel a layer with planned layouts runs its own steps, gradients included.
+      // Under model_parallel a layer with planned layouts runs its own steps, gradients included;
+      // the loss and the metrics reduce the rows of an output whose classes are split.
       const bool by_layer = Model::model_parallel && !loss_sum && s.op < Model::layer_count &&
                             this->runs_plan_of(s.op);
-      if (!by_layer && !loss_sum && !(gradient && !Model::model_parallel))
+      const bool by_loss = Model::model_parallel && s.op == Model::layer_count;
+      if (!by_layer && !by_loss && !loss_sum && !(gradient && !Model::model_parallel))
         throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
                           " of '" + std::string(role_name(s.role)) + "' in layer '" +
                           std::string(Model::layer_name(s.op)) +
@@ -363,17 +391,51 @@ class trainer : public Model, public model_base {
     }
     build_buckets();
   }
-  // The gradient buckets, under data_parallel (under model_parallel each layer reduces its
-  // gradients in its planned steps).
-  void build_buckets() {
-    std::vector<typename gradient_buckets<B, mesh_type, communicator_type>::entry> entries;
-    for (const auto& s : plan_) {
-      if (s.when != phase::backward || Model::model_parallel) continue;
+  // The gradient buckets: every variable gradient whose planned steps are one all_reduce (all of
+  // them under data_parallel; under model_parallel those partial over the batch axis only: the
+  // others a layer reduces or reshards in its own steps). Such a variable is marked
+  // reduced_in_bucket, so that its layer leaves the partial sum to the bucket. Under
+  // model_parallel the layouts depend on the global batch: the buckets follow the plan of
+  // `batch`, rebuilt only when the gradients they take change.
+  using bucket_entry = typename gradient_buckets<B, mesh_type, communicator_type>::entry;
+  std::vector<bucket_entry> bucket_entries(const model_plan& p) {
+    std::vector<bucket_entry> entries;
+    for (const auto& s : p) {
+      if (s.when != phase::backward || !is_gradient_of_variable(s.role)) continue;
+      std::size_t steps = 0;
+      for (const auto& t : p) steps += t.op == s.op && t.role == s.role;
+      if (steps != 1 || s.step.kind != collective::all_reduce) continue;
       const std::string leaf = s.role == step_role::kernel_gradient ? "/kernel" : "/bias";
       entries.push_back(
           {&this->get_variable(std::string(Model::layer_name(s.op)) + leaf), s.step});
     }
-    buckets_.build(pm(), std::move(entries), grad_options_);
+    return entries;
+  }
+  void build_buckets(std::size_t batch = dynamic_extent) {
+    std::vector<bucket_entry> entries =
+        batch != dynamic_extent
+            ? bucket_entries(plan_model(Dist::value, pm().shape(), described(), batch))
+            : bucket_entries(plan_);
+    bucket_batch_ = batch;
+    for (variable<B>* v : this->trainable_variables()) v->reduced_in_bucket = false;
+    for (const auto& e : entries) e.var->reduced_in_bucket = true;
+    buckets_.build(pm(), std::move(entries), grad_options_, &this->resharding().log());
+  }
+  // Under model_parallel, before a training step on a global batch of `batch`: the buckets of
+  // that batch's plan (rebuilt when its gradients differ from those of the buckets in place).
+  void buckets_for(std::size_t batch) {
+    if constexpr (Model::model_parallel) {
+      if (batch == bucket_batch_) return;
+      const model_plan p = plan_model(Dist::value, pm().shape(), described(), batch);
+      if (!p.ok) return;  // the step refuses the batch, with the reason
+      const auto entries = bucket_entries(p);
+      bool same = entries.size() == buckets_.entry_count();
+      for (std::size_t i = 0; same && i < entries.size(); ++i)
+        same = buckets_.entry_at(i).var == entries[i].var &&
+               buckets_.entry_at(i).step == entries[i].step;
+      if (same) bucket_batch_ = batch;
+      else build_buckets(batch);
+    }
   }
 
   // ---- the batch split ----------------------------------------------------------------------
@@ -404,11 +466,10 @@ class trainer : public Model, public model_base {
   // The rows of every process's `local` output, in order, into `out` (the whole batch).
   // Every process sends a block of s.block rows (the rows it holds, then zeros), so that the
   // planned all_gather of equal blocks serves batches that do not divide too.
-  void gather_rows(const matrix& local, const shard& s, std::span<float> out) {
+  void gather_rows(const basic_dtensor<B>& y, const shard& s, std::span<float> out) {
     host_gather_.assign(s.block * output_features, 0.0f);
-    B::download(local, std::span<float>(host_gather_).first(s.local * output_features));
-    const reshard_plan r = plan_reshard(plan_.activations[plan_.activation_count - 1].layout,
-                                        layout_value::replicated(2), pm().shape(),
+    B::download(y.local(), std::span<float>(host_gather_).first(s.local * output_features));
+    const reshard_plan r = plan_reshard(y.layout(), layout_value::replicated(2), pm().shape(),
                                         shape_value{s.global, output_features});
     if (r.empty()) {
       std::copy_n(host_gather_.begin(), s.local * output_features, out.begin());
@@ -434,6 +495,8 @@ class trainer : public Model, public model_base {
   }
   // Starts the reduction of this process's loss and metric sums (the plan's "loss" steps).
   void start_scalar_reduction() {
+    for (const auto& step : loss_steps_)
+      this->resharding().log().add({step.kind, step.axis, 0, 0, scalars_.size() * sizeof(double)});
     if (loss_steps_.size() == 1) {
       scalar_request_ = comm::start_step(pm(), loss_steps_[0], std::span<const double>(scalars_),
                                          std::span<double>(scalars_));
@@ -516,17 +579,45 @@ class trainer : public Model, public model_base {
   }
   // This process's metric counts, after the loss sum, into the device's sums (slot i + 1 for
   // metric i); then the step's one read-back of all of them.
-  void local_sums(const matrix& out) {
+  void local_sums(const basic_dtensor<B>& output) {
+    const matrix& out = output.local();
+    const bool split = !metrics_.empty() && splits_classes(output);
     for (std::size_t i = 0; i < metrics_.size(); ++i) {
-      if (metrics_[i].kind == metrics::metric_kind::sparse_categorical_accuracy) {
-        require_sparse(metrics_[i]);
-        B::count_argmax_equal(out, labels_, targets_, sums_, i + 1);
-      } else {
-        B::count_argmax_equal(out, typename B::index_vector(), targets_, sums_, i + 1);
-      }
+      const bool sparse = metrics_[i].kind == metrics::metric_kind::sparse_categorical_accuracy;
+      if (sparse) require_sparse(metrics_[i]);
+      if (split) continue;
+      B::count_argmax_equal(out, sparse ? labels_ : typename B::index_vector(), targets_, sums_,
+                            i + 1);
     }
     scalars_.resize(metrics_.size() + 1);
     B::download(sums_, std::span<double>(scalars_));
+    if (split) split_metric_counts(output);
+  }
+  // The accuracies over split classes: every row's arg-max all_reduced over the class axes (one
+  // key per row), then counted on the host against the labels (the targets' first arg-max). A
+  // loss summed over the class axes too (squared error) takes the counts of one device per row.
+  void split_metric_counts(const basic_dtensor<B>& output) {
+    split_argmax(output, argmax_store_, host_pairs_, argmax_keys_, argmax_, this->resharding());
+    const std::size_t first = output.shard().offset[0];
+    std::size_t equal = 0;
+    for (std::size_t r = 0; r < argmax_.size(); ++r) {
+      std::size_t want = 0;
+      if (loss_->sparse_labels()) {
+        want = static_cast<std::size_t>(host_labels_[first + r]);
+      } else {
+        const float* t = host_targets_.data() + r * output_features;
+        for (std::size_t j = 1; j < output_features; ++j)
+          if (t[j] > t[want]) want = j;
+      }
+      equal += argmax_[r] == want;
+    }
+    const std::uint32_t classes = class_axes(output.layout());
+    bool counted_once = true;
+    for (const auto& step : loss_steps_)
+      if ((classes >> step.axis) & 1u)
+        counted_once = counted_once && this->resharding().coordinates()[step.axis] == 0;
+    for (std::size_t i = 0; i < metrics_.size(); ++i)
+      scalars_[i + 1] = counted_once ? static_cast<double>(equal) : 0.0;
   }
   void require_sparse(const metrics::metric_spec& m) const {
     if (!loss_->sparse_labels())
@@ -587,12 +678,36 @@ class trainer : public Model, public model_base {
     const basic_dtensor<B>& output =
         this->forward_rows(x, 0, s.first, s.local, s.global, training);
     const matrix& out = output.local();
-    loss_grad_ = sized<B>(loss_grad_store_, s.local, output_features, "loss_gradient");
-    loss_and_gradient<B>(*loss_, output, labels_, targets_, loss_grad_,
-                         1.0f / static_cast<float>(s.global), sums_, 0);
-    local_sums(out);
+    loss_grad_ = sized<B>(loss_grad_store_, B::rows(out), B::cols(out), "loss_gradient");
+    const float scale = 1.0f / static_cast<float>(s.global);
+    if (splits_classes(output)) {
+      upload_target_columns(output);
+      split_loss_and_gradient<B>(*loss_, output, labels_, targets_, loss_grad_, scale, sums_, 0,
+                                 row_stats_, this->resharding());
+    } else {
+      loss_and_gradient<B>(*loss_, output, labels_, targets_, loss_grad_, scale, sums_, 0);
+    }
+    local_sums(output);
     start_scalar_reduction();
     return s.global;
+  }
+  // Whether the output's class dimension is split across devices (model_parallel with the last
+  // layer's columns over a model axis): the loss and the metrics then reduce rows.
+  bool splits_classes(const basic_dtensor<B>& output) {
+    if constexpr (!Model::model_parallel) return false;
+    else return this->resharding().moves(class_axes(output.layout()));
+  }
+  // The targets of this device's columns of the output (the uploaded ones hold whole rows).
+  void upload_target_columns(const basic_dtensor<B>& output) {
+    if (loss_->sparse_labels()) return;
+    const block& b = output.shard();
+    const std::size_t rows = b.extent[0], col0 = b.offset[1], cols = b.extent[1];
+    host_columns_.resize(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r)
+      std::copy_n(host_targets_.begin() + static_cast<std::ptrdiff_t>(r * output_features + col0),
+                  cols, host_columns_.begin() + static_cast<std::ptrdiff_t>(r * cols));
+    targets_ = sized<B>(targets_store_, rows, cols, "targets");
+    B::upload(std::span<const float>(host_columns_), targets_);
   }
   static void check_batch_size(const char* what, std::size_t batch_size) {
     if (batch_size == 0)
@@ -631,10 +746,17 @@ class trainer : public Model, public model_base {
   std::vector<reshard_step> loss_steps_;
   gradient_options grad_options_{};
   gradient_buckets<B, mesh_type, communicator_type> buckets_;
+  std::size_t bucket_batch_ = dynamic_extent;  // the global batch whose plan the buckets follow
   typename B::sums sums_;        // the step's loss and metric sums, on the device
   std::vector<double> scalars_;  // the same on the host, reduced over the batch axis
   typename communicator_type::request scalar_request_;
   std::vector<float> host_gather_, gathered_;
+  // an output whose classes are split across devices
+  row_statistics<B> row_stats_;
+  std::vector<float> host_columns_, host_pairs_;
+  matrix argmax_store_, prediction_store_;
+  std::vector<std::uint64_t> argmax_keys_;
+  std::vector<std::size_t> argmax_;
 };
 
 }  // namespace tessel
