@@ -14,6 +14,9 @@
 #include <thread>
 
 #include <dlfcn.h>
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 #include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
@@ -103,6 +106,37 @@ struct host {
     if (set_threads == nullptr) return;  // another BLAS: its own defaults apply
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     set_threads(std::max(1, cores / processes_on_node));
+  }
+
+  // Denormal floats flushed to zero (FTZ: results) and read as zero (DAZ: inputs) in this thread
+  // and in the BLAS's threads, as XLA runs by default and torch.set_flush_denormal(True) sets:
+  // an operation on a denormal takes some CPUs (Intel's) a hundred times longer, and training
+  // makes them (Adam's second moments, small gradients). OpenBLAS's threads start before main
+  // with the default mode and copy the mode of the thread that creates them, so they are shut
+  // down here and started again, from this thread, by the next BLAS call. Threads started later
+  // (the data prefetch) copy it from this one. Returns whether the CPU has the switch (x86).
+  static bool set_flush_denormal(bool on) {
+#if defined(__SSE2__)
+    constexpr unsigned ftz = 0x8000u, daz = 0x0040u;
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(on ? (csr | ftz | daz) : (csr & ~(ftz | daz)));
+    using shutdown_t = int (*)();
+    if (auto shutdown =
+            reinterpret_cast<shutdown_t>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_")))
+      shutdown();
+    return true;
+#else
+    (void)on;
+    return false;
+#endif
+  }
+  // Whether denormals are flushed in this thread.
+  static bool flushes_denormals() {
+#if defined(__SSE2__)
+    return (_mm_getcsr() & 0x8040u) == 0x8040u;
+#else
+    return false;
+#endif
   }
 
   // ---- memory -------------------------------------------------------------------------------

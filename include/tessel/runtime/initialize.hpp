@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <optional>
 #include <exception>
 
@@ -19,7 +21,29 @@ struct initialize_options {
   // How long a collective may wait for the other processes before the job is aborted with a
   // message; unset: TESSEL_COLLECTIVE_TIMEOUT's seconds, else 10 minutes. Zero waits forever.
   std::optional<std::chrono::duration<double>> collective_timeout = std::nullopt;
+  // Denormal floats flushed to zero in every computing thread, as XLA does by default; unset:
+  // TESSEL_FLUSH_DENORMALS (0 or 1), else on. tessel::set_flush_denormal changes it later.
+  std::optional<bool> flush_denormals = std::nullopt;
 };
+
+// torch.set_flush_denormal: denormal floats flushed to zero (and read as zero) in this thread and
+// the backend's threads. Returns false where the CPU has no such mode (then nothing changes).
+inline bool set_flush_denormal(bool on) { return default_backend::set_flush_denormal(on); }
+
+namespace runtime {
+// TESSEL_FLUSH_DENORMALS: "0" turns flushing off, "1" on; anything else is an error naming it.
+inline bool flush_denormals_from_environment() {
+  const char* v = std::getenv("TESSEL_FLUSH_DENORMALS");
+  if (v == nullptr) return true;
+  const std::string s(v);
+  if (s == "0") return false;
+  if (s == "1") return true;
+  throw value_error("TESSEL_FLUSH_DENORMALS='" + s +
+                    "' is neither 0 nor 1; set it to 1 to flush denormal floats to zero (the "
+                    "default, as XLA does) or 0 to keep them (IEEE gradual underflow), or unset "
+                    "it");
+}
+}  // namespace runtime
 
 class initialize {
  public:
@@ -72,6 +96,9 @@ class initialize {
   }
   void start(int& argc, char**& argv, const initialize_options& o) {
     if (o.collective_timeout) set_collective_timeout(*o.collective_timeout);
+    // Read before MPI starts: a bad value stops the program naming the variable.
+    const bool flush =
+        o.flush_denormals ? *o.flush_denormals : runtime::flush_denormals_from_environment();
     runtime::world_state& w = runtime::state();
     if (!w.started) {
       w.started = true;
@@ -85,6 +112,8 @@ class initialize {
     owns_backend_ = !default_backend::is_initialized();
     default_backend::initialize(argc, argv);
     if (owns_backend_) default_backend::share_cores(w.local_size);
+    // After share_cores: the BLAS threads it starts are restarted with the mode.
+    set_flush_denormal(flush);
   }
   bool owns_world_ = false;
   bool owns_backend_ = false;
