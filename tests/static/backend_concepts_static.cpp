@@ -11,7 +11,8 @@ using H = default_backend;
 static_assert(backend::backend_interface<H>);
 static_assert(backend::backend_memory<H> && backend::backend_gemm<H> &&
               backend::backend_elementwise<H> && backend::backend_reductions<H> &&
-              backend::backend_random<H> && backend::backend_optimizers<H>);
+              backend::backend_split_rows<H> && backend::backend_random<H> &&
+              backend::backend_optimizers<H>);
 
 struct memory_only {
   using matrix = H::matrix;
@@ -36,6 +37,7 @@ static_assert(backend::backend_memory<memory_only>);
 static_assert(!backend::backend_gemm<memory_only>);
 static_assert(!backend::backend_elementwise<memory_only>);
 static_assert(!backend::backend_reductions<memory_only>);
+static_assert(!backend::backend_split_rows<memory_only>);
 static_assert(!backend::backend_random<memory_only>);
 static_assert(!backend::backend_optimizers<memory_only>);
 static_assert(!backend::backend_interface<memory_only>);
