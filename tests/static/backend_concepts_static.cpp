@@ -42,9 +42,11 @@ static_assert(!backend::backend_random<memory_only>);
 static_assert(!backend::backend_optimizers<memory_only>);
 static_assert(!backend::backend_interface<memory_only>);
 
-// Adding the GEMM brings that group.
+// Adding the GEMM (with its fused dense epilogue) brings that group.
 struct memory_and_gemm : memory_only {
   static void gemm(bool, bool, float, const matrix&, const matrix&, float, const matrix&);
+  static void gemm_bias_activation(const matrix&, const matrix&, const matrix&, activation_kind,
+                                   const matrix&);
 };
 static_assert(backend::backend_gemm<memory_and_gemm>);
 static_assert(!backend::backend_interface<memory_and_gemm>);

@@ -1,7 +1,8 @@
-// Denormal floats are flushed to zero by default (as XLA does), in the main thread and in the
-// BLAS's own threads, which were started before main: a GEMM whose products are denormal (1e-20 x
-// 1e-20 = 1e-40, below float's smallest normal 1.2e-38) gives exactly zero with flushing on, in
-// every block of the result whichever thread computed it, and a non-zero sum with it off.
+// Denormal floats are flushed to zero by default (as XLA does), in the main thread, in tessel's
+// thread pool and in the BLAS's own threads, which were started before main: a GEMM whose
+// products are denormal (1e-20 x 1e-20 = 1e-40, below float's smallest normal 1.2e-38) gives
+// exactly zero with flushing on, in every block of the result whichever thread computed it, and
+// a non-zero sum with it off.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <span>
@@ -46,17 +47,19 @@ struct scoped_env {
 }  // namespace
 
 TEST_CASE("denormals are flushed to zero by default, in the BLAS's threads too", "[denormals]") {
-  // 512^3 multiply-adds: OpenBLAS splits it over all its threads.
-  constexpr std::size_t n = 512;
-  REQUIRE(B::flushes_denormals());
-  CHECK(nonzero(product_of(1e-20f, n)) == 0);
-  // Off: the denormal products add up to about 5e-38 in every element.
-  REQUIRE(tessel::set_flush_denormal(false));
-  CHECK_FALSE(B::flushes_denormals());
-  CHECK(nonzero(product_of(1e-20f, n)) == n * n);
-  // On again, for the rest of the tests.
-  REQUIRE(tessel::set_flush_denormal(true));
-  CHECK(nonzero(product_of(1e-20f, n)) == 0);
+  // 512^3 multiply-adds: split over tessel's thread pool; 1024^3: OpenBLAS on its threads.
+  for (const std::size_t n : {512, 1024}) {
+    INFO(n << " x " << n << " x " << n);
+    REQUIRE(B::flushes_denormals());
+    CHECK(nonzero(product_of(1e-20f, n)) == 0);
+    // Off: the denormal products add up to about 5e-38 in every element.
+    REQUIRE(tessel::set_flush_denormal(false));
+    CHECK_FALSE(B::flushes_denormals());
+    CHECK(nonzero(product_of(1e-20f, n)) == n * n);
+    // On again, for the rest of the tests.
+    REQUIRE(tessel::set_flush_denormal(true));
+    CHECK(nonzero(product_of(1e-20f, n)) == 0);
+  }
   // Normal values are untouched.
   CHECK(product_of(0.5f, 4)[0] == 1.0f);
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,15 +19,179 @@
 #include <xmmintrin.h>
 #endif
 
-#include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
+#include <cblas.h>
+#if defined(TESSEL_HAVE_LIBXSMM)
+#include <libxsmm.h>
+#endif
 
 #include "../core/activations.hpp"
 #include "../random/philox.hpp"
+#include "thread_pool.hpp"
 
 namespace tessel::backend {
 
 namespace host_detail {
+
+// One class of a cross-entropy on probabilities, as Keras computes it (the row normalised by its
+// sum s, clipped to [eps, 1 - eps]): adds -t log(clip(q)) to `loss` and dL/dq * q to `dot`, and
+// returns dL/dq (the clip passes no gradient).
+inline float crossentropy_term(float t, float p, float s, float eps, float& loss, float& dot) {
+  const float q = p / s;
+  const float c = std::min(std::max(q, eps), 1.0f - eps);
+  loss -= t * std::log(c);
+  const float inside = (q >= eps && q <= 1.0f - eps) ? 1.0f : 0.0f;
+  const float dq = -t / c * inside;
+  dot += dq * q;
+  return dq;
+}
+
+// ---- GEMM -------------------------------------------------------------------------------------
+// Row-major c (m x n) = alpha * op(a) * op(b) + beta * c, by size, as measured on the 2-core
+// AMD EPYC (benchmarks/gemm_shapes_bench, benchmarks/README.md):
+// - up to big_gemm_flops (every GEMM of seeds/001's MLP up to batch 256): the rows of c split
+//   over the process's thread pool, each part a libxsmm JIT kernel (single-threaded, no packing;
+//   1.1-1.4x OpenBLAS's one-thread sgemm on these shapes) or, for a shape libxsmm 1.17 has no
+//   kernel for (row-major A * B^T) or without libxsmm, OpenBLAS's sgemm on one thread. At batch
+//   32 this takes the step's GEMMs from 0.37-0.42 ms (OpenBLAS on 2 threads) to 0.21.
+// - above it (the 4096-wide layers): OpenBLAS's sgemm on the pool's number of threads, whose
+//   threads share the packed panels.
+inline constexpr double big_gemm_flops = 2.0 * 256 * 1024 * 1024;  // 2 x m n k
+// Each part of a split GEMM does at least this much (below it one thread does it all).
+inline constexpr double split_min_flops = 2.0 * 64 * 1024;
+
+// OpenBLAS's thread count, if the BLAS is OpenBLAS (else nothing happens).
+inline void set_blas_threads(int n) {
+  using set_threads_t = void (*)(int);
+  static const auto set_threads =
+      reinterpret_cast<set_threads_t>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (set_threads != nullptr) set_threads(n);
+}
+
+// The process's thread pool, made on first use (after the runtime has told how many processes
+// share the machine); the BLAS then runs on one thread inside the pool's parts, and on the pool's
+// number only for the big GEMMs.
+inline std::unique_ptr<thread_pool>& pool_slot() {
+  static std::unique_ptr<thread_pool> p;
+  return p;
+}
+inline thread_pool& pool() {
+  auto& p = pool_slot();
+  if (!p) {
+    p = std::make_unique<thread_pool>(pool_threads());
+    set_blas_threads(1);
+  }
+  return *p;
+}
+
+inline void blas_gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
+                      const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc,
+                      std::size_t m, std::size_t n, std::size_t k) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
+              static_cast<int>(std::max<std::size_t>(lda, 1)), b,
+              static_cast<int>(std::max<std::size_t>(ldb, 1)), beta, c,
+              static_cast<int>(std::max<std::size_t>(ldc, 1)));
+}
+
+// One part (rows of c) on the calling thread: a libxsmm kernel where there is one.
+inline void small_gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
+                       const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc,
+                       std::size_t m, std::size_t n, std::size_t k) {
+#if defined(TESSEL_HAVE_LIBXSMM)
+  if (alpha == 1.0f && (beta == 0.0f || beta == 1.0f)) {
+    // Row-major c = op(a) op(b) is column-major c^T = op(b)^T op(a)^T.
+    const auto M = static_cast<libxsmm_blasint>(n), N = static_cast<libxsmm_blasint>(m),
+               K = static_cast<libxsmm_blasint>(k), la = static_cast<libxsmm_blasint>(ldb),
+               lb = static_cast<libxsmm_blasint>(lda), lc = static_cast<libxsmm_blasint>(ldc);
+    const int flags = (tb ? LIBXSMM_GEMM_FLAG_TRANS_A : 0) | (ta ? LIBXSMM_GEMM_FLAG_TRANS_B : 0);
+    if (const libxsmm_smmfunction f =
+            libxsmm_smmdispatch(M, N, K, &la, &lb, &lc, &alpha, &beta, &flags, nullptr)) {
+      f(b, a, c);
+      return;
+    }
+  }
+#endif
+  blas_gemm(ta, tb, alpha, a, lda, b, ldb, beta, c, ldc, m, n, k);
+}
+
+// What a dense layer applies to the product as it is written (a fused epilogue): the bias (one
+// row, or none) and the activation, on `rows` rows of c.
+struct epilogue {
+  const float* bias = nullptr;
+  activation_kind activation = activation_kind::linear;
+};
+inline void apply_epilogue(const epilogue& e, float* c, std::size_t ldc, std::size_t rows,
+                           std::size_t n) {
+  for (std::size_t i = 0; i < rows; ++i) {
+    float* r = c + i * ldc;
+    if (e.bias != nullptr)
+      for (std::size_t j = 0; j < n; ++j) r[j] += e.bias[j];
+    switch (e.activation) {
+      case activation_kind::linear: break;
+      case activation_kind::relu:  // NaN stays NaN, as jax.nn.relu (max(x, 0)) gives it
+        for (std::size_t j = 0; j < n; ++j) r[j] = r[j] > 0.0f || std::isnan(r[j]) ? r[j] : 0.0f;
+        break;
+      case activation_kind::sigmoid:
+        for (std::size_t j = 0; j < n; ++j) r[j] = 1.0f / (1.0f + std::exp(-r[j]));
+        break;
+      case activation_kind::tanh:
+        for (std::size_t j = 0; j < n; ++j) r[j] = std::tanh(r[j]);
+        break;
+      case activation_kind::softmax: {
+        float mx = -std::numeric_limits<float>::infinity();
+        for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, r[j]);
+        float s = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) s += (r[j] = std::exp(r[j] - mx));
+        const float inv = 1.0f / s;
+        for (std::size_t j = 0; j < n; ++j) r[j] *= inv;
+        break;
+      }
+    }
+  }
+}
+
+// `e`, if given, is applied to each block of rows by the thread that wrote it, while the rows are
+// in its cache.
+inline void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda, const float* b,
+                 std::size_t ldb, float beta, float* c, std::size_t ldc, std::size_t m,
+                 std::size_t n, std::size_t k, const epilogue* e = nullptr) {
+  if (m == 0 || n == 0) return;
+  thread_pool& p = pool();
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  if (flops > big_gemm_flops) {
+    set_blas_threads(static_cast<int>(p.size()));
+    blas_gemm(ta, tb, alpha, a, lda, b, ldb, beta, c, ldc, m, n, k);
+    set_blas_threads(1);
+    if (e != nullptr) {
+      const std::size_t rows = (m + p.size() - 1) / p.size();
+      p.run([&](std::size_t part, std::size_t) {
+        const std::size_t r0 = std::min(m, part * rows), r1 = std::min(m, r0 + rows);
+        if (r1 > r0) apply_epilogue(*e, c + r0 * ldc, ldc, r1 - r0, n);
+      });
+    }
+    return;
+  }
+  // Parts of whole 8-row blocks (a vector's width of rows for the kernels).
+  std::size_t parts = p.size();
+  while (parts > 1 && (flops / static_cast<double>(parts) < split_min_flops || m < 8 * parts))
+    --parts;
+  auto part_rows = [&](std::size_t r0, std::size_t r1) {
+    // Rows r0.. of op(a): rows of a, or columns of a when it is transposed.
+    const float* ap = ta ? a + r0 : a + r0 * lda;
+    small_gemm(ta, tb, alpha, ap, lda, b, ldb, beta, c + r0 * ldc, ldc, r1 - r0, n, k);
+    if (e != nullptr) apply_epilogue(*e, c + r0 * ldc, ldc, r1 - r0, n);
+  };
+  if (parts == 1) return part_rows(0, m);
+  const std::size_t rows = (m / parts + 7) / 8 * 8;
+  p.run([&](std::size_t part, std::size_t) {
+    if (part >= parts) return;
+    const std::size_t r0 = std::min(m, part * rows);
+    const std::size_t r1 = part + 1 == parts ? m : std::min(m, r0 + rows);
+    if (r1 > r0) part_rows(r0, r1);
+  });
+}
+
 
 // The optimizers' update loops are bound by square roots and divisions: compiled for the
 // baseline x86-64 (SSE2) they take 4x longer than with AVX-512, so they are built for several
@@ -93,20 +258,16 @@ struct host {
   static void finalize() {
     if (Kokkos::is_initialized()) Kokkos::finalize();
   }
-  // With several processes (devices) on one machine, each process's BLAS gets its share of the
-  // cores, as torchrun sets OMP_NUM_THREADS: OpenBLAS would otherwise start one thread per core
-  // in every process. An explicit OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is left alone.
+  // With several processes (devices) on one machine, each process computes with its share of
+  // the cores (as torchrun sets OMP_NUM_THREADS): its thread pool (GEMMs, optimizer updates) has
+  // cores / processes threads, or TESSEL_NUM_THREADS; the BLAS runs inside it.
   static void share_cores(int processes_on_node) {
-    if (processes_on_node <= 1 || std::getenv("OPENBLAS_NUM_THREADS") ||
-        std::getenv("OMP_NUM_THREADS"))
-      return;
-    using set_threads_t = void (*)(int);
-    auto set_threads =
-        reinterpret_cast<set_threads_t>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    if (set_threads == nullptr) return;  // another BLAS: its own defaults apply
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
-    set_threads(std::max(1, cores / processes_on_node));
+    host_detail::processes_on_node() = static_cast<std::size_t>(std::max(processes_on_node, 1));
+    host_detail::pool_slot().reset();
+    host_detail::pool();
   }
+  // The threads this process computes with.
+  static std::size_t threads() { return host_detail::pool().size(); }
 
   // Denormal floats flushed to zero (FTZ: results) and read as zero (DAZ: inputs) in this thread
   // and in the BLAS's threads, as XLA runs by default and torch.set_flush_denormal(True) sets:
@@ -200,7 +361,22 @@ struct host {
       }
       return;
     }
-    KokkosBlas::gemm(trans_a ? "T" : "N", trans_b ? "T" : "N", alpha, a, b, beta, c);
+    host_detail::gemm(trans_a, trans_b, alpha, a.data(), a.stride(0), b.data(), b.stride(0),
+                      beta, c.data(), c.stride(0), c.extent(0), c.extent(1),
+                      trans_a ? a.extent(0) : a.extent(1));
+  }
+  // Dense's forward in one pass over y: y = activation(x w + bias) (bias: one row, or empty),
+  // the bias and the activation applied to each block of rows by the thread whose GEMM wrote it.
+  static void gemm_bias_activation(const matrix& x, const matrix& w, const matrix& bias,
+                                   activation_kind a, const matrix& y) {
+    const host_detail::epilogue e{bias.extent(0) > 0 ? bias.data() : nullptr, a};
+    if (x.extent(1) == 0) {  // an empty contraction: the bias alone
+      fill(y, 0.0f);
+      host_detail::apply_epilogue(e, y.data(), y.stride(0), y.extent(0), y.extent(1));
+      return;
+    }
+    host_detail::gemm(false, false, 1.0f, x.data(), x.stride(0), w.data(), w.stride(0), 0.0f,
+                      y.data(), y.stride(0), y.extent(0), y.extent(1), x.extent(1), &e);
   }
   // out[i, j] = row[0, j] for every i (the bias before the GEMM accumulates onto it).
   static void broadcast_rows(const matrix& row, const matrix& out) {
@@ -222,6 +398,43 @@ struct host {
           for (std::size_t i = 0; i < m; ++i)
             for (std::size_t j = j0; j < j1; ++j) out(0, j) += in(i, j);
         });
+  }
+
+  // Dense's backward epilogue in one pass over dy: dz = dy * f'(z), written through y = f(z) (dz
+  // may be dy), and db = the column sums of dz (db empty: none).
+  static void activation_backward_bias(activation_kind a, const matrix& y, const matrix& dy,
+                                       const matrix& dz, const matrix& db) {
+    const std::size_t m = y.extent(0), n = y.extent(1);
+    const bool with_bias = db.extent(0) > 0;
+    float* out = with_bias ? db.data() : nullptr;
+    if (with_bias) std::fill(out, out + n, 0.0f);
+    for (std::size_t i = 0; i < m; ++i) {
+      const float* yr = &y(i, 0);
+      const float* gr = &dy(i, 0);
+      float* zr = &dz(i, 0);
+      switch (a) {
+        case activation_kind::linear:
+          if (zr != gr) std::copy(gr, gr + n, zr);
+          break;
+        case activation_kind::relu:
+          for (std::size_t j = 0; j < n; ++j) zr[j] = yr[j] > 0.0f ? gr[j] : 0.0f;
+          break;
+        case activation_kind::sigmoid:
+          for (std::size_t j = 0; j < n; ++j) zr[j] = gr[j] * yr[j] * (1.0f - yr[j]);
+          break;
+        case activation_kind::tanh:
+          for (std::size_t j = 0; j < n; ++j) zr[j] = gr[j] * (1.0f - yr[j] * yr[j]);
+          break;
+        case activation_kind::softmax: {
+          float dot = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) dot += yr[j] * gr[j];
+          for (std::size_t j = 0; j < n; ++j) zr[j] = yr[j] * (gr[j] - dot);
+          break;
+        }
+      }
+      if (with_bias)
+        for (std::size_t j = 0; j < n; ++j) out[j] += zr[j];
+    }
   }
 
   // ---- element-wise ---------------------------------------------------------------------------
@@ -325,13 +538,7 @@ struct host {
           for (std::size_t j = 0; j < n; ++j) {
             const float t = sparse ? (static_cast<std::size_t>(labels(i)) == j ? 1.0f : 0.0f)
                                    : targets(i, j);
-            const float q = probs(i, j) / s;
-            const float c = std::min(std::max(q, eps), 1.0f - eps);
-            loss -= t * std::log(c);
-            const float inside = (q >= eps && q <= 1.0f - eps) ? 1.0f : 0.0f;
-            const float dq = -t / c * inside;
-            grad(i, j) = dq;
-            dot += dq * q;
+            grad(i, j) = host_detail::crossentropy_term(t, probs(i, j), s, eps, loss, dot);
           }
           for (std::size_t j = 0; j < n; ++j) grad(i, j) = grad_scale * (grad(i, j) - dot) / s;
           acc += static_cast<double>(loss);
@@ -532,13 +739,7 @@ struct host {
           for (std::size_t j = 0; j < n; ++j) {
             const float t = sparse ? (static_cast<std::size_t>(labels(i)) == col0 + j ? 1.0f : 0.0f)
                                    : targets(i, j);
-            const float q = probs(i, j) / s(i, 0);
-            const float c = std::min(std::max(q, eps), 1.0f - eps);
-            loss -= t * std::log(c);
-            const float inside = (q >= eps && q <= 1.0f - eps) ? 1.0f : 0.0f;
-            const float dq = -t / c * inside;
-            grad(i, j) = dq;
-            dot += dq * q;
+            grad(i, j) = host_detail::crossentropy_term(t, probs(i, j), s(i, 0), eps, loss, dot);
           }
           out(i, 0) = loss;
           out(i, 1) = dot;
@@ -596,12 +797,11 @@ struct host {
     float* pm = m.data();
     float* pv = v.data();
     const std::size_t n = w.size();
-    Kokkos::parallel_for(
-        "tessel::adam", policy(chunks(n)), KOKKOS_LAMBDA(std::size_t c) {
-          const std::size_t b = c * chunk, len = std::min(chunk, n - b);
-          host_detail::adam_chunk(pw + b, pg + b, pm + b, pv + b, len, alpha, beta_1, beta_2,
-                                  epsilon);
-        });
+    for_chunks(n, [=](std::size_t c) {
+      const std::size_t b = c * chunk, len = std::min(chunk, n - b);
+      host_detail::adam_chunk(pw + b, pg + b, pm + b, pv + b, len, alpha, beta_1, beta_2,
+                              epsilon);
+    });
   }
   static void rmsprop_update(const matrix& w, const matrix& g, const matrix& velocity,
                              const matrix& average_grad, const matrix& mom, float lr, float rho,
@@ -612,18 +812,30 @@ struct host {
     float* pa = centered ? average_grad.data() : nullptr;
     float* pm = momentum > 0.0f ? mom.data() : nullptr;
     const std::size_t n = w.size();
-    Kokkos::parallel_for(
-        "tessel::rmsprop", policy(chunks(n)), KOKKOS_LAMBDA(std::size_t c) {
-          const std::size_t b = c * chunk, len = std::min(chunk, n - b);
-          host_detail::rmsprop_chunk(pw + b, pg + b, pv + b, pa ? pa + b : nullptr,
-                                     pm ? pm + b : nullptr, len, lr, rho, momentum, epsilon);
-        });
+    for_chunks(n, [=](std::size_t c) {
+      const std::size_t b = c * chunk, len = std::min(chunk, n - b);
+      host_detail::rmsprop_chunk(pw + b, pg + b, pv + b, pa ? pa + b : nullptr,
+                                 pm ? pm + b : nullptr, len, lr, rho, momentum, epsilon);
+    });
   }
 
  private:
   // Element-wise updates run in chunks: each chunk is one call of a vectorised loop.
   static constexpr std::size_t chunk = 16384;
   static std::size_t chunks(std::size_t n) { return (n + chunk - 1) / chunk; }
+  // f(c) for every chunk c of n elements, the chunks dealt out over the thread pool.
+  template <class F>
+  static void for_chunks(std::size_t n, F f) {
+    const std::size_t count = chunks(n);
+    thread_pool& p = host_detail::pool();
+    if (count < 2 || p.size() == 1) {
+      for (std::size_t c = 0; c < count; ++c) f(c);
+      return;
+    }
+    p.run([&](std::size_t part, std::size_t parts) {
+      for (std::size_t c = part; c < count; c += parts) f(c);
+    });
+  }
   static Kokkos::RangePolicy<execution_space> policy(std::size_t n) {
     return Kokkos::RangePolicy<execution_space>(0, n);
   }

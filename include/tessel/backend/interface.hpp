@@ -43,7 +43,11 @@ concept backend_memory = requires(const typename B::matrix& m, std::span<const f
 // Dense algebra: c = alpha * op(a) * op(b) + beta * c.
 template <class B>
 concept backend_gemm = backend_memory<B> && requires(const typename B::matrix& m, float f,
-                                                     bool b) { B::gemm(b, b, f, m, m, f, m); };
+                                                     bool b) {
+  B::gemm(b, b, f, m, m, f, m);
+  // y = activation(x w + bias), the epilogue applied as the product is written
+  B::gemm_bias_activation(m, m, m, activation_kind::relu, m);
+};
 
 // Element-wise: bias broadcast, activations and their gradients, affine maps.
 template <class B>
@@ -62,6 +66,7 @@ concept backend_reductions = backend_memory<B> && requires(const typename B::mat
                                                            const typename B::sums& s, float f,
                                                            std::size_t slot) {
   B::column_sums(m, m);
+  B::activation_backward_bias(activation_kind::relu, m, m, m, m);  // dz and db in one pass
   B::crossentropy_on_probabilities(m, l, m, m, f, f, s, slot);
   B::softmax_cross_entropy(m, l, m, m, f, s, slot);
   B::mean_squared_error(m, m, m, f, s, slot);
@@ -70,7 +75,7 @@ concept backend_reductions = backend_memory<B> && requires(const typename B::mat
 
 // A class dimension split across devices (vocab-parallel softmax, cross-entropy and arg-max):
 // kernels on this device's columns with per-row statistics in rows x 1 (or x 2) matrices,
-// completed by all_reduces between the calls (tensor/row_split.hpp drives them).
+// completed by all_reduces between the calls (layers/split_rows.hpp drives them).
 template <class B>
 concept backend_split_rows = backend_memory<B> && requires(const typename B::matrix& m,
                                                            const typename B::index_vector& l,

@@ -62,22 +62,19 @@ struct dense {
     // x: this device's rows of the batch; the output holds the same rows, every unit.
     const tensor& forward(const tensor& x, const pass_context&) {
       y_ = rows_of<B>(x, shape_value{Units}, y_store_, "output");
-      const matrix& y = y_.local();
-      if constexpr (Args.use_bias) {
-        B::broadcast_rows(bias_->value.local(), y);
-        B::gemm(false, false, 1.0f, x.local(), kernel_->value.local(), 1.0f, y);
-      } else {
-        B::gemm(false, false, 1.0f, x.local(), kernel_->value.local(), 0.0f, y);
-      }
-      B::activation_forward(activation, y);
+      // One pass over y: the bias and the activation applied as the product is written.
+      B::gemm_bias_activation(x.local(), kernel_->value.local(),
+                              Args.use_bias ? bias_->value.local() : matrix(), activation,
+                              y_.local());
       return y_;
     }
     // dy (the gradient of y's block) is this layer's scratch: it becomes d(pre-activation) in
     // place.
     const matrix& backward(const tensor& x, const matrix& dy, bool need_dx, const pass_context&) {
-      B::activation_backward(activation, y_.local(), dy, dy);
+      // One pass over dy: the activation's gradient and the bias gradient.
+      B::activation_backward_bias(activation, y_.local(), dy, dy,
+                                  Args.use_bias ? bias_->gradient : matrix());
       B::gemm(true, false, 1.0f, x.local(), dy, 0.0f, kernel_->gradient);
-      if constexpr (Args.use_bias) B::column_sums(dy, bias_->gradient);
       if (need_dx) {
         dx_ = sized<B>(dx_store_, B::rows(dy), in_, "input_gradient");
         B::gemm(false, true, 1.0f, dy, kernel_->value.local(), 0.0f, dx_);
