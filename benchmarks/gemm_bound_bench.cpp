@@ -1,7 +1,10 @@
 // A GEMM-bound training step: three dense layers 4096 wide, batch 512, Adam. Its achieved
 // GFLOP/s (the GEMM work a step must do, over the step's whole time: GEMMs, activations, bias,
 // loss and optimizer) against raw sgemm (OpenBLAS, through the Fortran BLAS interface) on the
-// same GEMM shapes, in the same run.
+// same GEMM shapes, in the same run, with OpenBLAS on as many threads as the process's pool
+// (tessel runs the BLAS single-threaded inside its pool and lets OpenBLAS thread the big GEMMs
+// only). Also the GEMMs of one seeds/001 MLP step (batch 32) through raw OpenBLAS and through
+// tessel's GEMM (its pool and libxsmm's kernels): the floor any sgemm-based framework has there.
 //
 //   gemm_bound_bench [--steps N] [--width W] [--batch B]
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include <tessel/tessel.hpp>
 #include <vector>
 
+extern "C" void openblas_set_num_threads(int);
 extern "C" void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k,
                        const float* alpha, const float* a, const int* lda, const float* b,
                        const int* ldb, const float* beta, float* c, const int* ldc);
@@ -38,6 +42,17 @@ void row_major_sgemm(bool ta, bool tb, int m, int n, int k, const float* a, cons
   const int lda = ta ? m : k, ldb = tb ? k : n;
   sgemm_(tb ? "T" : "N", ta ? "T" : "N", &n, &m, &k, &one, b, &ldb, a, &lda, &zero, c, &n);
 }
+// The same through tessel's GEMM (backend::host_detail::gemm: the pool, libxsmm's kernels).
+void tessel_sgemm(bool ta, bool tb, int m, int n, int k, const float* a, const float* b,
+                  float* c) {
+  const std::size_t lda = ta ? m : k, ldb = tb ? k : n;
+  tessel::backend::host_detail::gemm(ta, tb, 1.0f, a, lda, b, ldb, 0.0f, c, n, m, n, k);
+}
+// Raw OpenBLAS on the pool's number of threads while `raw` lives.
+struct raw_blas_threads {
+  raw_blas_threads() { openblas_set_num_threads(static_cast<int>(tessel::default_backend::threads())); }
+  ~raw_blas_threads() { openblas_set_num_threads(1); }
+};
 
 }  // namespace
 
@@ -65,6 +80,7 @@ int main(int argc, char** argv) {
       b(static_cast<std::size_t>(w) * w, 0.25f), c(static_cast<std::size_t>(w) * w),
       d(static_cast<std::size_t>(batch) * w);
   auto raw_step = [&] {
+    const raw_blas_threads raw;
     for (int layer = 0; layer < 3; ++layer)
       row_major_sgemm(false, false, batch, w, w, a.data(), b.data(), d.data());
     for (int layer = 0; layer < 3; ++layer)
@@ -97,29 +113,52 @@ int main(int argc, char** argv) {
     }
     for (int l = 0; l < 4; ++l) acts.emplace_back(static_cast<std::size_t>(mb) * dims[l], 0.5f);
     std::vector<float> dact(static_cast<std::size_t>(mb) * 784);
-    auto small_step = [&] {
+    auto small_step = [&](auto gemm) {
       for (int l = 0; l < 3; ++l)
-        row_major_sgemm(false, false, mb, dims[l + 1], dims[l], acts[l].data(), wts[l].data(),
-                        acts[l + 1].data());
+        gemm(false, false, mb, dims[l + 1], dims[l], acts[l].data(), wts[l].data(),
+             acts[l + 1].data());
       for (int l = 2; l >= 0; --l) {
-        row_major_sgemm(true, false, dims[l], dims[l + 1], mb, acts[l].data(),
-                        acts[l + 1].data(), grads[l].data());
+        gemm(true, false, dims[l], dims[l + 1], mb, acts[l].data(), acts[l + 1].data(),
+             grads[l].data());
         if (l > 0)
-          row_major_sgemm(false, true, mb, dims[l], dims[l + 1], acts[l + 1].data(),
-                          wts[l].data(), dact.data());
+          gemm(false, true, mb, dims[l], dims[l + 1], acts[l + 1].data(), wts[l].data(),
+               dact.data());
       }
     };
-    for (int i = 0; i < 100; ++i) small_step();
     const int n = 1563;
-    const double t0 = now();
-    for (int i = 0; i < n; ++i) small_step();
-    const double t = now() - t0;
+    auto epoch = [&](auto gemm) {
+      for (int i = 0; i < 100; ++i) small_step(gemm);
+      const double t0 = now();
+      for (int i = 0; i < n; ++i) small_step(gemm);
+      return now() - t0;
+    };
+    // Interleaved, three rounds; the medians.
+    std::vector<double> raw_t, ours_t;
+    for (int round = 0; round < 3; ++round) {
+      {
+        const raw_blas_threads raw;
+        raw_t.push_back(epoch(row_major_sgemm));
+      }
+      ours_t.push_back(epoch(tessel_sgemm));
+    }
+    const double t = median(raw_t), t_ours = median(ours_t);
     double flop = 0;
     for (int l = 0; l < 3; ++l) flop += 2.0 * mb * dims[l] * dims[l + 1] * (l > 0 ? 3 : 2);
     std::printf("seeds/001 MLP step GEMMs alone (batch 32), raw sgemm: %.1f us/step, %.1f "
                 "GFLOP/s, %.3f s per 1563-step epoch\n",
                 t / n * 1e6, flop * n / t / 1e9, t);
-    std::printf("RESULT mlp_gemm_floor us_per_step=%.1f seconds_per_epoch=%.3f\n", t / n * 1e6, t);
+    std::printf("the same through tessel's GEMM (%zu threads%s): %.1f us/step, %.1f GFLOP/s, "
+                "%.3f s per epoch, %.2fx raw sgemm\n",
+                tessel::default_backend::threads(),
+#if defined(TESSEL_HAVE_LIBXSMM)
+                ", libxsmm kernels",
+#else
+                "",
+#endif
+                t_ours / n * 1e6, flop * n / t_ours / 1e9, t_ours, t / t_ours);
+    std::printf("RESULT mlp_gemm_floor us_per_step=%.1f seconds_per_epoch=%.3f "
+                "tessel_us_per_step=%.1f tessel_seconds_per_epoch=%.3f\n",
+                t / n * 1e6, t, t_ours / n * 1e6, t_ours);
   }
 
   const double t_tessel = median(tessel_s), t_raw = median(raw_s);

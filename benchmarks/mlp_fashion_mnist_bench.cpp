@@ -1,6 +1,7 @@
 // tessel's side of the Keras comparison (run both with benchmarks/compare_keras.sh): the
 // seeds/001 MLP on Fashion-MNIST exactly as examples/mlp_fashion_mnist trains it, with each
 // epoch timed (validation included, as Keras's epoch time includes it).
+//   mlp_fashion_mnist_bench [--epochs N] [--batch B]   (B: 32, as seeds/001, by default)
 // Prints: RESULT tessel seconds_per_epoch=<mean of epochs after the first> first_epoch=<s>
 //         test_accuracy=<acc> steps_per_epoch=<n>
 #include <chrono>
@@ -22,8 +23,11 @@ double now() {
 int main(int argc, char** argv) {
   tessel::initialize guard(argc, argv);
   std::size_t epochs = 2;
-  for (int i = 1; i + 1 < argc; ++i)
+  std::int64_t batch = 32;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--epochs") == 0) epochs = std::strtoul(argv[++i], nullptr, 10);
+    else if (std::strcmp(argv[i], "--batch") == 0) batch = std::strtol(argv[++i], nullptr, 10);
+  }
 
   auto [train, test] = tessel::datasets::fashion_mnist::load_data();
   auto prepare = [](const tessel::array<std::uint8_t>& images) {
@@ -36,11 +40,11 @@ int main(int argc, char** argv) {
   auto train_ds = tessel::from_tensor_slices(tessel::data::slice_rows(x_all, 0, n_train),
                                              tessel::data::slice_rows(y_all, 0, n_train))
                       .shuffle(n_train, 1)
-                      .batch(32)
+                      .batch(batch)
                       .prefetch(2);
   auto val_ds = tessel::from_tensor_slices(tessel::data::slice_rows(x_all, n_train, x_all.rows()),
                                            tessel::data::slice_rows(y_all, n_train, y_all.rows()))
-                    .batch(32);
+                    .batch(batch);
 
   model_t model;
   model.compile(tessel::optimizers::adam{},
@@ -54,7 +58,8 @@ int main(int argc, char** argv) {
   });
   model.fit(train_ds, {.epochs = epochs, .verbose = 2, .callbacks = {timer},
                        .validation_data = val_ds});
-  const auto result = model.evaluate(tessel::from_tensor_slices(x_test, y_test).batch(32), 0);
+  const auto result =
+      model.evaluate(tessel::from_tensor_slices(x_test, y_test).batch(batch), 0);
   double later = 0;
   for (std::size_t i = 1; i < seconds.size(); ++i) later += seconds[i];
   const double per_epoch = seconds.size() > 1 ? later / static_cast<double>(seconds.size() - 1)
