@@ -62,11 +62,6 @@ class thread_pool {
   }
 
  private:
-  // TESSEL_SPIN_US: how long an idle worker spins before it sleeps (default 50).
-  static int spin_microseconds() {
-    const char* v = std::getenv("TESSEL_SPIN_US");
-    return v ? std::atoi(v) : 50;
-  }
   static void spin_pause() noexcept {
 #if defined(__SSE2__)
     _mm_pause();
@@ -75,10 +70,10 @@ class thread_pool {
   void work(std::size_t part) {
     std::uint64_t seen = 0;
     for (;;) {
-      // Wait for the next job spinning for about spin_us_ microseconds, yielding the core to
-      // any other runnable thread (the data prefetch) between short spins, then sleep until it
-      // comes.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+      // Wait for the next job spinning for about 50 microseconds (the next kernel of a step
+      // comes within that), yielding the core to any other runnable thread (the data prefetch)
+      // between short spins, then sleep until it comes.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
       std::uint64_t g = generation_.load(std::memory_order_acquire);
       while (g == seen && std::chrono::steady_clock::now() < until) {
         for (int i = 0; i < 32 && g == seen; ++i) {
@@ -103,7 +98,6 @@ class thread_pool {
   }
 
   std::size_t size_;
-  int spin_us_ = spin_microseconds();
   std::vector<std::thread> workers_;
   std::function<void(std::size_t)> job_;
   unsigned csr_ = 0;
