@@ -823,7 +823,9 @@ struct host {
   // Element-wise updates run in chunks: each chunk is one call of a vectorised loop.
   static constexpr std::size_t chunk = 16384;
   static std::size_t chunks(std::size_t n) { return (n + chunk - 1) / chunk; }
-  // f(c) for every chunk c of n elements, the chunks dealt out over the thread pool.
+  // f(c) for every chunk c of n elements, each thread of the pool taking a contiguous range: the
+  // range whose rows its GEMM part wrote (a kernel gradient's rows are split the same way), and
+  // the same range every step (the optimizer's slots stay in that core's cache).
   template <class F>
   static void for_chunks(std::size_t n, F f) {
     const std::size_t count = chunks(n);
@@ -833,7 +835,7 @@ struct host {
       return;
     }
     p.run([&](std::size_t part, std::size_t parts) {
-      for (std::size_t c = part; c < count; c += parts) f(c);
+      for (std::size_t c = part * count / parts; c < (part + 1) * count / parts; ++c) f(c);
     });
   }
   static Kokkos::RangePolicy<execution_space> policy(std::size_t n) {
