@@ -440,57 +440,13 @@ struct host {
   // ---- element-wise ---------------------------------------------------------------------------
   // m = f(m), in place; softmax along each row.
   static void activation_forward(activation_kind a, const matrix& m) {
-    const std::size_t n = m.extent(1);
-    switch (a) {
-      case activation_kind::linear: return;
-      case activation_kind::relu:  // NaN stays NaN, as jax.nn.relu (max(x, 0)) gives it
-        return flat_for(m, [](float& v) { v = v > 0.0f || std::isnan(v) ? v : 0.0f; });
-      case activation_kind::sigmoid:
-        return flat_for(m, [](float& v) { v = 1.0f / (1.0f + std::exp(-v)); });
-      case activation_kind::tanh:
-        return flat_for(m, [](float& v) { v = std::tanh(v); });
-      case activation_kind::softmax:
-        Kokkos::parallel_for(
-            "tessel::softmax", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-              float mx = -std::numeric_limits<float>::infinity();
-              for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, m(i, j));
-              float s = 0.0f;
-              for (std::size_t j = 0; j < n; ++j) s += (m(i, j) = std::exp(m(i, j) - mx));
-              const float inv = 1.0f / s;
-              for (std::size_t j = 0; j < n; ++j) m(i, j) *= inv;
-            });
-        return;
-    }
+    const host_detail::epilogue e{nullptr, a};
+    host_detail::apply_epilogue(e, m.data(), m.stride(0), m.extent(0), m.extent(1));
   }
   // dz = dy * f'(z), written through y = f(z); dz may be dy itself.
   static void activation_backward(activation_kind a, const matrix& y, const matrix& dy,
                                   const matrix& dz) {
-    const std::size_t n = y.extent(1), total = y.size();
-    float* pd = dz.data();
-    const float* py = y.data();
-    const float* pg = dy.data();
-    auto each = [&](auto f) {
-      Kokkos::parallel_for(
-          "tessel::activation_backward", policy(total),
-          KOKKOS_LAMBDA(std::size_t k) { pd[k] = f(py[k], pg[k]); });
-    };
-    switch (a) {
-      case activation_kind::linear:
-        if (dz.data() != dy.data()) Kokkos::deep_copy(dz, dy);
-        return;
-      case activation_kind::relu: return each([](float yv, float g) { return yv > 0.0f ? g : 0.0f; });
-      case activation_kind::sigmoid:
-        return each([](float yv, float g) { return g * yv * (1.0f - yv); });
-      case activation_kind::tanh: return each([](float yv, float g) { return g * (1.0f - yv * yv); });
-      case activation_kind::softmax:
-        Kokkos::parallel_for(
-            "tessel::softmax_backward", policy(y.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-              float dot = 0.0f;
-              for (std::size_t j = 0; j < n; ++j) dot += y(i, j) * dy(i, j);
-              for (std::size_t j = 0; j < n; ++j) dz(i, j) = y(i, j) * (dy(i, j) - dot);
-            });
-        return;
-    }
+    activation_backward_bias(a, y, dy, dz, matrix());
   }
   // out = in * scale + offset (Rescaling), out may be in.
   static void scale_shift(const matrix& in, const matrix& out, float scale, float offset) {
@@ -840,12 +796,6 @@ struct host {
   }
   static Kokkos::RangePolicy<execution_space> policy(std::size_t n) {
     return Kokkos::RangePolicy<execution_space>(0, n);
-  }
-  template <class F>
-  static void flat_for(const matrix& m, F f) {
-    float* p = m.data();
-    Kokkos::parallel_for(
-        "tessel::elementwise", policy(m.size()), KOKKOS_LAMBDA(std::size_t k) { f(p[k]); });
   }
 };
 
