@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -701,11 +702,12 @@ class trainer : public Model, public model_base {
   void upload_target_columns(const basic_dtensor<B>& output) {
     if (loss_->sparse_labels()) return;
     const block& b = output.shard();
-    const std::size_t rows = b.extent[0], col0 = b.offset[1], cols = b.extent[1];
+    const std::size_t rows = b.extent[0], cols = b.extent[1];
+    const std::array<std::size_t, 2> whole{rows, output_features}, offset{0, b.offset[1]},
+        extent{rows, cols};
     host_columns_.resize(rows * cols);
-    for (std::size_t r = 0; r < rows; ++r)
-      std::copy_n(host_targets_.begin() + static_cast<std::ptrdiff_t>(r * output_features + col0),
-                  cols, host_columns_.begin() + static_cast<std::ptrdiff_t>(r * cols));
+    comm::detail::copy_block<float>(whole, offset, extent, host_targets_.data(),
+                                    host_columns_.data(), true);
     targets_ = sized<B>(targets_store_, rows, cols, "targets");
     B::upload(std::span<const float>(host_columns_), targets_);
   }
