@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -106,41 +107,15 @@ class optimizer {
     }
   }
 
-  // One step on each variable from its `gradient` (Keras's optimizer.apply(grads, variables)).
+  // One step on each variable from its `gradient` (Keras's optimizer.apply(grads, variables)):
+  // one backend update over all of them.
   void apply(const std::vector<variable<B>*>& vars) {
     build(vars);
     if (vars.size() != slots_.size())
       throw value_error("optimizer.apply: built for " + std::to_string(slots_.size()) +
                         " variables, called with " + std::to_string(vars.size()) + ".");
     ++iterations_;
-    const auto t = static_cast<double>(iterations_);
-    std::visit(
-        [&](const auto& o) {
-          using O = std::decay_t<decltype(o)>;
-          for (std::size_t i = 0; i < vars.size(); ++i) {
-            const variable<B>& v = *vars[i];
-            const slot& s = slots_[i];
-            if constexpr (std::is_same_v<O, optimizers::sgd>) {
-              B::sgd_update(v.value.local(), v.gradient, s.a ? s.a->value.local() : v.gradient,
-                            static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
-                            o.nesterov);
-            } else if constexpr (std::is_same_v<O, optimizers::adam>) {
-              const double alpha = o.learning_rate * std::sqrt(1.0 - std::pow(o.beta_2, t)) /
-                                   (1.0 - std::pow(o.beta_1, t));
-              B::adam_update(v.value.local(), v.gradient, s.a->value.local(), s.b->value.local(),
-                             static_cast<float>(alpha), static_cast<float>(o.beta_1),
-                             static_cast<float>(o.beta_2), static_cast<float>(o.epsilon));
-            } else {
-              B::rmsprop_update(v.value.local(), v.gradient, s.a->value.local(),
-                                s.c ? s.c->value.local() : v.gradient,
-                                s.b ? s.b->value.local() : v.gradient,
-                                static_cast<float>(o.learning_rate), static_cast<float>(o.rho),
-                                static_cast<float>(o.momentum), static_cast<float>(o.epsilon),
-                                o.centered);
-            }
-          }
-        },
-        spec_.value());
+    update_all(vars);
   }
 
   // The optimizer's own variables (slots), in creation order.
@@ -161,6 +136,37 @@ class optimizer {
         },
         spec_.value());
   }
+  // The update of vars[i] with slots_[i], as one backend call over all of them.
+  void update_all(const std::vector<variable<B>*>& vars) {
+    using matrix = typename B::matrix;
+    const auto t = static_cast<double>(iterations_);
+    tensors_.clear();
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      const slot& s = slots_[i];
+      auto local = [](const variable<B>* x) { return x ? x->value.local() : matrix(); };
+      tensors_.push_back({vars[i]->value.local(), vars[i]->gradient, local(s.a), local(s.b),
+                          local(s.c)});
+    }
+    const std::span<const backend::update_tensors<matrix>> u(tensors_);
+    std::visit(
+        [&](const auto& o) {
+          using O = std::decay_t<decltype(o)>;
+          if constexpr (std::is_same_v<O, optimizers::sgd>) {
+            B::sgd_update(u, static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
+                          o.nesterov);
+          } else if constexpr (std::is_same_v<O, optimizers::adam>) {
+            const double alpha = o.learning_rate * std::sqrt(1.0 - std::pow(o.beta_2, t)) /
+                                 (1.0 - std::pow(o.beta_1, t));
+            B::adam_update(u, static_cast<float>(alpha), static_cast<float>(o.beta_1),
+                           static_cast<float>(o.beta_2), static_cast<float>(o.epsilon));
+          } else {
+            B::rmsprop_update(u, static_cast<float>(o.learning_rate), static_cast<float>(o.rho),
+                              static_cast<float>(o.momentum), static_cast<float>(o.epsilon),
+                              o.centered);
+          }
+        },
+        spec_.value());
+  }
   struct slot {
     variable<B>* a = nullptr;
     variable<B>* b = nullptr;
@@ -169,6 +175,7 @@ class optimizer {
   optimizer_spec spec_;
   variable_store<B> state_;
   std::vector<slot> slots_;
+  std::vector<backend::update_tensors<typename B::matrix>> tensors_;  // reused every step
   std::size_t iterations_ = 0;
 };
 

@@ -2,7 +2,8 @@
 // caller (small), the rows split over the thread pool (libxsmm's kernels, or the BLAS on one
 // thread for a shape libxsmm has no kernel for), and the BLAS on the pool's threads (big); with
 // transposes, alpha, beta = 0 and 1, and views whose rows are wider than their columns. The pool
-// runs every part of a job once, and TESSEL_NUM_THREADS names itself when it is not a number.
+// runs every part of a job once, and TESSEL_NUM_THREADS names itself when it is not a number. The
+// element-wise kernels split over the pool give the bits they give on one thread.
 #include <catch2/catch.hpp>
 #include <atomic>
 #include <cmath>
@@ -166,4 +167,58 @@ TEST_CASE("the fused dense epilogues equal the separate kernels", "[gemm]") {
           CHECK(worst(db, want_db) == 0.0);
         }
       }
+}
+
+TEST_CASE("element-wise kernels give the same bits on the pool as on one thread", "[pool]") {
+  using tessel::activation_kind;
+  // 520 x 1032: above the size at which the kernels split their rows or columns over the pool.
+  const std::size_t m = 520, n = 1032;
+  const auto y = values(m * n, 21), dy = values(m * n, 22), bias = values(n, 23);
+  auto run = [&] {
+    std::vector<std::vector<float>> out;
+    auto keep = [&](const B::matrix& r) {
+      out.emplace_back(r.size());
+      B::download(r, std::span<float>(out.back()));
+    };
+    const auto ym = upload(y, m, n), dym = upload(dy, m, n);
+    for (const auto a : {activation_kind::linear, activation_kind::relu, activation_kind::sigmoid,
+                         activation_kind::tanh, activation_kind::softmax})
+      for (const bool with_bias : {false, true}) {
+        const auto dz = B::make_zeros("dz", m, n), db = B::make_zeros("db", 1, n);
+        B::activation_backward_bias(a, ym, dym, dz, with_bias ? db : B::matrix());
+        keep(dz);
+        keep(db);
+        const auto f = upload(y, m, n);
+        B::activation_forward(a, f);
+        keep(f);
+      }
+    const auto sums = B::make_zeros("sums", 1, n), rows = B::make_zeros("rows", m, n),
+               scaled = B::make_zeros("scaled", m, n), dropped = B::make_zeros("dropped", m, n);
+    B::column_sums(dym, sums);
+    keep(sums);
+    B::broadcast_rows(upload(bias, 1, n), rows);
+    keep(rows);
+    B::scale_shift(ym, scaled, 0.5f, -0.25f);
+    keep(scaled);
+    B::dropout(ym, dropped, tessel::random::stream(3, 4), 0.3f, 7, 5, n + 9);
+    keep(dropped);
+    return out;
+  };
+  const auto pooled = run();
+  tessel::backend::host_detail::pool_slot() = std::make_unique<tessel::backend::thread_pool>(1);
+  const auto single = run();
+  tessel::backend::host_detail::pool_slot().reset();  // the next use makes the usual pool
+  REQUIRE(pooled.size() == single.size());
+  for (std::size_t i = 0; i < pooled.size(); ++i) {
+    INFO("result " << i);
+    CHECK(pooled[i] == single[i]);
+  }
+  // And one of them against the formula: relu's bias gradient (result 10: relu, with a bias, db).
+  std::vector<double> want_db(n, 0.0);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j) want_db[j] += y[i * n + j] > 0 ? dy[i * n + j] : 0.0;
+  double w = 0;
+  for (std::size_t j = 0; j < n; ++j)
+    w = std::max(w, std::abs(pooled[10][j] - want_db[j]) / (1.0 + std::abs(want_db[j])));
+  CHECK(w < 1e-5);
 }

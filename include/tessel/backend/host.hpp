@@ -1,5 +1,8 @@
-// host: the CPU backend. Data lives in Kokkos views (row-major, host memory); GEMM goes through
-// Kokkos Kernels (OpenBLAS sgemm underneath) and every other kernel is a Kokkos parallel pattern.
+// host: the CPU backend. Data lives in Kokkos views (row-major, host memory). GEMM goes through
+// libxsmm's kernels or OpenBLAS on the process's thread pool (by size, see host_detail::gemm);
+// the optimizer updates run on the same pool, and so do the element-wise kernels where Kokkos is
+// Serial (Debian's; Kokkos's parallel patterns where it has threads); the losses and metrics are
+// Kokkos reductions.
 // Layers never name this type: they are written against backend_interface (interface.hpp).
 #pragma once
 
@@ -27,6 +30,7 @@
 
 #include "../core/activations.hpp"
 #include "../random/philox.hpp"
+#include "interface.hpp"
 #include "thread_pool.hpp"
 
 namespace tessel::backend {
@@ -216,6 +220,24 @@ TESSEL_MULTIVERSION static void adam_chunk(float* __restrict w, const float* __r
   }
 }
 
+TESSEL_MULTIVERSION static void sgd_chunk(float* __restrict w, const float* __restrict g,
+                                          float* __restrict m, std::size_t n, float lr,
+                                          float momentum, bool nesterov) {
+  if (m == nullptr) {
+    for (std::size_t k = 0; k < n; ++k) w[k] -= lr * g[k];
+  } else if (nesterov) {
+    for (std::size_t k = 0; k < n; ++k) {
+      m[k] = momentum * m[k] - lr * g[k];
+      w[k] += momentum * m[k] - lr * g[k];
+    }
+  } else {
+    for (std::size_t k = 0; k < n; ++k) {
+      m[k] = momentum * m[k] - lr * g[k];
+      w[k] += m[k];
+    }
+  }
+}
+
 TESSEL_MULTIVERSION static void rmsprop_chunk(float* __restrict w, const float* __restrict g,
                                               float* __restrict vel, float* __restrict avg,
                                               float* __restrict mom, std::size_t n, float lr,
@@ -381,67 +403,86 @@ struct host {
   // out[i, j] = row[0, j] for every i (the bias before the GEMM accumulates onto it).
   static void broadcast_rows(const matrix& row, const matrix& out) {
     const std::size_t n = out.extent(1);
-    Kokkos::parallel_for(
-        "tessel::broadcast_rows", policy(out.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          for (std::size_t j = 0; j < n; ++j) out(i, j) = row(0, j);
-        });
+    for_rows("tessel::broadcast_rows", out.extent(0), n, [=](std::size_t i) {
+      for (std::size_t j = 0; j < n; ++j) out(i, j) = row(0, j);
+    });
   }
   // out[0, j] = sum_i in[i, j] (a bias gradient). Blocks of columns, rows inside: unit-stride
-  // inner loops on row-major data.
+  // inner loops on row-major data, each column summed in row order whatever the threads.
   static void column_sums(const matrix& in, const matrix& out) {
     const std::size_t m = in.extent(0), n = in.extent(1);
     constexpr std::size_t block = 256;
-    Kokkos::parallel_for(
-        "tessel::column_sums", policy((n + block - 1) / block), KOKKOS_LAMBDA(std::size_t b) {
-          const std::size_t j0 = b * block, j1 = std::min(n, j0 + block);
-          for (std::size_t j = j0; j < j1; ++j) out(0, j) = 0.0f;
-          for (std::size_t i = 0; i < m; ++i)
-            for (std::size_t j = j0; j < j1; ++j) out(0, j) += in(i, j);
-        });
+    for_rows("tessel::column_sums", (n + block - 1) / block, m * block, [=](std::size_t b) {
+      const std::size_t j0 = b * block, j1 = std::min(n, j0 + block);
+      for (std::size_t j = j0; j < j1; ++j) out(0, j) = 0.0f;
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = j0; j < j1; ++j) out(0, j) += in(i, j);
+    });
   }
 
   // Dense's backward epilogue in one pass over dy: dz = dy * f'(z), written through y = f(z) (dz
-  // may be dy), and db = the column sums of dz (db empty: none).
+  // may be dy), and db = the column sums of dz (db empty: none). Large ones are split over the
+  // pool by blocks of columns (softmax, which needs whole rows, by rows when there is no bias):
+  // every column is still summed in row order, so the bits do not depend on the threads.
   static void activation_backward_bias(activation_kind a, const matrix& y, const matrix& dy,
                                        const matrix& dz, const matrix& db) {
     const std::size_t m = y.extent(0), n = y.extent(1);
     const bool with_bias = db.extent(0) > 0;
     float* out = with_bias ? db.data() : nullptr;
-    if (with_bias) std::fill(out, out + n, 0.0f);
-    for (std::size_t i = 0; i < m; ++i) {
-      const float* yr = &y(i, 0);
-      const float* gr = &dy(i, 0);
-      float* zr = &dz(i, 0);
-      switch (a) {
-        case activation_kind::linear:
-          if (zr != gr) std::copy(gr, gr + n, zr);
-          break;
-        case activation_kind::relu:
-          for (std::size_t j = 0; j < n; ++j) zr[j] = yr[j] > 0.0f ? gr[j] : 0.0f;
-          break;
-        case activation_kind::sigmoid:
-          for (std::size_t j = 0; j < n; ++j) zr[j] = gr[j] * yr[j] * (1.0f - yr[j]);
-          break;
-        case activation_kind::tanh:
-          for (std::size_t j = 0; j < n; ++j) zr[j] = gr[j] * (1.0f - yr[j] * yr[j]);
-          break;
-        case activation_kind::softmax: {
-          float dot = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) dot += yr[j] * gr[j];
-          for (std::size_t j = 0; j < n; ++j) zr[j] = yr[j] * (gr[j] - dot);
-          break;
+    // Rows [i0, i1), columns [j0, j1).
+    auto block = [&](std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) {
+      if (with_bias) std::fill(out + j0, out + j1, 0.0f);
+      for (std::size_t i = i0; i < i1; ++i) {
+        const float* yr = &y(i, 0);
+        const float* gr = &dy(i, 0);
+        float* zr = &dz(i, 0);
+        switch (a) {
+          case activation_kind::linear:
+            if (zr != gr) std::copy(gr + j0, gr + j1, zr + j0);
+            break;
+          case activation_kind::relu:
+            for (std::size_t j = j0; j < j1; ++j) zr[j] = yr[j] > 0.0f ? gr[j] : 0.0f;
+            break;
+          case activation_kind::sigmoid:
+            for (std::size_t j = j0; j < j1; ++j) zr[j] = gr[j] * yr[j] * (1.0f - yr[j]);
+            break;
+          case activation_kind::tanh:
+            for (std::size_t j = j0; j < j1; ++j) zr[j] = gr[j] * (1.0f - yr[j] * yr[j]);
+            break;
+          case activation_kind::softmax: {  // j0 = 0, j1 = n: whole rows
+            float dot = 0.0f;
+            for (std::size_t j = 0; j < n; ++j) dot += yr[j] * gr[j];
+            for (std::size_t j = 0; j < n; ++j) zr[j] = yr[j] * (gr[j] - dot);
+            break;
+          }
         }
+        if (with_bias)
+          for (std::size_t j = j0; j < j1; ++j) out[j] += zr[j];
       }
-      if (with_bias)
-        for (std::size_t j = 0; j < n; ++j) out[j] += zr[j];
+    };
+    thread_pool& p = host_detail::pool();
+    if (m * n < elementwise_parallel_min || p.size() == 1) return block(0, m, 0, n);
+    if (a == activation_kind::softmax) {
+      if (with_bias) return block(0, m, 0, n);
+      return p.run([&](std::size_t part, std::size_t parts) {
+        block(part * m / parts, (part + 1) * m / parts, 0, n);
+      });
     }
+    p.run([&](std::size_t part, std::size_t parts) {
+      const std::size_t j0 = part * n / parts / 16 * 16;
+      const std::size_t j1 = part + 1 == parts ? n : (part + 1) * n / parts / 16 * 16;
+      if (j1 > j0) block(0, m, j0, j1);
+    });
   }
 
   // ---- element-wise ---------------------------------------------------------------------------
   // m = f(m), in place; softmax along each row.
   static void activation_forward(activation_kind a, const matrix& m) {
     const host_detail::epilogue e{nullptr, a};
-    host_detail::apply_epilogue(e, m.data(), m.stride(0), m.extent(0), m.extent(1));
+    const std::size_t n = m.extent(1);
+    for_rows("tessel::activation_forward", m.extent(0), n, [&](std::size_t i) {
+      host_detail::apply_epilogue(e, &m(i, 0), m.stride(0), 1, n);
+    });
   }
   // dz = dy * f'(z), written through y = f(z); dz may be dy itself.
   static void activation_backward(activation_kind a, const matrix& y, const matrix& dy,
@@ -452,9 +493,11 @@ struct host {
   static void scale_shift(const matrix& in, const matrix& out, float scale, float offset) {
     const float* pi = in.data();
     float* po = out.data();
-    Kokkos::parallel_for(
-        "tessel::scale_shift", policy(in.size()),
-        KOKKOS_LAMBDA(std::size_t k) { po[k] = pi[k] * scale + offset; });
+    const std::size_t n = in.size(), block = 4096;
+    for_rows("tessel::scale_shift", (n + block - 1) / block, block, [=](std::size_t b) {
+      for (std::size_t k = b * block; k < std::min(n, (b + 1) * block); ++k)
+        po[k] = pi[k] * scale + offset;
+    });
   }
   // Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate). `in` is the
   // block of the whole batch's activation (global_cols columns wide) that starts at row
@@ -467,12 +510,11 @@ struct host {
                       std::uint64_t global_cols) {
     const std::size_t n = in.extent(1);
     const float keep_scale = 1.0f / (1.0f - rate);
-    Kokkos::parallel_for(
-        "tessel::dropout", policy(in.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          const std::uint64_t base = (first_row + i) * global_cols + first_col;
-          for (std::size_t j = 0; j < n; ++j)
-            out(i, j) = s.uniform(base + j) >= rate ? in(i, j) * keep_scale : 0.0f;
-        });
+    for_rows("tessel::dropout", in.extent(0), n, [=, &s](std::size_t i) {
+      const std::uint64_t base = (first_row + i) * global_cols + first_col;
+      for (std::size_t j = 0; j < n; ++j)
+        out(i, j) = s.uniform(base + j) >= rate ? in(i, j) * keep_scale : 0.0f;
+    });
   }
 
   // ---- losses: each writes the sum over rows of the per-sample loss into out(slot), in the
@@ -728,70 +770,85 @@ struct host {
         });
   }
 
-  // ---- optimizer updates (Keras 3's formulas) --------------------------------------------------
-  static void sgd_update(const matrix& w, const matrix& g, const matrix& m, float lr,
-                         float momentum, bool nesterov) {
-    float* pw = w.data();
-    const float* pg = g.data();
-    float* pm = m.data();
-    if (momentum == 0.0f) {
-      Kokkos::parallel_for(
-          "tessel::sgd", policy(w.size()), KOKKOS_LAMBDA(std::size_t k) { pw[k] -= lr * pg[k]; });
-    } else {
-      Kokkos::parallel_for(
-          "tessel::sgd_momentum", policy(w.size()), KOKKOS_LAMBDA(std::size_t k) {
-            pm[k] = momentum * pm[k] - lr * pg[k];
-            pw[k] += nesterov ? momentum * pm[k] - lr * pg[k] : pm[k];
-          });
-    }
-  }
-  // alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), computed by the caller.
-  static void adam_update(const matrix& w, const matrix& g, const matrix& m, const matrix& v,
-                          float alpha, float beta_1, float beta_2, float epsilon) {
-    float* pw = w.data();
-    const float* pg = g.data();
-    float* pm = m.data();
-    float* pv = v.data();
-    const std::size_t n = w.size();
-    for_chunks(n, [=](std::size_t c) {
-      const std::size_t b = c * chunk, len = std::min(chunk, n - b);
-      host_detail::adam_chunk(pw + b, pg + b, pm + b, pv + b, len, alpha, beta_1, beta_2,
-                              epsilon);
+  // ---- optimizer updates (Keras 3's formulas), each over a list of variables ------------------
+  using updates = std::span<const update_tensors<matrix>>;
+  static void sgd_update(updates u, float lr, float momentum, bool nesterov) {
+    for_shares(u, [=](const update_tensors<matrix>& t, std::size_t b, std::size_t e) {
+      host_detail::sgd_chunk(t.value.data() + b, t.gradient.data() + b,
+                             momentum != 0.0f ? t.slot_a.data() + b : nullptr, e - b, lr,
+                             momentum, nesterov);
     });
   }
-  static void rmsprop_update(const matrix& w, const matrix& g, const matrix& velocity,
-                             const matrix& average_grad, const matrix& mom, float lr, float rho,
-                             float momentum, float epsilon, bool centered) {
-    float* pw = w.data();
-    const float* pg = g.data();
-    float* pv = velocity.data();
-    float* pa = centered ? average_grad.data() : nullptr;
-    float* pm = momentum > 0.0f ? mom.data() : nullptr;
-    const std::size_t n = w.size();
-    for_chunks(n, [=](std::size_t c) {
-      const std::size_t b = c * chunk, len = std::min(chunk, n - b);
-      host_detail::rmsprop_chunk(pw + b, pg + b, pv + b, pa ? pa + b : nullptr,
-                                 pm ? pm + b : nullptr, len, lr, rho, momentum, epsilon);
+  // alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), computed by the caller.
+  static void adam_update(updates u, float alpha, float beta_1, float beta_2, float epsilon) {
+    for_shares(u, [=](const update_tensors<matrix>& t, std::size_t b, std::size_t e) {
+      host_detail::adam_chunk(t.value.data() + b, t.gradient.data() + b, t.slot_a.data() + b,
+                              t.slot_b.data() + b, e - b, alpha, beta_1, beta_2, epsilon);
+    });
+  }
+  static void rmsprop_update(updates u, float lr, float rho, float momentum, float epsilon,
+                             bool centered) {
+    for_shares(u, [=](const update_tensors<matrix>& t, std::size_t b, std::size_t e) {
+      host_detail::rmsprop_chunk(t.value.data() + b, t.gradient.data() + b, t.slot_a.data() + b,
+                                 centered ? t.slot_c.data() + b : nullptr,
+                                 momentum > 0.0f ? t.slot_b.data() + b : nullptr, e - b, lr, rho,
+                                 momentum, epsilon);
     });
   }
 
  private:
-  // Element-wise updates run in chunks: each chunk is one call of a vectorised loop.
-  static constexpr std::size_t chunk = 16384;
-  static std::size_t chunks(std::size_t n) { return (n + chunk - 1) / chunk; }
-  // f(c) for every chunk c of n elements, each thread of the pool taking a contiguous range: the
-  // range whose rows its GEMM part wrote (a kernel gradient's rows are split the same way), and
-  // the same range every step (the optimizer's slots stay in that core's cache).
+  // Below this many elements an element-wise kernel runs on the calling thread (a job of the pool
+  // costs a few microseconds).
+  static constexpr std::size_t elementwise_parallel_min = 32768;
+  // f(i) for every i in [0, rows), each row costing about `row_cost` elements of work: Kokkos's
+  // parallel_for where Kokkos runs threads; where it is Serial (Debian's), the pool's threads
+  // take contiguous blocks of rows once the work is worth a job.
   template <class F>
-  static void for_chunks(std::size_t n, F f) {
-    const std::size_t count = chunks(n);
+  static void for_rows(const char* label, std::size_t rows, std::size_t row_cost, F f) {
+#if defined(KOKKOS_ENABLE_SERIAL)
+    if constexpr (std::is_same_v<execution_space, Kokkos::Serial>) {
+      thread_pool& p = host_detail::pool();
+      if (rows < 2 || rows * row_cost < elementwise_parallel_min || p.size() == 1) {
+        for (std::size_t i = 0; i < rows; ++i) f(i);
+        return;
+      }
+      p.run([&](std::size_t part, std::size_t parts) {
+        for (std::size_t i = part * rows / parts; i < (part + 1) * rows / parts; ++i) f(i);
+      });
+      return;
+    }
+#endif
+    Kokkos::parallel_for(label, policy(rows), f);
+  }
+  // f(t, begin, end) over every element of every tensor of u, in one job of the pool (one
+  // dispatch for all the variables of a step): each thread takes the same share of each tensor,
+  // [part n / parts, (part + 1) n / parts) at 16-element boundaries, which is the block of rows
+  // its GEMM part wrote into the gradient (a kernel gradient's rows are split the same way) and
+  // the same block every step (the slots stay in that core's cache); a tensor below
+  // small_tensor elements (a bias) goes whole to one thread, in turn. Below parallel_min
+  // elements in all, the caller does everything.
+  static constexpr std::size_t small_tensor = 4096, parallel_min = 16384;
+  template <class F>
+  static void for_shares(updates u, F f) {
+    std::size_t total = 0;
+    for (const auto& t : u) total += t.value.size();
     thread_pool& p = host_detail::pool();
-    if (count < 2 || p.size() == 1) {
-      for (std::size_t c = 0; c < count; ++c) f(c);
+    if (p.size() == 1 || total < parallel_min) {
+      for (const auto& t : u) f(t, 0, t.value.size());
       return;
     }
     p.run([&](std::size_t part, std::size_t parts) {
-      for (std::size_t c = part * count / parts; c < (part + 1) * count / parts; ++c) f(c);
+      std::size_t small = 0;
+      for (const auto& t : u) {
+        const std::size_t n = t.value.size();
+        if (n < small_tensor) {
+          if (small++ % parts == part && n > 0) f(t, 0, n);
+          continue;
+        }
+        const std::size_t b = part * n / parts / 16 * 16;
+        const std::size_t e = part + 1 == parts ? n : (part + 1) * n / parts / 16 * 16;
+        if (e > b) f(t, b, e);
+      }
     });
   }
   static Kokkos::RangePolicy<execution_space> policy(std::size_t n) {

@@ -101,14 +101,28 @@ concept backend_random = backend_memory<B> && requires(const typename B::matrix&
   B::dropout(m, m, s, f, std::uint64_t{}, std::uint64_t{}, std::uint64_t{});
 };
 
-// The optimizers' fused updates.
-template <class B>
-concept backend_optimizers = backend_memory<B> && requires(const typename B::matrix& m, float f,
-                                                           bool b) {
-  B::sgd_update(m, m, m, f, f, b);
-  B::adam_update(m, m, m, m, f, f, f, f);
-  B::rmsprop_update(m, m, m, m, m, f, f, f, f, b);
+// One variable's tensors in an optimizer update: its value (updated in place), its gradient and
+// up to three slots; which slots an optimizer reads is said at its update below, and a slot it
+// does not use is an empty matrix.
+template <class Matrix>
+struct update_tensors {
+  Matrix value, gradient, slot_a, slot_b, slot_c;
 };
+
+// The optimizers' fused updates, each over a list of variables at once (PyTorch's foreach /
+// multi_tensor_apply): one launch per step for all of a model's variables, or a layer's.
+//   sgd:     slot_a the momentum (read when momentum != 0)
+//   adam:    slot_a the first moment, slot_b the second
+//   rmsprop: slot_a the velocity, slot_b the momentum (momentum > 0), slot_c the average
+//            gradient (centered)
+template <class B>
+concept backend_optimizers =
+    backend_memory<B> &&
+    requires(std::span<const update_tensors<typename B::matrix>> u, float f, bool b) {
+      B::sgd_update(u, f, f, b);
+      B::adam_update(u, f, f, f, f);
+      B::rmsprop_update(u, f, f, f, f, b);
+    };
 
 template <class B>
 concept backend_interface = backend_memory<B> && backend_gemm<B> && backend_elementwise<B> &&
