@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <dlfcn.h>
 #if defined(__SSE2__)
@@ -52,14 +53,16 @@ inline float crossentropy_term(float t, float p, float s, float eps, float& loss
 
 // ---- GEMM -------------------------------------------------------------------------------------
 // Row-major c (m x n) = alpha * op(a) * op(b) + beta * c, by size, as measured on the 2-core
-// AMD EPYC (benchmarks/gemm_shapes_bench, benchmarks/README.md):
-// - up to big_gemm_flops (every GEMM of seeds/001's MLP up to batch 256): the rows of c split
-//   over the process's thread pool, each part a libxsmm JIT kernel (single-threaded, no packing;
-//   1.1-1.4x OpenBLAS's one-thread sgemm on these shapes) or, for a shape libxsmm 1.17 has no
-//   kernel for (row-major A * B^T) or without libxsmm, OpenBLAS's sgemm on one thread. At batch
-//   32 this takes the step's GEMMs from 0.37-0.42 ms (OpenBLAS on 2 threads) to 0.21.
+// AMD EPYC (benchmarks/gemm_bound_bench, dnnl_gemm_shapes, blis_gemm_shapes; benchmarks/README.md):
+// - up to big_gemm_flops (every GEMM of seeds/001's MLP up to batch 256): split over the
+//   process's thread pool, each part a libxsmm JIT kernel (single-threaded, no packing; 1.1-1.4x
+//   OpenBLAS's one-thread sgemm on these shapes): by rows of c, or for a * b^T (which libxsmm
+//   1.17 has no kernel for) by columns of c, each part transposing its rows of b first. Without
+//   libxsmm, and for a^T * b^T, OpenBLAS's sgemm on one thread per part. At batch 32 this takes
+//   the step's GEMMs from 0.37-0.42 ms (OpenBLAS on 2 threads) to about 0.2.
 // - above it (the 4096-wide layers): OpenBLAS's sgemm on the pool's number of threads, whose
 //   threads share the packed panels.
+// oneDNN's sgemm (what PyTorch uses) and BLIS were measured on both classes and win neither here.
 inline constexpr double big_gemm_flops = 2.0 * 256 * 1024 * 1024;  // 2 x m n k
 // Each part of a split GEMM does at least this much (below it one thread does it all).
 inline constexpr double split_min_flops = 2.0 * 64 * 1024;
@@ -176,6 +179,37 @@ inline void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
     }
     return;
   }
+#if defined(TESSEL_HAVE_LIBXSMM)
+  // Row-major a * b^T (an input gradient, dy w^T), for which libxsmm 1.17 has no kernel: each part
+  // takes a block of c's columns, transposes its rows of b into a scratch block (libxsmm_otrans)
+  // and runs the a * b kernel on it. 32 x 256 x 256 on 2 threads (seeds/001's input gradient):
+  // 38-50 us through OpenBLAS by rows (each part packing all of b), 26-29 us this way; 256 x 256 x
+  // 256: 195-196 us against 204-213.
+  if (tb && !ta && e == nullptr && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && n >= 16) {
+    std::size_t parts = p.size();
+    while (parts > 1 && (flops / static_cast<double>(parts) < split_min_flops || n < 16 * parts))
+      --parts;
+    auto part_columns = [&](std::size_t j0, std::size_t j1) {
+      thread_local std::vector<float> scratch;
+      const std::size_t w = j1 - j0;
+      scratch.resize(k * w);
+      // b's rows j0..j1 (k long, ldb apart) are a column-major k x w matrix: its transpose,
+      // column-major w x k, is the row-major k x w block b^T[:, j0:j1].
+      libxsmm_otrans(scratch.data(), b + j0 * ldb, sizeof(float),
+                     static_cast<libxsmm_blasint>(k), static_cast<libxsmm_blasint>(w),
+                     static_cast<libxsmm_blasint>(ldb), static_cast<libxsmm_blasint>(w));
+      small_gemm(false, false, alpha, a, lda, scratch.data(), w, beta, c + j0, ldc, m, w, k);
+    };
+    if (parts == 1) return part_columns(0, n);
+    p.run([&](std::size_t part, std::size_t) {
+      if (part >= parts) return;
+      const std::size_t j0 = part * n / parts / 16 * 16;
+      const std::size_t j1 = part + 1 == parts ? n : (part + 1) * n / parts / 16 * 16;
+      if (j1 > j0) part_columns(j0, j1);
+    });
+    return;
+  }
+#endif
   // Parts of whole 8-row blocks (a vector's width of rows for the kernels).
   std::size_t parts = p.size();
   while (parts > 1 && (flops / static_cast<double>(parts) < split_min_flops || m < 8 * parts))
