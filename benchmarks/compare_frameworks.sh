@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# tessel against Keras 3 (JAX backend, CPU) on seeds/001's MLP (Fashion-MNIST) at batch 32 and
-# 256, interleaved round by round on this machine, with the GEMM floors of gemm_bound_bench; writes
-# a table (docs/benchmarks/cpu_throughput.md) and a plot (docs/benchmarks/cpu_throughput.png).
-# Keras and matplotlib come from a virtual environment (not needed by CI):
+# tessel against Keras 3 (JAX backend, CPU) and PyTorch (eager, CPU) on seeds/001's MLP
+# (Fashion-MNIST) at batch 32 and 256 and on gemm_bound_bench's 4096-wide step (batch 512, Adam),
+# interleaved round by round on this machine, with the GEMM floors of gemm_bound_bench; writes a
+# table (docs/benchmarks/cpu_throughput.md) and a plot (docs/benchmarks/cpu_throughput.png).
+# Keras and matplotlib come from a virtual environment, PyTorch from Debian (none of them needed
+# by CI):
 #   python3 -m venv /work/keras-venv && /work/keras-venv/bin/pip install keras jax matplotlib
-# PyTorch is left out where its CPU wheels cannot be had (PyPI's pulls the CUDA libraries).
-# A second tessel build to compare with (an earlier commit): BEFORE=<build-dir>.
+#   apt-get install python3-torch      # PyTorch 1.13 with oneDNN; TORCH_PYTHON=/usr/bin/python3
+# (PyPI's torch wheels pull the CUDA libraries.) A framework that cannot be imported is left out,
+# and the script says so. A second tessel build to compare with: BEFORE=<build-dir>.
 # Usage: benchmarks/compare_frameworks.sh [build-dir] [epochs] [rounds]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -13,11 +16,19 @@ build="${1:-$here/../build}"
 epochs="${2:-3}"
 rounds="${3:-2}"
 venv="${KERAS_VENV:-/work/keras-venv}"
+torch_python="${TORCH_PYTHON:-/usr/bin/python3}"
 out="$here/../docs/benchmarks"
 mkdir -p "$out"
 cmake --build "$build" --target mlp_fashion_mnist_bench gemm_bound_bench >/dev/null
 results="$(mktemp)"
 field() { sed -n "s/.* $2=\([0-9.]*\).*/\1/p" <<<"$1"; }
+have_torch=1
+"$torch_python" -c "import torch" 2>/dev/null || { have_torch=0; echo "PyTorch not found by $torch_python: left out"; }
+have_keras=1
+"$venv/bin/python" -c "import keras, jax" 2>/dev/null || { have_keras=0; echo "Keras/JAX not found in $venv: left out"; }
+keras() { KERAS_BACKEND=jax JAX_PLATFORMS=cpu "$venv/bin/python" "$here/keras_mlp_fashion_mnist.py" "$@" 2>/dev/null | grep '^RESULT'; }
+torch() { "$torch_python" "$here/torch_mlp_fashion_mnist.py" "$@" | grep '^RESULT'; }
+floor=""
 for round in $(seq "$rounds"); do
   for batch in 32 256; do
     line="$("$build/benchmarks/mlp_fashion_mnist_bench" --epochs "$epochs" --batch "$batch" | grep '^RESULT')"
@@ -26,14 +37,25 @@ for round in $(seq "$rounds"); do
       line="$("$BEFORE/benchmarks/mlp_fashion_mnist_bench" --epochs "$epochs" --batch "$batch" | grep '^RESULT')"
       echo "before $batch $(field "$line" seconds_per_epoch) $(field "$line" test_accuracy)" | tee -a "$results"
     fi
-    line="$(KERAS_BACKEND=jax JAX_PLATFORMS=cpu "$venv/bin/python" "$here/keras_mlp_fashion_mnist.py" \
-              --epochs "$epochs" --batch-size "$batch" 2>/dev/null | grep '^RESULT')"
-    echo "keras $batch $(field "$line" seconds_per_epoch) $(field "$line" test_accuracy)" | tee -a "$results"
+    if ((have_keras)); then
+      line="$(keras --epochs "$epochs" --batch-size "$batch")"
+      echo "keras $batch $(field "$line" seconds_per_epoch) $(field "$line" test_accuracy)" | tee -a "$results"
+    fi
+    if ((have_torch)); then
+      line="$(torch --epochs "$epochs" --batch-size "$batch")"
+      echo "torch $batch $(field "$line" seconds_per_epoch) $(field "$line" test_accuracy)" | tee -a "$results"
+    fi
   done
+  # The 4096-wide step (GFLOP/s of its GEMM work), with raw sgemm on the same GEMMs; the last
+  # round's gemm_bound_bench also gives the MLP's GEMM floors.
+  floor="$("$build/benchmarks/gemm_bound_bench" --steps 5 | grep '^RESULT')"
+  echo "wide tessel $(field "$(grep gemm_bound <<<"$floor")" tessel_gflops)" | tee -a "$results"
+  echo "wide sgemm $(field "$(grep gemm_bound <<<"$floor")" sgemm_gflops)" | tee -a "$results"
+  if ((have_keras)); then echo "wide keras $(field "$(keras --wide --steps 5)" gflops)" | tee -a "$results"; fi
+  if ((have_torch)); then echo "wide torch $(field "$(torch --wide --steps 5)" gflops)" | tee -a "$results"; fi
 done
-floor="$("$build/benchmarks/gemm_bound_bench" --steps 5 | grep '^RESULT')"
 echo "$floor"
+mlp_floor="$(grep mlp_gemm_floor <<<"$floor")"
 "$venv/bin/python" "$here/plot_throughput.py" "$results" "$(lscpu | sed -n 's/^Model name: *//p')" \
-  "$(field "$floor" seconds_per_epoch)" "$(field "$floor" tessel_seconds_per_epoch)" \
-  "$(sed -n 's/.* ratio=\([0-9.]*\).*/\1/p' <<<"$(grep gemm_bound <<<"$floor")")" "$out"
+  "$(field "$mlp_floor" seconds_per_epoch)" "$(field "$mlp_floor" tessel_seconds_per_epoch)" "$out"
 rm -f "$results"

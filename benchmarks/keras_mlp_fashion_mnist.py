@@ -22,6 +22,11 @@ The first epoch includes XLA compilation and is reported apart. The last line is
 
 (on one line). Threads are left as they come (XLA's CPU client uses its own thread pool
 over all visible cores).
+
+--wide: gemm_bound_bench's step instead: three Dense(4096) (relu, relu, linear), batch 512,
+Adam, mean squared error, timed with train_on_batch; prints the median over --steps steps and
+
+    RESULT keras_wide ms_per_step=<median> gflops=<GEMM work per step / median>
 """
 
 import argparse
@@ -63,13 +68,38 @@ def load(data_dir):
     return (x_train, y_train), (x_val, y_val), (x_test, y_test)
 
 
+def wide(steps):
+    import keras
+
+    w, batch = 4096, 512
+    model = keras.Sequential([keras.Input(shape=(w,)), keras.layers.Dense(w, activation="relu"),
+                              keras.layers.Dense(w, activation="relu"), keras.layers.Dense(w)])
+    model.compile(optimizer=keras.optimizers.Adam(), loss="mean_squared_error")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, w), dtype=np.float32)
+    y = rng.standard_normal((batch, w), dtype=np.float32)
+    model.train_on_batch(x, y)  # compiles the step
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        model.train_on_batch(x, y)
+        times.append(time.perf_counter() - t0)
+    t = sorted(times)[len(times) // 2]
+    flop = 8 * 2.0 * batch * w * w  # 3 forward, 3 kernel-gradient, 2 input-gradient GEMMs
+    print(f"RESULT keras_wide ms_per_step={t * 1e3:.2f} gflops={flop / t / 1e9:.1f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--wide", action="store_true")
+    ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
+    if args.wide:
+        return wide(args.steps)
 
     import jax
     import keras

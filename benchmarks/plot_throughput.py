@@ -1,9 +1,11 @@
 """The table and plot of benchmarks/compare_frameworks.sh: training throughput (samples per
-second of epoch time, validation included) of seeds/001's MLP by framework and batch size, the
-median over rounds, with the GEMM floors (the step's GEMMs alone, per epoch).
+second of epoch time, validation included) of seeds/001's MLP by framework and batch size, with
+the GEMM floors (the step's GEMMs alone, per epoch), and the GFLOP/s of the 4096-wide step by
+framework against raw sgemm; medians over the rounds.
 
-usage: plot_throughput.py RESULTS CPU RAW_FLOOR_S TESSEL_FLOOR_S GEMM_BOUND_RATIO OUT_DIR
-RESULTS: lines "<framework> <batch> <seconds per epoch> <test accuracy>".
+usage: plot_throughput.py RESULTS CPU RAW_FLOOR_S TESSEL_FLOOR_S OUT_DIR
+RESULTS: lines "<framework> <batch> <seconds per epoch> <test accuracy>" (the MLP) and
+"wide <framework> <GFLOP/s>" (the 4096-wide step; framework "sgemm" for raw sgemm).
 """
 import statistics
 import sys
@@ -16,18 +18,26 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 TRAIN = 50000  # samples per epoch (60000 minus the 10000 held out for validation)
 
-results, cpu, raw_floor, tessel_floor, bound_ratio, out = sys.argv[1:7]
+results, cpu, raw_floor, tessel_floor, out = sys.argv[1:6]
 runs = defaultdict(list)
 accuracy = {}
+wide = defaultdict(list)
 with open(results) as f:
     for line in f:
-        name, batch, seconds, acc = line.split()
+        fields = line.split()
+        if fields[0] == "wide":
+            if len(fields) == 3 and fields[2]:
+                wide[fields[1]].append(float(fields[2]))
+            continue
+        name, batch, seconds, acc = fields
         runs[(name, int(batch))].append(float(seconds))
         accuracy[(name, int(batch))] = float(acc)
-names = [n for n in ("tessel", "before", "keras") if any(k[0] == n for k in runs)]
-labels = {"tessel": "tessel", "before": "tessel before issue 12", "keras": "Keras 3 (JAX, CPU)"}
+labels = {"tessel": "tessel", "before": "tessel before issue 12", "keras": "Keras 3 (JAX, CPU)",
+          "torch": "PyTorch (eager, CPU)", "sgemm": "raw sgemm (OpenBLAS), same GEMMs"}
+names = [n for n in ("tessel", "before", "keras", "torch") if any(k[0] == n for k in runs)]
 batches = sorted({b for _, b in runs})
 median = {k: statistics.median(v) for k, v in runs.items()}
+wide_median = {k: statistics.median(v) for k, v in wide.items()}
 
 rows = ["| framework | batch | s/epoch (median) | samples/s | test accuracy | rounds |",
         "| --- | --- | --- | --- | --- | --- |"]
@@ -39,28 +49,39 @@ for b in batches:
                         f"{accuracy[(n, b)]:.4f} | {len(runs[(n, b)])} |")
 ratios = []
 for b in batches:
-    if ("tessel", b) in median and ("keras", b) in median:
-        ratios.append(f"batch {b}: tessel {median[('keras', b)] / median[('tessel', b)]:.2f}x "
-                      "Keras's throughput")
-    if ("tessel", b) in median and ("before", b) in median:
-        ratios.append(f"batch {b}: {median[('before', b)] / median[('tessel', b)]:.2f}x the "
-                      "build before")
+    for other, what in (("keras", "Keras's"), ("torch", "PyTorch's"), ("before", "the build before's")):
+        if ("tessel", b) in median and (other, b) in median:
+            ratios.append(f"batch {b}: tessel {median[(other, b)] / median[('tessel', b)]:.2f}x "
+                          f"{what} throughput")
+wide_rows = []
+if wide_median:
+    wide_rows = ["", "The 4096-wide step (3 x dense(4096), batch 512, Adam; 137.4 GFLOP of GEMM "
+                 "per step), GFLOP/s of the whole step:", "",
+                 "| framework | GFLOP/s (median) | ms/step | rounds |", "| --- | --- | --- | --- |"]
+    for n in ("tessel", "keras", "torch", "sgemm"):
+        if n in wide_median:
+            g = wide_median[n]
+            wide_rows.append(f"| {labels[n]} | {g:.1f} | {137.4e3 / g:.0f} | {len(wide[n])} |")
+    for other, what in (("sgemm", "raw sgemm's speed"), ("keras", "Keras's"),
+                        ("torch", "PyTorch's")):
+        if "tessel" in wide_median and other in wide_median:
+            ratios.append(f"4096-wide step: tessel {wide_median['tessel'] / wide_median[other]:.2f}"
+                          f"x {what}")
 text = [f"# CPU throughput: seeds/001's MLP on Fashion-MNIST ({cpu})", "",
         "Written by `benchmarks/compare_frameworks.sh`; epoch time includes the validation pass.",
-        "", *rows, "", *[f"- {r}" for r in ratios],
-        f"- the step's GEMMs alone at batch 32, per epoch: raw OpenBLAS {float(raw_floor):.3f} s, "
-        f"tessel's GEMM {float(tessel_floor):.3f} s",
-        f"- the 4096-wide GEMM-bound step: {float(bound_ratio):.3f} of raw sgemm's speed", ""]
+        "", *rows, *wide_rows, "", *[f"- {r}" for r in ratios],
+        f"- the MLP step's GEMMs alone at batch 32, per epoch: raw OpenBLAS {float(raw_floor):.3f} s, "
+        f"tessel's GEMM {float(tessel_floor):.3f} s", ""]
 with open(f"{out}/cpu_throughput.md", "w") as f:
     f.write("\n".join(text))
 
-fig, ax = plt.subplots(figsize=(7, 4))
+fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [2, 1]})
 width = 0.8 / len(names)
 for i, n in enumerate(names):
     xs = [j + i * width for j, b in enumerate(batches) if (n, b) in median]
     ys = [TRAIN / median[(n, b)] for b in batches if (n, b) in median]
     bars = ax.bar(xs, ys, width, label=labels[n])
-    ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.bar_label(bars, fmt="%.0f", fontsize=7)
 # Over the batch-32 group: the rate the step's GEMMs alone would allow (no other work).
 if 32 in batches:
     j = batches.index(32)
@@ -74,9 +95,18 @@ ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(batches))],
 ax.set_ylabel("training samples per second")
 ax.set_title(f"seeds/001 MLP, Fashion-MNIST, {cpu}", fontsize=10)
 top = max([TRAIN / v for v in median.values()] + [TRAIN / float(tessel_floor)])
-ax.set_ylim(0, top * 1.55)
-ax.legend(fontsize=8, loc="upper right")
+ax.set_ylim(0, top * 1.6)
+ax.legend(fontsize=7, loc="upper right")
+order = [n for n in ("tessel", "keras", "torch") if n in wide_median]
+bars = bx.bar(range(len(order)), [wide_median[n] for n in order],
+              color=[f"C{names.index(n)}" if n in names else "gray" for n in order])
+bx.bar_label(bars, fmt="%.0f", fontsize=7)
+if "sgemm" in wide_median:
+    bx.axhline(wide_median["sgemm"], color="gray", linestyle="--", linewidth=1,
+               label=labels["sgemm"])
+    bx.legend(fontsize=7, loc="lower right")
+bx.set_xticks(range(len(order)), [labels[n].split(" (")[0] for n in order])
+bx.set_ylabel("GFLOP/s of the whole step")
+bx.set_title("3 x dense(4096), batch 512, Adam", fontsize=10)
 fig.tight_layout()
 fig.savefig(f"{out}/cpu_throughput.png", dpi=110)
-print(f"wrote {out}/cpu_throughput.md and {out}/cpu_throughput.png")
-print("\n".join(text))
