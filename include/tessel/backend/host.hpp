@@ -122,6 +122,48 @@ inline void small_gemm(bool ta, bool tb, float alpha, const float* a, std::size_
   blas_gemm(ta, tb, alpha, a, lda, b, ldb, beta, c, ldc, m, n, k);
 }
 
+// dz = dy * f'(z) through y = f(z) on rows [i0, i1) and columns [j0, j1) (softmax: whole rows),
+// and, with db, db[j] = the sum of those rows of dz (row order). A plain function of pointers, so
+// that each case is one vectorised loop.
+inline void activation_backward_block(activation_kind a, const float* y, std::size_t ldy,
+                                      const float* dy, std::size_t lddy, float* dz,
+                                      std::size_t lddz, std::size_t i0, std::size_t i1,
+                                      std::size_t j0, std::size_t j1, float* db) {
+  const std::size_t n = j1 - j0;
+  float* out = db != nullptr ? db + j0 : nullptr;
+  if (out != nullptr) std::fill(out, out + n, 0.0f);
+  for (std::size_t i = i0; i < i1; ++i) {
+    const float* yr = y + i * ldy + j0;
+    const float* gr = dy + i * lddy + j0;
+    float* zr = dz + i * lddz + j0;
+    switch (a) {
+      case activation_kind::linear:
+        if (zr != gr) std::copy(gr, gr + n, zr);
+        break;
+      case activation_kind::relu:  // gr[j] read unconditionally: a select, not a branch
+        for (std::size_t j = 0; j < n; ++j) {
+          const float g = gr[j];
+          zr[j] = yr[j] > 0.0f ? g : 0.0f;
+        }
+        break;
+      case activation_kind::sigmoid:
+        for (std::size_t j = 0; j < n; ++j) zr[j] = gr[j] * yr[j] * (1.0f - yr[j]);
+        break;
+      case activation_kind::tanh:
+        for (std::size_t j = 0; j < n; ++j) zr[j] = gr[j] * (1.0f - yr[j] * yr[j]);
+        break;
+      case activation_kind::softmax: {  // j0 = 0, j1 = the row's length
+        float dot = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) dot += yr[j] * gr[j];
+        for (std::size_t j = 0; j < n; ++j) zr[j] = yr[j] * (gr[j] - dot);
+        break;
+      }
+    }
+    if (out != nullptr)
+      for (std::size_t j = 0; j < n; ++j) out[j] += zr[j];
+  }
+}
+
 // What a dense layer applies to the product as it is written (a fused epilogue): the bias (one
 // row, or none) and the activation, on `rows` rows of c.
 struct epilogue {
@@ -463,36 +505,9 @@ struct host {
     const std::size_t m = y.extent(0), n = y.extent(1);
     const bool with_bias = db.extent(0) > 0;
     float* out = with_bias ? db.data() : nullptr;
-    // Rows [i0, i1), columns [j0, j1).
     auto block = [&](std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) {
-      if (with_bias) std::fill(out + j0, out + j1, 0.0f);
-      for (std::size_t i = i0; i < i1; ++i) {
-        const float* yr = &y(i, 0);
-        const float* gr = &dy(i, 0);
-        float* zr = &dz(i, 0);
-        switch (a) {
-          case activation_kind::linear:
-            if (zr != gr) std::copy(gr + j0, gr + j1, zr + j0);
-            break;
-          case activation_kind::relu:
-            for (std::size_t j = j0; j < j1; ++j) zr[j] = yr[j] > 0.0f ? gr[j] : 0.0f;
-            break;
-          case activation_kind::sigmoid:
-            for (std::size_t j = j0; j < j1; ++j) zr[j] = gr[j] * yr[j] * (1.0f - yr[j]);
-            break;
-          case activation_kind::tanh:
-            for (std::size_t j = j0; j < j1; ++j) zr[j] = gr[j] * (1.0f - yr[j] * yr[j]);
-            break;
-          case activation_kind::softmax: {  // j0 = 0, j1 = n: whole rows
-            float dot = 0.0f;
-            for (std::size_t j = 0; j < n; ++j) dot += yr[j] * gr[j];
-            for (std::size_t j = 0; j < n; ++j) zr[j] = yr[j] * (gr[j] - dot);
-            break;
-          }
-        }
-        if (with_bias)
-          for (std::size_t j = j0; j < j1; ++j) out[j] += zr[j];
-      }
+      host_detail::activation_backward_block(a, y.data(), y.stride(0), dy.data(), dy.stride(0),
+                                             dz.data(), dz.stride(0), i0, i1, j0, j1, out);
     };
     thread_pool& p = host_detail::pool();
     if (m * n < elementwise_parallel_min || p.size() == 1) return block(0, m, 0, n);
