@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 #include <tessel/tessel.hpp>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -105,6 +106,19 @@ TEST_CASE("the thread pool runs every part of a job once, on its threads", "[gem
       REQUIRE(parts == 3);
       ran[part].fetch_add(1);
     });
+    for (auto& r : ran) CHECK(r.load() == 1);
+  }
+  // More threads than cores: workers that do not get a core in time have their parts taken by
+  // the threads that do, still each part once.
+  tessel::backend::thread_pool crowded(4 * std::max(1u, std::thread::hardware_concurrency()));
+  for (int job = 0; job < 2000; ++job) {
+    std::vector<std::atomic<int>> ran(crowded.size());
+    std::atomic<bool> parts_ok{true};
+    crowded.run([&](std::size_t part, std::size_t parts) {
+      if (parts != crowded.size()) parts_ok = false;
+      ran[part].fetch_add(1);
+    });
+    CHECK(parts_ok);
     for (auto& r : ran) CHECK(r.load() == 1);
   }
   // A job's parts see the caller's floating-point mode (denormals flushed or not).

@@ -1,10 +1,14 @@
 // thread_pool: the host backend's threads — one budget per process for its GEMMs and its
 // optimizer updates (PyTorch's intra-op pool), sized to the process's share of the machine's
-// cores (cores / processes on the node, or TESSEL_NUM_THREADS). The caller runs the first part of
-// every job itself; the workers wait for the next job spinning briefly (consecutive kernels of a
-// step follow each other within microseconds), then sleep on a futex (std::atomic::wait), so that
-// a core shared with other work is given back instead of spinning on sched_yield. Each job
-// carries the caller's floating-point mode (MXCSR: denormals flushed or not) to the workers.
+// cores (cores / processes on the node, or TESSEL_NUM_THREADS). A job has one part per thread:
+// the caller runs part 0, worker i part i, and each part is claimed once, so a thread that has
+// finished its own part takes any part not yet begun. A worker that does not get a core (another
+// process keeps it busy) therefore delays nothing: the caller runs its part, instead of spinning
+// until the scheduler gives the worker a time slice (which made training 12x slower beside one
+// busy core). The workers wait for the next job spinning briefly (consecutive kernels of a step
+// follow each other within microseconds), then sleep on a futex (std::atomic::wait); the caller
+// waits for a part begun elsewhere spinning briefly, then yielding its core. Each job carries the
+// caller's floating-point mode (MXCSR: denormals flushed or not) to the workers.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +18,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,7 +34,10 @@ namespace tessel::backend {
 class thread_pool {
  public:
   // A pool of `threads` (the caller included: threads - 1 workers).
-  explicit thread_pool(std::size_t threads) : size_(std::max<std::size_t>(threads, 1)) {
+  explicit thread_pool(std::size_t threads)
+      : size_(std::max<std::size_t>(threads, 1)),
+        claimed_(std::make_unique<std::atomic<bool>[]>(size_)) {
+    for (std::size_t i = 0; i < size_; ++i) claimed_[i].store(true);  // no job yet
     for (std::size_t i = 1; i < size_; ++i) workers_.emplace_back([this, i] { work(i); });
   }
   thread_pool(const thread_pool&) = delete;
@@ -43,8 +51,9 @@ class thread_pool {
 
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
-  // Runs f(part, parts) for every part in [0, parts), parts = size(): part 0 on the caller, the
-  // others on the workers; returns when all are done. Not reentrant: a part must not run a job.
+  // Runs f(part, parts) for every part in [0, parts), parts = size(), each exactly once: part 0
+  // on the caller, part i on worker i unless a thread that is done with its own part has taken
+  // it first; returns when all are done. Not reentrant: a part must not run a job.
   template <class F>
   void run(F&& f) {
     if (size_ == 1) return f(std::size_t{0}, std::size_t{1});
@@ -52,12 +61,26 @@ class thread_pool {
 #if defined(__SSE2__)
     csr_ = _mm_getcsr();
 #endif
-    pending_.store(size_ - 1, std::memory_order_relaxed);
+    done_.store(0, std::memory_order_relaxed);
+    // Every part was claimed in the last job: release them (after job_, csr_ and done_ are set,
+    // so that a worker still looking for parts of the last job runs this one's).
+    for (std::size_t i = 1; i < size_; ++i) claimed_[i].store(false, std::memory_order_release);
     generation_.fetch_add(1, std::memory_order_acq_rel);
     generation_.notify_all();
     job_(0);
-    // The workers' parts are about as long as this one: wait for them spinning.
-    while (pending_.load(std::memory_order_acquire) != 0) spin_pause();
+    std::size_t mine = 0;
+    for (std::size_t i = 1; i < size_; ++i)
+      if (claim(i)) {
+        job_(i);
+        ++mine;
+      }
+    // The parts the workers claimed: wait for them, spinning briefly, then giving the core to
+    // them (they may be waiting for it).
+    const std::size_t others = size_ - 1 - mine;
+    for (int spins = 0; done_.load(std::memory_order_acquire) != others; ++spins) {
+      if (spins < 2000) spin_pause();
+      else std::this_thread::yield();
+    }
   }
 
  private:
@@ -65,6 +88,19 @@ class thread_pool {
 #if defined(__SSE2__)
     _mm_pause();
 #endif
+  }
+  bool claim(std::size_t part) {
+    return !claimed_[part].load(std::memory_order_relaxed) &&
+           !claimed_[part].exchange(true, std::memory_order_acq_rel);
+  }
+  // Runs `part` of the current job if no other thread has taken it; counts it for the caller.
+  void run_part(std::size_t part) {
+    if (!claim(part)) return;
+#if defined(__SSE2__)
+    if (_mm_getcsr() != csr_) _mm_setcsr(csr_);
+#endif
+    job_(part);
+    done_.fetch_add(1, std::memory_order_acq_rel);
   }
   void work(std::size_t part) {
     std::uint64_t seen = 0;
@@ -88,11 +124,9 @@ class thread_pool {
       }
       seen = g;
       if (stop_.load(std::memory_order_acquire)) return;
-#if defined(__SSE2__)
-      if (_mm_getcsr() != csr_) _mm_setcsr(csr_);
-#endif
-      job_(part);
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      // Its own part first (the rows it wrote last time, still in its cache), then any other.
+      run_part(part);
+      for (std::size_t i = 1; i < size_; ++i) run_part(i);
     }
   }
 
@@ -100,8 +134,9 @@ class thread_pool {
   std::vector<std::thread> workers_;
   std::function<void(std::size_t)> job_;
   unsigned csr_ = 0;
+  std::unique_ptr<std::atomic<bool>[]> claimed_;  // per part: taken in the current job
   std::atomic<std::uint64_t> generation_{0};
-  std::atomic<std::size_t> pending_{0};
+  std::atomic<std::size_t> done_{0};  // parts the workers have finished in the current job
   std::atomic<bool> stop_{false};
 };
 
