@@ -25,7 +25,7 @@ field() { sed -n "s/.* $2=\([0-9.]*\).*/\1/p" <<<"$1"; }
 have_torch=1
 "$torch_python" -c "import torch" 2>/dev/null || { have_torch=0; echo "PyTorch not found by $torch_python: left out"; }
 have_keras=1
-"$venv/bin/python" -c "import keras, jax" 2>/dev/null || { have_keras=0; echo "Keras/JAX not found in $venv: left out"; }
+KERAS_BACKEND=jax JAX_PLATFORMS=cpu "$venv/bin/python" -c "import keras, jax" 2>/dev/null || { have_keras=0; echo "Keras/JAX not found in $venv: left out"; }
 keras() { KERAS_BACKEND=jax JAX_PLATFORMS=cpu "$venv/bin/python" "$here/keras_mlp_fashion_mnist.py" "$@" 2>/dev/null | grep '^RESULT'; }
 torch() { "$torch_python" "$here/torch_mlp_fashion_mnist.py" "$@" | grep '^RESULT'; }
 floor=""
