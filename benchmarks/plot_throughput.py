@@ -105,6 +105,7 @@ if "sgemm" in wide_median:
     bx.axhline(wide_median["sgemm"], color="gray", linestyle="--", linewidth=1,
                label=labels["sgemm"])
     bx.legend(fontsize=7, loc="lower right")
+bx.set_ylim(0, max(wide_median.values()) * 1.15)
 bx.set_xticks(range(len(order)), [labels[n].split(" (")[0] for n in order])
 bx.set_ylabel("GFLOP/s of the whole step")
 bx.set_title("3 x dense(4096), batch 512, Adam", fontsize=10)
