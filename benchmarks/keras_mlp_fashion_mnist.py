@@ -29,10 +29,7 @@ Adam, mean squared error, timed with train_on_batch; prints the median over --st
     RESULT keras_wide ms_per_step=<median> gflops=<GEMM work per step / median>
 """
 
-import argparse
-import gzip
 import os
-import struct
 import sys
 import time
 
@@ -41,18 +38,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype_code != 0x08:
-        raise ValueError(f"{path}: not an unsigned-byte IDX file")
-    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
-    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
-    if arr.size != int(np.prod(dims)):
-        raise ValueError(f"{path}: {arr.size} values for shape {dims}")
-    return arr.reshape(dims)
+from bench_common import WIDE, WIDE_BATCH, arguments, read_idx, time_wide_step  # noqa: E402
 
 
 def load(data_dir):
@@ -71,33 +57,18 @@ def load(data_dir):
 def wide(steps):
     import keras
 
-    w, batch = 4096, 512
+    w, batch = WIDE, WIDE_BATCH
     model = keras.Sequential([keras.Input(shape=(w,)), keras.layers.Dense(w, activation="relu"),
                               keras.layers.Dense(w, activation="relu"), keras.layers.Dense(w)])
     model.compile(optimizer=keras.optimizers.Adam(), loss="mean_squared_error")
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, w), dtype=np.float32)
     y = rng.standard_normal((batch, w), dtype=np.float32)
-    model.train_on_batch(x, y)  # compiles the step
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        model.train_on_batch(x, y)
-        times.append(time.perf_counter() - t0)
-    t = sorted(times)[len(times) // 2]
-    flop = 8 * 2.0 * batch * w * w  # 3 forward, 3 kernel-gradient, 2 input-gradient GEMMs
-    print(f"RESULT keras_wide ms_per_step={t * 1e3:.2f} gflops={flop / t / 1e9:.1f}", flush=True)
+    time_wide_step("keras_wide", lambda: model.train_on_batch(x, y), steps)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--wide", action="store_true")
-    ap.add_argument("--steps", type=int, default=10)
-    args = ap.parse_args()
+    args = arguments()
     if args.wide:
         return wide(args.steps)
 

@@ -25,25 +25,14 @@ gemm_bound_bench's step; prints the median step time over --steps steps and
     RESULT torch_wide ms_per_step=<median> gflops=<GEMM work per step / median>
 """
 
-import argparse
-import gzip
 import os
-import struct
 import sys
 import time
 
 import numpy as np
 import torch
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype_code != 0x08:
-        raise ValueError(f"{path}: not an unsigned-byte IDX file")
-    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+from bench_common import WIDE, WIDE_BATCH, arguments, read_idx, time_wide_step
 
 
 def glorot(layer):
@@ -102,7 +91,7 @@ def mlp(args):
 
 
 def wide(args):
-    w, batch = 4096, 512
+    w, batch = WIDE, WIDE_BATCH
     model = torch.nn.Sequential(torch.nn.Linear(w, w), torch.nn.ReLU(), torch.nn.Linear(w, w),
                                 torch.nn.ReLU(), torch.nn.Linear(w, w))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
@@ -113,26 +102,11 @@ def wide(args):
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
 
-    step()  # warm up: the optimizer's slots
-    ts = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        ts.append(time.perf_counter() - t0)
-    t = sorted(ts)[len(ts) // 2]
-    flop = 8 * 2.0 * batch * w * w  # 3 forward, 3 kernel-gradient, 2 input-gradient GEMMs
-    print(f"RESULT torch_wide ms_per_step={t * 1e3:.2f} gflops={flop / t / 1e9:.1f}", flush=True)
+    time_wide_step("torch_wide", step, args.steps)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--wide", action="store_true")
-    ap.add_argument("--steps", type=int, default=10)
-    args = ap.parse_args()
+    args = arguments()
     torch.manual_seed(args.seed)
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     torch.set_flush_denormal(True)

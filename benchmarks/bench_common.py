@@ -1,0 +1,51 @@
+"""What the framework scripts beside it share (keras_mlp_fashion_mnist.py runs in the Keras
+virtual environment, torch_mlp_fashion_mnist.py in Debian's Python; both import this module from
+their own directory): the command line, the IDX reader, and the timing of the 4096-wide step."""
+
+import argparse
+import gzip
+import struct
+import time
+
+import numpy as np
+
+WIDE, WIDE_BATCH = 4096, 512
+# The GEMM work of one wide step: 3 forward, 3 kernel-gradient and 2 input-gradient GEMMs.
+WIDE_FLOP = 8 * 2.0 * WIDE_BATCH * WIDE * WIDE
+
+
+def arguments():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--wide", action="store_true")
+    ap.add_argument("--steps", type=int, default=10)
+    return ap.parse_args()
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
+    if zero != 0 or dtype_code != 0x08:
+        raise ValueError(f"{path}: not an unsigned-byte IDX file")
+    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
+    arr = np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim)
+    if arr.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: {arr.size} values for shape {dims}")
+    return arr.reshape(dims)
+
+
+def time_wide_step(name, step, steps):
+    """Runs step() once to warm up (compilation, the optimizer's slots), then `steps` times;
+    prints the median as RESULT <name> ms_per_step=... gflops=..."""
+    step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    t = sorted(times)[len(times) // 2]
+    print(f"RESULT {name} ms_per_step={t * 1e3:.2f} gflops={WIDE_FLOP / t / 1e9:.1f}", flush=True)
