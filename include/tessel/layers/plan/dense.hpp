@@ -124,15 +124,9 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   if (!p.ok()) return;
   // A softmax activation over classes split across devices: its row reductions forward, and
   // backward its row sum first (the activation's gradient comes before the product's).
-  const bool softmax = op.option.view() == "softmax";
-  std::uint32_t softmax_axes = 0;
-  if (softmax) {
-    const auto r = propagate_softmax(best.out);
-    if (!r.ok) return p.fail(r.error);
-    softmax_axes = r.reduce_axes;
-    p.row_reduction(softmax_axes, best.out, ys, phase::forward, step_role::row_max);
-    p.row_reduction(softmax_axes, best.out, ys, phase::forward, step_role::row_sum);
-    p.row_reduction(softmax_axes, best.out, ys, phase::backward, step_role::row_sum);
+  if (op.option.view() == "softmax") {
+    softmax(p, best.out, ys);
+    if (!p.ok()) return;
   }
   // backward, in execution order
   const layout_value g = best.y.without_partial();

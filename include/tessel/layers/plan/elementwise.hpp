@@ -15,20 +15,22 @@ constexpr bool is_linear_activation(std::string_view fn) noexcept {
   return fn == "linear" || fn.empty();
 }
 
-// softmax over a sharded last dimension: all_reduce of the row max and the row sum forward,
-// and of the row sum of (gradient * output) backward.
-constexpr void softmax(layer_planner& p) noexcept {
-  const auto r = propagate_softmax(p.layout());
+// softmax over a sharded last dimension of an output laid out by `layout`: all_reduce of the
+// row max and the row sum forward, and of the row sum of (gradient * output) backward. A softmax
+// layer's, and a dense layer's softmax activation (on its product's layout).
+constexpr void softmax(layer_planner& p, const layout_value& layout,
+                       const shape_value& shape) noexcept {
+  const auto r = propagate_softmax(layout);
   if (!r.ok) return p.fail(r.error);
-  p.row_reduction(r.reduce_axes, p.layout(), p.shape(), phase::forward, step_role::row_max);
-  p.row_reduction(r.reduce_axes, p.layout(), p.shape(), phase::forward, step_role::row_sum);
-  p.row_reduction(r.reduce_axes, p.layout(), p.shape(), phase::backward, step_role::row_sum);
+  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_max);
+  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_sum);
+  p.row_reduction(r.reduce_axes, layout, shape, phase::backward, step_role::row_sum);
 }
 
 // An element-wise function: linear ones (identity, scaling) work on partial sums as they are;
 // a nonlinear one needs its input complete; softmax reduces over the class dimension.
 constexpr void activation(layer_planner& p, const op_desc& op) noexcept {
-  if (op.option.view() == "softmax") softmax(p);
+  if (op.option.view() == "softmax") softmax(p, p.layout(), p.shape());
   else if (!is_linear_activation(op.option.view()))
     p.reshard_forward(step_role::input, p.layout(), p.layout().without_partial(), p.shape(),
                       p.needs_grad());
