@@ -67,6 +67,16 @@ inline constexpr double big_gemm_flops = 2.0 * 256 * 1024 * 1024;  // 2 x m n k
 // Each part of a split GEMM does at least this much (below it one thread does it all).
 inline constexpr double split_min_flops = 2.0 * 64 * 1024;
 
+// Part `part` of `parts` of [0, n): [part n / parts, (part + 1) n / parts), both ends cut down to
+// a multiple of `align`, the last part taking the rest.
+struct range {
+  std::size_t begin, end;
+};
+inline range share(std::size_t n, std::size_t part, std::size_t parts, std::size_t align = 1) {
+  return {part * n / parts / align * align,
+          part + 1 == parts ? n : (part + 1) * n / parts / align * align};
+}
+
 // OpenBLAS's thread count, if the BLAS is OpenBLAS (else nothing happens).
 inline void set_blas_threads(int n) {
   using set_threads_t = void (*)(int);
@@ -213,9 +223,8 @@ inline void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
     blas_gemm(ta, tb, alpha, a, lda, b, ldb, beta, c, ldc, m, n, k);
     set_blas_threads(1);
     if (e != nullptr) {
-      const std::size_t rows = (m + p.size() - 1) / p.size();
-      p.run([&](std::size_t part, std::size_t) {
-        const std::size_t r0 = std::min(m, part * rows), r1 = std::min(m, r0 + rows);
+      p.run([&](std::size_t part, std::size_t parts) {
+        const auto [r0, r1] = share(m, part, parts);
         if (r1 > r0) apply_epilogue(*e, c + r0 * ldc, ldc, r1 - r0, n);
       });
     }
@@ -245,8 +254,7 @@ inline void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
     if (parts == 1) return part_columns(0, n);
     p.run([&](std::size_t part, std::size_t) {
       if (part >= parts) return;
-      const std::size_t j0 = part * n / parts / 16 * 16;
-      const std::size_t j1 = part + 1 == parts ? n : (part + 1) * n / parts / 16 * 16;
+      const auto [j0, j1] = share(n, part, parts, 16);
       if (j1 > j0) part_columns(j0, j1);
     });
     return;
@@ -514,12 +522,12 @@ struct host {
     if (a == activation_kind::softmax) {
       if (with_bias) return block(0, m, 0, n);
       return p.run([&](std::size_t part, std::size_t parts) {
-        block(part * m / parts, (part + 1) * m / parts, 0, n);
+        const auto [i0, i1] = host_detail::share(m, part, parts);
+        block(i0, i1, 0, n);
       });
     }
     p.run([&](std::size_t part, std::size_t parts) {
-      const std::size_t j0 = part * n / parts / 16 * 16;
-      const std::size_t j1 = part + 1 == parts ? n : (part + 1) * n / parts / 16 * 16;
+      const auto [j0, j1] = host_detail::share(n, part, parts, 16);
       if (j1 > j0) block(0, m, j0, j1);
     });
   }
@@ -862,7 +870,8 @@ struct host {
         return;
       }
       p.run([&](std::size_t part, std::size_t parts) {
-        for (std::size_t i = part * rows / parts; i < (part + 1) * rows / parts; ++i) f(i);
+        const auto [i0, i1] = host_detail::share(rows, part, parts);
+        for (std::size_t i = i0; i < i1; ++i) f(i);
       });
       return;
     }
@@ -894,8 +903,7 @@ struct host {
           if (small++ % parts == part && n > 0) f(t, 0, n);
           continue;
         }
-        const std::size_t b = part * n / parts / 16 * 16;
-        const std::size_t e = part + 1 == parts ? n : (part + 1) * n / parts / 16 * 16;
+        const auto [b, e] = host_detail::share(n, part, parts, 16);
         if (e > b) f(t, b, e);
       }
     });
