@@ -152,10 +152,7 @@ void split_loss_and_gradient(const loss_spec& loss, const basic_dtensor<B>& pred
         if constexpr (std::is_same_v<L, losses::mean_squared_error>) {
           B::mean_squared_error(pred, targets, grad, grad_scale, sums, slot, g[last]);
         } else if (l.from_logits) {
-          B::row_max(pred, st.max);
-          reduce.reduce_rows(st.max, axes, comm::reduce_op::max);
-          B::exp_rows(pred, st.max, grad, st.sum);
-          reduce.reduce_rows(st.sum, axes, comm::reduce_op::sum);
+          split_exp_rows<B>(pred, grad, axes, st, reduce);
           B::target_terms(pred, lab, col0, targets, st.max, st.terms);
           reduce.reduce_rows(st.terms, axes, comm::reduce_op::sum);
           B::split_softmax_cross_entropy(grad, lab, col0, targets, st.sum, st.terms, grad_scale,

@@ -38,17 +38,25 @@ struct row_statistics {
   matrix max_store_, sum_store_, terms_store_;
 };
 
-// softmax over the last dimension of `y`'s block, in place: the local row max, its all_reduce
-// (max), the exponentials and their row sum, its all_reduce (sum), the division.
+// dst = exp(src - the whole row's max) (dst may be src), with st.max and st.sum completed over
+// `axes`: the local row max, its all_reduce (max), the exponentials and their row sum, its
+// all_reduce (sum). A softmax's forward and a cross-entropy on logits both start so.
+template <class B, class Reduce>
+void split_exp_rows(const typename B::matrix& src, const typename B::matrix& dst,
+                    std::uint32_t axes, row_statistics<B>& st, Reduce& reduce) {
+  B::row_max(src, st.max);
+  reduce.reduce_rows(st.max, axes, comm::reduce_op::max);
+  B::exp_rows(src, st.max, dst, st.sum);
+  reduce.reduce_rows(st.sum, axes, comm::reduce_op::sum);
+}
+
+// softmax over the last dimension of `y`'s block, in place: the exponentials over the completed
+// row max, divided by their completed row sum.
 template <class B, class Reduce>
 void split_softmax_forward(const basic_dtensor<B>& y, row_statistics<B>& st, Reduce& reduce) {
-  const std::uint32_t axes = class_axes(y.layout());
   const typename B::matrix& m = y.local();
   st.size(B::rows(m));
-  B::row_max(m, st.max);
-  reduce.reduce_rows(st.max, axes, comm::reduce_op::max);
-  B::exp_rows(m, st.max, m, st.sum);
-  reduce.reduce_rows(st.sum, axes, comm::reduce_op::sum);
+  split_exp_rows<B>(m, m, class_axes(y.layout()), st, reduce);
   B::divide_rows(m, st.sum);
 }
 
