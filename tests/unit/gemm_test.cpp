@@ -6,6 +6,7 @@
 // element-wise kernels split over the pool give the bits they give on one thread.
 #include <catch2/catch.hpp>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -129,6 +130,34 @@ TEST_CASE("the thread pool runs every part of a job once, on its threads", "[gem
   tessel::set_flush_denormal(true);
   pool.run([&](std::size_t part, std::size_t) { flushed[part] = B::flushes_denormals(); });
   CHECK(flushed == std::vector<int>{1, 1, 1});
+}
+
+namespace {
+std::vector<double> observed;  // microseconds, one per job seen by the observer
+void observe_job(tessel::backend::thread_pool::clock::time_point begin,
+                 tessel::backend::thread_pool::clock::time_point end) {
+  observed.push_back(std::chrono::duration<double, std::micro>(end - begin).count());
+}
+}  // namespace
+
+TEST_CASE("the thread pool's observer sees each job once, after all its parts",
+          "[gemm][pool]") {
+  using clock = tessel::backend::thread_pool::clock;
+  for (const std::size_t threads : {1, 3}) {
+    tessel::backend::thread_pool pool(threads);
+    observed.clear();
+    tessel::backend::thread_pool::observer() = observe_job;
+    // Each part sleeps 2 ms: the job the observer is told of lasts at least that long.
+    for (int job = 0; job < 3; ++job)
+      pool.run([](std::size_t, std::size_t) {
+        const auto until = clock::now() + std::chrono::milliseconds(2);
+        while (clock::now() < until) std::this_thread::yield();
+      });
+    tessel::backend::thread_pool::observer() = nullptr;
+    pool.run([](std::size_t, std::size_t) {});  // not observed
+    REQUIRE(observed.size() == 3);
+    for (const double us : observed) CHECK(us >= 2000.0);
+  }
 }
 
 TEST_CASE("TESSEL_NUM_THREADS takes a positive number and names itself otherwise", "[pool]") {

@@ -51,11 +51,31 @@ class thread_pool {
 
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
+  // If set, called on the caller's thread after every job with the job's start and end: what
+  // benchmarks/step_breakdown uses to show where a training step's time goes (one branch per job
+  // when unset).
+  using clock = std::chrono::steady_clock;
+  using job_observer = void (*)(clock::time_point begin, clock::time_point end);
+  static job_observer& observer() noexcept {
+    static job_observer o = nullptr;
+    return o;
+  }
+
   // Runs f(part, parts) for every part in [0, parts), parts = size(), each exactly once: part 0
   // on the caller, part i on worker i unless a thread that is done with its own part has taken
   // it first; returns when all are done. Not reentrant: a part must not run a job.
   template <class F>
   void run(F&& f) {
+    const job_observer observe = observer();
+    if (observe == nullptr) return run_job(f);
+    const clock::time_point begin = clock::now();
+    run_job(f);
+    observe(begin, clock::now());
+  }
+
+ private:
+  template <class F>
+  void run_job(F& f) {
     if (size_ == 1) return f(std::size_t{0}, std::size_t{1});
     job_ = [&f, this](std::size_t part) { f(part, size_); };
 #if defined(__SSE2__)
@@ -83,7 +103,6 @@ class thread_pool {
     }
   }
 
- private:
   static void spin_pause() noexcept {
 #if defined(__SSE2__)
     _mm_pause();
