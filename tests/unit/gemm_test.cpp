@@ -60,10 +60,13 @@ TEST_CASE("gemm equals a plain loop on every path: small, split over the pool, b
   struct shape {
     std::size_t m, n, k;
   };
-  // 8 x 16 x 8: one part. 32 x 256 x 784 and 784 x 256 x 32: split (kernels). 32 x 256 x 256
-  // with b transposed: split (no libxsmm kernel: the BLAS per part). 520 x 1032 x 520: big.
-  const std::vector<shape> shapes = {{8, 16, 8}, {32, 256, 784}, {784, 256, 32}, {37, 70, 45},
-                                     {32, 256, 256}, {520, 1032, 520}};
+  // 8 x 16 x 8: one part. 32 x 256 x 784 and 784 x 256 x 32: split (kernels). With b
+  // transposed, split by columns: 784 x 256 x 32 transposing b's rows, 32 x 256 x 256 and
+  // 13 x 272 x 200 (rows and columns not multiples of the vector width) transposing a.
+  // 520 x 1032 x 520: big.
+  const std::vector<shape> shapes = {{8, 16, 8},     {32, 256, 784},  {784, 256, 32},
+                                     {37, 70, 45},   {32, 256, 256},  {13, 272, 200},
+                                     {520, 1032, 520}};
   std::uint64_t key = 1;
   for (const auto& s : shapes)
     for (int t = 0; t < 4; ++t) {

@@ -233,16 +233,38 @@ inline void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
 #if defined(TESSEL_HAVE_LIBXSMM)
   // Row-major a * b^T (an input gradient, dy w^T), for which libxsmm 1.17 has no kernel: each part
   // takes a block of c's columns, transposes its rows of b into a scratch block (libxsmm_otrans)
-  // and runs the a * b kernel on it. 32 x 256 x 256 on 2 threads (seeds/001's input gradient):
-  // 38-50 us through OpenBLAS by rows (each part packing all of b), 26-29 us this way; 256 x 256 x
-  // 256: 195-196 us against 204-213.
+  // and runs the a * b kernel on it; or, where a is the smaller operand (a batch of 32 rows
+  // against a kernel's 256), transposes a and computes the block's transpose. 32 x 256 x 256 on 2
+  // threads (seeds/001's input gradient), in cache: 38-50 us through OpenBLAS by rows (each part
+  // packing all of b), 27-29 us transposing b's rows, 24 us transposing a; 256 x 256 x 256 (b's
+  // rows): 195-196 us against 204-213.
   if (tb && !ta && e == nullptr && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && n >= 16) {
     std::size_t parts = p.size();
     while (parts > 1 && (flops / static_cast<double>(parts) < split_min_flops || n < 16 * parts))
       --parts;
     auto part_columns = [&](std::size_t j0, std::size_t j1) {
-      thread_local std::vector<float> scratch;
+      thread_local std::vector<float> scratch, product;
       const std::size_t w = j1 - j0;
+      if (m * (k + w) < w * k) {
+        // a is the smaller operand (the batch's rows, against a kernel's): transpose it instead,
+        // run c^T[j0:j1, :] = b[j0:j1, :] a^T, and write its transpose into c's columns.
+        scratch.resize(k * m);
+        product.resize(w * m);
+        libxsmm_otrans(scratch.data(), a, sizeof(float), static_cast<libxsmm_blasint>(k),
+                       static_cast<libxsmm_blasint>(m), static_cast<libxsmm_blasint>(lda),
+                       static_cast<libxsmm_blasint>(m));
+        small_gemm(false, false, 1.0f, b + j0 * ldb, ldb, scratch.data(), m, 0.0f,
+                   product.data(), m, w, m, k);
+        for (std::size_t i = 0; i < m; ++i) {
+          float* row = c + i * ldc + j0;
+          const float* column = product.data() + i;
+          if (beta == 0.0f)
+            for (std::size_t j = 0; j < w; ++j) row[j] = column[j * m];
+          else
+            for (std::size_t j = 0; j < w; ++j) row[j] += column[j * m];
+        }
+        return;
+      }
       scratch.resize(k * w);
       // b's rows j0..j1 (k long, ldb apart) are a column-major k x w matrix: its transpose,
       // column-major w x k, is the row-major k x w block b^T[:, j0:j1].
