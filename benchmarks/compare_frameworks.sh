@@ -46,16 +46,15 @@ for round in $(seq "$rounds"); do
       echo "torch $batch $(field "$line" seconds_per_epoch) $(field "$line" test_accuracy)" | tee -a "$results"
     fi
   done
-  # The 4096-wide step (GFLOP/s of its GEMM work), with raw sgemm on the same GEMMs; the last
-  # round's gemm_bound_bench also gives the MLP's GEMM floors.
+  # The 4096-wide step (GFLOP/s of its GEMM work), with raw sgemm on the same GEMMs, and the
+  # MLP's GEMM floors per epoch (validation included).
   floor="$("$build/benchmarks/gemm_bound_bench" --steps 5 | grep '^RESULT')"
   echo "wide tessel $(field "$(grep gemm_bound <<<"$floor")" tessel_gflops)" | tee -a "$results"
   echo "wide sgemm $(field "$(grep gemm_bound <<<"$floor")" sgemm_gflops)" | tee -a "$results"
+  echo "floor raw $(field "$(grep mlp_gemm_floor <<<"$floor")" seconds_per_epoch)" | tee -a "$results"
+  echo "floor tessel $(field "$(grep mlp_gemm_floor <<<"$floor")" tessel_seconds_per_epoch)" | tee -a "$results"
   if ((have_keras)); then echo "wide keras $(field "$(keras --wide --steps 5)" gflops)" | tee -a "$results"; fi
   if ((have_torch)); then echo "wide torch $(field "$(torch --wide --steps 5)" gflops)" | tee -a "$results"; fi
 done
-echo "$floor"
-mlp_floor="$(grep mlp_gemm_floor <<<"$floor")"
-"$venv/bin/python" "$here/plot_throughput.py" "$results" "$(lscpu | sed -n 's/^Model name: *//p')" \
-  "$(field "$mlp_floor" seconds_per_epoch)" "$(field "$mlp_floor" tessel_seconds_per_epoch)" "$out"
+"$venv/bin/python" "$here/plot_throughput.py" "$results" "$(lscpu | sed -n 's/^Model name: *//p')" "$out"
 rm -f "$results"
