@@ -318,8 +318,8 @@ inline void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
 // L2/L3 as fast as the memory gives them), then the square roots and divisions on the block just
 // written, now in L1. In one pass the slow square roots and divisions hold back the loads behind
 // them: in training, with the state coming from L3, Adam over seeds/001's 269k parameters took
-// 100-119 us a step in one pass and 64-80 us in two (benchmarks/step_breakdown). The same
-// operations on the same values: the same bits.
+// 102-112 us a step in one pass and 62-77 us in two (benchmarks/step_breakdown, interleaved). The
+// same operations on the same values: the same bits.
 inline constexpr std::size_t update_block = 512;
 
 TESSEL_MULTIVERSION static void adam_chunk(float* __restrict w, const float* __restrict g,
