@@ -150,7 +150,7 @@ TEST_CASE("the thread pool's observer sees each job once, after all its parts",
     tessel::backend::thread_pool pool(threads);
     observed.clear();
     tessel::backend::thread_pool::observer() = observe_job;
-    // Each part sleeps 2 ms: the job the observer is told of lasts at least that long.
+    // Each part waits 2 ms: the job the observer is told of lasts at least that long.
     for (int job = 0; job < 3; ++job)
       pool.run([](std::size_t, std::size_t) {
         const auto until = clock::now() + std::chrono::milliseconds(2);
