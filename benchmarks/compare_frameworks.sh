@@ -28,7 +28,6 @@ have_keras=1
 KERAS_BACKEND=jax JAX_PLATFORMS=cpu "$venv/bin/python" -c "import keras, jax" 2>/dev/null || { have_keras=0; echo "Keras/JAX not found in $venv: left out"; }
 keras() { KERAS_BACKEND=jax JAX_PLATFORMS=cpu "$venv/bin/python" "$here/keras_mlp_fashion_mnist.py" "$@" 2>/dev/null | grep '^RESULT'; }
 torch() { "$torch_python" "$here/torch_mlp_fashion_mnist.py" "$@" | grep '^RESULT'; }
-floor=""
 for round in $(seq "$rounds"); do
   for batch in 32 256; do
     line="$("$build/benchmarks/mlp_fashion_mnist_bench" --epochs "$epochs" --batch "$batch" | grep '^RESULT')"
