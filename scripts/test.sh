@@ -11,4 +11,4 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j "$jobs"
 echo "build: $(( $(date +%s) - start )) s"
 cd "$build"
-ctest --output-on-failure -j "$jobs"
+ctest --output-on-failure -j "$jobs" -LE gpu  # the GPU tests: scripts/test-gpu.sh

@@ -12,13 +12,24 @@
 #include <sstream>
 #include <string>
 #include <tessel/tessel.hpp>
+#if defined(TESSEL_GOLDEN_ON_CUDA)
+#include <tessel/backend/cuda.hpp>
+#endif
 #include <vector>
 
 namespace {
 
 using json = nlohmann::json;
+// The backend under test: the default (host) one, or the CUDA backend where tests/gpu/ builds this
+// file again with TESSEL_GOLDEN_ON_CUDA (the golden Keras cases on the GPU, issue 13).
+#if defined(TESSEL_GOLDEN_ON_CUDA)
+using B = tessel::backend::cuda;
+#else
 using B = tessel::default_backend;
+#endif
 using matrix = B::matrix;
+template <class... Entries>
+using model_on = tessel::basic_sequential<B, tessel::one_device, Entries...>;
 
 json load(const std::string& name) {
   const std::string path = std::string(TESSEL_GOLDEN_DIR) + "/" + name;
@@ -304,7 +315,7 @@ TEST_CASE("golden: seeds/001 MLP (scaled down), three Adam steps, evaluate and p
   using namespace tessel::layers;
   const json m = load("model_step.json")["models"][0];
   REQUIRE(m["name"] == "mlp_adam_scce");
-  tessel::sequential<input<12>, dense<16, {.activation = "relu"}>, dense<16, {.activation = "relu"}>,
+  model_on<input<12>, dense<16, {.activation = "relu"}>, dense<16, {.activation = "relu"}>,
                      dense<5>>
       model;
   model.compile(tessel::optimizers::adam{},
@@ -317,7 +328,7 @@ TEST_CASE("golden: seeds/001 MLP (scaled down), three Adam steps, evaluate and p
 TEST_CASE("golden: seeds/000 model (scaled down) with SGD and with the default optimizer",
           "[golden][model]") {
   using namespace tessel::layers;
-  using model_t = tessel::sequential<input<6, 4>, flatten<>,
+  using model_t = model_on<input<6, 4>, flatten<>,
                                      dense<7, {.activation = "relu", .use_bias = false, .name = "d1"}>,
                                      dense<3, {.activation = "softmax", .name = "d2"}>>;
   const json all = load("model_step.json")["models"];
@@ -384,12 +395,12 @@ std::string read_text(const std::string& name) {
 
 TEST_CASE("golden: summary() is Keras's table plus a layout column", "[golden][summary]") {
   using namespace tessel::layers;
-  tessel::sequential<input<784>, dense<256, {.activation = "relu"}>,
+  model_on<input<784>, dense<256, {.activation = "relu"}>,
                      dense<256, {.activation = "relu"}>, dense<10>>
       seed001;
   CHECK(without_layout_column(seed001.summary_text()) == read_text("summary_seed001.txt"));
   CHECK(seed001.count_params() == 269322);
-  tessel::sequential<input<28, 28, 1>, flatten<>,
+  model_on<input<28, 28, 1>, flatten<>,
                      dense<200, {.activation = "relu", .use_bias = false, .name = "d1"}>,
                      dropout<0.4>, dense<10, {.activation = "softmax", .name = "d2"}>>
       seed000;

@@ -1,0 +1,435 @@
+// cuda: the GPU backend (issue 13). Data lives in device memory from CUDA's stream-ordered pool
+// (cudaMallocAsync, kept cached as PyTorch's caching allocator keeps it); every operation is
+// queued on the process's one stream, so a step runs without waiting on the host until its one
+// read-back of the loss and metric sums. GEMMs go through cuBLAS with TF32 off (float32 exactly,
+// as Keras computes; set_allow_tf32 turns it on, as torch.backends.cuda.matmul.allow_tf32 does),
+// everything else through the kernels of src/cuda/kernels.cu (backend/cuda_kernels.hpp), which
+// do what the host backend's functions of the same names do, in the same order where an order
+// decides the bits. The process uses GPU local_rank % device_count (LOCAL_RANK, or Open MPI's
+// OMPI_COMM_WORLD_LOCAL_RANK under mpiexec).
+// Compiled by the host compiler; link `tessel::cuda` (CMake, TESSEL_ENABLE_CUDA) for the kernels.
+// Layers never name this type: they are written against backend_interface (interface.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "../core/activations.hpp"
+#include "../core/errors.hpp"
+#include "../random/philox.hpp"
+#include "cuda_kernels.hpp"
+#include "interface.hpp"
+
+namespace tessel::backend {
+
+namespace cuda_detail {
+
+// Throws a runtime_error naming the call that failed and what to do.
+inline void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::string hint;
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
+    hint = " (no usable NVIDIA GPU here: run on a machine with one and its driver, or train on "
+           "the host backend, backend::host)";
+  else if (e == cudaErrorMemoryAllocation)
+    hint = " (the GPU's memory is full: use a smaller batch or model, or shard it over more "
+           "devices)";
+  throw runtime_error(std::string("CUDA: ") + what + " failed: " + cudaGetErrorName(e) + ": " +
+                      cudaGetErrorString(e) + hint);
+}
+inline void check(cublasStatus_t e, const char* what) {
+  if (e == CUBLAS_STATUS_SUCCESS) return;
+  throw runtime_error(std::string("cuBLAS: ") + what + " failed with status " +
+                      std::to_string(static_cast<int>(e)));
+}
+
+// The process's device, stream and cuBLAS handle, made on first use.
+struct context {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  bool allow_tf32 = false;
+
+  context() {
+    int count = 0;
+    check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    if (count == 0) check(cudaErrorNoDevice, "cudaGetDeviceCount");
+    device = local_rank() % count;
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    // Freed blocks stay in the pool for the next step's tensors instead of going back to the
+    // driver at each synchronisation (the pool's default release threshold is 0).
+    cudaMemPool_t pool = nullptr;
+    check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+    std::uint64_t keep = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+          "cudaMemPoolSetAttribute");
+    check(cublasCreate(&blas), "cublasCreate");
+    check(cublasSetStream(blas, stream), "cublasSetStream");
+    check(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  }
+  context(const context&) = delete;
+  context& operator=(const context&) = delete;
+  ~context() {
+    if (blas != nullptr) cublasDestroy(blas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  static int local_rank() {
+    for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
+      if (const char* v = std::getenv(name)) {
+        char* end = nullptr;
+        const long r = std::strtol(v, &end, 10);
+        if (end != v && *end == '\0' && r >= 0) return static_cast<int>(r);
+      }
+    return 0;
+  }
+};
+inline std::unique_ptr<context>& context_slot() {
+  static std::unique_ptr<context> c;
+  return c;
+}
+inline context& ctx() {
+  auto& c = context_slot();
+  if (!c) c = std::make_unique<context>();
+  return *c;
+}
+
+// Device memory from the stream-ordered pool, given back in stream order when the last view of
+// it goes.
+template <class T>
+std::shared_ptr<T> allocate(std::size_t n) {
+  if (n == 0) return {};
+  context& c = ctx();
+  void* p = nullptr;
+  check(cudaMallocAsync(&p, n * sizeof(T), c.stream), "cudaMallocAsync");
+  cudaStream_t s = c.stream;
+  return std::shared_ptr<T>(static_cast<T*>(p), [s](T* q) { cudaFreeAsync(q, s); });
+}
+
+// A row-major rows x cols block of device memory, rows `ld` elements apart, that shares the
+// ownership of its allocation (views of it keep it alive).
+template <class T>
+class device_matrix {
+ public:
+  device_matrix() = default;
+  device_matrix(std::shared_ptr<T> owner, T* p, std::size_t rows, std::size_t cols,
+                std::size_t ld)
+      : owner_(std::move(owner)), p_(p), rows_(rows), cols_(cols), ld_(ld) {}
+  [[nodiscard]] T* data() const noexcept { return p_; }
+  [[nodiscard]] std::size_t extent(int d) const noexcept { return d == 0 ? rows_ : cols_; }
+  [[nodiscard]] std::size_t stride(int d) const noexcept { return d == 0 ? ld_ : 1; }
+  [[nodiscard]] std::size_t size() const noexcept { return rows_ * cols_; }
+  [[nodiscard]] bool contiguous() const noexcept { return rows_ <= 1 || ld_ == cols_; }
+  [[nodiscard]] const std::shared_ptr<T>& owner() const noexcept { return owner_; }
+
+ private:
+  std::shared_ptr<T> owner_;
+  T* p_ = nullptr;
+  std::size_t rows_ = 0, cols_ = 0, ld_ = 0;
+};
+
+}  // namespace cuda_detail
+
+struct cuda {
+  static constexpr std::string_view device_kind = "gpu";
+  using matrix = cuda_detail::device_matrix<float>;
+  using index_vector = cuda_detail::device_matrix<std::int32_t>;  // one column
+  using sums = cuda_detail::device_matrix<double>;                // one column
+
+  // The number of GPUs this process sees (0 without a driver or a device; nothing is thrown).
+  static int device_count() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+  }
+  // The GPU this process computes on.
+  static int device() { return cuda_detail::ctx().device; }
+  static cudaStream_t stream() { return cuda_detail::ctx().stream; }
+  // Waits for everything queued on the process's stream.
+  static void synchronize() {
+    cuda_detail::check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+  }
+  // TF32 tensor cores for the float32 GEMMs (torch.backends.cuda.matmul.allow_tf32): about 10
+  // bits of mantissa in the products, so results leave Keras's float32 parity. Off by default.
+  static void set_allow_tf32(bool on) {
+    cuda_detail::context& c = cuda_detail::ctx();
+    cuda_detail::check(
+        cublasSetMathMode(c.blas, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+        "cublasSetMathMode");
+    c.allow_tf32 = on;
+  }
+  static bool allow_tf32() { return cuda_detail::ctx().allow_tf32; }
+
+  // ---- memory -------------------------------------------------------------------------------
+  static matrix make_matrix(const std::string&, std::size_t rows, std::size_t cols) {
+    auto owner = cuda_detail::allocate<float>(rows * cols);
+    float* p = owner.get();
+    return matrix(std::move(owner), p, rows, cols, cols);
+  }
+  static matrix make_zeros(const std::string& label, std::size_t rows, std::size_t cols) {
+    matrix m = make_matrix(label, rows, cols);
+    if (m.size() > 0)
+      cuda_detail::check(cudaMemsetAsync(m.data(), 0, m.size() * sizeof(float), stream()),
+                         "cudaMemsetAsync");
+    return m;
+  }
+  static index_vector make_indices(const std::string&, std::size_t n) {
+    auto owner = cuda_detail::allocate<std::int32_t>(n);
+    std::int32_t* p = owner.get();
+    return index_vector(std::move(owner), p, n, 1, 1);
+  }
+  static sums make_sums(const std::string&, std::size_t n) {
+    auto owner = cuda_detail::allocate<double>(n);
+    double* p = owner.get();
+    if (n > 0)
+      cuda_detail::check(cudaMemsetAsync(p, 0, n * sizeof(double), stream()), "cudaMemsetAsync");
+    return sums(std::move(owner), p, n, 1, 1);
+  }
+  static std::size_t rows(const matrix& m) { return m.extent(0); }
+  static std::size_t cols(const matrix& m) { return m.extent(1); }
+  // Rows [begin, end) of m, sharing its memory.
+  static matrix row_range(const matrix& m, std::size_t begin, std::size_t end) {
+    return matrix(m.owner(), m.data() + begin * m.stride(0), end - begin, m.extent(1),
+                  m.stride(0));
+  }
+  // A rows x cols matrix over the elements of `storage` from `offset` on, sharing its memory.
+  static matrix alias(const matrix& storage, std::size_t offset, std::size_t rows,
+                      std::size_t cols) {
+    return matrix(storage.owner(), storage.data() + offset, rows, cols, cols);
+  }
+  // The memory the collectives read and write: device memory (NCCL, or MPI through host
+  // buffers; a single process runs none).
+  static std::span<float> comm_span(const matrix& m) { return {m.data(), m.size()}; }
+
+  // Host to device: the host buffer may be reused as soon as this returns (pageable memory is
+  // staged by the driver before cudaMemcpyAsync returns).
+  static void upload(std::span<const float> src, const matrix& dst) {
+    copy_2d(dst.data(), dst.stride(0), src.data(), dst.extent(1), dst.extent(1), dst.extent(0),
+            cudaMemcpyHostToDevice);
+  }
+  static void upload(std::span<const std::int32_t> src, const index_vector& dst) {
+    if (src.empty()) return;
+    cuda_detail::check(cudaMemcpyAsync(dst.data(), src.data(), src.size_bytes(),
+                                       cudaMemcpyHostToDevice, stream()),
+                       "cudaMemcpyAsync (upload)");
+  }
+  // Device to host, waiting for the queued work first.
+  static void download(const matrix& src, std::span<float> dst) {
+    copy_2d(dst.data(), src.extent(1), src.data(), src.stride(0), src.extent(1), src.extent(0),
+            cudaMemcpyDeviceToHost);
+    synchronize();
+  }
+  // The one read-back of a step: every sum at once.
+  static void download(const sums& src, std::span<double> dst) {
+    if (src.size() > 0)
+      cuda_detail::check(cudaMemcpyAsync(dst.data(), src.data(), src.size() * sizeof(double),
+                                         cudaMemcpyDeviceToHost, stream()),
+                         "cudaMemcpyAsync (download)");
+    synchronize();
+  }
+  static void fill(const matrix& m, float v) {
+    if (v == 0.0f && m.contiguous()) {
+      if (m.size() > 0)
+        cuda_detail::check(cudaMemsetAsync(m.data(), 0, m.size() * sizeof(float), stream()),
+                           "cudaMemsetAsync");
+      return;
+    }
+    cuda_kernels::fill(mut(m), v, stream());
+  }
+  static void copy(const matrix& src, const matrix& dst) {
+    copy_2d(dst.data(), dst.stride(0), src.data(), src.stride(0), src.extent(1), src.extent(0),
+            cudaMemcpyDeviceToDevice);
+  }
+
+  // ---- dense algebra ------------------------------------------------------------------------
+  // c = alpha * op(a) * op(b) + beta * c, row-major: cuBLAS (column-major) computes
+  // c^T = op(b)^T op(a)^T on the same memory.
+  static void gemm(bool trans_a, bool trans_b, float alpha, const matrix& a, const matrix& b,
+                   float beta, const matrix& c) {
+    const std::size_t m = c.extent(0), n = c.extent(1),
+                      k = trans_a ? a.extent(0) : a.extent(1);
+    if (m == 0 || n == 0) return;
+    if (k == 0) {  // an empty contraction still gives beta * c
+      if (beta == 0.0f) fill(c, 0.0f);
+      else cuda_kernels::scale(mut(c), beta, stream());
+      return;
+    }
+    cuda_detail::check(
+        cublasSgemm(cuda_detail::ctx().blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                    static_cast<int>(m), static_cast<int>(k), &alpha, b.data(), ld(b), a.data(),
+                    ld(a), &beta, c.data(), ld(c)),
+        "cublasSgemm");
+  }
+  // Dense's forward: y = activation(x w + bias) (bias: one row, or empty).
+  static void gemm_bias_activation(const matrix& x, const matrix& w, const matrix& bias,
+                                   activation_kind a, const matrix& y) {
+    gemm(false, false, 1.0f, x, w, 0.0f, y);
+    cuda_kernels::bias_activation(bias.extent(0) > 0 ? bias.data() : nullptr, a, mut(y),
+                                  stream());
+  }
+
+  // ---- element-wise -------------------------------------------------------------------------
+  static void broadcast_rows(const matrix& row, const matrix& out) {
+    cuda_kernels::broadcast_rows(in(row), mut(out), stream());
+  }
+  static void activation_forward(activation_kind a, const matrix& m) {
+    cuda_kernels::bias_activation(nullptr, a, mut(m), stream());
+  }
+  static void activation_backward(activation_kind a, const matrix& y, const matrix& dy,
+                                  const matrix& dz) {
+    cuda_kernels::activation_backward_bias(a, in(y), in(dy), mut(dz), nullptr, stream());
+  }
+  static void scale_shift(const matrix& src, const matrix& out, float scale, float offset) {
+    cuda_kernels::scale_shift(in(src), mut(out), scale, offset, stream());
+  }
+  // Inverted dropout with the host backend's masks (the same Philox stream, drawn at each
+  // element's global index).
+  static void dropout(const matrix& src, const matrix& out, const random::stream& s, float rate,
+                      std::uint64_t first_row, std::uint64_t first_col,
+                      std::uint64_t global_cols) {
+    cuda_kernels::dropout(in(src), mut(out), s, rate, first_row, first_col, global_cols,
+                          stream());
+  }
+
+  // ---- reductions ---------------------------------------------------------------------------
+  static void column_sums(const matrix& src, const matrix& out) {
+    cuda_kernels::column_sums(in(src), out.data(), stream());
+  }
+  static void activation_backward_bias(activation_kind a, const matrix& y, const matrix& dy,
+                                       const matrix& dz, const matrix& db) {
+    cuda_kernels::activation_backward_bias(a, in(y), in(dy), mut(dz),
+                                           db.extent(0) > 0 ? db.data() : nullptr, stream());
+  }
+  static void crossentropy_on_probabilities(const matrix& probs, const index_vector& labels,
+                                              const matrix& targets, const matrix& grad,
+                                              float grad_scale, float eps, const sums& out,
+                                              std::size_t slot) {
+    cuda_kernels::crossentropy_on_probabilities(in(probs), labels_of(labels), in(targets),
+                                                mut(grad), grad_scale, eps, out.data() + slot,
+                                                stream());
+  }
+  static void softmax_cross_entropy(const matrix& logits, const index_vector& labels,
+                                      const matrix& targets, const matrix& grad,
+                                      float grad_scale, const sums& out, std::size_t slot) {
+    cuda_kernels::softmax_cross_entropy(in(logits), labels_of(labels), in(targets), mut(grad),
+                                        grad_scale, out.data() + slot, stream());
+  }
+  static void mean_squared_error(const matrix& pred, const matrix& targets, const matrix& grad,
+                                 float grad_scale, const sums& out, std::size_t slot,
+                                 std::size_t classes = 0) {
+    cuda_kernels::mean_squared_error(in(pred), in(targets), mut(grad), grad_scale, classes,
+                                     out.data() + slot, stream());
+  }
+  static void count_argmax_equal(const matrix& pred, const index_vector& labels,
+                                 const matrix& targets, const sums& out, std::size_t slot) {
+    cuda_kernels::count_argmax_equal(in(pred), labels_of(labels), in(targets), out.data() + slot,
+                                     stream());
+  }
+
+  // ---- a class dimension split across devices -----------------------------------------------
+  static void row_max(const matrix& m, const matrix& out) {
+    cuda_kernels::row_max(in(m), mut(out), stream());
+  }
+  static void row_dot(const matrix& a, const matrix& b, const matrix& out) {
+    cuda_kernels::row_dot(in(a), in(b), mut(out), stream());
+  }
+  static void exp_rows(const matrix& src, const matrix& mx, const matrix& dst, const matrix& sum) {
+    cuda_kernels::exp_rows(in(src), in(mx), mut(dst), mut(sum), stream());
+  }
+  static void divide_rows(const matrix& m, const matrix& s) {
+    cuda_kernels::divide_rows(mut(m), in(s), stream());
+  }
+  static void softmax_backward_rows(const matrix& y, const matrix& dy, const matrix& dot,
+                                    const matrix& dz) {
+    cuda_kernels::softmax_backward_rows(in(y), in(dy), in(dot), mut(dz), stream());
+  }
+  static void target_terms(const matrix& z, const index_vector& labels, std::size_t col0,
+                           const matrix& targets, const matrix& mx, const matrix& out) {
+    cuda_kernels::target_terms(in(z), labels_of(labels), col0, in(targets), in(mx), mut(out),
+                               stream());
+  }
+  static void split_softmax_cross_entropy(const matrix& grad, const index_vector& labels,
+                                          std::size_t col0, const matrix& targets,
+                                          const matrix& s, const matrix& terms, float grad_scale,
+                                          const sums& out, std::size_t slot) {
+    cuda_kernels::split_softmax_cross_entropy(mut(grad), labels_of(labels), col0, in(targets),
+                                              in(s), in(terms), grad_scale, out.data() + slot,
+                                              stream());
+  }
+  static void crossentropy_terms(const matrix& probs, const index_vector& labels,
+                                 std::size_t col0, const matrix& targets, const matrix& s,
+                                 float eps, const matrix& grad, const matrix& out) {
+    cuda_kernels::crossentropy_terms(in(probs), labels_of(labels), col0, in(targets), in(s), eps,
+                                     mut(grad), mut(out), stream());
+  }
+  static void split_crossentropy(const matrix& grad, const matrix& s, const matrix& terms,
+                                 float grad_scale, const sums& out, std::size_t slot) {
+    cuda_kernels::split_crossentropy(mut(grad), in(s), in(terms), grad_scale, out.data() + slot,
+                                     stream());
+  }
+  static void row_argmax(const matrix& m, std::size_t col0, const matrix& out) {
+    cuda_kernels::row_argmax(in(m), col0, mut(out), stream());
+  }
+
+  // ---- optimizer updates, all the variables of a call in one launch per 32 -------------------
+  using updates = std::span<const update_tensors<matrix>>;
+  static void sgd_update(updates u, float lr, float momentum, bool nesterov) {
+    const auto p = pointers(u, momentum != 0.0f, false, false);
+    cuda_kernels::sgd_update(p.data(), p.size(), lr, momentum, nesterov, stream());
+  }
+  // alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), computed by the caller.
+  static void adam_update(updates u, float alpha, float beta_1, float beta_2, float epsilon) {
+    const auto p = pointers(u, true, true, false);
+    cuda_kernels::adam_update(p.data(), p.size(), alpha, beta_1, beta_2, epsilon, stream());
+  }
+  static void rmsprop_update(updates u, float lr, float rho, float momentum, float epsilon,
+                             bool centered) {
+    const auto p = pointers(u, true, momentum > 0.0f, centered);
+    cuda_kernels::rmsprop_update(p.data(), p.size(), lr, rho, momentum, epsilon, centered,
+                                 stream());
+  }
+
+ private:
+  static int ld(const matrix& m) {
+    return static_cast<int>(m.stride(0) > 0 ? m.stride(0) : 1);
+  }
+  static cuda_kernels::cmat in(const matrix& m) {
+    return {m.data(), m.extent(0), m.extent(1), m.stride(0)};
+  }
+  static cuda_kernels::mat mut(const matrix& m) {
+    return {m.data(), m.extent(0), m.extent(1), m.stride(0)};
+  }
+  static const std::int32_t* labels_of(const index_vector& l) {
+    return l.extent(0) > 0 ? l.data() : nullptr;
+  }
+  // rows x cols elements, rows `dpitch` / `spitch` elements apart on each side.
+  static void copy_2d(float* dst, std::size_t dpitch, const float* src, std::size_t spitch,
+                      std::size_t cols, std::size_t rows, cudaMemcpyKind kind) {
+    if (rows == 0 || cols == 0) return;
+    cuda_detail::check(cudaMemcpy2DAsync(dst, dpitch * sizeof(float), src, spitch * sizeof(float),
+                                         cols * sizeof(float), rows, kind, stream()),
+                       "cudaMemcpy2DAsync");
+  }
+  static std::vector<cuda_kernels::update_ptrs> pointers(updates u, bool a, bool b, bool c) {
+    std::vector<cuda_kernels::update_ptrs> p;
+    p.reserve(u.size());
+    for (const auto& t : u)
+      p.push_back({t.value.data(), t.gradient.data(), a ? t.slot_a.data() : nullptr,
+                   b ? t.slot_b.data() : nullptr, c ? t.slot_c.data() : nullptr,
+                   t.value.size()});
+    return p;
+  }
+};
+
+static_assert(backend_interface<cuda>);
+
+}  // namespace tessel::backend

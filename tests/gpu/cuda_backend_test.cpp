@@ -1,0 +1,373 @@
+// The CUDA backend against the host backend (issue 13), on a GPU: every operation of
+// backend_interface on the same random inputs, within 1e-5 relative (dropout masks exactly), and
+// an MLP with dropout trained on each, compared step by step. Label `gpu`: run by
+// scripts/test-gpu.sh, which fails without a GPU; the first test fails here too, with CUDA's
+// reason, rather than passing on a machine that has none.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <tessel/backend/cuda.hpp>
+#include <tessel/tessel.hpp>
+#include <vector>
+
+namespace {
+
+using H = tessel::backend::host;
+using D = tessel::backend::cuda;
+using tessel::activation_kind;
+
+std::vector<float> random_values(std::size_t n, std::uint32_t seed, float lo = -1.0f,
+                                 float hi = 1.0f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(g);
+  return v;
+}
+
+// The same values on both backends.
+struct both {
+  H::matrix h;
+  D::matrix d;
+  both(std::size_t rows, std::size_t cols, const std::vector<float>& v)
+      : h(H::make_matrix("h", rows, cols)), d(D::make_matrix("d", rows, cols)) {
+    H::upload(v, h);
+    D::upload(v, d);
+  }
+  both(std::size_t rows, std::size_t cols, std::uint32_t seed, float lo = -1.0f, float hi = 1.0f)
+      : both(rows, cols, random_values(rows * cols, seed, lo, hi)) {}
+  static both empty() { return both(); }
+
+ private:
+  both() = default;
+};
+struct both_labels {
+  H::index_vector h;
+  D::index_vector d;
+  both_labels(std::size_t n, std::size_t classes, std::uint32_t seed)
+      : h(H::make_indices("h", n)), d(D::make_indices("d", n)) {
+    std::mt19937 g(seed);
+    std::vector<std::int32_t> v(n);
+    for (auto& x : v) x = static_cast<std::int32_t>(g() % classes);
+    H::upload(v, h);
+    D::upload(v, d);
+  }
+  static both_labels none() { return both_labels(); }
+
+ private:
+  both_labels() = default;
+};
+struct both_sums {
+  H::sums h = H::make_sums("h", 4);
+  D::sums d = D::make_sums("d", 4);
+};
+
+std::vector<float> host_values(const H::matrix& m) {
+  std::vector<float> v(m.size());
+  H::download(m, v);
+  return v;
+}
+std::vector<float> device_values(const D::matrix& m) {
+  std::vector<float> v(m.size());
+  D::download(m, v);
+  return v;
+}
+
+// Relative 1e-5 of |host| + 0.1 * the largest |host| (a sum of cancelling terms cannot agree to
+// 1e-5 of itself in float32 whatever its order), or exactly.
+void check_equal(const both& m, const std::string& what, double rel = 1e-5) {
+  const auto h = host_values(m.h), d = device_values(m.d);
+  REQUIRE(h.size() == d.size());
+  double scale = 0;
+  for (float x : h) scale = std::max(scale, std::fabs(static_cast<double>(x)));
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    INFO(what << "[" << i << "]: host " << h[i] << ", cuda " << d[i]);
+    if (rel == 0) REQUIRE(h[i] == d[i]);
+    else REQUIRE(std::fabs(double{h[i]} - d[i]) <= rel * (std::fabs(h[i]) + 0.1 * scale) + 1e-7);
+  }
+}
+void check_sum(const both_sums& s, std::size_t slot, const std::string& what) {
+  std::vector<double> h(4), d(4);
+  H::download(s.h, h);
+  D::download(s.d, d);
+  INFO(what << ": host " << h[slot] << ", cuda " << d[slot]);
+  REQUIRE(std::fabs(h[slot] - d[slot]) <= 1e-5 * std::fabs(h[slot]) + 1e-9);
+}
+
+constexpr activation_kind all_activations[] = {activation_kind::linear, activation_kind::relu,
+                                               activation_kind::sigmoid, activation_kind::tanh,
+                                               activation_kind::softmax};
+
+}  // namespace
+
+TEST_CASE("cuda: the process has a GPU (else every test here fails, naming CUDA's reason)",
+          "[gpu]") {
+  REQUIRE(D::device_count() > 0);
+  REQUIRE(D::device() >= 0);
+  INFO("device " << D::device() << " of " << D::device_count());
+  D::synchronize();
+}
+
+TEST_CASE("cuda: memory: upload, download, row ranges, aliases, fill, copy", "[gpu]") {
+  both a(7, 5, 1);
+  check_equal(a, "upload", 0);
+  both b(7, 5, 2);
+  H::copy(H::row_range(a.h, 2, 6), H::row_range(b.h, 1, 5));
+  D::copy(D::row_range(a.d, 2, 6), D::row_range(b.d, 1, 5));
+  check_equal(b, "copy of row ranges", 0);
+  H::fill(H::row_range(b.h, 3, 4), 2.5f);
+  D::fill(D::row_range(b.d, 3, 4), 2.5f);
+  H::fill(H::alias(a.h, 5, 2, 3), 0.0f);
+  D::fill(D::alias(a.d, 5, 2, 3), 0.0f);
+  check_equal(b, "fill", 0);
+  check_equal(a, "fill of an alias", 0);
+  const D::matrix z = D::make_zeros("z", 3, 4);
+  REQUIRE(device_values(z) == std::vector<float>(12, 0.0f));
+}
+
+TEST_CASE("cuda: gemm in every transposition, with alpha, beta and an empty contraction",
+          "[gpu]") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const std::size_t m = 33, n = 20, k = 47;
+      both a(ta ? k : m, ta ? m : k, 3), b(tb ? n : k, tb ? k : n, 4), c(m, n, 5);
+      H::gemm(ta, tb, 0.75f, a.h, b.h, 0.5f, c.h);
+      D::gemm(ta, tb, 0.75f, a.d, b.d, 0.5f, c.d);
+      check_equal(c, "gemm ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+    }
+  // On row ranges (a block of a batch's rows), and over zero rows (beta * c).
+  both x(40, 16, 6), w(16, 8, 7), y(40, 8, 8);
+  H::gemm(false, false, 1.0f, H::row_range(x.h, 8, 24), w.h, 0.0f, H::row_range(y.h, 8, 24));
+  D::gemm(false, false, 1.0f, D::row_range(x.d, 8, 24), w.d, 0.0f, D::row_range(y.d, 8, 24));
+  check_equal(y, "gemm on row ranges");
+  H::gemm(true, false, 1.0f, H::row_range(x.h, 0, 0), H::row_range(y.h, 0, 0), 0.5f, w.h);
+  D::gemm(true, false, 1.0f, D::row_range(x.d, 0, 0), D::row_range(y.d, 0, 0), 0.5f, w.d);
+  check_equal(w, "gemm over zero rows");
+}
+
+TEST_CASE("cuda: dense's fused forward and backward for every activation", "[gpu]") {
+  for (activation_kind a : all_activations) {
+    const std::string name(tessel::activation_name(a));
+    both x(32, 24, 10), w(24, 12, 11), bias(1, 12, 12), y(32, 12, 13);
+    H::gemm_bias_activation(x.h, w.h, bias.h, a, y.h);
+    D::gemm_bias_activation(x.d, w.d, bias.d, a, y.d);
+    check_equal(y, name + " forward");
+    both dy(32, 12, 14), dz(32, 12, 15), db(1, 12, 16);
+    H::activation_backward_bias(a, y.h, dy.h, dz.h, db.h);
+    D::activation_backward_bias(a, y.d, dy.d, dz.d, db.d);
+    check_equal(dz, name + " backward");
+    check_equal(db, name + " bias gradient");
+    H::activation_backward(a, y.h, dy.h, dy.h);  // in place
+    D::activation_backward(a, y.d, dy.d, dy.d);
+    check_equal(dy, name + " backward in place");
+    both m(9, 12, 17);
+    H::activation_forward(a, m.h);
+    D::activation_forward(a, m.d);
+    check_equal(m, name + " activation_forward");
+  }
+  both y(30, 8, 20), bias(1, 8, 21);
+  H::broadcast_rows(bias.h, y.h);
+  D::broadcast_rows(bias.d, y.d);
+  check_equal(y, "broadcast_rows", 0);
+  both big(300, 70, 23);
+  both sums70(1, 70, 24);
+  H::column_sums(big.h, sums70.h);
+  D::column_sums(big.d, sums70.d);
+  check_equal(sums70, "column_sums");
+  both s(11, 13, 25), out(11, 13, 26);
+  H::scale_shift(s.h, out.h, 1.0f / 255.0f, -0.5f);
+  D::scale_shift(s.d, out.d, 1.0f / 255.0f, -0.5f);
+  check_equal(out, "scale_shift");
+}
+
+TEST_CASE("cuda: dropout draws the host's masks, bit for bit, on blocks of the batch", "[gpu]") {
+  const tessel::random::stream st(1234, 7, 3);
+  both x(16, 40, 30), y(16, 40, 31);
+  H::dropout(x.h, y.h, st, 0.3f, 5, 8, 100);
+  D::dropout(x.d, y.d, st, 0.3f, 5, 8, 100);
+  check_equal(y, "dropout", 0);
+}
+
+TEST_CASE("cuda: losses and their gradients, sparse and one-hot; the accuracy counts", "[gpu]") {
+  for (bool sparse : {true, false}) {
+    const std::string kind = sparse ? "sparse" : "one-hot";
+    both_labels labels = sparse ? both_labels(45, 10, 40) : both_labels::none();
+    std::vector<float> onehot(45 * 10, 0.0f);
+    for (std::size_t i = 0; i < 45; ++i) onehot[i * 10 + (i * 7) % 10] = 1.0f;
+    both targets = sparse ? both::empty() : both(45, 10, onehot);
+    both_sums s;
+    both logits(45, 10, 41, -3.0f, 3.0f), grad(45, 10, 42);
+    H::softmax_cross_entropy(logits.h, labels.h, targets.h, grad.h, 1.0f / 45, s.h, 0);
+    D::softmax_cross_entropy(logits.d, labels.d, targets.d, grad.d, 1.0f / 45, s.d, 0);
+    check_sum(s, 0, kind + " softmax cross-entropy");
+    check_equal(grad, kind + " softmax cross-entropy gradient");
+    both probs(45, 10, 43, 0.0f, 1.0f);
+    H::crossentropy_on_probabilities(probs.h, labels.h, targets.h, grad.h, 1.0f / 45, 1e-7f,
+                                     s.h, 1);
+    D::crossentropy_on_probabilities(probs.d, labels.d, targets.d, grad.d, 1.0f / 45, 1e-7f,
+                                     s.d, 1);
+    check_sum(s, 1, kind + " cross-entropy on probabilities");
+    check_equal(grad, kind + " cross-entropy gradient");
+    H::count_argmax_equal(logits.h, labels.h, targets.h, s.h, 2);
+    D::count_argmax_equal(logits.d, labels.d, targets.d, s.d, 2);
+    check_sum(s, 2, kind + " accuracy count");
+  }
+  both_sums s;
+  both pred(300, 6, 44), targets(300, 6, 45), grad(300, 6, 46);
+  H::mean_squared_error(pred.h, targets.h, grad.h, 1.0f / 300, s.h, 3);
+  D::mean_squared_error(pred.d, targets.d, grad.d, 1.0f / 300, s.d, 3);
+  check_sum(s, 3, "mean squared error over 300 rows");
+  check_equal(grad, "mean squared error gradient");
+}
+
+TEST_CASE("cuda: the split-class kernels (vocab-parallel softmax and cross-entropy)", "[gpu]") {
+  both z(20, 9, 50, -2.0f, 2.0f), mx(20, 1, 51), sum(20, 1, 52), e(20, 9, 53),
+      terms(20, 2, 54), arg(20, 2, 55), dot(20, 1, 56);
+  H::row_max(z.h, mx.h);
+  D::row_max(z.d, mx.d);
+  check_equal(mx, "row_max", 0);
+  H::exp_rows(z.h, mx.h, e.h, sum.h);
+  D::exp_rows(z.d, mx.d, e.d, sum.d);
+  check_equal(e, "exp_rows");
+  check_equal(sum, "exp_rows sums");
+  both_labels labels(20, 27, 57);
+  const both no_targets = both::empty();
+  H::target_terms(z.h, labels.h, 9, no_targets.h, mx.h, terms.h);
+  D::target_terms(z.d, labels.d, 9, no_targets.d, mx.d, terms.d);
+  check_equal(terms, "target_terms");
+  both_sums s;
+  H::split_softmax_cross_entropy(e.h, labels.h, 9, no_targets.h, sum.h, terms.h, 0.05f, s.h, 0);
+  D::split_softmax_cross_entropy(e.d, labels.d, 9, no_targets.d, sum.d, terms.d, 0.05f, s.d, 0);
+  check_sum(s, 0, "split softmax cross-entropy");
+  check_equal(e, "split softmax cross-entropy gradient");
+  both probs(20, 9, 58, 0.0f, 1.0f), grad(20, 9, 59);
+  H::row_dot(probs.h, no_targets.h, sum.h);
+  D::row_dot(probs.d, no_targets.d, sum.d);
+  check_equal(sum, "row sums");
+  H::crossentropy_terms(probs.h, labels.h, 9, no_targets.h, sum.h, 1e-7f, grad.h, terms.h);
+  D::crossentropy_terms(probs.d, labels.d, 9, no_targets.d, sum.d, 1e-7f, grad.d, terms.d);
+  check_equal(grad, "crossentropy_terms gradient");
+  check_equal(terms, "crossentropy_terms");
+  H::split_crossentropy(grad.h, sum.h, terms.h, 0.05f, s.h, 1);
+  D::split_crossentropy(grad.d, sum.d, terms.d, 0.05f, s.d, 1);
+  check_sum(s, 1, "split cross-entropy");
+  check_equal(grad, "split cross-entropy gradient");
+  H::row_dot(probs.h, z.h, dot.h);
+  D::row_dot(probs.d, z.d, dot.d);
+  check_equal(dot, "row_dot");
+  both dz(20, 9, 60);
+  H::softmax_backward_rows(probs.h, z.h, dot.h, dz.h);
+  D::softmax_backward_rows(probs.d, z.d, dot.d, dz.d);
+  check_equal(dz, "softmax_backward_rows");
+  H::divide_rows(probs.h, sum.h);
+  D::divide_rows(probs.d, sum.d);
+  check_equal(probs, "divide_rows");
+  H::row_argmax(z.h, 18, arg.h);
+  D::row_argmax(z.d, 18, arg.d);
+  check_equal(arg, "row_argmax", 0);
+}
+
+TEST_CASE("cuda: the fused optimizer updates over many variables at once", "[gpu]") {
+  // 40 variables (more than one launch's 32), some empty, one large.
+  std::vector<std::size_t> sizes;
+  for (std::size_t i = 0; i < 40; ++i) sizes.push_back(i % 9 == 0 ? 0 : 17 * i + 3);
+  sizes[5] = 70000;
+  struct var {
+    both value, gradient, a, b, c;
+  };
+  std::vector<var> vars;
+  std::uint32_t seed = 100;
+  for (std::size_t n : sizes)
+    vars.push_back({both(1, n, seed++), both(1, n, seed++), both(1, n, seed++, 0.0f, 1.0f),
+                    both(1, n, seed++, 0.0f, 1.0f), both(1, n, seed++, -0.1f, 0.1f)});
+  auto run = [&](auto&& update_h, auto&& update_d) {
+    std::vector<tessel::backend::update_tensors<H::matrix>> uh;
+    std::vector<tessel::backend::update_tensors<D::matrix>> ud;
+    for (auto& v : vars) {
+      uh.push_back({v.value.h, v.gradient.h, v.a.h, v.b.h, v.c.h});
+      ud.push_back({v.value.d, v.gradient.d, v.a.d, v.b.d, v.c.d});
+    }
+    update_h(std::span<const tessel::backend::update_tensors<H::matrix>>(uh));
+    update_d(std::span<const tessel::backend::update_tensors<D::matrix>>(ud));
+  };
+  auto check_all = [&](const std::string& what) {
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      check_equal(vars[i].value, what + " value " + std::to_string(i));
+      check_equal(vars[i].a, what + " slot a " + std::to_string(i));
+      check_equal(vars[i].b, what + " slot b " + std::to_string(i));
+      check_equal(vars[i].c, what + " slot c " + std::to_string(i));
+    }
+  };
+  for (int step = 0; step < 3; ++step) {
+    run([](auto u) { H::adam_update(u, 0.001f, 0.9f, 0.999f, 1e-7f); },
+        [](auto u) { D::adam_update(u, 0.001f, 0.9f, 0.999f, 1e-7f); });
+    check_all("adam");
+    run([](auto u) { H::sgd_update(u, 0.01f, 0.9f, true); },
+        [](auto u) { D::sgd_update(u, 0.01f, 0.9f, true); });
+    check_all("sgd nesterov");
+    run([](auto u) { H::sgd_update(u, 0.01f, 0.5f, false); },
+        [](auto u) { D::sgd_update(u, 0.01f, 0.5f, false); });
+    run([](auto u) { H::sgd_update(u, 0.01f, 0.0f, false); },
+        [](auto u) { D::sgd_update(u, 0.01f, 0.0f, false); });
+    check_all("sgd");
+    run([](auto u) { H::rmsprop_update(u, 0.001f, 0.9f, 0.5f, 1e-7f, true); },
+        [](auto u) { D::rmsprop_update(u, 0.001f, 0.9f, 0.5f, 1e-7f, true); });
+    run([](auto u) { H::rmsprop_update(u, 0.001f, 0.9f, 0.0f, 1e-7f, false); },
+        [](auto u) { D::rmsprop_update(u, 0.001f, 0.9f, 0.0f, 1e-7f, false); });
+    check_all("rmsprop");
+  }
+}
+
+TEST_CASE("cuda: an MLP with dropout trains on the GPU as on the host: losses, weights, "
+          "predictions",
+          "[gpu]") {
+  using namespace tessel::layers;
+  auto make = []<class Backend>(std::type_identity<Backend>) {
+    return tessel::basic_sequential<Backend, tessel::one_device, input<20>,
+                                    dense<64, {.activation = "relu"}>, dropout<0.2>,
+                                    dense<32, {.activation = "tanh"}>, dense<5>>();
+  };
+  auto host_model = make(std::type_identity<H>{});
+  auto gpu_model = make(std::type_identity<D>{});
+  gpu_model.set_weights(host_model.get_weights());
+  host_model.compile(tessel::optimizers::adam{},
+                     tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
+                     {tessel::metrics::sparse_categorical_accuracy{}});
+  gpu_model.compile(tessel::optimizers::adam{},
+                    tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
+                    {tessel::metrics::sparse_categorical_accuracy{}});
+  tessel::array<float> x({256, 20}, random_values(256 * 20, 70));
+  std::vector<std::int32_t> labels(256);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 5);
+  const tessel::array<std::int32_t> y({256}, labels);
+  const auto hh = host_model.fit(x, y, {.batch_size = 32, .epochs = 3, .verbose = 0,
+                                        .shuffle = false});
+  const auto hg = gpu_model.fit(x, y, {.batch_size = 32, .epochs = 3, .verbose = 0,
+                                       .shuffle = false});
+  for (const char* key : {"loss", "sparse_categorical_accuracy"}) {
+    const auto& a = hh.history.at(key);
+    const auto& b = hg.history.at(key);
+    REQUIRE(a.size() == 3);
+    REQUIRE(b.size() == 3);
+    for (std::size_t e = 0; e < a.size(); ++e) {
+      INFO(key << " epoch " << e << ": host " << a[e] << ", cuda " << b[e]);
+      REQUIRE(std::fabs(a[e] - b[e]) <= 1e-4 * std::fabs(a[e]) + 1e-6);
+    }
+  }
+  const auto wh = host_model.get_weights(), wg = gpu_model.get_weights();
+  REQUIRE(wh.size() == wg.size());
+  for (std::size_t v = 0; v < wh.size(); ++v)
+    for (std::size_t i = 0; i < wh[v].size(); ++i) {
+      INFO("weight " << v << "[" << i << "]: host " << wh[v][i] << ", cuda " << wg[v][i]);
+      REQUIRE(std::fabs(wh[v][i] - wg[v][i]) <= 1e-4 * std::fabs(wh[v][i]) + 1e-5);
+    }
+  const auto ph = host_model.predict(x), pg = gpu_model.predict(x);
+  REQUIRE(ph.values.size() == pg.values.size());
+  for (std::size_t i = 0; i < ph.values.size(); ++i) {
+    INFO("prediction " << i << ": host " << ph.values[i] << ", cuda " << pg.values[i]);
+    REQUIRE(std::fabs(ph.values[i] - pg.values[i]) <= 1e-4 * std::fabs(ph.values[i]) + 1e-5);
+  }
+}
