@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -31,8 +32,14 @@ using matrix = B::matrix;
 template <class... Entries>
 using model_on = tessel::basic_sequential<B, tessel::one_device, Entries...>;
 
+// The golden files: TESSEL_GOLDEN_DIR from the environment (a build carried to another machine,
+// scripts/gpu-bundle.sh), else the source tree's tests/golden.
+std::string golden_dir() {
+  const char* env = std::getenv("TESSEL_GOLDEN_DIR");
+  return env != nullptr && *env != '\0' ? env : TESSEL_GOLDEN_DIR;
+}
 json load(const std::string& name) {
-  const std::string path = std::string(TESSEL_GOLDEN_DIR) + "/" + name;
+  const std::string path = golden_dir() + "/" + name;
   std::ifstream in(path);
   REQUIRE(in.good());
   return json::parse(in);
@@ -385,7 +392,7 @@ std::string without_layout_column(const std::string& text) {
   return out.str();
 }
 std::string read_text(const std::string& name) {
-  std::ifstream in(std::string(TESSEL_GOLDEN_DIR) + "/" + name);
+  std::ifstream in(golden_dir() + "/" + name);
   REQUIRE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();

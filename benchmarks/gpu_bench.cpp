@@ -1,0 +1,157 @@
+// tessel on the GPU (backend::cuda), the side of benchmarks/gpu_frameworks.py (PyTorch eager,
+// torch.compile and JAX jit on the same GPU; scripts/test-gpu.sh --bench runs both):
+// - seeds/001's MLP on Fashion-MNIST, fit as examples/mlp_fashion_mnist trains it (batch 32,
+//   Adam, validation on the last 10,000 training images inside the epoch): seconds per epoch
+//   after the first, test accuracy, and the median time of one training step (train_on_batch:
+//   the batch's upload, forward, loss, backward, Adam and the one read-back of the sums);
+// - the 4096-wide step (3 x dense(4096), batch 512, Adam, mean squared error): its median time
+//   and TFLOP/s, against the same 8 GEMMs alone through cuBLAS (the backend's gemm), in one run;
+// - the peak of the GPU memory pool over each.
+//   gpu_bench [--epochs N] [--steps N]
+// Prints RESULT lines: tessel_gpu_mlp ..., tessel_gpu_wide ...
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <tessel/backend/cuda.hpp>
+#include <tessel/tessel.hpp>
+#include <vector>
+
+namespace {
+
+using D = tessel::backend::cuda;
+using namespace tessel::layers;
+using mlp_t = tessel::basic_sequential<D, tessel::one_device, input<784>,
+                                       dense<256, {.activation = "relu"}>,
+                                       dense<256, {.activation = "relu"}>, dense<10>>;
+constexpr std::size_t width = 4096, wide_batch = 512;
+using wide_t = tessel::basic_sequential<D, tessel::one_device, input<width>,
+                                        dense<width, {.activation = "relu"}>,
+                                        dense<width, {.activation = "relu"}>, dense<width>>;
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+// The most memory the pool has held since the last call, in MiB (and resets the mark).
+double pool_peak_mib() {
+  cudaMemPool_t pool = nullptr;
+  tessel::backend::cuda_detail::check(cudaDeviceGetDefaultMemPool(&pool, D::device()),
+                                      "cudaDeviceGetDefaultMemPool");
+  std::uint64_t high = 0, zero = 0;
+  cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high);
+  cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
+  return static_cast<double>(high) / (1024.0 * 1024.0);
+}
+
+void mlp(std::size_t epochs, int steps) {
+  auto [train, test] = tessel::datasets::fashion_mnist::load_data();
+  auto prepare = [](const tessel::array<std::uint8_t>& images) {
+    return tessel::data::reshape(tessel::data::to_float(images, 1.0f / 255.0f),
+                                 {images.shape[0], 784});
+  };
+  const auto x_all = prepare(train.first), x_test = prepare(test.first);
+  const auto y_all = tessel::data::to_int32(train.second), y_test = tessel::data::to_int32(test.second);
+  const std::size_t n_train = x_all.rows() - 10000;
+  const auto x_train = tessel::data::slice_rows(x_all, 0, n_train);
+  const auto y_train = tessel::data::slice_rows(y_all, 0, n_train);
+  auto train_ds = tessel::from_tensor_slices(x_train, y_train).shuffle(n_train, 1).batch(32).prefetch(2);
+  auto val_ds = tessel::from_tensor_slices(tessel::data::slice_rows(x_all, n_train, x_all.rows()),
+                                           tessel::data::slice_rows(y_all, n_train, y_all.rows()))
+                    .batch(32);
+  mlp_t model;
+  model.compile(tessel::optimizers::adam{},
+                tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
+                {tessel::metrics::sparse_categorical_accuracy{}});
+  pool_peak_mib();
+  std::vector<double> seconds;
+  double start = 0;
+  tessel::callbacks::lambda_callback timer({
+      .on_epoch_begin = [&](std::size_t, const tessel::logs&) { start = now(); },
+      .on_epoch_end = [&](std::size_t, const tessel::logs&) { seconds.push_back(now() - start); },
+  });
+  model.fit(train_ds, {.epochs = epochs, .verbose = 2, .callbacks = {timer},
+                       .validation_data = val_ds});
+  const auto result = model.evaluate(tessel::from_tensor_slices(x_test, y_test).batch(32), 0);
+  // One step alone, on the batches of the first `steps` rows' worth.
+  std::vector<double> step;
+  for (int i = 0; i < steps; ++i) {
+    const std::size_t first = (static_cast<std::size_t>(i) * 32) % (n_train - 32);
+    const auto xb = tessel::data::slice_rows(x_train, first, first + 32);
+    const auto yb = tessel::data::slice_rows(y_train, first, first + 32);
+    const double t0 = now();
+    model.train_on_batch(xb, yb);
+    step.push_back(now() - t0);
+  }
+  double later = 0;
+  for (std::size_t i = 1; i < seconds.size(); ++i) later += seconds[i];
+  const double per_epoch =
+      seconds.size() > 1 ? later / static_cast<double>(seconds.size() - 1) : seconds[0];
+  std::printf("RESULT tessel_gpu_mlp seconds_per_epoch=%.3f first_epoch=%.3f test_accuracy=%.4f "
+              "step_us=%.1f peak_mib=%.1f\n",
+              per_epoch, seconds[0], *tessel::find_log(result, "sparse_categorical_accuracy"),
+              median(step) * 1e6, pool_peak_mib());
+}
+
+void wide(int steps) {
+  wide_t model;
+  model.compile(tessel::optimizers::adam{}, tessel::losses::mean_squared_error{});
+  tessel::array<float> x({wide_batch, width}), y({wide_batch, width});
+  tessel::random::stream s(7, 7);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x.values[i] = s.normal(i);
+    y.values[i] = s.normal(i + x.size());
+  }
+  pool_peak_mib();
+  model.train_on_batch(x, y);  // the optimizer's slots, cuBLAS's workspace
+  std::vector<double> step;
+  for (int i = 0; i < steps; ++i) {
+    const double t0 = now();
+    model.train_on_batch(x, y);
+    step.push_back(now() - t0);
+  }
+  const double peak = pool_peak_mib();
+  // The step's 8 GEMMs alone: per layer x W, x^T dy and (layers 2 and 3) dy W^T.
+  const D::matrix a = D::make_zeros("a", wide_batch, width), w = D::make_zeros("w", width, width),
+                  c = D::make_zeros("c", wide_batch, width), g = D::make_zeros("g", width, width);
+  auto gemms = [&] {
+    for (int layer = 0; layer < 3; ++layer) {
+      D::gemm(false, false, 1.0f, a, w, 0.0f, c);
+      D::gemm(true, false, 1.0f, a, c, 0.0f, g);
+      if (layer > 0) D::gemm(false, true, 1.0f, c, w, 0.0f, a);
+    }
+    D::synchronize();
+  };
+  gemms();
+  std::vector<double> alone;
+  for (int i = 0; i < steps; ++i) {
+    const double t0 = now();
+    gemms();
+    alone.push_back(now() - t0);
+  }
+  const double flop = 8 * 2.0 * wide_batch * width * width;
+  const double t = median(step), t_gemm = median(alone);
+  std::printf("RESULT tessel_gpu_wide ms_per_step=%.3f tflops=%.1f gemm_ms=%.3f gemm_tflops=%.1f "
+              "of_gemm=%.3f peak_mib=%.1f\n",
+              t * 1e3, flop / t / 1e12, t_gemm * 1e3, flop / t_gemm / 1e12, t_gemm / t, peak);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessel::initialize guard(argc, argv);
+  std::size_t epochs = 3;
+  int steps = 200;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--epochs") == 0) epochs = std::strtoul(argv[++i], nullptr, 10);
+    else if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[++i]);
+  }
+  std::printf("tessel on GPU %d of %d (TF32 %s)\n", D::device(), D::device_count(),
+              D::allow_tf32() ? "on" : "off");
+  mlp(epochs, steps);
+  wide(std::max(steps / 10, 5));
+}
