@@ -109,6 +109,17 @@ TEST_CASE("cuda: the process has a GPU (else every test here fails, naming CUDA'
   REQUIRE(D::device() >= 0);
   INFO("device " << D::device() << " of " << D::device_count());
   D::synchronize();
+  // Keras's list_devices: the GPU by default, the CPU when asked.
+  REQUIRE(tessel::list_devices() == std::vector<std::string>{"gpu:0"});
+  REQUIRE(tessel::list_devices("GPU") == std::vector<std::string>{"gpu:0"});
+  REQUIRE(tessel::list_devices("cpu") == std::vector<std::string>{"cpu:0"});
+  try {
+    (void)tessel::list_devices("tpu");
+    FAIL("list_devices(\"tpu\") did not throw");
+  } catch (const tessel::value_error& e) {
+    REQUIRE_THAT(e.what(), Catch::Contains("Unknown device_type: 'tpu'") &&
+                               Catch::Contains("'cpu' and 'gpu'"));
+  }
 }
 
 TEST_CASE("cuda: memory: upload, download, row ranges, aliases, fill, copy", "[gpu]") {

@@ -19,6 +19,9 @@
 #include "../comm/watchdog.hpp"
 #include "../core/errors.hpp"
 #include "../random/shared_seed.hpp"
+#if defined(TESSEL_HAVE_CUDA)
+#include "../backend/cuda.hpp"
+#endif
 
 namespace tessel {
 
@@ -132,15 +135,37 @@ inline int process_id() { return runtime::state().rank; }
 // How many processes the job has (1 without a launcher).
 inline int num_processes() { return runtime::state().size; }
 
-// keras.distribution.list_devices(device_type=None): every device of the job, "cpu:0" ...
-// "cpu:N-1", one per process. The host backend has only CPU devices.
+// keras.distribution.list_devices(device_type=None): every device of the job, one per process:
+// "gpu:0" ... "gpu:N-1" in a program built with the CUDA backend (linked with tessel::cuda,
+// which defines TESSEL_HAVE_CUDA) on a machine with a GPU, else "cpu:0" ... "cpu:N-1". As in
+// Keras, no type means the default one (the GPU where there is one); "cpu" lists the CPUs.
 inline std::vector<std::string> list_devices(std::string_view device_type = {}) {
-  if (!device_type.empty() && device_type != "cpu" && device_type != "CPU")
+#if defined(TESSEL_HAVE_CUDA)
+  const bool gpus = backend::cuda::device_count() > 0;
+#else
+  const bool gpus = false;
+#endif
+  std::string type;
+  for (char c : device_type) type += static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  if (type.empty()) type = gpus ? "gpu" : "cpu";
+  if (type != "cpu" && !(type == "gpu" && gpus)) {
+#if defined(TESSEL_HAVE_CUDA)
+    if (type == "gpu")
+      throw value_error("Unknown device_type: 'gpu'. No GPU is visible to this process (no "
+                        "NVIDIA GPU or no driver); call list_devices() or "
+                        "list_devices(\"cpu\").");
+    throw value_error("Unknown device_type: '" + std::string(device_type) +
+                      "'. This build of tessel has the host and CUDA backends, whose devices "
+                      "are 'cpu' and 'gpu'; call list_devices(), list_devices(\"gpu\") or "
+                      "list_devices(\"cpu\").");
+#else
     throw value_error("Unknown device_type: '" + std::string(device_type) +
                       "'. This build of tessel has the host backend only, whose devices are "
                       "'cpu'; call list_devices() or list_devices(\"cpu\").");
+#endif
+  }
   std::vector<std::string> out;
-  for (int i = 0; i < runtime::state().size; ++i) out.push_back("cpu:" + std::to_string(i));
+  for (int i = 0; i < runtime::state().size; ++i) out.push_back(type + ":" + std::to_string(i));
   return out;
 }
 
