@@ -11,12 +11,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-gpu-bundle}
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSEL_ENABLE_CUDA=ON \
   -DTESSEL_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build "$build" --target gpu_tests gpu_golden_tests gpu_bench
+cmake --build "$build" --target gpu_tests gpu_golden_tests gpu_data_parallel_test gpu_bench
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/fashion-mnist"
 binaries=("$build/tests/gpu/gpu_tests" "$build/tests/gpu/gpu_golden_tests"
-          "$build/benchmarks/gpu_bench")
+          "$build/tests/gpu/gpu_data_parallel_test" "$build/benchmarks/gpu_bench")
 cp "${binaries[@]}" "$stage/bin/"
 # Every library they load, except the C and C++ runtimes (a newer system has newer ones) and
 # the driver and cuBLAS (the GPU machine's own, matching its driver; cuBLAS is 0.6 GB).

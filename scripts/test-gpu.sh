@@ -36,6 +36,14 @@ if [[ -f $root/.gpu-bundle/bundle.tar.xz ]]; then
   fi
   run "gpu_tests" "$bin/gpu_tests"
   run "gpu_golden_tests" "$bin/gpu_golden_tests"
+  # 2 processes on the one GPU: needs an MPI launcher on this machine.
+  if command -v mpiexec >/dev/null 2>&1; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    run "gpu_data_parallel_test (2 processes)" mpiexec -n 2 "$bin/gpu_data_parallel_test"
+  else
+    echo "test-gpu.sh: no mpiexec here: the 2-process GPU test did not run" >&2
+    failed+=("gpu_data_parallel_test (no mpiexec)")
+  fi
 else
   build=${1:-$root/build-gpu}
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSEL_ENABLE_CUDA=ON || exit 1

@@ -26,94 +26,14 @@
 #include "../core/activations.hpp"
 #include "../core/errors.hpp"
 #include "../random/philox.hpp"
+#include "../comm/cuda_staged.hpp"
+#include "cuda_context.hpp"
 #include "cuda_kernels.hpp"
 #include "interface.hpp"
 
 namespace tessel::backend {
 
 namespace cuda_detail {
-
-// Throws a runtime_error naming the call that failed and what to do.
-inline void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::string hint;
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
-    hint = " (no usable NVIDIA GPU here: run on a machine with one and its driver, or train on "
-           "the host backend, backend::host)";
-  else if (e == cudaErrorMemoryAllocation)
-    hint = " (the GPU's memory is full: use a smaller batch or model, or shard it over more "
-           "devices)";
-  throw runtime_error(std::string("CUDA: ") + what + " failed: " + cudaGetErrorName(e) + ": " +
-                      cudaGetErrorString(e) + hint);
-}
-inline void check(cublasStatus_t e, const char* what) {
-  if (e == CUBLAS_STATUS_SUCCESS) return;
-  throw runtime_error(std::string("cuBLAS: ") + what + " failed with status " +
-                      std::to_string(static_cast<int>(e)));
-}
-
-// The process's device, stream and cuBLAS handle, made on first use.
-struct context {
-  int device = 0;
-  cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr;
-  bool allow_tf32 = false;
-
-  context() {
-    int count = 0;
-    check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-    if (count == 0) check(cudaErrorNoDevice, "cudaGetDeviceCount");
-    device = local_rank() % count;
-    check(cudaSetDevice(device), "cudaSetDevice");
-    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    // Freed blocks stay in the pool for the next step's tensors instead of going back to the
-    // driver at each synchronisation (the pool's default release threshold is 0).
-    cudaMemPool_t pool = nullptr;
-    check(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
-    std::uint64_t keep = UINT64_MAX;
-    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
-          "cudaMemPoolSetAttribute");
-    check(cublasCreate(&blas), "cublasCreate");
-    check(cublasSetStream(blas, stream), "cublasSetStream");
-    check(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  }
-  context(const context&) = delete;
-  context& operator=(const context&) = delete;
-  ~context() {
-    if (blas != nullptr) cublasDestroy(blas);
-    if (stream != nullptr) cudaStreamDestroy(stream);
-  }
-  static int local_rank() {
-    for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
-      if (const char* v = std::getenv(name)) {
-        char* end = nullptr;
-        const long r = std::strtol(v, &end, 10);
-        if (end != v && *end == '\0' && r >= 0) return static_cast<int>(r);
-      }
-    return 0;
-  }
-};
-inline std::unique_ptr<context>& context_slot() {
-  static std::unique_ptr<context> c;
-  return c;
-}
-inline context& ctx() {
-  auto& c = context_slot();
-  if (!c) c = std::make_unique<context>();
-  return *c;
-}
-
-// Device memory from the stream-ordered pool, given back in stream order when the last view of
-// it goes.
-template <class T>
-std::shared_ptr<T> allocate(std::size_t n) {
-  if (n == 0) return {};
-  context& c = ctx();
-  void* p = nullptr;
-  check(cudaMallocAsync(&p, n * sizeof(T), c.stream), "cudaMallocAsync");
-  cudaStream_t s = c.stream;
-  return std::shared_ptr<T>(static_cast<T*>(p), [s](T* q) { cudaFreeAsync(q, s); });
-}
 
 // A row-major rows x cols block of device memory, rows `ld` elements apart, that shares the
 // ownership of its allocation (views of it keep it alive).
@@ -144,6 +64,9 @@ struct cuda {
   using matrix = cuda_detail::device_matrix<float>;
   using index_vector = cuda_detail::device_matrix<std::int32_t>;  // one column
   using sums = cuda_detail::device_matrix<double>;                // one column
+  // Collectives between processes on GPU memory: MPI through page-locked host buffers (NCCL
+  // refuses two processes on one GPU, the only multi-process case at hand so far).
+  using communicator = comm::cuda_staged_communicator;
 
   // The number of GPUs this process sees (0 without a driver or a device; nothing is thrown).
   static int device_count() {
@@ -152,7 +75,7 @@ struct cuda {
   }
   // The GPU this process computes on.
   static int device() { return cuda_detail::ctx().device; }
-  static cudaStream_t stream() { return cuda_detail::ctx().stream; }
+  static cudaStream_t stream() { return cuda_detail::stream(); }
   // Waits for everything queued on the process's stream.
   static void synchronize() {
     cuda_detail::check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");

@@ -38,9 +38,11 @@ class process_mesh {
   // static axes leave; a mesh whose size differs from the number of processes is an error
   // naming both numbers.
   static process_mesh bind() {
-    static_assert(std::is_same_v<C, comm::communicator>,
-                  "tessel::process_mesh::bind: laying a mesh over the job's processes needs the MPI "
-                  "communicator; a mesh of another communicator is built with local()");
+    static_assert(std::is_constructible_v<C, MPI_Comm, bool, std::string>,
+                  "tessel::process_mesh::bind: laying a mesh over the job's processes needs a "
+                  "communicator built on MPI (comm::communicator, or the CUDA backend's "
+                  "comm::cuda_staged_communicator); a mesh of another communicator is built with "
+                  "local()");
     static_assert(Mesh::rank_dynamic <= 1,
                   "tessel::process_mesh: at most one mesh axis may be sized at run time");
     if (!runtime::state().started)
@@ -113,8 +115,7 @@ class process_mesh {
       comm::detail::check(MPI_Comm_split(world, static_cast<int>(mesh_.device_at(others)),
                                          static_cast<int>(coords_[i]), &c),
                           "MPI_Comm_split");
-      comms_[i] = comm::communicator(
-          c, true, "mesh axis '" + std::string(Mesh::axis_names[i].view()) + "'");
+      comms_[i] = C(c, true, "mesh axis '" + std::string(Mesh::axis_names[i].view()) + "'");
     }
   }
 
