@@ -134,12 +134,24 @@ struct cuda {
 
   // Host to device: the host buffer may be reused as soon as this returns (pageable memory is
   // staged by the driver before cudaMemcpyAsync returns).
+  // As the host backend does, src's elements fill dst's first rows (src may be shorter).
   static void upload(std::span<const float> src, const matrix& dst) {
-    copy_2d(dst.data(), dst.stride(0), src.data(), dst.extent(1), dst.extent(1), dst.extent(0),
+    const std::size_t cols = dst.extent(1);
+    if (src.empty() || cols == 0) return;
+    if (src.size() > dst.size())
+      throw value_error("upload: " + std::to_string(src.size()) + " values into a " +
+                        std::to_string(dst.extent(0)) + " x " + std::to_string(cols) + " matrix");
+    copy_2d(dst.data(), dst.stride(0), src.data(), cols, cols, src.size() / cols,
             cudaMemcpyHostToDevice);
+    if (const std::size_t rest = src.size() % cols; rest != 0)
+      copy_2d(dst.data() + src.size() / cols * dst.stride(0), dst.stride(0),
+              src.data() + src.size() / cols * cols, cols, rest, 1, cudaMemcpyHostToDevice);
   }
   static void upload(std::span<const std::int32_t> src, const index_vector& dst) {
     if (src.empty()) return;
+    if (src.size() > dst.size())
+      throw value_error("upload: " + std::to_string(src.size()) + " labels into " +
+                        std::to_string(dst.size()));
     cuda_detail::check(cudaMemcpyAsync(dst.data(), src.data(), src.size_bytes(),
                                        cudaMemcpyHostToDevice, stream()),
                        "cudaMemcpyAsync (upload)");
@@ -166,6 +178,7 @@ struct cuda {
       return;
     }
     cuda_kernels::fill(mut(m), v, stream());
+    launched();
   }
   static void copy(const matrix& src, const matrix& dst) {
     copy_2d(dst.data(), dst.stride(0), src.data(), src.stride(0), src.extent(1), src.extent(0),
@@ -183,6 +196,7 @@ struct cuda {
     if (k == 0) {  // an empty contraction still gives beta * c
       if (beta == 0.0f) fill(c, 0.0f);
       else cuda_kernels::scale(mut(c), beta, stream());
+      launched();
       return;
     }
     cuda_detail::check(
@@ -198,21 +212,26 @@ struct cuda {
     gemm(false, false, 1.0f, x, w, 0.0f, y);
     cuda_kernels::bias_activation(bias.extent(0) > 0 ? bias.data() : nullptr, a, mut(y),
                                   stream());
+    launched();
   }
 
   // ---- element-wise -------------------------------------------------------------------------
   static void broadcast_rows(const matrix& row, const matrix& out) {
     cuda_kernels::broadcast_rows(in(row), mut(out), stream());
+    launched();
   }
   static void activation_forward(activation_kind a, const matrix& m) {
     cuda_kernels::bias_activation(nullptr, a, mut(m), stream());
+    launched();
   }
   static void activation_backward(activation_kind a, const matrix& y, const matrix& dy,
                                   const matrix& dz) {
     cuda_kernels::activation_backward_bias(a, in(y), in(dy), mut(dz), nullptr, stream());
+    launched();
   }
   static void scale_shift(const matrix& src, const matrix& out, float scale, float offset) {
     cuda_kernels::scale_shift(in(src), mut(out), scale, offset, stream());
+    launched();
   }
   // Inverted dropout with the host backend's masks (the same Philox stream, drawn at each
   // element's global index).
@@ -221,16 +240,19 @@ struct cuda {
                       std::uint64_t global_cols) {
     cuda_kernels::dropout(in(src), mut(out), s, rate, first_row, first_col, global_cols,
                           stream());
+    launched();
   }
 
   // ---- reductions ---------------------------------------------------------------------------
   static void column_sums(const matrix& src, const matrix& out) {
     cuda_kernels::column_sums(in(src), out.data(), stream());
+    launched();
   }
   static void activation_backward_bias(activation_kind a, const matrix& y, const matrix& dy,
                                        const matrix& dz, const matrix& db) {
     cuda_kernels::activation_backward_bias(a, in(y), in(dy), mut(dz),
                                            db.extent(0) > 0 ? db.data() : nullptr, stream());
+    launched();
   }
   static void crossentropy_on_probabilities(const matrix& probs, const index_vector& labels,
                                               const matrix& targets, const matrix& grad,
@@ -239,46 +261,56 @@ struct cuda {
     cuda_kernels::crossentropy_on_probabilities(in(probs), labels_of(labels), in(targets),
                                                 mut(grad), grad_scale, eps, out.data() + slot,
                                                 stream());
+    launched();
   }
   static void softmax_cross_entropy(const matrix& logits, const index_vector& labels,
                                       const matrix& targets, const matrix& grad,
                                       float grad_scale, const sums& out, std::size_t slot) {
     cuda_kernels::softmax_cross_entropy(in(logits), labels_of(labels), in(targets), mut(grad),
                                         grad_scale, out.data() + slot, stream());
+    launched();
   }
   static void mean_squared_error(const matrix& pred, const matrix& targets, const matrix& grad,
                                  float grad_scale, const sums& out, std::size_t slot,
                                  std::size_t classes = 0) {
     cuda_kernels::mean_squared_error(in(pred), in(targets), mut(grad), grad_scale, classes,
                                      out.data() + slot, stream());
+    launched();
   }
   static void count_argmax_equal(const matrix& pred, const index_vector& labels,
                                  const matrix& targets, const sums& out, std::size_t slot) {
     cuda_kernels::count_argmax_equal(in(pred), labels_of(labels), in(targets), out.data() + slot,
                                      stream());
+    launched();
   }
 
   // ---- a class dimension split across devices -----------------------------------------------
   static void row_max(const matrix& m, const matrix& out) {
     cuda_kernels::row_max(in(m), mut(out), stream());
+    launched();
   }
   static void row_dot(const matrix& a, const matrix& b, const matrix& out) {
     cuda_kernels::row_dot(in(a), in(b), mut(out), stream());
+    launched();
   }
   static void exp_rows(const matrix& src, const matrix& mx, const matrix& dst, const matrix& sum) {
     cuda_kernels::exp_rows(in(src), in(mx), mut(dst), mut(sum), stream());
+    launched();
   }
   static void divide_rows(const matrix& m, const matrix& s) {
     cuda_kernels::divide_rows(mut(m), in(s), stream());
+    launched();
   }
   static void softmax_backward_rows(const matrix& y, const matrix& dy, const matrix& dot,
                                     const matrix& dz) {
     cuda_kernels::softmax_backward_rows(in(y), in(dy), in(dot), mut(dz), stream());
+    launched();
   }
   static void target_terms(const matrix& z, const index_vector& labels, std::size_t col0,
                            const matrix& targets, const matrix& mx, const matrix& out) {
     cuda_kernels::target_terms(in(z), labels_of(labels), col0, in(targets), in(mx), mut(out),
                                stream());
+    launched();
   }
   static void split_softmax_cross_entropy(const matrix& grad, const index_vector& labels,
                                           std::size_t col0, const matrix& targets,
@@ -287,20 +319,24 @@ struct cuda {
     cuda_kernels::split_softmax_cross_entropy(mut(grad), labels_of(labels), col0, in(targets),
                                               in(s), in(terms), grad_scale, out.data() + slot,
                                               stream());
+    launched();
   }
   static void crossentropy_terms(const matrix& probs, const index_vector& labels,
                                  std::size_t col0, const matrix& targets, const matrix& s,
                                  float eps, const matrix& grad, const matrix& out) {
     cuda_kernels::crossentropy_terms(in(probs), labels_of(labels), col0, in(targets), in(s), eps,
                                      mut(grad), mut(out), stream());
+    launched();
   }
   static void split_crossentropy(const matrix& grad, const matrix& s, const matrix& terms,
                                  float grad_scale, const sums& out, std::size_t slot) {
     cuda_kernels::split_crossentropy(mut(grad), in(s), in(terms), grad_scale, out.data() + slot,
                                      stream());
+    launched();
   }
   static void row_argmax(const matrix& m, std::size_t col0, const matrix& out) {
     cuda_kernels::row_argmax(in(m), col0, mut(out), stream());
+    launched();
   }
 
   // ---- optimizer updates, all the variables of a call in one launch per 32 -------------------
@@ -308,20 +344,26 @@ struct cuda {
   static void sgd_update(updates u, float lr, float momentum, bool nesterov) {
     const auto p = pointers(u, momentum != 0.0f, false, false);
     cuda_kernels::sgd_update(p.data(), p.size(), lr, momentum, nesterov, stream());
+    launched();
   }
   // alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), computed by the caller.
   static void adam_update(updates u, float alpha, float beta_1, float beta_2, float epsilon) {
     const auto p = pointers(u, true, true, false);
     cuda_kernels::adam_update(p.data(), p.size(), alpha, beta_1, beta_2, epsilon, stream());
+    launched();
   }
   static void rmsprop_update(updates u, float lr, float rho, float momentum, float epsilon,
                              bool centered) {
     const auto p = pointers(u, true, momentum > 0.0f, centered);
     cuda_kernels::rmsprop_update(p.data(), p.size(), lr, rho, momentum, epsilon, centered,
                                  stream());
+    launched();
   }
 
  private:
+  // A kernel that could not start (a bad launch configuration, no kernel image for this GPU) is
+  // reported here, where it is queued, rather than at a later synchronisation.
+  static void launched() { cuda_detail::check(cudaGetLastError(), "a kernel launch"); }
   static int ld(const matrix& m) {
     return static_cast<int>(m.stride(0) > 0 ? m.stride(0) : 1);
   }
