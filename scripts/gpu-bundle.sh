@@ -19,11 +19,12 @@ binaries=("$build/tests/gpu/gpu_tests" "$build/tests/gpu/gpu_golden_tests"
           "$build/tests/gpu/gpu_data_parallel_test" "$build/benchmarks/gpu_bench")
 cp "${binaries[@]}" "$stage/bin/"
 # Every library they load, except the C and C++ runtimes (a newer system has newer ones) and
-# the driver and cuBLAS (the GPU machine's own, matching its driver; cuBLAS is 0.6 GB).
+# the driver, cuBLAS and NCCL (the GPU machine's own, matching its driver; cuBLAS is 0.6 GB and
+# NCCL 0.2 GB).
 ldd "${binaries[@]}" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   case "$(basename "$lib")" in
     libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
-    libcuda.so*|libcublas*.so*) ;;
+    libcuda.so*|libcublas*.so*|libnccl.so*) ;;
     *) cp -L "$lib" "$stage/lib/" ;;
   esac
 done

@@ -26,12 +26,14 @@ run() {  # run NAME COMMAND...: runs it, remembers a failure
 if [[ -f $root/.gpu-bundle/bundle.tar.xz ]]; then
   dir=$(mktemp -d)
   tar -xJf "$root/.gpu-bundle/bundle.tar.xz" -C "$dir" || exit 1
-  export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # NCCL: the CUDA toolkit's, or the one PyTorch's wheels bring (nvidia-nccl-cu13).
+  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export TESSEL_GOLDEN_DIR=$root/tests/golden TESSEL_FASHION_MNIST_DIR=$dir/fashion-mnist
   bin=$dir/bin
   if ldd "$bin"/* | grep 'not found'; then
-    echo "test-gpu.sh: the bundled programs miss the libraries above (cuBLAS comes from this" \
-         "machine's CUDA toolkit: put its lib folder on LD_LIBRARY_PATH)" >&2
+    echo "test-gpu.sh: the bundled programs miss the libraries above (cuBLAS and NCCL come from" \
+         "this machine's CUDA toolkit or Python wheels: put their lib folders on LD_LIBRARY_PATH)" >&2
     exit 1
   fi
   run "gpu_tests" "$bin/gpu_tests"

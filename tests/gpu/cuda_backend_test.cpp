@@ -382,3 +382,44 @@ TEST_CASE("cuda: an MLP with dropout trains on the GPU as on the host: losses, w
     REQUIRE(std::fabs(ph.values[i] - pg.values[i]) <= 1e-4 * std::fabs(ph.values[i]) + 1e-5);
   }
 }
+
+TEST_CASE("cuda: NCCL on one rank: every collective on GPU memory, and the abort path",
+          "[gpu][nccl]") {
+#if !defined(TESSEL_HAVE_NCCL)
+  FAIL("this build has no NCCL (TESSEL_HAVE_NCCL): build where the CUDA toolkit's NCCL is found");
+#else
+  using tessel::comm::nccl_group;
+  nccl_group g(MPI_COMM_NULL, 0, 1, "a test group");
+  const std::vector<float> v = random_values(40, 90);
+  const D::matrix a = D::make_matrix("a", 1, 40), b = D::make_matrix("b", 1, 40);
+  D::upload(v, a);
+  g.wait(g.all_reduce(a.data(), b.data(), 40, tessel::comm::reduce_op::sum), "all_reduce");
+  REQUIRE(device_values(b) == v);
+  D::fill(b, 0.0f);
+  g.finish(g.all_gather(a.data(), b.data(), 40));
+  REQUIRE(device_values(b) == v);  // the compute stream waited for the gather
+  D::fill(b, 0.0f);
+  g.wait(g.reduce_scatter(a.data(), b.data(), 40), "reduce_scatter");
+  REQUIRE(device_values(b) == v);
+  D::fill(b, 0.0f);
+  g.wait(g.all_to_all(a.data(), b.data(), 40), "all_to_all");
+  REQUIRE(device_values(b) == v);
+  g.wait(g.broadcast(b.data(), 40, 0), "broadcast");
+  REQUIRE(device_values(b) == v);
+  // A failure aborts the communicator and reports the process and the group; the default handler
+  // would end the job, this one records the message.
+  std::string message;
+  auto saved = nccl_group::on_failure();
+  nccl_group::on_failure() = [&](const std::string& m, bool) { message = m; };
+  REQUIRE_THROWS_AS(g.fail("all_reduce", "a planted failure", false), tessel::runtime_error);
+  nccl_group::on_failure() = saved;
+  REQUIRE_THAT(message, Catch::Contains("NCCL all_reduce over a test group on process 0 of 1: "
+                                        "a planted failure. Aborting the job."));
+  try {
+    (void)g.all_reduce(a.data(), b.data(), 40, tessel::comm::reduce_op::sum);
+    FAIL("a collective on an aborted communicator did not throw");
+  } catch (const tessel::runtime_error& e) {
+    REQUIRE_THAT(e.what(), Catch::Contains("aborted after an earlier failure"));
+  }
+#endif
+}

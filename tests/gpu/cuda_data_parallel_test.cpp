@@ -1,6 +1,6 @@
 // data_parallel on the CUDA backend equals one device (issue 13): run under `mpiexec -n 2` on a
 // machine with one GPU, both processes on it (the host-staged MPI path of
-// comm::cuda_staged_communicator: NCCL refuses two ranks on one GPU). An MLP with dropout trains
+// comm::cuda_communicator: NCCL refuses two ranks on one GPU). An MLP with dropout trains
 // 20 steps of global batch 32 distributed, and the same model on one device (each process trains
 // its own copy on the whole batches). Losses and metrics per step, weights and predictions agree
 // within 1e-5 relative; the replicas hold the same bits; the collectives counted are the plan's

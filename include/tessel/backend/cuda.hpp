@@ -26,7 +26,7 @@
 #include "../core/activations.hpp"
 #include "../core/errors.hpp"
 #include "../random/philox.hpp"
-#include "../comm/cuda_staged.hpp"
+#include "../comm/cuda_communicator.hpp"
 #include "cuda_context.hpp"
 #include "cuda_kernels.hpp"
 #include "interface.hpp"
@@ -66,7 +66,7 @@ struct cuda {
   using sums = cuda_detail::device_matrix<double>;                // one column
   // Collectives between processes on GPU memory: MPI through page-locked host buffers (NCCL
   // refuses two processes on one GPU, the only multi-process case at hand so far).
-  using communicator = comm::cuda_staged_communicator;
+  using communicator = comm::cuda_communicator;
 
   // The number of GPUs this process sees (0 without a driver or a device; nothing is thrown).
   static int device_count() {

@@ -1,6 +1,6 @@
 // cuda_context: the CUDA backend's process-wide state (its GPU, its stream, its cuBLAS handle)
 // and error checks, apart from backend/cuda.hpp so that the communicators of GPU memory
-// (comm/cuda_staged.hpp) and the backend can both use them.
+// (comm/cuda_communicator.hpp) and the backend can both use them.
 #pragma once
 
 #include <cstddef>

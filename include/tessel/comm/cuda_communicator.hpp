@@ -1,15 +1,22 @@
-// cuda_staged_communicator: the CUDA backend's communicator (backend::cuda::communicator) for
-// collectives between processes whose data is in GPU memory, through MPI on host buffers: the
-// path when several processes share one GPU (NCCL refuses two ranks on one device) and for GPUs
-// NCCL cannot reach. A span in device memory is copied into page-locked host memory once the
-// process's stream has computed it, reduced or gathered there by MPI (comm::communicator, with its
-// watchdog), and copied back when the collective completes (at wait(), or at a test() that finds
-// it done); a span in host memory (the step's loss and metric sums) goes to MPI as it is.
+// cuda_communicator: the CUDA backend's communicator (backend::cuda::communicator): collectives
+// between processes whose data may be in GPU memory. Which path runs, per group of processes (the
+// world, or the devices along one mesh axis), decided when the group is made:
+// - NCCL (comm/nccl.hpp), on GPU memory, where every process of the group has a GPU of its own
+//   and NCCL is built in (TESSEL_HAVE_NCCL), unless TESSEL_NCCL=0 is set;
+// - otherwise MPI on host buffers: several processes sharing one GPU (NCCL refuses two ranks on
+//   one device, "Duplicate GPU detected"), GPUs NCCL cannot reach, or TESSEL_NCCL=0. A span in
+//   GPU memory is copied into page-locked host memory once the process's stream has computed it,
+//   reduced or gathered there by MPI (comm::communicator, with its watchdog), and copied back
+//   when the collective completes (at wait(), or at a test() that finds it done).
+// A span in host memory (the step's loss and metric sums) goes to MPI as it is on either path.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstring>
+#include <cstdlib>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -21,6 +28,7 @@
 #include "../backend/cuda_context.hpp"
 #include "communicator.hpp"
 #include "concept.hpp"
+#include "nccl.hpp"
 
 namespace tessel::comm {
 
@@ -93,45 +101,107 @@ struct copy_back {
 
 }  // namespace cuda_staging
 
-// A non-blocking staged collective: the MPI request, then the copy back to the GPU.
-class staged_request {
+// A non-blocking collective of cuda_communicator: an MPI request and the copy back to the GPU,
+// or (NCCL) the event that ends the collective on NCCL's stream.
+class cuda_request {
  public:
-  staged_request() = default;
-  staged_request(request r, cuda_staging::copy_back back)
+  cuda_request() = default;
+  cuda_request(request r, cuda_staging::copy_back back)
       : r_(std::move(r)), back_(std::move(back)) {}
+  cuda_request(const nccl_group* g, cudaEvent_t done, const char* op)
+      : group_(g), done_(done), op_(op) {}
+  cuda_request(cuda_request&& o) noexcept
+      : r_(std::move(o.r_)),
+        back_(std::exchange(o.back_, {})),
+        group_(std::exchange(o.group_, nullptr)),
+        done_(std::exchange(o.done_, nullptr)),
+        op_(o.op_) {}
+  cuda_request& operator=(cuda_request&& o) noexcept {
+    if (this != &o) {
+      finish_quietly();
+      r_ = std::move(o.r_);
+      back_ = std::exchange(o.back_, {});
+      group_ = std::exchange(o.group_, nullptr);
+      done_ = std::exchange(o.done_, nullptr);
+      op_ = o.op_;
+    }
+    return *this;
+  }
+  cuda_request(const cuda_request&) = delete;
+  cuda_request& operator=(const cuda_request&) = delete;
+  ~cuda_request() { finish_quietly(); }
+
   void wait() {
+    if (done_ != nullptr) {
+      group_->wait(std::exchange(done_, nullptr), op_);
+      return;
+    }
     r_.wait();
     back_.run();
   }
   bool test() {
+    if (done_ != nullptr) {
+      if (cudaEventQuery(done_) == cudaErrorNotReady) return false;
+      group_->wait(std::exchange(done_, nullptr), op_);  // complete: checks and orders the stream
+      return true;
+    }
     if (!r_.test()) return false;
     back_.run();
     return true;
   }
-  [[nodiscard]] bool pending() const noexcept { return r_.pending() || back_.device != nullptr; }
+  [[nodiscard]] bool pending() const noexcept {
+    return done_ != nullptr || r_.pending() || back_.device != nullptr;
+  }
 
  private:
+  // A request dropped before it was waited for is waited for (its buffers may still be in use).
+  void finish_quietly() noexcept {
+    try {
+      if (pending()) wait();
+    } catch (...) {
+    }
+  }
   request r_;
   cuda_staging::copy_back back_;
+  const nccl_group* group_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  const char* op_ = "";
 };
 
-class cuda_staged_communicator {
+class cuda_communicator {
  public:
-  using request = staged_request;
+  using request = cuda_request;
 
-  cuda_staged_communicator() = default;
-  cuda_staged_communicator(MPI_Comm c, bool owned, std::string_view label = "the world")
-      : mpi_(c, owned, label) {}
+  cuda_communicator() = default;
+  // Collective over c's processes: they agree on NCCL or MPI (see the top of this file).
+  cuda_communicator(MPI_Comm c, bool owned, std::string_view label = "the world")
+      : mpi_(c, owned, label) {
+#if defined(TESSEL_HAVE_NCCL)
+    if (mpi_.uses_mpi() && every_process_has_its_own_gpu())
+      state_->nccl = std::make_unique<nccl_group>(c, rank(), size(), std::string(label));
+#endif
+  }
+  // Whether this group's collectives on GPU memory go through NCCL.
+  [[nodiscard]] bool uses_nccl() const noexcept {
+#if defined(TESSEL_HAVE_NCCL)
+    return state_->nccl != nullptr;
+#else
+    return false;
+#endif
+  }
 
   [[nodiscard]] int rank() const noexcept { return mpi_.rank(); }
   [[nodiscard]] int size() const noexcept { return mpi_.size(); }
   [[nodiscard]] const communicator& mpi() const noexcept { return mpi_; }
   void barrier() const { mpi_.barrier(); }
 
-  // ---- blocking -------------------------------------------------------------------------------
+  // ---- blocking: on NCCL too the host waits for the collective (polling its errors and the
+  //      timeout), so that a failed process never leaves the others hanging later ----------------
   template <class T>
   void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) const {
     if (!mpi_.uses_mpi() || data.empty()) return;
+    if (auto* g = nccl_for(data.data()))
+      return g->wait(g->all_reduce(data.data(), data.data(), data.size(), op), "all_reduce");
     staged<T> s(*this, data);
     mpi_.all_reduce(s.host(), op);
     s.back.run();
@@ -139,6 +209,8 @@ class cuda_staged_communicator {
   template <class T>
   void all_gather(std::span<const T> in, std::span<T> out) const {
     if (!mpi_.uses_mpi()) return local_copy(in, out);
+    if (auto* g = nccl_for(in.data(), out.data()); g && out.size() == in.size() * size())
+      return g->wait(g->all_gather(in.data(), out.data(), in.size()), "all_gather");
     const std::span<const T> hin = stage_in(in);
     staged<T> s(*this, out, false);
     mpi_.all_gather(hin, s.host());
@@ -147,6 +219,8 @@ class cuda_staged_communicator {
   template <class T>
   void reduce_scatter(std::span<const T> in, std::span<T> out) const {
     if (!mpi_.uses_mpi()) return local_copy(in, out);
+    if (auto* g = nccl_for(in.data(), out.data()); g && in.size() == out.size() * size())
+      return g->wait(g->reduce_scatter(in.data(), out.data(), out.size()), "reduce_scatter");
     const std::span<const T> hin = stage_in(in);
     staged<T> s(*this, out, false);
     mpi_.reduce_scatter(hin, s.host());
@@ -155,6 +229,8 @@ class cuda_staged_communicator {
   template <class T>
   void broadcast(std::span<T> data, int root = 0) const {
     if (!mpi_.uses_mpi() || data.empty()) return mpi_.broadcast(data, root);
+    if (auto* g = nccl_for(data.data()); g && root >= 0 && root < size())
+      return g->wait(g->broadcast(data.data(), data.size(), root), "broadcast");
     staged<T> s(*this, data);
     mpi_.broadcast(s.host(), root);
     s.back.run();
@@ -162,6 +238,9 @@ class cuda_staged_communicator {
   template <class T>
   void all_to_all(std::span<const T> in, std::span<T> out) const {
     if (!mpi_.uses_mpi()) return local_copy(in, out);
+    if (auto* g = nccl_for(in.data(), out.data());
+        g && in.size() == out.size() && in.size() % static_cast<std::size_t>(size()) == 0)
+      return g->wait(g->all_to_all(in.data(), out.data(), in.size() / size()), "all_to_all");
     const std::span<const T> hin = stage_in(in);
     staged<T> s(*this, out, false);
     mpi_.all_to_all(hin, s.host());
@@ -172,12 +251,17 @@ class cuda_staged_communicator {
   template <class T>
   [[nodiscard]] request iall_reduce(std::span<T> data) const {
     if (!mpi_.uses_mpi() || data.empty()) return {};
+    if (auto* g = nccl_for(data.data()))
+      return request(g, g->all_reduce(data.data(), data.data(), data.size(), reduce_op::sum),
+                     "all_reduce");
     staged<T> s(*this, data);
     return request(mpi_.iall_reduce(s.host()), std::move(s.back));
   }
   template <class T>
   [[nodiscard]] request iall_gather(std::span<const T> in, std::span<T> out) const {
     if (!mpi_.uses_mpi()) return local_copy(in, out), request{};
+    if (auto* g = nccl_for(in.data(), out.data()); g && out.size() == in.size() * size())
+      return request(g, g->all_gather(in.data(), out.data(), in.size()), "all_gather");
     const std::span<const T> hin = stage_in(in);
     staged<T> s(*this, out, false);
     return request(mpi_.iall_gather(hin, s.host()), std::move(s.back));
@@ -185,6 +269,8 @@ class cuda_staged_communicator {
   template <class T>
   [[nodiscard]] request ireduce_scatter(std::span<const T> in, std::span<T> out) const {
     if (!mpi_.uses_mpi()) return local_copy(in, out), request{};
+    if (auto* g = nccl_for(in.data(), out.data()); g && in.size() == out.size() * size())
+      return request(g, g->reduce_scatter(in.data(), out.data(), out.size()), "reduce_scatter");
     const std::span<const T> hin = stage_in(in);
     staged<T> s(*this, out, false);
     return request(mpi_.ireduce_scatter(hin, s.host()), std::move(s.back));
@@ -192,12 +278,17 @@ class cuda_staged_communicator {
   template <class T>
   [[nodiscard]] request ibroadcast(std::span<T> data, int root = 0) const {
     if (!mpi_.uses_mpi() || data.empty()) return request(mpi_.ibroadcast(data, root), {});
+    if (auto* g = nccl_for(data.data()); g && root >= 0 && root < size())
+      return request(g, g->broadcast(data.data(), data.size(), root), "broadcast");
     staged<T> s(*this, data);
     return request(mpi_.ibroadcast(s.host(), root), std::move(s.back));
   }
   template <class T>
   [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {
     if (!mpi_.uses_mpi()) return local_copy(in, out), request{};
+    if (auto* g = nccl_for(in.data(), out.data());
+        g && in.size() == out.size() && in.size() % static_cast<std::size_t>(size()) == 0)
+      return request(g, g->all_to_all(in.data(), out.data(), in.size() / size()), "all_to_all");
     const std::span<const T> hin = stage_in(in);
     staged<T> s(*this, out, false);
     return request(mpi_.iall_to_all(hin, s.host()), std::move(s.back));
@@ -210,7 +301,7 @@ class cuda_staged_communicator {
   struct staged {
     std::span<T> data;
     cuda_staging::copy_back back;
-    staged(const cuda_staged_communicator& c, std::span<T> d, bool load = true) : data(d) {
+    staged(const cuda_communicator& c, std::span<T> d, bool load = true) : data(d) {
       if (!cuda_staging::on_device(d.data())) return;
       back = {c.pool().acquire(d.size_bytes()), d.data(), d.size_bytes()};
       if (load) c.to_host(back.host.get(), d.data(), d.size_bytes());
@@ -254,16 +345,58 @@ class cuda_staged_communicator {
                                 "cudaStreamSynchronize");
   }
   cuda_staging::pinned_pool& pool() const { return *state_->pool; }
+#if defined(TESSEL_HAVE_NCCL)
+  // The NCCL group when this group has one and every span is in GPU memory (sizes the MPI path
+  // would refuse go there, for its error).
+  const nccl_group* nccl_for(const void* a, const void* b = nullptr) const {
+    const nccl_group* g = state_->nccl.get();
+    if (g == nullptr || !cuda_staging::on_device(a)) return nullptr;
+    return b == nullptr || cuda_staging::on_device(b) ? g : nullptr;
+  }
+  // Every process has a GPU and none shares it with another process of the group, and none set
+  // TESSEL_NCCL=0: each sends its GPU's UUID and its two flags, and all decide alike.
+  bool every_process_has_its_own_gpu() const {
+    std::uint64_t mine[3] = {0, 0, 0};
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
+      cudaDeviceProp p{};
+      if (cudaGetDeviceProperties(&p, backend::cuda_detail::ctx().device) == cudaSuccess) {
+        std::memcpy(mine, p.uuid.bytes, 16);
+        mine[2] |= 1u;
+      }
+    } else {
+      (void)cudaGetLastError();
+    }
+    if (const char* v = std::getenv("TESSEL_NCCL"); v != nullptr && std::string_view(v) == "0")
+      mine[2] |= 2u;
+    std::vector<std::uint64_t> all(3 * static_cast<std::size_t>(size()));
+    mpi_.all_gather(std::span<const std::uint64_t>(mine, 3), std::span<std::uint64_t>(all));
+    for (int p = 0; p < size(); ++p) {
+      const std::uint64_t* a = all.data() + 3 * static_cast<std::size_t>(p);
+      if (a[2] != 1u) return false;  // no GPU, or NCCL turned off
+      for (int q = 0; q < p; ++q) {
+        const std::uint64_t* b = all.data() + 3 * static_cast<std::size_t>(q);
+        if (a[0] == b[0] && a[1] == b[1]) return false;  // two processes on one GPU
+      }
+    }
+    return true;
+  }
+#else
+  static const nccl_group* nccl_for(const void*, const void* = nullptr) { return nullptr; }
+#endif
 
   struct state {
     std::shared_ptr<cuda_staging::pinned_pool> pool = std::make_shared<cuda_staging::pinned_pool>();
     std::mutex mutex;
     std::vector<std::shared_ptr<void>> inputs;
+#if defined(TESSEL_HAVE_NCCL)
+    std::unique_ptr<nccl_group> nccl;
+#endif
   };
   communicator mpi_;
   std::unique_ptr<state> state_ = std::make_unique<state>();
 };
 
-static_assert(communicator_like<cuda_staged_communicator>);
+static_assert(communicator_like<cuda_communicator>);
 
 }  // namespace tessel::comm

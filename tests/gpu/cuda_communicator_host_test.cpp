@@ -1,4 +1,4 @@
-// comm::cuda_staged_communicator on host memory (run under `mpiexec -n 2`; no GPU needed): every
+// comm::cuda_communicator on host memory (run under `mpiexec -n 2`; no GPU needed): every
 // collective, blocking and not, gives what comm::communicator gives, as the trainer's loss sums
 // (host memory) go through it on the CUDA backend. Its GPU-memory path runs in
 // gpu_data_parallel_test. Exit code 0 when all checks pass.
@@ -6,7 +6,7 @@
 
 #include <numeric>
 #include <string>
-#include <tessel/comm/cuda_staged.hpp>
+#include <tessel/comm/cuda_communicator.hpp>
 #include <tessel/tessel.hpp>
 #include <vector>
 
@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   using tessel::testing::check;
   MPI_Comm dup{};
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  const tessel::comm::cuda_staged_communicator c(dup, true, "test");
+  const tessel::comm::cuda_communicator c(dup, true, "test");
   const int n = c.size(), r = c.rank();
   std::vector<double> sums{1.0 + r, 2.0 * r};
   c.all_reduce(std::span<double>(sums));
@@ -45,5 +45,5 @@ int main(int argc, char** argv) {
   req.wait();
   check(g[999] == 0.5f * n && !req.pending(), "iall_reduce");
   c.barrier();
-  return tessel::testing::finish("cuda_staged_host_test");
+  return tessel::testing::finish("cuda_communicator_host_test");
 }
