@@ -41,7 +41,7 @@ class process_mesh {
     static_assert(std::is_constructible_v<C, MPI_Comm, bool, std::string>,
                   "tessel::process_mesh::bind: laying a mesh over the job's processes needs a "
                   "communicator built on MPI (comm::communicator, or the CUDA backend's "
-                  "comm::cuda_staged_communicator); a mesh of another communicator is built with "
+                  "comm::cuda_communicator); a mesh of another communicator is built with "
                   "local()");
     static_assert(Mesh::rank_dynamic <= 1,
                   "tessel::process_mesh: at most one mesh axis may be sized at run time");
