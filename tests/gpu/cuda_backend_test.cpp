@@ -312,24 +312,41 @@ TEST_CASE("cuda: the fused optimizer updates over many variables at once", "[gpu
       check_equal(vars[i].c, what + " slot c " + std::to_string(i));
     }
   };
-  for (int step = 0; step < 3; ++step) {
-    run([](auto u) { H::adam_update(u, 0.001f, 0.9f, 0.999f, 1e-7f); },
-        [](auto u) { D::adam_update(u, 0.001f, 0.9f, 0.999f, 1e-7f); });
-    check_all("adam");
-    run([](auto u) { H::sgd_update(u, 0.01f, 0.9f, true); },
-        [](auto u) { D::sgd_update(u, 0.01f, 0.9f, true); });
-    check_all("sgd nesterov");
-    run([](auto u) { H::sgd_update(u, 0.01f, 0.5f, false); },
-        [](auto u) { D::sgd_update(u, 0.01f, 0.5f, false); });
-    run([](auto u) { H::sgd_update(u, 0.01f, 0.0f, false); },
-        [](auto u) { D::sgd_update(u, 0.01f, 0.0f, false); });
-    check_all("sgd");
-    run([](auto u) { H::rmsprop_update(u, 0.001f, 0.9f, 0.5f, 1e-7f, true); },
-        [](auto u) { D::rmsprop_update(u, 0.001f, 0.9f, 0.5f, 1e-7f, true); });
-    run([](auto u) { H::rmsprop_update(u, 0.001f, 0.9f, 0.0f, 1e-7f, false); },
-        [](auto u) { D::rmsprop_update(u, 0.001f, 0.9f, 0.0f, 1e-7f, false); });
-    check_all("rmsprop");
-  }
+  // Each optimizer from fresh slots (moments and velocities non-negative, as they are in
+  // training; one optimizer's slots are not another's), three steps, then every tensor compared.
+  auto fresh_slots = [&](std::uint32_t seed) {
+    for (auto& v : vars) {
+      const std::size_t n = v.value.h.size();
+      for (both* t : {&v.a, &v.b}) {
+        const auto r = random_values(n, seed++, 0.02f, 1.0f);  // >= avg^2 (centered RMSprop)
+        H::upload(r, t->h);
+        D::upload(r, t->d);
+      }
+      const auto r = random_values(n, seed++, -0.1f, 0.1f);
+      H::upload(r, v.c.h);
+      D::upload(r, v.c.d);
+    }
+  };
+  auto three_steps = [&](const std::string& what, std::uint32_t seed, auto&& update_h,
+                         auto&& update_d) {
+    fresh_slots(seed);
+    for (int step = 0; step < 3; ++step) run(update_h, update_d);
+    check_all(what);
+  };
+  three_steps("adam", 1000, [](auto u) { H::adam_update(u, 0.001f, 0.9f, 0.999f, 1e-7f); },
+              [](auto u) { D::adam_update(u, 0.001f, 0.9f, 0.999f, 1e-7f); });
+  three_steps("sgd nesterov", 2000, [](auto u) { H::sgd_update(u, 0.01f, 0.9f, true); },
+              [](auto u) { D::sgd_update(u, 0.01f, 0.9f, true); });
+  three_steps("sgd momentum", 3000, [](auto u) { H::sgd_update(u, 0.01f, 0.5f, false); },
+              [](auto u) { D::sgd_update(u, 0.01f, 0.5f, false); });
+  three_steps("sgd", 4000, [](auto u) { H::sgd_update(u, 0.01f, 0.0f, false); },
+              [](auto u) { D::sgd_update(u, 0.01f, 0.0f, false); });
+  three_steps("rmsprop centered with momentum", 5000,
+              [](auto u) { H::rmsprop_update(u, 0.001f, 0.9f, 0.5f, 1e-7f, true); },
+              [](auto u) { D::rmsprop_update(u, 0.001f, 0.9f, 0.5f, 1e-7f, true); });
+  three_steps("rmsprop", 6000,
+              [](auto u) { H::rmsprop_update(u, 0.001f, 0.9f, 0.0f, 1e-7f, false); },
+              [](auto u) { D::rmsprop_update(u, 0.001f, 0.9f, 0.0f, 1e-7f, false); });
 }
 
 TEST_CASE("cuda: an MLP with dropout trains on the GPU as on the host: losses, weights, "
