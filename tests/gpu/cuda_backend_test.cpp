@@ -137,6 +137,24 @@ TEST_CASE("cuda: memory: upload, download, row ranges, aliases, fill, copy", "[g
   check_equal(a, "fill of an alias", 0);
   const D::matrix z = D::make_zeros("z", 3, 4);
   REQUIRE(device_values(z) == std::vector<float>(12, 0.0f));
+  // Uploads queued back to back through the ring of 4 page-locked buffers (growing ones, and one
+  // past its 8 MB that goes from pageable memory), each host buffer overwritten at once: every
+  // matrix gets its own values.
+  std::vector<D::matrix> ms;
+  std::vector<std::vector<float>> want;
+  std::vector<float> scratch;
+  for (std::size_t i = 0; i < 11; ++i) {
+    const std::size_t rows = i == 7 ? 2100 : 3 + 40 * i, cols = 1024;
+    scratch = random_values(rows * cols, 300 + static_cast<std::uint32_t>(i));
+    want.push_back(scratch);
+    ms.push_back(D::make_matrix("ring", rows, cols));
+    D::upload(scratch, ms.back());
+    std::fill(scratch.begin(), scratch.end(), -1.0f);  // the host buffer reused at once
+  }
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    INFO("upload " << i);
+    REQUIRE(device_values(ms[i]) == want[i]);
+  }
 }
 
 TEST_CASE("cuda: gemm in every transposition, with alpha, beta and an empty contraction",

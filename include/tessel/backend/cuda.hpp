@@ -132,8 +132,9 @@ struct cuda {
   // buffers; a single process runs none).
   static std::span<float> comm_span(const matrix& m) { return {m.data(), m.size()}; }
 
-  // Host to device: the host buffer may be reused as soon as this returns (pageable memory is
-  // staged by the driver before cudaMemcpyAsync returns).
+  // Host to device: the host buffer may be reused as soon as this returns. Up to 8 MB (a batch)
+  // is copied into a page-locked buffer of a ring of 4 and crosses while the host queues the
+  // step (cuda_detail::upload_ring); more goes from the pageable memory, the driver staging it.
   // As the host backend does, src's elements fill dst's first rows (src may be shorter).
   static void upload(std::span<const float> src, const matrix& dst) {
     const std::size_t cols = dst.extent(1);
@@ -141,20 +142,29 @@ struct cuda {
     if (src.size() > dst.size())
       throw value_error("upload: " + std::to_string(src.size()) + " values into a " +
                         std::to_string(dst.extent(0)) + " x " + std::to_string(cols) + " matrix");
-    copy_2d(dst.data(), dst.stride(0), src.data(), cols, cols, src.size() / cols,
+    const float* from = src.data();
+    cuda_detail::upload_ring& ring = cuda_detail::ctx().uploads;
+    const bool staged = src.size_bytes() <= cuda_detail::upload_ring::max_bytes;
+    if (staged) from = static_cast<const float*>(ring.stage(src.data(), src.size_bytes()));
+    copy_2d(dst.data(), dst.stride(0), from, cols, cols, src.size() / cols,
             cudaMemcpyHostToDevice);
     if (const std::size_t rest = src.size() % cols; rest != 0)
       copy_2d(dst.data() + src.size() / cols * dst.stride(0), dst.stride(0),
-              src.data() + src.size() / cols * cols, cols, rest, 1, cudaMemcpyHostToDevice);
+              from + src.size() / cols * cols, cols, rest, 1, cudaMemcpyHostToDevice);
+    if (staged) ring.done(stream());
   }
   static void upload(std::span<const std::int32_t> src, const index_vector& dst) {
     if (src.empty()) return;
     if (src.size() > dst.size())
       throw value_error("upload: " + std::to_string(src.size()) + " labels into " +
                         std::to_string(dst.size()));
-    cuda_detail::check(cudaMemcpyAsync(dst.data(), src.data(), src.size_bytes(),
-                                       cudaMemcpyHostToDevice, stream()),
-                       "cudaMemcpyAsync (upload)");
+    cuda_detail::upload_ring& ring = cuda_detail::ctx().uploads;
+    const bool staged = src.size_bytes() <= cuda_detail::upload_ring::max_bytes;
+    const void* from = staged ? ring.stage(src.data(), src.size_bytes()) : src.data();
+    cuda_detail::check(
+        cudaMemcpyAsync(dst.data(), from, src.size_bytes(), cudaMemcpyHostToDevice, stream()),
+        "cudaMemcpyAsync (upload)");
+    if (staged) ring.done(stream());
   }
   // Device to host, waiting for the queued work first.
   static void download(const matrix& src, std::span<float> dst) {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -37,12 +38,68 @@ inline void check(cublasStatus_t e, const char* what) {
                       std::to_string(static_cast<int>(e)));
 }
 
+// Uploads go through a ring of page-locked buffers: a batch is copied into the next one and its
+// transfer queued asynchronously (a copy from pageable memory makes the driver stage it, the
+// host waiting), so the host goes on to queue the step while the batch crosses. A buffer is
+// reused once the transfer queued from it is done (its event). Uploads larger than
+// `max_bytes` (weights being set) go directly from pageable memory.
+class upload_ring {
+ public:
+  static constexpr std::size_t slots = 4, max_bytes = std::size_t{8} << 20;
+  upload_ring() = default;
+  upload_ring(const upload_ring&) = delete;
+  upload_ring& operator=(const upload_ring&) = delete;
+  ~upload_ring() { release(); }
+  // A page-locked copy of `bytes` bytes of src, valid until the transfer queued from it and
+  // marked by done(stream) has run.
+  void* stage(const void* src, std::size_t bytes) {
+    slot& s = slots_[next_];
+    if (s.event != nullptr) check(cudaEventSynchronize(s.event), "cudaEventSynchronize");
+    if (s.bytes < bytes) {
+      if (s.host != nullptr) cudaFreeHost(s.host);
+      s.host = nullptr;
+      s.bytes = 0;
+      check(cudaMallocHost(&s.host, bytes), "cudaMallocHost (upload buffer)");
+      s.bytes = bytes;
+    }
+    if (s.event == nullptr)
+      check(cudaEventCreateWithFlags(&s.event, cudaEventDisableTiming), "cudaEventCreate");
+    std::memcpy(s.host, src, bytes);
+    return s.host;
+  }
+  // Marks the end of the transfer just queued from the buffer stage() returned.
+  void done(cudaStream_t stream) {
+    check(cudaEventRecord(slots_[next_].event, stream), "cudaEventRecord");
+    next_ = (next_ + 1) % slots;
+  }
+  void release() noexcept {
+    for (slot& s : slots_) {
+      if (s.event != nullptr) {
+        cudaEventSynchronize(s.event);
+        cudaEventDestroy(s.event);
+      }
+      if (s.host != nullptr) cudaFreeHost(s.host);
+      s = {};
+    }
+  }
+
+ private:
+  struct slot {
+    void* host = nullptr;
+    std::size_t bytes = 0;
+    cudaEvent_t event = nullptr;
+  };
+  slot slots_[slots];
+  std::size_t next_ = 0;
+};
+
 // The process's device, stream and cuBLAS handle, made on first use.
 struct context {
   int device = 0;
   cudaStream_t stream = nullptr;
   cublasHandle_t blas = nullptr;
   bool allow_tf32 = false;
+  upload_ring uploads;
 
   context() {
     int count = 0;
@@ -65,6 +122,7 @@ struct context {
   context(const context&) = delete;
   context& operator=(const context&) = delete;
   ~context() {
+    uploads.release();
     if (blas != nullptr) cublasDestroy(blas);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
