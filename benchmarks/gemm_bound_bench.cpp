@@ -15,6 +15,8 @@
 #include <tessel/tessel.hpp>
 #include <vector>
 
+#include "bench_common.hpp"
+
 extern "C" void openblas_set_num_threads(int);
 extern "C" void sgemm_(const char* ta, const char* tb, const int* m, const int* n, const int* k,
                        const float* alpha, const float* a, const int* lda, const float* b,
@@ -27,13 +29,8 @@ using namespace tessel::layers;
 using model_t = tessel::sequential<input<width>, dense<width, {.activation = "relu"}>,
                                    dense<width, {.activation = "relu"}>, dense<width>>;
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
+using bench::now;
 
 // Row-major C(m x n) = op(A) op(B) through column-major sgemm: C^T = op(B)^T op(A)^T.
 void row_major_sgemm(bool ta, bool tb, int m, int n, int k, const float* a, const float* b,

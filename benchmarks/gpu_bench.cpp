@@ -10,13 +10,14 @@
 //   gpu_bench [--epochs N] [--steps N]
 // Prints RESULT lines: tessel_gpu_mlp ..., tessel_gpu_wide ...
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <tessel/backend/cuda.hpp>
 #include <tessel/tessel.hpp>
 #include <vector>
+
+#include "bench_common.hpp"
 
 namespace {
 
@@ -30,13 +31,8 @@ using wide_t = tessel::basic_sequential<D, tessel::one_device, input<width>,
                                         dense<width, {.activation = "relu"}>,
                                         dense<width, {.activation = "relu"}>, dense<width>>;
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
+using bench::now;
 // The most memory the pool has held since the last call, in MiB (and resets the mark).
 double pool_peak_mib() {
   cudaMemPool_t pool = nullptr;
@@ -49,52 +45,38 @@ double pool_peak_mib() {
 }
 
 void mlp(std::size_t epochs, int steps) {
-  auto [train, test] = tessel::datasets::fashion_mnist::load_data();
-  auto prepare = [](const tessel::array<std::uint8_t>& images) {
-    return tessel::data::reshape(tessel::data::to_float(images, 1.0f / 255.0f),
-                                 {images.shape[0], 784});
-  };
-  const auto x_all = prepare(train.first), x_test = prepare(test.first);
-  const auto y_all = tessel::data::to_int32(train.second), y_test = tessel::data::to_int32(test.second);
-  const std::size_t n_train = x_all.rows() - 10000;
-  const auto x_train = tessel::data::slice_rows(x_all, 0, n_train);
-  const auto y_train = tessel::data::slice_rows(y_all, 0, n_train);
-  auto train_ds = tessel::from_tensor_slices(x_train, y_train).shuffle(n_train, 1).batch(32).prefetch(2);
-  auto val_ds = tessel::from_tensor_slices(tessel::data::slice_rows(x_all, n_train, x_all.rows()),
-                                           tessel::data::slice_rows(y_all, n_train, y_all.rows()))
-                    .batch(32);
+  const bench::seed001_data d = bench::load_seed001();
+  const std::size_t n_train = d.x_train.rows();
+  auto train_ds = tessel::from_tensor_slices(d.x_train, d.y_train)
+                      .shuffle(static_cast<std::int64_t>(n_train), 1)
+                      .batch(32)
+                      .prefetch(2);
+  auto val_ds = tessel::from_tensor_slices(d.x_val, d.y_val).batch(32);
   mlp_t model;
   model.compile(tessel::optimizers::adam{},
                 tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
                 {tessel::metrics::sparse_categorical_accuracy{}});
   pool_peak_mib();
-  std::vector<double> seconds;
-  double start = 0;
-  tessel::callbacks::lambda_callback timer({
-      .on_epoch_begin = [&](std::size_t, const tessel::logs&) { start = now(); },
-      .on_epoch_end = [&](std::size_t, const tessel::logs&) { seconds.push_back(now() - start); },
-  });
-  model.fit(train_ds, {.epochs = epochs, .verbose = 2, .callbacks = {timer},
+  bench::epoch_timer timer;
+  auto timing = timer.callback();
+  model.fit(train_ds, {.epochs = epochs, .verbose = 2, .callbacks = {timing},
                        .validation_data = val_ds});
-  const auto result = model.evaluate(tessel::from_tensor_slices(x_test, y_test).batch(32), 0);
-  // One step alone, on the batches of the first `steps` rows' worth.
+  const auto result = model.evaluate(tessel::from_tensor_slices(d.x_test, d.y_test).batch(32), 0);
+  // One step alone (train_on_batch: the upload, the step, the read-back of the sums).
   std::vector<double> step;
   for (int i = 0; i < steps; ++i) {
     const std::size_t first = (static_cast<std::size_t>(i) * 32) % (n_train - 32);
-    const auto xb = tessel::data::slice_rows(x_train, first, first + 32);
-    const auto yb = tessel::data::slice_rows(y_train, first, first + 32);
+    const auto xb = tessel::data::slice_rows(d.x_train, first, first + 32);
+    const auto yb = tessel::data::slice_rows(d.y_train, first, first + 32);
     const double t0 = now();
     model.train_on_batch(xb, yb);
     step.push_back(now() - t0);
   }
-  double later = 0;
-  for (std::size_t i = 1; i < seconds.size(); ++i) later += seconds[i];
-  const double per_epoch =
-      seconds.size() > 1 ? later / static_cast<double>(seconds.size() - 1) : seconds[0];
   std::printf("RESULT tessel_gpu_mlp seconds_per_epoch=%.3f first_epoch=%.3f test_accuracy=%.4f "
               "step_us=%.1f peak_mib=%.1f\n",
-              per_epoch, seconds[0], *tessel::find_log(result, "sparse_categorical_accuracy"),
-              median(step) * 1e6, pool_peak_mib());
+              timer.after_first(), timer.seconds[0],
+              *tessel::find_log(result, "sparse_categorical_accuracy"), median(step) * 1e6,
+              pool_peak_mib());
 }
 
 void wide(int steps) {
