@@ -56,8 +56,9 @@ else
   run "ctest -L gpu" ctest --test-dir "$build" -L gpu --output-on-failure
   [[ $bench == 1 ]] && cp "$build/benchmarks/gpu_bench" "$bin/"
 fi
-if command -v compute-sanitizer >/dev/null 2>&1; then
-  run "memcheck gpu_tests" compute-sanitizer --tool memcheck --error-exitcode 1 "$bin/gpu_tests"
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [[ -n $sanitizer ]]; then
+  run "memcheck gpu_tests" "$sanitizer" --tool memcheck --error-exitcode 1 "$bin/gpu_tests"
 else
   echo "test-gpu.sh: compute-sanitizer not found (it comes with the CUDA toolkit): memcheck not run" >&2
   failed+=("compute-sanitizer")
