@@ -181,9 +181,16 @@ TEST_CASE("cuda: dense's fused forward and backward for every activation", "[gpu
   for (activation_kind a : all_activations) {
     const std::string name(tessel::activation_name(a));
     both x(32, 24, 10), w(24, 12, 11), bias(1, 12, 12), y(32, 12, 13);
+    H::gemm_bias_activation(x.h, w.h, H::matrix(), a, y.h);  // no bias
+    D::gemm_bias_activation(x.d, w.d, D::matrix(), a, y.d);
+    check_equal(y, name + " forward without bias");
     H::gemm_bias_activation(x.h, w.h, bias.h, a, y.h);
     D::gemm_bias_activation(x.d, w.d, bias.d, a, y.d);
     check_equal(y, name + " forward");
+    // On a block of rows (a batch's shard), the rows outside untouched.
+    H::gemm_bias_activation(H::row_range(x.h, 5, 29), w.h, bias.h, a, H::row_range(y.h, 3, 27));
+    D::gemm_bias_activation(D::row_range(x.d, 5, 29), w.d, bias.d, a, D::row_range(y.d, 3, 27));
+    check_equal(y, name + " forward on row ranges");
     both dy(32, 12, 14), dz(32, 12, 15), db(1, 12, 16);
     H::activation_backward_bias(a, y.h, dy.h, dz.h, db.h);
     D::activation_backward_bias(a, y.d, dy.d, dz.d, db.d);

@@ -9,7 +9,9 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -93,6 +95,123 @@ class upload_ring {
   std::size_t next_ = 0;
 };
 
+// Dense's forward through cuBLASLt with the bias and ReLU in the GEMM's epilogue (one kernel
+// instead of a GEMM and an epilogue kernel): row-major y (m x n) = x (m x k) w (k x n) is
+// column-major y^T = w^T x^T, where the bias is a per-row vector of y^T, what cuBLASLt's bias
+// epilogue adds. One plan (descriptors and the heuristic's algorithm) per shape, kept; a shape
+// cuBLASLt finds no algorithm for, or a call it fails, returns false for the caller's fallback
+// (cublasSgemm, then the epilogue kernel).
+class lt_dense {
+ public:
+  static constexpr std::size_t workspace_bytes = std::size_t{32} << 20;
+  lt_dense() = default;
+  lt_dense(const lt_dense&) = delete;
+  lt_dense& operator=(const lt_dense&) = delete;
+  ~lt_dense() { release(); }
+
+  // y = epilogue(x w + bias); bias null: none. relu: the ReLU after the bias.
+  bool run(const float* x, std::size_t ldx, const float* w, std::size_t ldw, const float* bias,
+           bool relu, float* y, std::size_t ldy, std::size_t m, std::size_t n, std::size_t k,
+           bool tf32, cudaStream_t stream) {
+    if (disabled_) return false;
+    if (handle_ == nullptr) {
+      if (cublasLtCreate(&handle_) != CUBLAS_STATUS_SUCCESS ||
+          cudaMalloc(&workspace_, workspace_bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        disabled_ = true;
+        return false;
+      }
+    }
+    const key want{m, n, k, ldx, ldw, ldy, bias != nullptr, relu, tf32};
+    plan* p = nullptr;
+    for (plan& q : plans_)
+      if (q.k == want) p = &q;
+    if (p == nullptr) {
+      plans_.emplace_back();
+      p = &plans_.back();
+      p->k = want;
+      if (!make(*p)) {
+        destroy(*p);
+        plans_.pop_back();
+        return false;
+      }
+    }
+    if (bias != nullptr &&
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                       sizeof bias) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    const float one = 1.0f, zero = 0.0f;
+    return cublasLtMatmul(handle_, p->desc, &one, w, p->a, x, p->b, &zero, y, p->c, y, p->c,
+                          &p->algo, workspace_, workspace_bytes, stream) == CUBLAS_STATUS_SUCCESS;
+  }
+  void release() noexcept {
+    for (plan& p : plans_) destroy(p);
+    plans_.clear();
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    workspace_ = nullptr;
+    if (handle_ != nullptr) cublasLtDestroy(handle_);
+    handle_ = nullptr;
+  }
+
+ private:
+  struct key {
+    std::size_t m, n, k, ldx, ldw, ldy;
+    bool bias, relu, tf32;
+    bool operator==(const key&) const = default;
+  };
+  struct plan {
+    key k{};
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  bool make(plan& p) {
+    const key& k = p.k;
+    const cublasComputeType_t compute = k.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    if (cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
+      return false;
+    const cublasLtEpilogue_t e = k.bias ? (k.relu ? CUBLASLT_EPILOGUE_RELU_BIAS
+                                                  : CUBLASLT_EPILOGUE_BIAS)
+                                        : (k.relu ? CUBLASLT_EPILOGUE_RELU
+                                                  : CUBLASLT_EPILOGUE_DEFAULT);
+    // Column-major: A = w^T (n x k, ld ldw), B = x^T (k x m, ld ldx), C = y^T (n x m, ld ldy).
+    if (cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, k.n, k.k, static_cast<std::int64_t>(k.ldw)) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, k.k, k.m, static_cast<std::int64_t>(k.ldx)) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, k.n, k.m, static_cast<std::int64_t>(k.ldy)) !=
+            CUBLAS_STATUS_SUCCESS)
+      return false;
+    cublasLtMatmulPreference_t pref = nullptr;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return false;
+    const std::size_t ws = workspace_bytes;
+    cublasLtMatmulHeuristicResult_t found{};
+    int count = 0;
+    const bool ok =
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &found,
+                                       &count) == CUBLAS_STATUS_SUCCESS &&
+        count > 0;
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (ok) p.algo = found.algo;
+    return ok;
+  }
+  static void destroy(plan& p) noexcept {
+    if (p.a != nullptr) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b != nullptr) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c != nullptr) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.desc != nullptr) cublasLtMatmulDescDestroy(p.desc);
+    p = {};
+  }
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::vector<plan> plans_;
+  bool disabled_ = false;
+};
+
 // The process's device, stream and cuBLAS handle, made on first use.
 struct context {
   int device = 0;
@@ -100,6 +219,7 @@ struct context {
   cublasHandle_t blas = nullptr;
   bool allow_tf32 = false;
   upload_ring uploads;
+  lt_dense dense;
 
   context() {
     int count = 0;
@@ -123,6 +243,7 @@ struct context {
   context& operator=(const context&) = delete;
   ~context() {
     uploads.release();
+    dense.release();
     if (blas != nullptr) cublasDestroy(blas);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
