@@ -85,6 +85,10 @@ void check_equal(const both& m, const std::string& what, double rel = 1e-5) {
   for (float x : h) scale = std::max(scale, std::fabs(static_cast<double>(x)));
   for (std::size_t i = 0; i < h.size(); ++i) {
     INFO(what << "[" << i << "]: host " << h[i] << ", cuda " << d[i]);
+    if (std::isnan(h[i]) || std::isnan(d[i])) {
+      REQUIRE((std::isnan(h[i]) && std::isnan(d[i])));
+      continue;
+    }
     if (rel == 0) REQUIRE(h[i] == d[i]);
     else REQUIRE(std::fabs(double{h[i]} - d[i]) <= rel * (std::fabs(h[i]) + 0.1 * scale) + 1e-7);
   }
@@ -204,6 +208,14 @@ TEST_CASE("cuda: dense's fused forward and backward for every activation", "[gpu
     D::activation_forward(a, m.d);
     check_equal(m, name + " activation_forward");
   }
+  // A NaN stays NaN through ReLU (jax.nn.relu's max(x, 0) keeps it), in the fused epilogue too.
+  std::vector<float> with_nan = random_values(8 * 6, 27);
+  with_nan[6] = std::nanf("");
+  both xn(8, 6, with_nan), wn(6, 5, 28), bn(1, 5, 29), yn(8, 5, 30);
+  H::gemm_bias_activation(xn.h, wn.h, bn.h, activation_kind::relu, yn.h);
+  D::gemm_bias_activation(xn.d, wn.d, bn.d, activation_kind::relu, yn.d);
+  REQUIRE(std::isnan(host_values(yn.h)[5]));
+  check_equal(yn, "relu of NaN");
   both y(30, 8, 20), bias(1, 8, 21);
   H::broadcast_rows(bias.h, y.h);
   D::broadcast_rows(bias.d, y.d);
