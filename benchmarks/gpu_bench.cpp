@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <utility>
 #include <tessel/backend/cuda.hpp>
 #include <tessel/tessel.hpp>
 #include <vector>
@@ -134,6 +136,17 @@ int main(int argc, char** argv) {
   }
   std::printf("tessel on GPU %d of %d (TF32 %s)\n", D::device(), D::device_count(),
               D::allow_tf32() ? "on" : "off");
-  mlp(epochs, steps);
-  wide(std::max(steps / 10, 5));
+  // Each part on its own: one that fails (no Fashion-MNIST files, say) does not hide the other.
+  int failures = 0;
+  for (auto [name, part] : {std::pair<const char*, std::function<void()>>{
+                                "mlp", [&] { mlp(epochs, steps); }},
+                            {"wide", [&] { wide(std::max(steps / 10, 5)); }}}) {
+    try {
+      part();
+    } catch (const std::exception& e) {
+      std::printf("FAILED gpu_bench %s: %s\n", name, e.what());
+      ++failures;
+    }
+  }
+  return failures == 0 ? 0 : 1;
 }

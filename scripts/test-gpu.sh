@@ -16,12 +16,22 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
        "not skipped: run this on a machine with a GPU (docs/gpu.md)." >&2
   exit 1
 fi
-nvidia-smi -L
+# The whole output also goes to a log: $OUT/test-gpu.log on the device tool's machine (it comes
+# back with the call), else test-gpu.log in the temporary folder.
+log=${OUT:-${TMPDIR:-/tmp}}/test-gpu.log
+: >"$log"
+{
+  nvidia-smi -L
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  command -v nvcc >/dev/null && nvcc --version | tail -1
+  echo "mpiexec: $(command -v mpiexec || echo none)"
+  ldconfig -p 2>/dev/null | grep -E 'libnccl|libcublas' | head -4
+} 2>&1 | tee -a "$log"
 failed=()
 run() {  # run NAME COMMAND...: runs it, remembers a failure
-  echo "== $1"
+  echo "== $1" | tee -a "$log"
   shift
-  "$@" || failed+=("$*")
+  "$@" 2>&1 | tee -a "$log" || failed+=("$*")
 }
 if [[ -f $root/.gpu-bundle/bundle.tar.xz ]]; then
   dir=$(mktemp -d)
@@ -68,7 +78,7 @@ if [[ $bench == 1 ]]; then
   run "gpu_frameworks.py" python3 "$root/benchmarks/gpu_frameworks.py"
 fi
 if ((${#failed[@]})); then
-  echo "test-gpu.sh: FAILED: ${failed[*]}" >&2
+  echo "test-gpu.sh: FAILED: ${failed[*]} (the whole output: $log)" | tee -a "$log" >&2
   exit 1
 fi
-echo "test-gpu.sh: all GPU tests passed"
+echo "test-gpu.sh: all GPU tests passed (the whole output: $log)" | tee -a "$log"
