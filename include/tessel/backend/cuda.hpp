@@ -29,6 +29,7 @@
 #include "../comm/cuda_communicator.hpp"
 #include "cuda_context.hpp"
 #include "cuda_kernels.hpp"
+#include "host.hpp"
 #include "interface.hpp"
 
 namespace tessel::backend {
@@ -67,6 +68,20 @@ struct cuda {
   // Collectives between processes on GPU memory: MPI through page-locked host buffers (NCCL
   // refuses two processes on one GPU, the only multi-process case at hand so far).
   using communicator = comm::cuda_communicator;
+
+  // The process-wide setup `tessel::initialize` runs on the default backend, which this is in a
+  // program linked with tessel::cuda: the CPU side is the host backend's (Kokkos, the thread pool
+  // for host work, denormals flushed); the GPU is set up on first use, and released here.
+  static bool is_initialized() { return host::is_initialized(); }
+  static void initialize(int& argc, char** argv) { host::initialize(argc, argv); }
+  static void finalize() {
+    cuda_detail::context_slot().reset();
+    host::finalize();
+  }
+  static void share_cores(int processes_on_node) { host::share_cores(processes_on_node); }
+  static std::size_t threads() { return host::threads(); }
+  static bool set_flush_denormal(bool on) { return host::set_flush_denormal(on); }
+  static bool flushes_denormals() { return host::flushes_denormals(); }
 
   // The number of GPUs this process sees (0 without a driver or a device; nothing is thrown).
   static int device_count() {

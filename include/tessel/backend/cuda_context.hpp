@@ -27,7 +27,8 @@ inline void check(cudaError_t e, const char* what) {
   std::string hint;
   if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
     hint = " (no usable NVIDIA GPU here: run on a machine with one and its driver, or train on "
-           "the host backend, backend::host)";
+           "the host backend: backend::host, or build with TESSEL_FORCE_HOST defined to make it "
+           "the default)";
   else if (e == cudaErrorMemoryAllocation)
     hint = " (the GPU's memory is full: use a smaller batch or model, or shard it over more "
            "devices)";
