@@ -38,6 +38,20 @@ def read_idx(path):
     return arr.reshape(dims)
 
 
+def load_fashion_mnist(data_dir):
+    """seeds/001's data as every framework script splits it: the first 50,000 training images
+    train, the last 10,000 validate, t10k tests; x (-1, 784) float32 / 255, y int32. Returns
+    (x_train, y_train), (x_val, y_val), (x_test, y_test)."""
+    def images(name):
+        return read_idx(f"{data_dir}/{name}").reshape(-1, 784).astype(np.float32) / 255
+
+    x = images("train-images-idx3-ubyte.gz")
+    y = read_idx(f"{data_dir}/train-labels-idx1-ubyte.gz").astype(np.int32)
+    x_test = images("t10k-images-idx3-ubyte.gz")
+    y_test = read_idx(f"{data_dir}/t10k-labels-idx1-ubyte.gz").astype(np.int32)
+    return (x[:-10000], y[:-10000]), (x[-10000:], y[-10000:]), (x_test, y_test)
+
+
 def time_wide_step(name, step, steps):
     """Runs step() once to warm up (compilation, the optimizer's slots), then `steps` times;
     prints the median as RESULT <name> ms_per_step=... gflops=..."""

@@ -26,15 +26,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import WIDE, WIDE_BATCH, WIDE_FLOP, read_idx  # noqa: E402
-
-
-def load(data_dir):
-    x = read_idx(f"{data_dir}/train-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255
-    y = read_idx(f"{data_dir}/train-labels-idx1-ubyte.gz").astype(np.int32)
-    xt = read_idx(f"{data_dir}/t10k-images-idx3-ubyte.gz").reshape(-1, 784).astype(np.float32) / 255
-    yt = read_idx(f"{data_dir}/t10k-labels-idx1-ubyte.gz").astype(np.int32)
-    return x[:-10000], y[:-10000], x[-10000:], y[-10000:], xt, yt
+from bench_common import WIDE, WIDE_BATCH, WIDE_FLOP, load_fashion_mnist  # noqa: E402
 
 
 def median(v):
@@ -269,7 +261,8 @@ def main():
                                                          "/usr/share/datasets/fashion-mnist"))
     ap.add_argument("--only", choices=["torch", "compile", "jax"])
     args = ap.parse_args()
-    data = load(args.data_dir)
+    (x, y), (xv, yv), (xt, yt) = load_fashion_mnist(args.data_dir)
+    data = (x, y, xv, yv, xt, yt)
     runs = {"torch": lambda: torch_runs(args, data, False),
             "compile": lambda: torch_runs(args, data, True),
             "jax": lambda: jax_run(args, data)}

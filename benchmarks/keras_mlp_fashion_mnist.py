@@ -38,20 +38,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
-from bench_common import WIDE, WIDE_BATCH, arguments, read_idx, time_wide_step  # noqa: E402
-
-
-def load(data_dir):
-    def p(name):
-        return os.path.join(data_dir, name)
-
-    x_train = read_idx(p("train-images-idx3-ubyte.gz")).reshape(-1, 784).astype(np.float32) / 255
-    y_train = read_idx(p("train-labels-idx1-ubyte.gz")).astype(np.int32)
-    x_test = read_idx(p("t10k-images-idx3-ubyte.gz")).reshape(-1, 784).astype(np.float32) / 255
-    y_test = read_idx(p("t10k-labels-idx1-ubyte.gz")).astype(np.int32)
-    x_val, y_val = x_train[-10000:], y_train[-10000:]
-    x_train, y_train = x_train[:-10000], y_train[:-10000]
-    return (x_train, y_train), (x_val, y_val), (x_test, y_test)
+from bench_common import WIDE, WIDE_BATCH, arguments, load_fashion_mnist, time_wide_step  # noqa: E402
 
 
 def wide(steps):
@@ -83,7 +70,7 @@ def main():
     )
     keras.utils.set_random_seed(args.seed)
 
-    (x_train, y_train), (x_val, y_val), (x_test, y_test) = load(args.data_dir)
+    (x_train, y_train), (x_val, y_val), (x_test, y_test) = load_fashion_mnist(args.data_dir)
     print(
         f"train {x_train.shape}, val {x_val.shape}, test {x_test.shape}", flush=True
     )

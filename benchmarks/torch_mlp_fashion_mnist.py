@@ -29,10 +29,9 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 
-from bench_common import WIDE, WIDE_BATCH, arguments, read_idx, time_wide_step
+from bench_common import WIDE, WIDE_BATCH, arguments, load_fashion_mnist, time_wide_step
 
 
 def glorot(layer):
@@ -42,14 +41,9 @@ def glorot(layer):
 
 
 def mlp(args):
-    d = args.data_dir
-    x = torch.from_numpy(read_idx(f"{d}/train-images-idx3-ubyte.gz").reshape(-1, 784)
-                         .astype(np.float32) / 255)
-    y = torch.from_numpy(read_idx(f"{d}/train-labels-idx1-ubyte.gz").astype(np.int64))
-    x_test = torch.from_numpy(read_idx(f"{d}/t10k-images-idx3-ubyte.gz").reshape(-1, 784)
-                              .astype(np.float32) / 255)
-    y_test = torch.from_numpy(read_idx(f"{d}/t10k-labels-idx1-ubyte.gz").astype(np.int64))
-    x_val, y_val, x, y = x[-10000:], y[-10000:], x[:-10000], y[:-10000]
+    (x, y), (x_val, y_val), (x_test, y_test) = (
+        (torch.from_numpy(a), torch.from_numpy(b).long())
+        for a, b in load_fashion_mnist(args.data_dir))
 
     model = torch.nn.Sequential(glorot(torch.nn.Linear(784, 256)), torch.nn.ReLU(),
                                 glorot(torch.nn.Linear(256, 256)), torch.nn.ReLU(),
