@@ -65,8 +65,8 @@ struct cuda {
   using matrix = cuda_detail::device_matrix<float>;
   using index_vector = cuda_detail::device_matrix<std::int32_t>;  // one column
   using sums = cuda_detail::device_matrix<double>;                // one column
-  // Collectives between processes on GPU memory: MPI through page-locked host buffers (NCCL
-  // refuses two processes on one GPU, the only multi-process case at hand so far).
+  // Collectives between processes on GPU memory: NCCL where every process has its own GPU, MPI
+  // through page-locked host buffers where processes share one (comm/cuda_communicator.hpp).
   using communicator = comm::cuda_communicator;
 
   // The process-wide setup `tessel::initialize` runs on the default backend, which this is in a
@@ -108,29 +108,15 @@ struct cuda {
 
   // ---- memory -------------------------------------------------------------------------------
   static matrix make_matrix(const std::string&, std::size_t rows, std::size_t cols) {
-    auto owner = cuda_detail::allocate<float>(rows * cols);
-    float* p = owner.get();
-    return matrix(std::move(owner), p, rows, cols, cols);
+    return make<float>(rows, cols, false);
   }
-  static matrix make_zeros(const std::string& label, std::size_t rows, std::size_t cols) {
-    matrix m = make_matrix(label, rows, cols);
-    if (m.size() > 0)
-      cuda_detail::check(cudaMemsetAsync(m.data(), 0, m.size() * sizeof(float), stream()),
-                         "cudaMemsetAsync");
-    return m;
+  static matrix make_zeros(const std::string&, std::size_t rows, std::size_t cols) {
+    return make<float>(rows, cols, true);
   }
   static index_vector make_indices(const std::string&, std::size_t n) {
-    auto owner = cuda_detail::allocate<std::int32_t>(n);
-    std::int32_t* p = owner.get();
-    return index_vector(std::move(owner), p, n, 1, 1);
+    return make<std::int32_t>(n, 1, false);
   }
-  static sums make_sums(const std::string&, std::size_t n) {
-    auto owner = cuda_detail::allocate<double>(n);
-    double* p = owner.get();
-    if (n > 0)
-      cuda_detail::check(cudaMemsetAsync(p, 0, n * sizeof(double), stream()), "cudaMemsetAsync");
-    return sums(std::move(owner), p, n, 1, 1);
-  }
+  static sums make_sums(const std::string&, std::size_t n) { return make<double>(n, 1, true); }
   static std::size_t rows(const matrix& m) { return m.extent(0); }
   static std::size_t cols(const matrix& m) { return m.extent(1); }
   // Rows [begin, end) of m, sharing its memory.
@@ -157,29 +143,24 @@ struct cuda {
     if (src.size() > dst.size())
       throw value_error("upload: " + std::to_string(src.size()) + " values into a " +
                         std::to_string(dst.extent(0)) + " x " + std::to_string(cols) + " matrix");
-    const float* from = src.data();
-    cuda_detail::upload_ring& ring = cuda_detail::ctx().uploads;
-    const bool staged = src.size_bytes() <= cuda_detail::upload_ring::max_bytes;
-    if (staged) from = static_cast<const float*>(ring.stage(src.data(), src.size_bytes()));
-    copy_2d(dst.data(), dst.stride(0), from, cols, cols, src.size() / cols,
-            cudaMemcpyHostToDevice);
-    if (const std::size_t rest = src.size() % cols; rest != 0)
-      copy_2d(dst.data() + src.size() / cols * dst.stride(0), dst.stride(0),
-              from + src.size() / cols * cols, cols, rest, 1, cudaMemcpyHostToDevice);
-    if (staged) ring.done(stream());
+    from_host(src, [&](const float* from) {
+      copy_2d(dst.data(), dst.stride(0), from, cols, cols, src.size() / cols,
+              cudaMemcpyHostToDevice);
+      if (const std::size_t rest = src.size() % cols; rest != 0)
+        copy_2d(dst.data() + src.size() / cols * dst.stride(0), dst.stride(0),
+                from + src.size() / cols * cols, cols, rest, 1, cudaMemcpyHostToDevice);
+    });
   }
   static void upload(std::span<const std::int32_t> src, const index_vector& dst) {
     if (src.empty()) return;
     if (src.size() > dst.size())
       throw value_error("upload: " + std::to_string(src.size()) + " labels into " +
                         std::to_string(dst.size()));
-    cuda_detail::upload_ring& ring = cuda_detail::ctx().uploads;
-    const bool staged = src.size_bytes() <= cuda_detail::upload_ring::max_bytes;
-    const void* from = staged ? ring.stage(src.data(), src.size_bytes()) : src.data();
-    cuda_detail::check(
-        cudaMemcpyAsync(dst.data(), from, src.size_bytes(), cudaMemcpyHostToDevice, stream()),
-        "cudaMemcpyAsync (upload)");
-    if (staged) ring.done(stream());
+    from_host(src, [&](const std::int32_t* from) {
+      cuda_detail::check(
+          cudaMemcpyAsync(dst.data(), from, src.size_bytes(), cudaMemcpyHostToDevice, stream()),
+          "cudaMemcpyAsync (upload)");
+    });
   }
   // Device to host, waiting for the queued work first.
   static void download(const matrix& src, std::span<float> dst) {
@@ -419,6 +400,25 @@ struct cuda {
     cuda_detail::check(cudaMemcpy2DAsync(dst, dpitch * sizeof(float), src, spitch * sizeof(float),
                                          cols * sizeof(float), rows, kind, stream()),
                        "cudaMemcpy2DAsync");
+  }
+  // A rows x cols matrix of new device memory, zeroed or not.
+  template <class T>
+  static cuda_detail::device_matrix<T> make(std::size_t rows, std::size_t cols, bool zeros) {
+    auto owner = cuda_detail::allocate<T>(rows * cols);
+    T* p = owner.get();
+    if (zeros && p != nullptr)
+      cuda_detail::check(cudaMemsetAsync(p, 0, rows * cols * sizeof(T), stream()),
+                         "cudaMemsetAsync");
+    return {std::move(owner), p, rows, cols, cols};
+  }
+  // Queues copy(from) with `from` the host values of src: up to upload_ring::max_bytes, a
+  // page-locked copy from the upload ring, marked done after the copy is queued; beyond, src.
+  template <class T, class Copy>
+  static void from_host(std::span<const T> src, Copy&& copy) {
+    if (src.size_bytes() > cuda_detail::upload_ring::max_bytes) return copy(src.data());
+    cuda_detail::upload_ring& ring = cuda_detail::ctx().uploads;
+    copy(static_cast<const T*>(ring.stage(src.data(), src.size_bytes())));
+    ring.done(stream());
   }
   static std::vector<cuda_kernels::update_ptrs> pointers(updates u, bool a, bool b, bool c) {
     std::vector<cuda_kernels::update_ptrs> p;
