@@ -197,6 +197,7 @@ class cuda_communicator {
 
   // ---- blocking: on NCCL too the host waits for the collective (polling its errors and the
   //      timeout), so that a failed process never leaves the others hanging later ----------------
+  // all_reduce takes a reduction (the non-blocking one only sums).
   template <class T>
   void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) const {
     if (!mpi_.uses_mpi() || data.empty()) return;
@@ -206,45 +207,22 @@ class cuda_communicator {
     mpi_.all_reduce(s.host(), op);
     s.back.run();
   }
+  // The others are their non-blocking forms, waited for.
   template <class T>
   void all_gather(std::span<const T> in, std::span<T> out) const {
-    if (!mpi_.uses_mpi()) return local_copy(in, out);
-    if (auto* g = nccl_for(in.data(), out.data()); g && out.size() == in.size() * size())
-      return g->wait(g->all_gather(in.data(), out.data(), in.size()), "all_gather");
-    const std::span<const T> hin = stage_in(in);
-    staged<T> s(*this, out, false);
-    mpi_.all_gather(hin, s.host());
-    s.back.run();
+    iall_gather(in, out).wait();
   }
   template <class T>
   void reduce_scatter(std::span<const T> in, std::span<T> out) const {
-    if (!mpi_.uses_mpi()) return local_copy(in, out);
-    if (auto* g = nccl_for(in.data(), out.data()); g && in.size() == out.size() * size())
-      return g->wait(g->reduce_scatter(in.data(), out.data(), out.size()), "reduce_scatter");
-    const std::span<const T> hin = stage_in(in);
-    staged<T> s(*this, out, false);
-    mpi_.reduce_scatter(hin, s.host());
-    s.back.run();
+    ireduce_scatter(in, out).wait();
   }
   template <class T>
   void broadcast(std::span<T> data, int root = 0) const {
-    if (!mpi_.uses_mpi() || data.empty()) return mpi_.broadcast(data, root);
-    if (auto* g = nccl_for(data.data()); g && root >= 0 && root < size())
-      return g->wait(g->broadcast(data.data(), data.size(), root), "broadcast");
-    staged<T> s(*this, data);
-    mpi_.broadcast(s.host(), root);
-    s.back.run();
+    ibroadcast(data, root).wait();
   }
   template <class T>
   void all_to_all(std::span<const T> in, std::span<T> out) const {
-    if (!mpi_.uses_mpi()) return local_copy(in, out);
-    if (auto* g = nccl_for(in.data(), out.data());
-        g && in.size() == out.size() && in.size() % static_cast<std::size_t>(size()) == 0)
-      return g->wait(g->all_to_all(in.data(), out.data(), in.size() / size()), "all_to_all");
-    const std::span<const T> hin = stage_in(in);
-    staged<T> s(*this, out, false);
-    mpi_.all_to_all(hin, s.host());
-    s.back.run();
+    iall_to_all(in, out).wait();
   }
 
   // ---- non-blocking ---------------------------------------------------------------------------
