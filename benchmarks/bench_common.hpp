@@ -14,9 +14,10 @@ namespace bench {
 inline double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+// The median (0 for no timings).
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 // Times each epoch of fit, validation included: add callback() to fit's callbacks (it must

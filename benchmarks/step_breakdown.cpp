@@ -14,6 +14,8 @@
 #include <tessel/tessel.hpp>
 #include <vector>
 
+#include "bench_common.hpp"
+
 namespace {
 using namespace tessel::layers;
 using model_t = tessel::sequential<input<784>, dense<256, {.activation = "relu"}>,
@@ -24,10 +26,7 @@ std::vector<double> jobs;  // the current step's jobs, in microseconds
 void observe(clock_type::time_point begin, clock_type::time_point end) {
   jobs.push_back(std::chrono::duration<double, std::micro>(end - begin).count());
 }
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using bench::median;
 double since(clock_type::time_point t) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t).count();
 }
