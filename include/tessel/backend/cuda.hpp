@@ -5,8 +5,8 @@
 // as Keras computes; set_allow_tf32 turns it on, as torch.backends.cuda.matmul.allow_tf32 does),
 // everything else through the kernels of src/cuda/kernels.cu (backend/cuda_kernels.hpp), which
 // do what the host backend's functions of the same names do, in the same order where an order
-// decides the bits. The process uses GPU local_rank % device_count (LOCAL_RANK, or Open MPI's
-// OMPI_COMM_WORLD_LOCAL_RANK under mpiexec).
+// decides the bits. The process uses GPU local_rank % device_count, local_rank its index among
+// the processes on its machine (from MPI, through tessel::initialize).
 // Compiled by the host compiler; link `tessel::cuda` (CMake, TESSEL_ENABLE_CUDA) for the kernels.
 // Layers never name this type: they are written against backend_interface (interface.hpp).
 #pragma once
@@ -78,7 +78,12 @@ struct cuda {
     cuda_detail::context_slot().reset();
     host::finalize();
   }
-  static void share_cores(int processes_on_node) { host::share_cores(processes_on_node); }
+  // The process's GPU is local_rank % device_count; its host threads share the cores as the
+  // host backend's do.
+  static void place_on_node(int local_rank, int local_size) {
+    cuda_detail::node_rank() = local_rank;
+    host::place_on_node(local_rank, local_size);
+  }
   static std::size_t threads() { return host::threads(); }
   static bool set_flush_denormal(bool on) { return host::set_flush_denormal(on); }
   static bool flushes_denormals() { return host::flushes_denormals(); }

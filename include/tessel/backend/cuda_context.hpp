@@ -213,6 +213,13 @@ class lt_dense {
   bool disabled_ = false;
 };
 
+// This process's index among the processes on its machine, set by tessel::initialize from MPI
+// (backend::cuda::place_on_node); -1 until then.
+inline int& node_rank() {
+  static int r = -1;
+  return r;
+}
+
 // The process's device, stream and cuBLAS handle, made on first use.
 struct context {
   int device = 0;
@@ -226,7 +233,7 @@ struct context {
     int count = 0;
     check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
     if (count == 0) check(cudaErrorNoDevice, "cudaGetDeviceCount");
-    device = local_rank() % count;
+    device = (node_rank() >= 0 ? node_rank() : launcher_local_rank()) % count;
     check(cudaSetDevice(device), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     // Freed blocks stay in the pool for the next step's tensors instead of going back to the
@@ -248,7 +255,8 @@ struct context {
     if (blas != nullptr) cublasDestroy(blas);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
-  static int local_rank() {
+  // Without tessel::initialize: the local rank the launcher exports (torchrun, Open MPI, MPICH).
+  static int launcher_local_rank() {
     for (const char* name : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
       if (const char* v = std::getenv(name)) {
         char* end = nullptr;

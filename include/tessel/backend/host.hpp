@@ -400,11 +400,12 @@ struct host {
   static void finalize() {
     if (Kokkos::is_initialized()) Kokkos::finalize();
   }
-  // With several processes (devices) on one machine, each process computes with its share of
-  // the cores (as torchrun sets OMP_NUM_THREADS): its thread pool (GEMMs, optimizer updates) has
-  // cores / processes threads, or TESSEL_NUM_THREADS; the BLAS runs inside it.
-  static void share_cores(int processes_on_node) {
-    host_detail::processes_on_node() = static_cast<std::size_t>(std::max(processes_on_node, 1));
+  // This process is number local_rank of the local_size processes (devices) on its machine, as
+  // tessel::initialize finds from MPI. Each computes with its share of the cores (as torchrun
+  // sets OMP_NUM_THREADS): its thread pool (GEMMs, optimizer updates) has cores / local_size
+  // threads, or TESSEL_NUM_THREADS; the BLAS runs inside it.
+  static void place_on_node(int /*local_rank*/, int local_size) {
+    host_detail::processes_on_node() = static_cast<std::size_t>(std::max(local_size, 1));
     host_detail::pool_slot().reset();
     host_detail::pool();
   }

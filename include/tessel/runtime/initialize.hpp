@@ -111,8 +111,8 @@ class initialize {
     }
     owns_backend_ = !default_backend::is_initialized();
     default_backend::initialize(argc, argv);
-    if (owns_backend_) default_backend::share_cores(w.local_size);
-    // After share_cores: the BLAS threads it starts are restarted with the mode.
+    if (owns_backend_) default_backend::place_on_node(w.local_rank, w.local_size);
+    // After place_on_node: the BLAS threads it starts are restarted with the mode.
     set_flush_denormal(flush);
   }
   bool owns_world_ = false;
