@@ -44,11 +44,18 @@ struct plan_rule {
   void (*plan)(layer_planner&, const op_desc&) = nullptr;
   std::string_view type{};  // the layer type, as `explain` may name it ("dense")
 };
+namespace detail {
+constexpr void plan_without_rule(layer_planner& p, const op_desc&);
+// What an op_desc that names no rule plans with: it fails the plan. A default object rather than
+// a null pointer, because GCC 12's -fsanitize=undefined makes a test of a pointer to a constexpr
+// object against null a non-constant expression, and the plan is computed at compile time.
+inline constexpr plan_rule no_rule{&plan_without_rule, "unknown"};
+}  // namespace detail
 
 inline constexpr std::size_t max_op_inputs = 4;
 
 struct op_desc {
-  const plan_rule* rule = nullptr;
+  const plan_rule* rule = &detail::no_rule;
   name_string name{};
   // The layer's parameters, as its rule reads them (dense: sizes[0] the units, flags bit 0
   // use_bias, option the activation).
@@ -279,10 +286,6 @@ class layer_planner {
       backward_mark_ = bw_count_;
       const op_desc& op = model_.ops[i];
       if (!bind_inputs(op)) break;
-      if (op.rule == nullptr || op.rule->plan == nullptr) {
-        fail("the layer has no planning rule");
-        break;
-      }
       cur_ = nodes_[inputs_[0]];
       input_used_ = cur_.layout;
       output_set_ = false;
@@ -532,6 +535,10 @@ class layer_planner {
   std::size_t bw_count_ = 0, backward_mark_ = 0, groups_ = 0;
   std::array<std::size_t, max_ops + 1> group_begin_{}, group_end_{};
 };
+
+constexpr void detail::plan_without_rule(layer_planner& p, const op_desc&) {
+  p.fail("the layer has no planning rule");
+}
 
 // Plans a training step of `model` under `dist` on `mesh` (concrete sizes) for a global batch.
 constexpr model_plan plan_model(const distribution_value& dist, const mesh_value& mesh,
