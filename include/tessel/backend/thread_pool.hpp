@@ -27,6 +27,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "../core/environment.hpp"
 #include "../core/errors.hpp"
 
 namespace tessel::backend {
@@ -169,22 +170,8 @@ inline std::size_t& processes_on_node() {
   return n;
 }
 inline std::size_t pool_threads() {
-  if (const char* v = std::getenv("TESSEL_NUM_THREADS")) {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || n < 1 || n > 1024)
-      throw value_error(std::string("TESSEL_NUM_THREADS='") + v +
-                        "' is not a number of threads; set it to a positive integer (the "
-                        "threads each process computes with) or unset it to share the cores "
-                        "among the processes on the machine");
-    return static_cast<std::size_t>(n);
-  }
-  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
-    if (const char* v = std::getenv(name)) {
-      char* end = nullptr;
-      const long n = std::strtol(v, &end, 10);
-      if (end != v && *end == '\0' && n >= 1 && n <= 1024) return static_cast<std::size_t>(n);
-    }
+  if (const auto n = environment::num_threads()) return *n;
+  if (const auto n = environment::blas_threads()) return *n;
   const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
   return std::max<std::size_t>(1, cores / std::max<std::size_t>(processes_on_node(), 1));
 }

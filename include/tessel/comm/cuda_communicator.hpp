@@ -345,7 +345,7 @@ class cuda_communicator {
     } else {
       (void)cudaGetLastError();
     }
-    if (const char* v = std::getenv("TESSEL_NCCL"); v != nullptr && std::string_view(v) == "0")
+    if (!environment::nccl().value_or(true))
       mine[2] |= 2u;
     std::vector<std::uint64_t> all(3 * static_cast<std::size_t>(size()));
     mpi_.all_gather(std::span<const std::uint64_t>(mine, 3), std::span<std::uint64_t>(all));
