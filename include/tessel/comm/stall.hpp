@@ -1,0 +1,187 @@
+// stall: what the collective watchdog says when a collective has waited past the timeout. From a
+// snapshot of every process it can see (the processes of its machine, through shared memory:
+// how many collectives each entered on each communicator, which one it waits in, whether it is
+// stopped, has exited or has ended its initialize guard) it finds the processes the job really
+// waits for, following processes that wait in another collective to the ones they wait for, and
+// names them in one message. Pure: no MPI, no clock, so that each case is tested on its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace tessel::comm::stall {
+
+// One process as the watchdog sees it.
+struct process {
+  bool known = false;     // on this machine: the fields below are read from it
+  bool stopped = false;   // its state is T (SIGSTOP, or held by a debugger)
+  bool exited = false;    // no longer runs (or a zombie)
+  bool leaving = false;   // its tessel::initialize guard ended (main returned)
+  int wait_channel = -1;  // the communicator of the collective it waits in, -1: none
+  std::uint64_t wait_seq = 0;           // that collective's number there
+  std::vector<std::uint64_t> entered;   // per channel: the collectives it has entered
+};
+
+// A communicator the watchdog knows: how messages name it, and its processes (world ranks).
+struct channel {
+  std::string label;
+  std::vector<int> members;
+};
+
+struct snapshot {
+  int reporter = 0;  // the process whose wait timed out (world rank)
+  const char* op = "";  // what it waits in, on `channel` with number `seq`
+  int channel = -1;
+  std::uint64_t seq = 0;
+  double waited = 0, timeout = 0;  // seconds
+  std::vector<struct channel> channels;
+  std::vector<process> processes;  // by world rank
+};
+
+namespace detail {
+// "3", "0-6", "0, 2, 5-7": ranks in increasing order.
+inline std::string ranks_text(const std::vector<int>& sorted) {
+  std::string out;
+  for (std::size_t i = 0; i < sorted.size();) {
+    std::size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(sorted[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(sorted[j]);
+    i = j + 1;
+  }
+  return out;
+}
+inline std::string seconds_text(double s, const char* format) {
+  char b[32];
+  std::snprintf(b, sizeof b, format, s);
+  return b;
+}
+}  // namespace detail
+
+// Why the job waits, as one message (without a trailing newline).
+inline std::string describe(const snapshot& s) {
+  const int n = static_cast<int>(s.processes.size());
+  enum class why { none, stopped_inside, stopped, exited, leaving, elsewhere };
+  std::vector<why> cause(s.processes.size(), why::none);
+  std::vector<int> cause_channel(s.processes.size(), -1);
+  std::vector<std::uint64_t> cause_seq(s.processes.size(), 0);
+  std::vector<bool> visited(s.processes.size(), false), unknown(s.processes.size(), false);
+  bool missing = false;  // some process has not entered a collective others wait in
+
+  // The members of collective `seq` on `c` that the waiters wait for; a member that waits in
+  // another collective is followed to those it waits for.
+  auto walk = [&](auto& self, int c, std::uint64_t seq) -> void {
+    if (c < 0 || static_cast<std::size_t>(c) >= s.channels.size()) return;
+    for (const int m : s.channels[static_cast<std::size_t>(c)].members) {
+      if (m < 0 || m >= n) continue;
+      const auto i = static_cast<std::size_t>(m);
+      const process& p = s.processes[i];
+      if (!p.known) {
+        unknown[i] = true;
+        continue;
+      }
+      const bool arrived = static_cast<std::size_t>(c) < p.entered.size() &&
+                           p.entered[static_cast<std::size_t>(c)] >= seq;
+      missing = missing || !arrived;
+      if (cause[i] != why::none) continue;
+      if (p.stopped) {
+        cause[i] = arrived ? why::stopped_inside : why::stopped;
+        cause_channel[i] = c;
+        cause_seq[i] = seq;
+      } else if (p.exited) {
+        cause[i] = why::exited;
+      } else if (arrived) {
+        continue;
+      } else if (p.leaving) {
+        cause[i] = why::leaving;
+      } else if (p.wait_channel >= 0) {
+        if (!visited[i]) {
+          visited[i] = true;
+          self(self, p.wait_channel, p.wait_seq);
+        }
+      } else {
+        cause[i] = why::elsewhere;
+      }
+    }
+  };
+  if (s.reporter >= 0 && s.reporter < n) visited[static_cast<std::size_t>(s.reporter)] = true;
+  walk(walk, s.channel, s.seq);
+
+  auto label = [&](int c) {
+    return c >= 0 && static_cast<std::size_t>(c) < s.channels.size()
+               ? s.channels[static_cast<std::size_t>(c)].label
+               : std::string("an unknown communicator");
+  };
+  const std::string of = " of " + std::to_string(n);
+  std::string msg = "tessel: collective timeout: ";
+  std::vector<int> causes;
+  for (int r = 0; r < n; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (cause[i] == why::none) continue;
+    causes.push_back(r);
+    if (causes.size() > 1) msg += "; ";
+    const std::string who = "process " + std::to_string(r) + of;
+    switch (cause[i]) {
+      case why::stopped_inside:
+        msg += who + " is stopped (SIGSTOP, or held by a debugger) inside its collective number " +
+               std::to_string(cause_seq[i]) + " over " + label(cause_channel[i]);
+        break;
+      case why::stopped:
+        msg += who + " is stopped (SIGSTOP, or held by a debugger) and did not arrive";
+        break;
+      case why::exited:
+        msg += who + " has exited";
+        break;
+      case why::leaving:
+        msg += who +
+               " has left the job: its tessel::initialize guard ended (main returned) while the "
+               "others still run collectives";
+        break;
+      case why::elsewhere:
+        msg += who +
+               " did not arrive: it runs outside any collective (still computing, or hung, or "
+               "waiting in something that is not a tessel collective)";
+        break;
+      case why::none:
+        break;
+    }
+  }
+  std::vector<int> others, waiting;
+  for (int r = 0; r < n; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (unknown[i]) others.push_back(r);
+    else if (cause[i] == why::none && s.processes[i].known && s.processes[i].wait_channel >= 0)
+      waiting.push_back(r);
+  }
+  if (causes.empty()) {
+    if (!others.empty())
+      msg += "the processes it waits for that are on other machines could not be checked (" +
+             detail::ranks_text(others) + ")";
+    else if (missing)
+      msg += "the processes wait in different collectives for each other (the program calls "
+             "collectives in a different order on different processes)";
+    else
+      msg += "every process arrived, so the collective itself did not complete (an MPI or "
+             "network fault)";
+  } else if (!others.empty()) {
+    msg += "; processes " + detail::ranks_text(others) +
+           " are on other machines and could not be checked";
+  }
+  msg += ". Process " + std::to_string(s.reporter) + " waited " +
+         detail::seconds_text(s.waited, "%.0f") + " s (timeout " +
+         detail::seconds_text(s.timeout, "%g") + " s) in " + s.op + " over " + label(s.channel) +
+         " (its collective number " + std::to_string(s.seq) + ")";
+  if (waiting.size() > 1)
+    msg += "; processes " + detail::ranks_text(waiting) + " wait in collectives " +
+           (causes.size() == 1 ? "for it" : causes.empty() ? "too" : "for them");
+  msg +=
+      ". Aborting the job. If a step really takes this long, raise the timeout: "
+      "TESSEL_COLLECTIVE_TIMEOUT=<seconds> or tessel::set_collective_timeout.";
+  return msg;
+}
+
+}  // namespace tessel::comm::stall

@@ -1,0 +1,124 @@
+// The collective watchdog's diagnosis of a stall (comm/stall.hpp): from a snapshot of the
+// processes of a machine, the processes the job really waits for, named in one message, and
+// none of those that were only waiting. (The watchdog itself, on real stalled jobs: tests/mpi,
+// mpi.watchdog_*.)
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <tessel/comm/stall.hpp>
+
+namespace {
+using Catch::Matchers::Contains;
+namespace stall = tessel::comm::stall;
+
+stall::process waiting(int channel, std::uint64_t seq, std::vector<std::uint64_t> entered) {
+  stall::process p;
+  p.known = true;
+  p.wait_channel = channel;
+  p.wait_seq = seq;
+  p.entered = std::move(entered);
+  return p;
+}
+stall::process running(std::vector<std::uint64_t> entered) {
+  stall::process p;
+  p.known = true;
+  p.entered = std::move(entered);
+  return p;
+}
+}  // namespace
+
+TEST_CASE("stall: a stopped process of 2, named; the waiting one is not blamed", "[comm][stall]") {
+  stall::snapshot s{.reporter = 0, .op = "all_reduce", .channel = 0, .seq = 12, .waited = 5,
+                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1}}}};
+  stall::process stopped = running({11});
+  stopped.stopped = true;
+  s.processes = {waiting(0, 12, {12}), stopped};
+  const std::string m = stall::describe(s);
+  CHECK_THAT(m, Contains("collective timeout: process 1 of 2 is stopped (SIGSTOP, or held by a "
+                         "debugger) and did not arrive. Process 0 waited 5 s (timeout 5 s) in "
+                         "all_reduce over mesh axis 'batch' (its collective number 12). Aborting"));
+  CHECK_THAT(m, Contains("TESSEL_COLLECTIVE_TIMEOUT=<seconds>"));
+  CHECK_THAT(m, !Contains("process 0 of 2"));
+}
+
+TEST_CASE("stall: on a 2x4 mesh, processes that wait for waiting processes lead to the stopped one",
+          "[comm][stall]") {
+  // Channels: 0 and 1 the "model" axis of data rows 0 and 1 ({0..3}, {4..7}); 2 to 5 the "data"
+  // axis of model columns 0 to 3 ({0, 4}, {1, 5}, {2, 6}, {3, 7}). Process 7 stopped before its
+  // 10th collective over "model"; 4, 5, 6 wait for it there; 0, 1, 2 wait over "data" for 4, 5,
+  // 6; 3 (the reporter) waits over "data" for 7 itself.
+  stall::snapshot s{.reporter = 3, .op = "all_reduce", .channel = 5, .seq = 7, .waited = 10,
+                    .timeout = 10};
+  s.channels = {{"mesh axis 'model'", {0, 1, 2, 3}}, {"mesh axis 'model'", {4, 5, 6, 7}},
+                {"mesh axis 'data'", {0, 4}},        {"mesh axis 'data'", {1, 5}},
+                {"mesh axis 'data'", {2, 6}},        {"mesh axis 'data'", {3, 7}}};
+  const std::vector<std::uint64_t> row0{10, 0, 7, 7, 7, 7}, row1{0, 10, 6, 6, 6, 6};
+  s.processes = {waiting(2, 7, row0), waiting(3, 7, row0), waiting(4, 7, row0),
+                 waiting(5, 7, row0), waiting(1, 10, row1), waiting(1, 10, row1),
+                 waiting(1, 10, row1), running({0, 9, 6, 6, 6, 6})};
+  s.processes[7].stopped = true;
+  const std::string m = stall::describe(s);
+  CHECK_THAT(m, Contains("process 7 of 8 is stopped (SIGSTOP, or held by a debugger) and did not "
+                         "arrive. Process 3 waited 10 s (timeout 10 s) in all_reduce over mesh "
+                         "axis 'data' (its collective number 7); processes 0-6 wait in "
+                         "collectives for it."));
+  for (int r = 0; r < 7; ++r) CHECK_THAT(m, !Contains("process " + std::to_string(r) + " of 8"));
+}
+
+TEST_CASE("stall: a process stopped inside the collective, after arriving", "[comm][stall]") {
+  stall::snapshot s{.reporter = 0, .op = "all_gather", .channel = 0, .seq = 4, .waited = 7,
+                    .timeout = 6, .channels = {{"mesh axis 'model'", {0, 1, 2}}}};
+  stall::process inside = waiting(0, 4, {4});
+  inside.stopped = true;
+  s.processes = {waiting(0, 4, {4}), waiting(0, 4, {4}), inside};
+  const std::string m = stall::describe(s);
+  CHECK_THAT(m, Contains("process 2 of 3 is stopped (SIGSTOP, or held by a debugger) inside its "
+                         "collective number 4 over mesh axis 'model'"));
+  CHECK_THAT(m, !Contains("every process arrived"));
+}
+
+TEST_CASE("stall: a process running outside any collective, one that has left, one gone",
+          "[comm][stall]") {
+  stall::snapshot s{.reporter = 0, .op = "all_reduce", .channel = 0, .seq = 3, .waited = 5,
+                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1, 2, 3}}}};
+  stall::process left = waiting(1, 1, {2, 1});
+  left.leaving = true;
+  stall::process gone = running({2});
+  gone.exited = true;
+  s.processes = {waiting(0, 3, {3}), running({2}), left, gone};
+  const std::string m = stall::describe(s);
+  CHECK_THAT(m, Contains("process 1 of 4 did not arrive: it runs outside any collective"));
+  CHECK_THAT(m, Contains("process 2 of 4 has left the job: its tessel::initialize guard ended"));
+  CHECK_THAT(m, Contains("process 3 of 4 has exited"));
+}
+
+TEST_CASE("stall: every process arrived, processes on other machines, a wait cycle",
+          "[comm][stall]") {
+  stall::snapshot s{.reporter = 0, .op = "all_reduce", .channel = 0, .seq = 3, .waited = 5,
+                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1}}}};
+  s.processes = {waiting(0, 3, {3}), waiting(0, 3, {3})};
+  CHECK_THAT(stall::describe(s),
+             Contains("every process arrived, so the collective itself did not complete (an MPI "
+                      "or network fault)"));
+
+  s.processes[1] = stall::process{};  // on another machine
+  CHECK_THAT(stall::describe(s), Contains("the processes it waits for that are on other machines "
+                                          "could not be checked (1)"));
+
+  // 0 waits over channel 0 for 1, which waits over channel 1 for 0.
+  s.channels.push_back({"mesh axis 'model'", {0, 1}});
+  s.processes = {waiting(0, 3, {3, 4}), waiting(1, 5, {2, 5})};
+  CHECK_THAT(stall::describe(s), Contains("the processes wait in different collectives for each "
+                                          "other (the program calls collectives in a different "
+                                          "order on different processes)"));
+}
+
+TEST_CASE("stall: ranks are listed in ranges", "[comm][stall]") {
+  using stall::detail::ranks_text;
+  CHECK(ranks_text({3}) == "3");
+  CHECK(ranks_text({0, 1}) == "0, 1");
+  CHECK(ranks_text({0, 1, 2, 3, 4, 5, 6}) == "0-6");
+  CHECK(ranks_text({0, 2, 5, 6, 7}) == "0, 2, 5-7");
+}
