@@ -1,15 +1,22 @@
 # Runs a program under mpiexec (-DMPIEXEC, -DPROGRAM, -DPROCS, -DARGS: a ;-list) whose process
-# fails on purpose, and requires: a non-zero exit code, every regular expression of EXPECT (a
-# ;-list) in the output, and less than LIMIT seconds from start to end (a hung job is stopped by
-# the TIMEOUT below and fails). ENV (a ;-list of VAR=value) is set for the job.
+# fails on purpose, and requires: a non-zero exit code (EXIT, if given: exactly that code), every
+# regular expression of EXPECT (a ;-list) in the output, every one of ONCE exactly once (one
+# message, not one per process), none of FORBID, and less than LIMIT seconds from start to end
+# (a hung job is stopped by the TIMEOUT below and fails). ENV (a ;-list of VAR=value) is set for
+# the job. PROCS=0 runs the program alone, without mpiexec.
 foreach(e IN LISTS ENV)
   string(REGEX MATCH "^([^=]+)=(.*)$" _ "${e}")
   set(ENV{${CMAKE_MATCH_1}} "${CMAKE_MATCH_2}")
 endforeach()
 math(EXPR hard_limit "${LIMIT} + 60")
+if(PROCS EQUAL 0)
+  set(launch ${PROGRAM})
+else()
+  set(launch ${MPIEXEC} -n ${PROCS} ${OVERSUBSCRIBE} ${PROGRAM})
+endif()
 string(TIMESTAMP start "%s")
 execute_process(
-  COMMAND ${MPIEXEC} -n ${PROCS} ${OVERSUBSCRIBE} ${PROGRAM} ${ARGS}
+  COMMAND ${launch} ${ARGS}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT ${hard_limit})
 string(TIMESTAMP end "%s")
 math(EXPR elapsed "${end} - ${start}")
@@ -20,12 +27,27 @@ endif()
 if(NOT rc MATCHES "^[0-9]+$")
   message(FATAL_ERROR "the job did not end by itself: ${rc}")
 endif()
+if(DEFINED EXIT AND NOT rc EQUAL EXIT)
+  message(FATAL_ERROR "the job exited ${rc}, expected ${EXIT}")
+endif()
 if(elapsed GREATER LIMIT)
   message(FATAL_ERROR "the job took ${elapsed} s to end after a process failed (limit ${LIMIT} s)")
 endif()
 foreach(expected IN LISTS EXPECT)
   if(NOT "${out}${err}" MATCHES "${expected}")
     message(FATAL_ERROR "the output does not match: ${expected}")
+  endif()
+endforeach()
+foreach(once IN LISTS ONCE)
+  string(REGEX MATCHALL "${once}" found "${out}${err}")
+  list(LENGTH found count)
+  if(NOT count EQUAL 1)
+    message(FATAL_ERROR "'${once}' appears ${count} times in the output (expected once)")
+  endif()
+endforeach()
+foreach(forbidden IN LISTS FORBID)
+  if("${out}${err}" MATCHES "${forbidden}")
+    message(FATAL_ERROR "the output has '${CMAKE_MATCH_0}' (matching '${forbidden}')")
   endif()
 endforeach()
 message(STATUS "the job ended with exit code ${rc} in ${elapsed} s, with the expected messages")

@@ -1,54 +1,107 @@
-// A process that fails in the middle of data-parallel training while the others wait for it in
-// the step's collectives: process N-1 sends itself a signal at the start of step 5.
+// A process that fails in the middle of training while the others wait for it in the step's
+// collectives: process N-1 does it at the start of step 5.
 //   --signal kill  SIGKILL: the launcher notices the death and ends the job.
 //   --signal stop  SIGSTOP: the process stays alive but never arrives; the others' collective
-//                  watchdog must end the job, naming the collective, the mesh axis and the
-//                  stopped process. The timeout comes from TESSEL_COLLECTIVE_TIMEOUT, or from
-//                  `--timeout S` through initialize's collective_timeout option.
+//                  watchdog must end the job with one message naming the stopped process. The
+//                  timeout comes from TESSEL_COLLECTIVE_TIMEOUT, or from `--timeout S` through
+//                  initialize's collective_timeout option.
+//   --leave exit       the process calls exit(0);
+//   --leave return     main returns 0 on that process (its guard ends) while the others train;
+//   --leave throw      it throws, and main's catch calls guard.fail;
+//   --leave uncaught   it throws, and nothing catches the exception.
+//                  Each ends the job with one message naming the process and what it did.
+//   --model-parallel   seeds/000's ModelParallel model on a 2x4 mesh (8 processes) instead of a
+//                  data_parallel MLP: the stalled collectives are spread over both mesh axes.
 // expect_job_ends.cmake runs this under mpiexec and checks the exit code, the messages and how
 // long the job took to end.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <tessel/tessel.hpp>
 
+namespace {
 using namespace tessel::layers;
-using model_t = tessel::sequential<tessel::data_parallel<>, input<64>,
-                                   dense<64, {.activation = "relu"}>, dense<10>>;
+using dp_model = tessel::sequential<tessel::data_parallel<>, input<64>,
+                                    dense<64, {.activation = "relu"}>, dense<10>>;
+using mesh = tessel::device_mesh<tessel::axis<"data", 2>, tessel::axis<"model", 4>>;
+using mp_model = tessel::sequential<
+    tessel::model_parallel<
+        tessel::layout_map<mesh, tessel::rule<"d1/kernel", tessel::none, "model">,
+                           tessel::rule<"d1/bias", "model">,
+                           tessel::rule<"d2/output", "data", tessel::none>>,
+        "data">,
+    input<64>, dense<64, {.activation = "relu", .name = "d1"}>, dense<10, {.name = "d2"}>>;
+
+struct leave_main {};  // thrown to return from main in the middle of training
+
+struct options {
+  int sig = 0;
+  const char* sig_name = "";
+  std::string leave;
+  bool model_parallel = false;
+};
+
+template <class Model>
+void train(const options& o) {
+  const std::size_t n = 64 * 1000;
+  tessel::array<float> x({n / 64, 64}, std::vector<float>(n, 0.5f));
+  tessel::array<std::int32_t> y({n / 64}, std::vector<std::int32_t>(n / 64, 3));
+  Model model;
+  model.compile("sgd", tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
+  tessel::callbacks::lambda_callback failer({.on_batch_begin = [&](std::size_t batch,
+                                                                   const tessel::logs&) {
+    if (batch != 5 || tessel::process_id() != tessel::num_processes() - 1) return;
+    if (o.sig != 0) {
+      std::printf("process %d: sending itself %s at step %zu (collective timeout %g s)\n",
+                  tessel::process_id(), o.sig_name, batch, tessel::collective_timeout().count());
+      std::fflush(stdout);
+      std::raise(o.sig);
+      return;
+    }
+    std::printf("process %d: leaving (%s) at step %zu\n", tessel::process_id(), o.leave.c_str(),
+                batch);
+    std::fflush(stdout);
+    if (o.leave == "exit") std::exit(0);
+    if (o.leave == "return") throw leave_main{};
+    if (o.leave == "throw" || o.leave == "uncaught")
+      throw std::runtime_error("a bug on process " + std::to_string(tessel::process_id()));
+  }});
+  // Many epochs: without the failure this would run for minutes, so a job that outlives the
+  // failed process is caught by the test's time limit.
+  model.fit(x, y, {.batch_size = 8, .epochs = 100000, .verbose = 0, .callbacks = {failer}});
+  std::printf("training finished: the failed process was not noticed\n");
+}
+}  // namespace
 
 int main(int argc, char** argv) {
-  int sig = SIGKILL;
-  const char* sig_name = "SIGKILL";
-  tessel::initialize_options options;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--signal") == 0 && std::strcmp(argv[i + 1], "stop") == 0)
-      sig = SIGSTOP, sig_name = "SIGSTOP";
-    else if (std::strcmp(argv[i], "--timeout") == 0)
-      options.collective_timeout = std::chrono::duration<double>(std::atof(argv[i + 1]));
+  options o;
+  o.sig = SIGKILL, o.sig_name = "SIGKILL";
+  tessel::initialize_options init;
+  for (int i = 1; i < argc; ++i) {
+    const bool has_value = i + 1 < argc;
+    if (std::strcmp(argv[i], "--signal") == 0 && has_value) {
+      if (std::strcmp(argv[++i], "stop") == 0) o.sig = SIGSTOP, o.sig_name = "SIGSTOP";
+    } else if (std::strcmp(argv[i], "--timeout") == 0 && has_value) {
+      init.collective_timeout = std::chrono::duration<double>(std::atof(argv[++i]));
+    } else if (std::strcmp(argv[i], "--leave") == 0 && has_value) {
+      o.leave = argv[++i];
+      o.sig = 0;
+    } else if (std::strcmp(argv[i], "--model-parallel") == 0) {
+      o.model_parallel = true;
+    }
   }
-  tessel::initialize guard(argc, argv, options);
+  tessel::initialize guard(argc, argv, init);
+  if (o.leave == "uncaught") {
+    o.model_parallel ? train<mp_model>(o) : train<dp_model>(o);
+    return 0;
+  }
   try {
-    const std::size_t n = 64 * 1000;
-    tessel::array<float> x({n / 64, 64}, std::vector<float>(n, 0.5f));
-    tessel::array<std::int32_t> y({n / 64}, std::vector<std::int32_t>(n / 64, 3));
-    model_t model;
-    model.compile("sgd", tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
-    tessel::callbacks::lambda_callback failer({.on_batch_begin = [&](std::size_t batch,
-                                                                     const tessel::logs&) {
-      if (batch == 5 && tessel::process_id() == tessel::num_processes() - 1) {
-        std::printf("process %d: sending itself %s at step %zu (collective timeout %g s)\n",
-                    tessel::process_id(), sig_name, batch,
-                    tessel::collective_timeout().count());
-        std::fflush(stdout);
-        std::raise(sig);
-      }
-    }});
-    // Many epochs: without the failure this would run for minutes, so a job that outlives the
-    // failed process is caught by the test's time limit.
-    model.fit(x, y, {.batch_size = 8, .epochs = 100000, .verbose = 0, .callbacks = {failer}});
-    std::printf("training finished: the failed process was not noticed\n");
+    o.model_parallel ? train<mp_model>(o) : train<dp_model>(o);
+  } catch (const leave_main&) {
+    return 0;
   } catch (const std::exception& e) {
     return guard.fail(e);
   }

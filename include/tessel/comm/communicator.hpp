@@ -199,9 +199,10 @@ class communicator {
                                detail::datatype<T>(), comm_),
                   "MPI_Alltoall");
   }
-  void barrier() const {
+  // `what` names it in the watchdog's message.
+  void barrier(const char* what = "barrier") const {
     if (!uses_mpi()) return;
-    const watched_wait watch(tag("barrier"));
+    const watched_wait watch(tag(what));
     detail::check(MPI_Barrier(comm_), "MPI_Barrier");
   }
 

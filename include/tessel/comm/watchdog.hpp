@@ -2,13 +2,15 @@
 // leaving every process waiting for one that stopped, hangs or waits elsewhere (NCCL's and
 // PyTorch c10d's watchdog timeouts do the same). One thread per process watches the blocking part
 // of every collective (a blocking call, or wait() on a non-blocking one); past the timeout it
-// prints what waited, over which mesh axis, and which processes had not arrived, then calls
-// MPI_Abort.
+// names the processes the job waits for, then calls MPI_Abort.
 //
-// Who has not arrived: every process counts the collectives it has entered on each communicator
-// in memory shared with the other processes of its machine (a POSIX shared-memory segment). The
-// process that times out in the k-th collective of a communicator names the members whose count
-// is below k. Members on other machines cannot be read; the message says so.
+// One diagnosis: every process keeps, in memory shared with the other processes of its machine
+// (a POSIX shared-memory segment), how many collectives it has entered on each communicator,
+// which one it waits in, and whether its initialize guard has ended. The first process of a
+// machine whose wait times out reports, alone: from the shared state and /proc (a process that
+// is stopped, or gone) it follows the processes that wait in other collectives to the ones they
+// wait for, and names those (comm/stall.hpp). The other processes of the machine say nothing
+// and are ended by its abort. Processes on other machines cannot be read; the message says so.
 //
 // The timeout: `set_collective_timeout` (or initialize's `collective_timeout`) if the program
 // sets one, else the environment variable TESSEL_COLLECTIVE_TIMEOUT in seconds, else 10 minutes.
@@ -40,6 +42,8 @@
 #include <utility>
 #include <vector>
 
+#include "../core/environment.hpp"
+#include "stall.hpp"
 #include "../core/errors.hpp"
 
 namespace tessel::comm {
@@ -48,20 +52,8 @@ namespace tessel::comm {
 inline constexpr double default_collective_timeout_seconds = 600.0;
 
 // TESSEL_COLLECTIVE_TIMEOUT's value: seconds, a non-negative finite number (0: no timeout).
-// Anything else is a value_error that names the variable and the value.
-inline double parse_collective_timeout(std::string_view text) {
-  const std::string s(text);
-  char* end = nullptr;
-  errno = 0;
-  const double v = s.empty() ? std::nan("") : std::strtod(s.c_str(), &end);
-  const bool whole = end != nullptr && *end == '\0';
-  if (!whole || errno == ERANGE || !std::isfinite(v) || v < 0)
-    throw value_error("TESSEL_COLLECTIVE_TIMEOUT='" + s +
-                      "' is not a number of seconds; set it to how long a collective may wait "
-                      "before the job is aborted (for example 600 for 10 minutes, 0 for no "
-                      "timeout), or unset it");
-  return v;
-}
+// Anything else is a value_error that names the variable and the value (core/environment.hpp).
+using environment::parse_collective_timeout;
 
 // One collective as the watchdog names it: its name, its communicator's channel and its number
 // there.
@@ -81,13 +73,15 @@ class watchdog {
   }
   watchdog(const watchdog&) = delete;
   watchdog& operator=(const watchdog&) = delete;
+  // Reached running only when the program exits without ending its initialize guard (exit()
+  // on one process): the thread is stopped so that its std::thread does not end the process.
+  ~watchdog() { stop_thread(); }
 
-  // TESSEL_COLLECTIVE_TIMEOUT, unless the program set a timeout; a bad value throws. Called
-  // before MPI starts, so that a mistyped value stops the program before anything runs.
+  // TESSEL_COLLECTIVE_TIMEOUT, unless the program set a timeout; a bad value throws (initialize
+  // has checked it before MPI starts).
   void read_environment() {
     if (timeout_set_) return;
-    if (const char* env = std::getenv("TESSEL_COLLECTIVE_TIMEOUT"))
-      timeout_ns_.store(to_ns(parse_collective_timeout(env)));
+    if (const auto seconds = environment::collective_timeout()) timeout_ns_.store(to_ns(*seconds));
   }
   // Collective over MPI_COMM_WORLD: shares the counters of the processes of each machine and
   // starts the thread.
@@ -102,17 +96,19 @@ class watchdog {
     MPI_Comm_size(node, &local_size);
     std::vector<int> world_of(static_cast<std::size_t>(local_size));
     MPI_Allgather(&world_rank_, 1, MPI_INT, world_of.data(), 1, MPI_INT, node);
-    share_counters(node, local_rank, local_size);
-    counters_.assign(static_cast<std::size_t>(world_size_), nullptr);
+    share_slots(node, local_size);
+    slots_.assign(static_cast<std::size_t>(world_size_), nullptr);
     if (shared_ != nullptr) {
       for (int l = 0; l < local_size; ++l)
-        counters_[static_cast<std::size_t>(world_of[static_cast<std::size_t>(l)])] =
-            shared_ + static_cast<std::size_t>(l) * max_channels;
-      own_ = shared_ + static_cast<std::size_t>(local_rank) * max_channels;
-    } else {  // no shared memory: this process's counts only, the others unknown
+        slots_[static_cast<std::size_t>(world_of[static_cast<std::size_t>(l)])] = slot_at(l);
+      own_ = slot_at(local_rank);
+    } else {  // no shared memory: this process's state only, the others unknown
+      private_.fill(0);
       own_ = private_.data();
-      counters_[static_cast<std::size_t>(world_rank_)] = own_;
+      slots_[static_cast<std::size_t>(world_rank_)] = own_;
     }
+    word(own_, pid_word).store(static_cast<std::uint64_t>(::getpid()), std::memory_order_relaxed);
+    word(own_, flags_word).store(0, std::memory_order_relaxed);
     MPI_Comm_free(&node);
     running_ = true;
     stop_ = false;
@@ -121,15 +117,10 @@ class watchdog {
   // Before MPI_Finalize.
   void stop() {
     if (!running_) return;
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
+    stop_thread();
     running_ = false;
     own_ = nullptr;
-    counters_.clear();
+    slots_.clear();
     channels_.clear();
     if (shared_ != nullptr) munmap(shared_, shared_bytes_);
     shared_ = nullptr;
@@ -158,7 +149,7 @@ class watchdog {
     if (!running_) return -1;
     int proposed = static_cast<int>(channels_.size()), agreed = 0;
     MPI_Allreduce(&proposed, &agreed, 1, MPI_INT, MPI_MAX, c);
-    channel ch;
+    stall::channel ch;
     ch.label = std::move(label);
     int size = 0;
     MPI_Comm_size(c, &size);
@@ -189,7 +180,8 @@ class watchdog {
   }
   // The blocking part of collective `seq` on `channel`. A few stores and no clock read: the
   // watchdog's thread times a wait from when it first sees it (so a report comes between the
-  // timeout and the timeout plus one check interval after the wait began).
+  // timeout and the timeout plus one check interval after the wait began). The wait is also
+  // published to the other processes of the machine, whose report may follow it.
   void begin_wait(const char* op, int channel, std::uint64_t seq) noexcept {
     if (!running_) return;
     constexpr auto relaxed = std::memory_order_relaxed;
@@ -197,24 +189,42 @@ class watchdog {
     op_.store(op, relaxed);
     channel_.store(channel, relaxed);
     seq_.store(seq, relaxed);
+    word(own_, wait_word).store(encode_wait(channel, seq), std::memory_order_release);
     waiting_.store(++wait_id_, std::memory_order_release);
   }
   void end_wait() noexcept {
-    if (running_) waiting_.store(0, std::memory_order_release);
+    if (!running_) return;
+    waiting_.store(0, std::memory_order_release);
+    word(own_, wait_word).store(0, std::memory_order_release);
   }
+  // This process's initialize guard has ended (main returned): what follows is its last
+  // collective, and a report of another process that waits for it says so.
+  void mark_leaving() noexcept {
+    if (running_) word(own_, flags_word).fetch_or(leaving_flag, std::memory_order_release);
+  }
+  // The shared-memory segment's name while it exists (it is removed as soon as every process of
+  // the machine has it open): empty once removed, or when there is none.
+  [[nodiscard]] const std::string& segment_name() const noexcept { return segment_name_; }
 
  private:
-  struct channel {
-    std::string label;
-    std::vector<int> members;  // world ranks
-  };
-  struct wait_state {
-    const char* op = "";
-    int channel = -1;
-    std::uint64_t seq = 0;
-  };
+  // A process's words in the segment: its counters, then what it waits in, its pid, its flags.
+  static constexpr std::size_t wait_word = max_channels, pid_word = max_channels + 1,
+                               flags_word = max_channels + 2,
+                               slot_words = max_channels + 8;  // a cache line of spare words
+  static constexpr std::size_t header_words = 8;  // [0]: the reporter's world rank + 1
+  static constexpr std::uint64_t leaving_flag = 1;
 
   watchdog() = default;
+  static std::atomic_ref<std::uint64_t> word(std::uint64_t* slot, std::size_t i) noexcept {
+    return std::atomic_ref<std::uint64_t>(slot[i]);
+  }
+  // 0: not waiting; else the collective's number above bit 16, bit 15 set, the channel + 1 below.
+  static std::uint64_t encode_wait(int channel, std::uint64_t seq) noexcept {
+    return (seq << 16) | 0x8000u | static_cast<std::uint64_t>(channel + 1);
+  }
+  std::uint64_t* slot_at(int local) const noexcept {
+    return shared_ + header_words + static_cast<std::size_t>(local) * slot_words;
+  }
   static std::int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
@@ -223,32 +233,46 @@ class watchdog {
   static std::int64_t to_ns(double seconds) {
     return static_cast<std::int64_t>(std::min(seconds, 1e9) * 1e9);
   }
+  void stop_thread() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
 
-  // One POSIX shared-memory segment per machine holds every local process's counters (an MPI
+  // One POSIX shared-memory segment per machine holds every local process's slot (an MPI
   // shared-memory window would do the same, but an open window adds its progress function to
   // every MPI call: a 4-byte MPI_Allreduce took 0.94 us instead of 0.52 in one run of
-  // benchmarks/collective_latency_bench). The segment's name
-  // is drawn on the machine's first process and unlinked once every process has mapped it, so
-  // nothing is left behind whatever way the job ends.
-  void share_counters(MPI_Comm node, int local_rank, int local_size) {
+  // benchmarks/collective_latency_bench). The segment's name is drawn on the machine's first
+  // process, and every process removes the name as soon as all have mapped it, so that a job
+  // that one of them ends at once (MPI_Abort after a failed check) leaves nothing behind: the
+  // process that ends it has removed the name first.
+  void share_slots(MPI_Comm node, int local_size) {
+    int local_rank = 0;
+    MPI_Comm_rank(node, &local_rank);
     std::uint64_t token = 0;
     if (local_rank == 0)
       token = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
               static_cast<std::uint64_t>(::getpid());
     MPI_Bcast(&token, 1, MPI_UINT64_T, 0, node);
-    const std::string name = "/tessel-watchdog-" + std::to_string(token);
-    shared_bytes_ = static_cast<std::size_t>(local_size) * max_channels * sizeof(std::uint64_t);
+    segment_name_ = "/tessel-watchdog-" + std::to_string(token);
+    shared_bytes_ =
+        (header_words + static_cast<std::size_t>(local_size) * slot_words) * sizeof(std::uint64_t);
     int fd = -1;
     if (local_rank == 0) {
-      fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      fd = ::shm_open(segment_name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(shared_bytes_)) != 0) {
         ::close(fd);
+        ::shm_unlink(segment_name_.c_str());
         fd = -1;
       }
     }
     int created = local_rank == 0 ? (fd >= 0 ? 1 : 0) : 0;
     MPI_Bcast(&created, 1, MPI_INT, 0, node);
-    if (created && local_rank != 0) fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+    if (created && local_rank != 0) fd = ::shm_open(segment_name_.c_str(), O_RDWR, 0600);
     void* p = MAP_FAILED;
     if (fd >= 0) {
       p = ::mmap(nullptr, shared_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -256,12 +280,23 @@ class watchdog {
     }
     int mapped = p != MAP_FAILED ? 1 : 0, everywhere = 0;
     MPI_Allreduce(&mapped, &everywhere, 1, MPI_INT, MPI_MIN, node);  // all mapped (or not)
-    if (local_rank == 0 && created) ::shm_unlink(name.c_str());
+    if (created) ::shm_unlink(segment_name_.c_str());  // the first call removes it
+    segment_name_.clear();
     if (everywhere) {
       shared_ = static_cast<std::uint64_t*>(p);  // zero-filled by ftruncate
     } else if (p != MAP_FAILED) {
       ::munmap(p, shared_bytes_);
     }
+  }
+
+  // Whether this process reports the stall: the first of its machine whose wait times out
+  // does; the others stay silent while its report and the abort that follows come.
+  bool claim_report() noexcept {
+    if (shared_ == nullptr) return true;
+    std::atomic_ref<std::uint64_t> reporter(shared_[0]);
+    std::uint64_t none = 0;
+    const auto mine = static_cast<std::uint64_t>(world_rank_) + 1;
+    return reporter.compare_exchange_strong(none, mine) || none == mine;
   }
 
   void run() {
@@ -280,69 +315,86 @@ class watchdog {
       if (id == 0) continue;
       const std::int64_t waited = now_ns() - seen_at;
       if (waited < t) continue;
+      // Another process of the machine reports (and aborts the job): this one says nothing,
+      // unless that report has not ended the job after a grace period (its process died).
+      if (!claim_report() && waited < t + report_grace_ns) continue;
       constexpr auto relaxed = std::memory_order_relaxed;
-      const wait_state w{op_.load(relaxed), channel_.load(relaxed), seq_.load(relaxed)};
+      stall::snapshot s;
+      s.op = op_.load(relaxed);
+      s.channel = channel_.load(relaxed);
+      s.seq = seq_.load(relaxed);
       std::atomic_thread_fence(std::memory_order_acquire);
       if (waiting_.load(relaxed) != id) continue;  // that wait ended while it was read
-      report(w, static_cast<double>(waited) * 1e-9);
+      s.waited = static_cast<double>(waited) * 1e-9;
+      report(s);
       std::fflush(nullptr);
       MPI_Abort(MPI_COMM_WORLD, 124);
       std::_Exit(124);
     }
   }
+  static constexpr std::int64_t report_grace_ns = 30'000'000'000;
 
-  void report(const wait_state& w, double waited) const {
-    std::string msg = "tessel: collective timeout on process " + std::to_string(world_rank_) +
-                      " of " + std::to_string(world_size_) + ": " + w.op;
-    std::string missing, unknown;
-    if (w.channel >= 0 && static_cast<std::size_t>(w.channel) < channels_.size()) {
-      const channel& ch = channels_[static_cast<std::size_t>(w.channel)];
-      msg += " over " + ch.label + " (its collective number " + std::to_string(w.seq) + ")";
-      for (const int r : ch.members) {
-        const std::uint64_t* base = counters_[static_cast<std::size_t>(r)];
-        std::string& list = base ? missing : unknown;
-        if (base) {
-          const std::uint64_t got =
-              std::atomic_ref<const std::uint64_t>(base[w.channel]).load(std::memory_order_acquire);
-          if (got >= w.seq) continue;
-        }
-        list += (list.empty() ? "" : ", ") + std::to_string(r);
-      }
+  // What /proc says of a process of this machine: stopped (T, t) or exited (gone, or Z).
+  static void read_process_state(std::uint64_t pid, stall::process& p) {
+    if (pid == 0) return;
+    const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    if (f == nullptr) {
+      p.exited = true;
+      return;
     }
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.0f", waited);
-    msg += " has waited " + std::string(secs) + " s (timeout " + format_seconds(timeout()) + ")";
-    if (!missing.empty())
-      msg += "; the processes that did not arrive: " + missing +
-             " (stopped, hung, or waiting in another collective)";
-    else if (unknown.empty() && w.channel >= 0)
-      msg +=
-          "; every process arrived, so the collective itself did not complete (an MPI or "
-          "network fault)";
-    if (!unknown.empty())
-      msg += "; processes " + unknown + " are on other machines and could not be checked";
-    if (w.channel < 0) msg += "; which processes did not arrive is unknown";
-    msg +=
-        ". Aborting the job. If a step really takes this long, raise the timeout: "
-        "TESSEL_COLLECTIVE_TIMEOUT=<seconds> or tessel::set_collective_timeout.\n";
-    std::fputs(msg.c_str(), stderr);
+    char buf[512];
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    // "pid (comm) S ...": the state follows the last ')'.
+    const std::string_view text(buf, n);
+    const std::size_t close = text.rfind(')');
+    if (close == std::string_view::npos || close + 2 >= text.size()) return;
+    const char state = text[close + 2];
+    p.stopped = state == 'T' || state == 't';
+    p.exited = state == 'Z' || state == 'X';
   }
-  static std::string format_seconds(double s) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g s", s);
-    return b;
+
+  void report(stall::snapshot& s) const {
+    s.reporter = world_rank_;
+    s.timeout = timeout();
+    s.channels = channels_;
+    s.processes.resize(static_cast<std::size_t>(world_size_));
+    for (int r = 0; r < world_size_; ++r) {
+      std::uint64_t* slot = slots_[static_cast<std::size_t>(r)];
+      if (slot == nullptr) continue;
+      stall::process& p = s.processes[static_cast<std::size_t>(r)];
+      p.known = true;
+      p.entered.resize(channels_.size());
+      for (std::size_t c = 0; c < channels_.size(); ++c)
+        p.entered[c] = word(slot, c).load(std::memory_order_acquire);
+      const std::uint64_t w = word(slot, wait_word).load(std::memory_order_acquire);
+      if (w != 0 && r != world_rank_) {
+        p.wait_channel = static_cast<int>(w & 0x7fffu) - 1;
+        p.wait_seq = w >> 16;
+      } else if (r == world_rank_) {
+        p.wait_channel = s.channel;
+        p.wait_seq = s.seq;
+      }
+      p.leaving = (word(slot, flags_word).load(std::memory_order_acquire) & leaving_flag) != 0;
+      if (r != world_rank_) read_process_state(word(slot, pid_word).load(), p);
+    }
+    const std::string msg = stall::describe(s) + "\n";
+    std::fputs(msg.c_str(), stderr);
   }
 
   bool running_ = false;
   bool timeout_set_ = false;
   std::atomic<std::int64_t> timeout_ns_{to_ns(default_collective_timeout_seconds)};
   int world_rank_ = 0, world_size_ = 1;
-  std::uint64_t* shared_ = nullptr;  // every local process's counters, max_channels each
+  std::uint64_t* shared_ = nullptr;  // a header, then every local process's slot
   std::size_t shared_bytes_ = 0;
-  std::array<std::uint64_t, max_channels> private_{};
+  std::string segment_name_;
+  std::array<std::uint64_t, slot_words> private_{};
   std::uint64_t* own_ = nullptr;
-  std::vector<std::uint64_t*> counters_;
-  std::vector<channel> channels_;
+  std::vector<std::uint64_t*> slots_;  // by world rank; null: on another machine
+  std::vector<stall::channel> channels_;
   // What the thread watches: written by the thread that calls MPI, read by the watchdog's.
   // waiting_ is the id of the wait in progress (0: none); the fields are read between two loads
   // of it, so a wait that ends or changes meanwhile is skipped, never reported half-read.

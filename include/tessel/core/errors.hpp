@@ -12,6 +12,15 @@ class value_error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// A value_error that every process of a job raises alike at the same point, because it comes
+// from a check whose inputs all of them gathered first (processes that feed different data, a
+// bad environment variable): `initialize::fail` prints it once, from process 0, and the job ends
+// with exit code 1 on every process, without an abort.
+class collective_value_error : public value_error {
+ public:
+  using value_error::value_error;
+};
+
 // Keras raises RuntimeError for failures of the environment (a collective that fails, a
 // launcher tessel cannot use); tessel throws runtime_error.
 class runtime_error : public std::runtime_error {

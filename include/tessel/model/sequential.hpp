@@ -411,6 +411,8 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
 
  private:
   static mesh_binding bind_mesh() {
+    // Every model needs the backend the guard starts, one on one device too.
+    runtime::require_started("building a model");
     if constexpr (std::is_same_v<Dist, one_device>) return mesh_binding::local();
     else return mesh_binding::bind();
   }

@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
-#include <optional>
 #include <exception>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "../backend/default.hpp"
+#include "../core/environment.hpp"
 #include "world.hpp"
 
 namespace tessel {
@@ -31,17 +33,25 @@ struct initialize_options {
 inline bool set_flush_denormal(bool on) { return default_backend::set_flush_denormal(on); }
 
 namespace runtime {
-// TESSEL_FLUSH_DENORMALS: "0" turns flushing off, "1" on; anything else is an error naming it.
+// TESSEL_FLUSH_DENORMALS: "0" turns flushing off, "1" on, unset on; anything else is an error
+// naming it (core/environment.hpp).
 inline bool flush_denormals_from_environment() {
-  const char* v = std::getenv("TESSEL_FLUSH_DENORMALS");
-  if (v == nullptr) return true;
-  const std::string s(v);
-  if (s == "0") return false;
-  if (s == "1") return true;
-  throw value_error("TESSEL_FLUSH_DENORMALS='" + s +
-                    "' is neither 0 nor 1; set it to 1 to flush denormal floats to zero (the "
-                    "default, as XLA does) or 0 to keep them (IEEE gradual underflow), or unset "
-                    "it");
+  return environment::flush_denormals().value_or(true);
+}
+
+// exit() on one process of a multi-process job while its guard is open (glibc's on_exit gives
+// the status): the others would wait for it in their next collective until the timeout, so the
+// job ends now, with a message naming the process and its exit code.
+inline void exit_while_open(int status, void*) {
+  const world_state& w = state();
+  if (!w.guard_open || !w.mpi || w.size <= 1) return;
+  std::fprintf(stderr,
+               "tessel: process %d of %d called exit(%d) while its tessel::initialize guard was "
+               "open, so the other processes would wait for it in their next collective; ending "
+               "the job. Let every process return from main (their guards end together), or end "
+               "the job on an error with guard.fail(e).\n",
+               w.rank, w.size, status);
+  abort_job(status != 0 ? status : 1);
 }
 }  // namespace runtime
 
@@ -59,18 +69,28 @@ class initialize {
     // Unwinding past the guard on one process while others wait in a collective would hang the
     // job: end it instead.
     if (std::uncaught_exceptions() > 0 && num_processes() > 1) runtime::abort_job(1);
+    if (owns_world_) leave();
     if (owns_backend_) default_backend::finalize();
     if (owns_world_) {
       runtime::stop_mpi();
       runtime::state() = {};
+      runtime::state().ended = true;
     }
   }
 
   // For main's catch block: prints the error (prefixed with the process on a multi-process
   // job) and ends the whole job with exit code 1. On one process it returns 1 for main to
-  // return, so that the guard still finalizes normally.
+  // return, so that the guard still finalizes normally. An error every process raised alike
+  // (collective_value_error: processes that feed different data) is printed once, by process 0,
+  // and every process returns 1: the job ends without an abort.
   int fail(const std::exception& e) const {
     if (num_processes() > 1) {
+      if (dynamic_cast<const collective_value_error*>(&e) != nullptr) {
+        if (process_id() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+        std::fflush(nullptr);
+        runtime::world().barrier();  // every process has it (the timeout names one that has not)
+        return 1;
+      }
       std::fprintf(stderr, "error (process %d of %d): %s\n", process_id(), num_processes(),
                    e.what());
       runtime::abort_job(1);
@@ -96,24 +116,51 @@ class initialize {
   }
   void start(int& argc, char**& argv, const initialize_options& o) {
     if (o.collective_timeout) set_collective_timeout(*o.collective_timeout);
-    // Read before MPI starts: a bad value stops the program naming the variable.
-    const bool flush =
-        o.flush_denormals ? *o.flush_denormals : runtime::flush_denormals_from_environment();
+    // Every variable tessel reads, checked before anything runs, on one process as on many: a
+    // bad value ends the program with one message and exit code 1 (after MPI has started, so
+    // that the processes agree on who prints it).
+    const std::vector<std::string> problems = environment::problems();
     runtime::world_state& w = runtime::state();
     if (!w.started) {
+      if (w.ended)
+        throw runtime_error(
+            "tessel::initialize: an earlier tessel::initialize guard has ended, and MPI and the "
+            "backend cannot start twice in one process; open one tessel::initialize for the "
+            "whole of main");
       w.started = true;
       owns_world_ = true;
       if (runtime::launched_by_mpi()) runtime::start_mpi(argc, argv);
+    }
+    runtime::refuse_bad_environment(problems);
+    if (owns_world_) {
+      runtime::start_collectives();
       // An exception that nothing catches ends the process without unwinding (std::terminate):
       // print it, naming the process, and end the whole job rather than leave the others
-      // waiting in a collective.
-      if (num_processes() > 1) std::set_terminate(&on_terminate);
+      // waiting in a collective. So does exit() while the guard is open.
+      if (num_processes() > 1) {
+        std::set_terminate(&on_terminate);
+        static const bool registered = ::on_exit(&runtime::exit_while_open, nullptr) == 0;
+        (void)registered;
+      }
     }
+    const bool flush = o.flush_denormals ? *o.flush_denormals
+                                         : environment::flush_denormals().value_or(true);
     owns_backend_ = !default_backend::is_initialized();
     default_backend::initialize(argc, argv);
     if (owns_backend_) default_backend::place_on_node(w.local_rank, w.local_size);
     // After place_on_node: the BLAS threads it starts are restarted with the mode.
     set_flush_denormal(flush);
+    if (owns_world_) w.guard_open = true;
+  }
+  // The guard ends on every process together: a process whose others still run collectives
+  // would leave them waiting, so it says so (the watchdog's report of a stall names a process
+  // that has left) and waits for them at a barrier, watched like any collective.
+  void leave() {
+    runtime::world_state& w = runtime::state();
+    w.guard_open = false;
+    if (!w.mpi || w.size <= 1) return;
+    comm::watchdog::instance().mark_leaving();
+    runtime::world().barrier("the barrier where every process's guard ends");
   }
   bool owns_world_ = false;
   bool owns_backend_ = false;

@@ -45,10 +45,7 @@ class process_mesh {
                   "local()");
     static_assert(Mesh::rank_dynamic <= 1,
                   "tessel::process_mesh: at most one mesh axis may be sized at run time");
-    if (!runtime::state().started)
-      throw runtime_error(
-          "tessel: the runtime is not started; open `tessel::initialize guard(argc, argv);` at "
-          "the top of main before building a distributed model");
+    runtime::require_started("building a distributed model");
     const auto n = static_cast<std::size_t>(num_processes());
     process_mesh p(Mesh::for_devices(n), static_cast<std::size_t>(process_id()));
     if (n > 1) p.split(MPI_COMM_WORLD);

@@ -28,10 +28,12 @@ namespace tessel {
 namespace runtime {
 
 struct world_state {
-  bool started = false;    // initialize() ran
-  bool mpi = false;        // MPI is initialized (launched by mpiexec)
-  bool owns_mpi = false;   // and tessel initialized it (so tessel finalizes it)
-  int rank = 0, size = 1;  // in MPI_COMM_WORLD
+  bool started = false;     // initialize() ran
+  bool guard_open = false;  // and its guard has not ended
+  bool ended = false;       // a guard that started the world has ended (it cannot start again)
+  bool mpi = false;         // MPI is initialized (launched by mpiexec)
+  bool owns_mpi = false;    // and tessel initialized it (so tessel finalizes it)
+  int rank = 0, size = 1;   // in MPI_COMM_WORLD
   int local_rank = 0, local_size = 1;  // among the processes of this machine
 };
 
@@ -62,6 +64,15 @@ inline std::uint64_t shared_random_seed() {
   return s;
 }
 
+// Every process of the job, as one group with its collectives (watched, like a mesh axis's):
+// what checks that all processes agree, and what they pass together when their guards end. A
+// group of this process alone until MPI starts with more than one.
+inline comm::communicator& world() {
+  static comm::communicator w;
+  return w;
+}
+
+// MPI_Init (unless the program initialized MPI itself) and the process's place in the job.
 inline void start_mpi(int& argc, char**& argv) {
   world_state& w = state();
   int already = 0, finalized = 0;
@@ -72,7 +83,6 @@ inline void start_mpi(int& argc, char**& argv) {
         "tessel::initialize: MPI was already finalized (by an earlier tessel::initialize that "
         "has ended); MPI cannot start twice in one process, so open one tessel::initialize for "
         "the whole of main");
-  comm::watchdog::instance().read_environment();
   if (!already) {
     // Open MPI 4.1's non-blocking all-reduce (libnbc) picks, for 2 or 3 processes and for
     // in-place buffers, reduce-to-root then broadcast after copying the buffer: about twice the
@@ -93,8 +103,21 @@ inline void start_mpi(int& argc, char**& argv) {
   MPI_Comm_rank(node, &w.local_rank);
   MPI_Comm_size(node, &w.local_size);
   MPI_Comm_free(&node);
-  // A collective that waits past the timeout ends the job with a message (comm/watchdog.hpp).
-  if (w.size > 1) comm::watchdog::instance().start();
+}
+
+// After start_mpi, once the environment is known to be good: the collective watchdog (a
+// collective that waits past the timeout ends the job with a message, comm/watchdog.hpp), the
+// world's group, and the seed every process shares.
+inline void start_collectives() {
+  world_state& w = state();
+  if (!w.mpi) return;
+  comm::watchdog::instance().read_environment();
+  if (w.size > 1) {
+    comm::watchdog::instance().start();
+    MPI_Comm all{};
+    comm::detail::check(MPI_Comm_dup(MPI_COMM_WORLD, &all), "MPI_Comm_dup");
+    world() = comm::communicator(all, true, "every process of the job");
+  }
   random::shared_seed_source() = &shared_random_seed;
 }
 
@@ -103,6 +126,7 @@ inline void stop_mpi() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   random::shared_seed_source() = &random::device_seed;
+  world() = comm::communicator();
   if (!finalized) comm::watchdog::instance().stop();
   if (w.owns_mpi && !finalized) MPI_Finalize();
   w.mpi = w.owns_mpi = false;
@@ -114,6 +138,60 @@ inline void stop_mpi() {
   std::fflush(nullptr);
   if (state().mpi && state().size > 1) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
+}
+
+// What a model needs before it is built: a live tessel::initialize guard (the backend, and MPI
+// under a launcher). `what` names the caller in the message.
+inline void require_started(const std::string& what) {
+  const world_state& w = state();
+  if (w.started) return;
+  if (w.ended)
+    throw runtime_error(
+        "tessel: " + what +
+        " after the tessel::initialize guard ended (the backend and MPI are stopped, and cannot "
+        "start again); build and use models inside the guard's scope, which should span the "
+        "whole of main");
+  throw runtime_error("tessel: the runtime is not started; open `tessel::initialize guard(argc, "
+                      "argv);` at the top of main before " + what);
+}
+
+// Ends the program, with exit code 1 on every process, when the environment holds a bad value
+// (core/environment.hpp): collective over the job's processes, after start_mpi. The first
+// process with a problem prints it (one message, not one per process), and every process
+// finalizes MPI and exits, so that no launcher reports a crash or an abort.
+inline void refuse_bad_environment(const std::vector<std::string>& problems) {
+  const world_state& w = state();
+  const int mine = problems.empty() ? 0 : 1;
+  std::vector<int> bad(static_cast<std::size_t>(w.size), 0);
+  bad[static_cast<std::size_t>(w.rank)] = mine;
+  if (w.mpi && w.size > 1)
+    comm::detail::check(MPI_Allgather(&mine, 1, MPI_INT, bad.data(), 1, MPI_INT, MPI_COMM_WORLD),
+                        "MPI_Allgather");
+  std::vector<int> which;
+  for (int r = 0; r < w.size; ++r)
+    if (bad[static_cast<std::size_t>(r)]) which.push_back(r);
+  if (which.empty()) return;
+  if (w.rank == which.front()) {
+    std::string prefix = "error: ";
+    if (static_cast<int>(which.size()) < w.size) {
+      prefix = "error (process " + std::to_string(w.rank) + " of " + std::to_string(w.size);
+      if (which.size() > 1) {
+        prefix += "; processes";
+        for (std::size_t i = 1; i < which.size(); ++i)
+          prefix += (i > 1 ? ", " : " ") + std::to_string(which[i]);
+        prefix += " too";
+      }
+      prefix += "): ";
+    }
+    for (const std::string& p : problems) std::fprintf(stderr, "%s%s\n", prefix.c_str(), p.c_str());
+  }
+  std::fflush(nullptr);
+  if (w.mpi) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+  std::exit(1);
 }
 
 
