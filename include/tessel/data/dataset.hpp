@@ -7,6 +7,7 @@
 // chain, so copying is cheap. Samples travel as row indices into the sources until an element
 // must hold values (at the consumer, in a prefetch thread, or when batching already-copied
 // elements), so shuffling 60000 samples moves indices, not 60000 x 784 floats.
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -21,12 +22,14 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "../core/agreement.hpp"
 #include "../core/errors.hpp"
 #include "../random/shared_seed.hpp"
 #include "array.hpp"
@@ -45,6 +48,27 @@ inline constexpr std::size_t infinite_cardinality = std::numeric_limits<std::siz
 inline constexpr std::int64_t autotune = -1;
 inline constexpr std::size_t autotune_prefetch = 2;
 
+// The shape of a's samples (its rows) and a checksum of the values of up to 64 of them, spread
+// over the array (reading them all would cost as much as an epoch's input), as facts named after
+// `name`: what processes of a distributed job compare.
+template <class T>
+void describe_samples(const array<T>& a, std::string_view name, std::vector<fact>& out) {
+  const std::string n(name);
+  hasher shape;
+  for (std::size_t d = 1; d < a.shape.size(); ++d) shape.value(a.shape[d]);
+  out.push_back(fact::fingerprint("the shape of " + n + "'s samples",
+                                  shape.value(a.shape.size()).result()));
+  hasher values;
+  const std::size_t rows = a.rows(), row = a.row_size();
+  const std::size_t spread = std::min<std::size_t>(rows, 64);
+  for (std::size_t i = 0; i < spread && a.values.size() >= rows * row; ++i) {
+    const std::size_t r = spread == rows ? i : i * (rows / spread);
+    values.values(std::span<const T>(a.values).subspan(r * row, row));
+  }
+  out.push_back(
+      fact::fingerprint("the values of " + n + " (a checksum of 64 samples)", values.result()));
+}
+
 }  // namespace data
 
 namespace detail::pipeline {
@@ -59,6 +83,13 @@ struct source {
   std::size_t rows = 0;
   std::vector<std::size_t> x_sample_shape, y_sample_shape;
   std::size_t x_row = 0, y_row = 0;  // values per sample
+
+  // The number of samples, their shapes, and a checksum of some of their values.
+  void describe(std::vector<fact>& out) const {
+    out.push_back(fact::number("the number of samples", rows));
+    data::describe_samples(x, "x", out);
+    data::describe_samples(y, "y", out);
+  }
 
   source(array<X> xs, array<Y> ys) : x(std::move(xs)), y(std::move(ys)) {
     data::check_shape(x, "from_tensor_slices: x");
@@ -139,6 +170,9 @@ struct node {
   // repeat. shuffle derives its order from it, so orders are reproducible from the seed.
   virtual std::unique_ptr<pass<X, Y>> start(std::uint64_t key) const = 0;
   virtual cardinality_t cardinality() const = 0;
+  // What this stage and those before it make of the data, as facts every process of a
+  // distributed job must hold alike (the source's first, then each stage's).
+  virtual void describe(std::vector<fact>& out) const = 0;
 };
 template <class X, class Y>
 using node_ptr = std::shared_ptr<const node<X, Y>>;
@@ -183,6 +217,7 @@ class slices_node final : public node<X, Y> {
     return std::make_unique<slices_pass>(source_->rows);
   }
   cardinality_t cardinality() const override { return source_->rows; }
+  void describe(std::vector<fact>& out) const override { source_->describe(out); }
 
  private:
   struct slices_pass final : pass<X, Y> {
@@ -211,6 +246,11 @@ class batch_node final : public node<X, Y> {
     const cardinality_t n = input_->cardinality();
     if (!n || *n == data::infinite_cardinality) return n;
     return drop_ ? *n / size_ : *n / size_ + (*n % size_ != 0);
+  }
+  void describe(std::vector<fact>& out) const override {
+    input_->describe(out);
+    out.push_back(fact::number("the batch size", size_));
+    out.push_back(fact::number("batch's drop_remainder", drop_ ? 1 : 0));
   }
 
  private:
@@ -324,6 +364,12 @@ class shuffle_node final : public node<X, Y> {
                                           mix(seed_, reshuffle_ ? key : 0));
   }
   cardinality_t cardinality() const override { return input_->cardinality(); }
+  void describe(std::vector<fact>& out) const override {
+    input_->describe(out);
+    out.push_back(fact::number("the shuffle seed", seed_));
+    out.push_back(fact::number("shuffle's buffer_size", buffer_size_));
+    out.push_back(fact::number("shuffle's reshuffle_each_iteration", reshuffle_ ? 1 : 0));
+  }
 
  private:
   struct shuffle_pass final : pass<X, Y> {
@@ -382,6 +428,11 @@ class cache_node final : public node<X, Y> {
     return std::make_unique<fill_pass>(state_, input_->start(key));
   }
   cardinality_t cardinality() const override { return input_->cardinality(); }
+  // A cache freezes what came before it after the first pass (a shuffle's order).
+  void describe(std::vector<fact>& out) const override {
+    input_->describe(out);
+    out.push_back(fact::number("cache()", 1));
+  }
 
  private:
   struct state {
@@ -438,6 +489,8 @@ class prefetch_node final : public node<X, Y> {
     return std::make_unique<prefetch_pass>(source_, input_->start(key), capacity_);
   }
   cardinality_t cardinality() const override { return input_->cardinality(); }
+  // Prefetching does not change the elements: a process may prefetch and another not.
+  void describe(std::vector<fact>& out) const override { input_->describe(out); }
 
  private:
   class prefetch_pass final : public pass<X, Y> {
@@ -533,6 +586,10 @@ class repeat_node final : public node<X, Y> {
     const auto c = static_cast<std::size_t>(count_);
     return *n > (data::infinite_cardinality - 1) / c ? data::infinite_cardinality - 1 : *n * c;
   }
+  void describe(std::vector<fact>& out) const override {
+    input_->describe(out);
+    out.push_back(fact::signed_number("repeat's count", count_));
+  }
 
  private:
   struct repeat_pass final : pass<X, Y> {
@@ -581,6 +638,10 @@ class take_node final : public node<X, Y> {
     if (count_ < 0) return n;
     const auto c = static_cast<std::size_t>(count_);
     return n ? std::min(*n, c) : (c == 0 ? cardinality_t{0} : n);
+  }
+  void describe(std::vector<fact>& out) const override {
+    input_->describe(out);
+    out.push_back(fact::signed_number("take's count", count_));
   }
 
  private:
@@ -712,6 +773,22 @@ class dataset {
   // The number of elements; data::infinite_cardinality after repeat(), std::nullopt when unknown
   // (tf.data's -1 and -2).
   std::optional<std::size_t> cardinality() const { return top_->cardinality(); }
+
+  // What the dataset yields, as facts that every process of a distributed job must hold alike
+  // (a distributed fit, evaluate or predict compares them before its first step): its stages,
+  // the number of samples and their shapes, a checksum of the values of 64 of them, and each
+  // stage's arguments (batch size, drop_remainder, shuffle seed, ...). Each fact's name starts
+  // with `prefix` ("validation_data: ").
+  std::vector<fact> facts(std::string_view prefix = {}) const {
+    std::vector<fact> described;
+    top_->describe(described);
+    hasher stages;
+    for (const fact& f : described) stages.text(f.what);
+    std::vector<fact> out{fact::fingerprint("the dataset's stages", stages.result())};
+    out.insert(out.end(), described.begin(), described.end());
+    for (fact& f : out) f.what.insert(0, prefix);
+    return out;
+  }
 
   // Each begin() starts a new pass (a new epoch: shuffles reshuffle).
   iterator begin() const {

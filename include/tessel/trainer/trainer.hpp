@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "../model/progbar_logger.hpp"
 #include "../model/sequential.hpp"
 #include "../optimizers.hpp"
+#include "../runtime/agreement.hpp"
 #include "../runtime/collectives.hpp"
 #include "gradient_buckets.hpp"
 
@@ -182,6 +184,14 @@ class trainer : public Model, public model_base {
   template <class Y>
   double compute_loss_and_gradients(const array<float>& x, const array<Y>& y) {
     require_compiled("compute_loss_and_gradients");
+    if (!agreed_) {
+      agreed_ = true;
+      std::vector<fact> f = model_facts();
+      f.push_back(fact::number("the global batch (x's rows)", x.rows()));
+      f.push_back(fact::fingerprint("the shape of x", shape_fingerprint(x.shape)));
+      f.push_back(fact::fingerprint("the shape of y", shape_fingerprint(y.shape)));
+      agree("train_on_batch", f);
+    }
     buckets_for(x.rows());
     const std::size_t global = forward_and_loss(x, y, true);
     buckets_.begin();
@@ -223,6 +233,20 @@ class trainer : public Model, public model_base {
   template <class Dataset>
   history fit(const Dataset& train, const fit_options<Dataset>& o = {}) {
     require_compiled("fit");
+    {
+      std::vector<fact> f = model_facts();
+      const std::vector<fact> data = train.facts();
+      f.insert(f.end(), data.begin(), data.end());
+      f.push_back(fact::number("fit's epochs", o.epochs));
+      f.push_back(fact::number("fit's initial_epoch", o.initial_epoch));
+      f.push_back(fact::number("fit's validation_data (given)", o.validation_data ? 1 : 0));
+      if (o.validation_data) {
+        const std::vector<fact> v = o.validation_data->facts("validation_data: ");
+        f.insert(f.end(), v.begin(), v.end());
+      }
+      agree("fit", f);
+      agreed_ = true;
+    }
     history hist;
     std::vector<callback*> cbs{&hist};
     for (const auto& c : o.callbacks) cbs.push_back(c.get());
@@ -301,6 +325,12 @@ class trainer : public Model, public model_base {
   template <class Dataset>
   logs evaluate(const Dataset& data, int verbose = 1, std::vector<callback_ref> callbacks = {}) {
     require_compiled("evaluate");
+    {
+      std::vector<fact> f = model_facts();
+      const std::vector<fact> d = data.facts();
+      f.insert(f.end(), d.begin(), d.end());
+      agree("evaluate", f);
+    }
     std::vector<callback*> cbs;
     for (const auto& c : callbacks) cbs.push_back(c.get());
     for (callback* c : cbs) c->set_model(this);
@@ -319,6 +349,13 @@ class trainer : public Model, public model_base {
     this->check_input_shape(x);
     const std::size_t n = x.rows();
     if (n == 0) throw empty_data("predict", "x", "predict");
+    {
+      std::vector<fact> f{fact::fingerprint("the model (its type)", model_fingerprint()),
+                          fact::number("the number of samples", n)};
+      data::describe_samples(x, "x", f);
+      f.push_back(fact::number("predict's batch_size", batch_size));
+      agree("predict", f);
+    }
     std::vector<std::size_t> shape{n};
     for (std::size_t i = 0; i < output_shape.rank; ++i) shape.push_back(output_shape[i]);
     array<float> out(shape);
@@ -350,6 +387,42 @@ class trainer : public Model, public model_base {
 
  private:
   const mesh_binding& pm() const noexcept { return this->mesh(); }
+
+  // ---- what every process must hold alike (runtime/agreement.hpp) -----------------------------
+  // Compared across the processes before a distributed fit, evaluate, predict or first
+  // train_on_batch; a model on one device (or a one-process job) has nothing to compare.
+  void agree(std::string_view where, const std::vector<fact>& facts) const {
+    if (pm().size() > 1) runtime::require_agreement(where, facts);
+  }
+  static std::uint64_t model_fingerprint() {
+    return hasher().text(typeid(Model).name()).result();
+  }
+  static std::uint64_t shape_fingerprint(const std::vector<std::size_t>& shape) {
+    hasher h;
+    for (const std::size_t d : shape) h.value(d);
+    return h.value(shape.size()).result();
+  }
+  // The model's type (its layers and distribution), and what compile() gave it.
+  std::vector<fact> model_facts() const {
+    hasher metrics, optimizer;
+    for (const auto& m : metrics_) metrics.text(m.name).value(static_cast<int>(m.kind));
+    std::visit(
+        [&](const auto& o) {
+          optimizer.text(o.name).value(o.learning_rate);
+          if constexpr (requires { o.momentum; }) optimizer.value(o.momentum);
+          if constexpr (requires { o.nesterov; }) optimizer.value(o.nesterov);
+          if constexpr (requires { o.beta_1; }) optimizer.value(o.beta_1).value(o.beta_2);
+          if constexpr (requires { o.rho; }) optimizer.value(o.rho).value(o.centered);
+          if constexpr (requires { o.epsilon; }) optimizer.value(o.epsilon);
+        },
+        optimizer_state_->spec().value());
+    hasher loss;
+    loss.text(loss_->name()).value(static_cast<int>(loss_->plan_kind()));
+    return {fact::fingerprint("the model (its type)", model_fingerprint()),
+            fact::fingerprint("the compiled loss", loss.result()),
+            fact::fingerprint("the compiled metrics", metrics.result()),
+            fact::fingerprint("the compiled optimizer", optimizer.result())};
+  }
   // The compiled loss as the planner knows it (none before compile).
   loss_kind plan_loss() const { return loss_ ? loss_->plan_kind() : loss_kind::none; }
   // The loss step carries the loss sum and one count per metric, as doubles (two floats each).
@@ -752,6 +825,7 @@ class trainer : public Model, public model_base {
   typename B::sums sums_;        // the step's loss and metric sums, on the device
   std::vector<double> scalars_;  // the same on the host, reduced over the batch axis
   typename communicator_type::request scalar_request_;
+  bool agreed_ = false;  // the processes have compared what they hold (before the first step)
   std::vector<float> host_gather_, gathered_;
   // an output whose classes are split across devices
   row_statistics<B> row_stats_;
