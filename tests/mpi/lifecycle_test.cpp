@@ -5,16 +5,21 @@
 //   model-before-guard   a one-device model built before tessel::initialize
 //   dp-model-before-guard  the same with a data_parallel model
 //   model-after-guard    a model built after the guard has ended
+//   late-finisher        as ok, then process 0 works 4 s more (outside any collective) before
+//                        main returns: the others' guards wait for it, past a 2 s collective
+//                        timeout, and the job ends normally
 //   abort-after-start    the last process ends the job (MPI_Abort) as soon as the guard is open,
 //                        as a failed check of a mesh does: the watchdog's shared memory must not
 //                        stay behind in /dev/shm
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tessel/tessel.hpp>
 
 namespace {
@@ -58,7 +63,10 @@ int main(int argc, char** argv) {
     dp_t model;
     model.compile("sgd", tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
     model.fit(x, y, {.batch_size = 4, .epochs = 1, .verbose = 0});
-    if (tessel::process_id() == 0) std::printf("lifecycle_test: ok\n");
+    if (tessel::process_id() == 0) {
+      if (mode == "late-finisher") std::this_thread::sleep_for(std::chrono::seconds(4));
+      std::printf("lifecycle_test: ok\n");
+    }
     return 0;
   } catch (const std::exception& e) {
     return guard.fail(e);

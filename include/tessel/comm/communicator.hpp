@@ -199,10 +199,11 @@ class communicator {
                                detail::datatype<T>(), comm_),
                   "MPI_Alltoall");
   }
-  // `what` names it in the watchdog's message.
-  void barrier(const char* what = "barrier") const {
+  // `what` names it in the watchdog's message; an untimed barrier is not ended by the collective
+  // timeout on this process (the others' waits for it still are).
+  void barrier(const char* what = "barrier", bool timed = true) const {
     if (!uses_mpi()) return;
-    const watched_wait watch(tag(what));
+    const watched_wait watch(tag(what), timed);
     detail::check(MPI_Barrier(comm_), "MPI_Barrier");
   }
 

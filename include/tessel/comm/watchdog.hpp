@@ -181,8 +181,10 @@ class watchdog {
   // The blocking part of collective `seq` on `channel`. A few stores and no clock read: the
   // watchdog's thread times a wait from when it first sees it (so a report comes between the
   // timeout and the timeout plus one check interval after the wait began). The wait is also
-  // published to the other processes of the machine, whose report may follow it.
-  void begin_wait(const char* op, int channel, std::uint64_t seq) noexcept {
+  // published to the other processes of the machine, whose report may follow it. An untimed
+  // wait (`timed` false: the barrier where the guards end, which a process may reach long before
+  // another that still has work outside any collective) is published but never times out here.
+  void begin_wait(const char* op, int channel, std::uint64_t seq, bool timed = true) noexcept {
     if (!running_) return;
     constexpr auto relaxed = std::memory_order_relaxed;
     waiting_.store(0, relaxed);
@@ -190,7 +192,7 @@ class watchdog {
     channel_.store(channel, relaxed);
     seq_.store(seq, relaxed);
     word(own_, wait_word).store(encode_wait(channel, seq), std::memory_order_release);
-    waiting_.store(++wait_id_, std::memory_order_release);
+    if (timed) waiting_.store(++wait_id_, std::memory_order_release);
   }
   void end_wait() noexcept {
     if (!running_) return;
@@ -412,8 +414,8 @@ class watchdog {
 // The blocking part of one collective, watched: begins on construction, ends on destruction.
 class watched_wait {
  public:
-  explicit watched_wait(const collective_tag& t) noexcept {
-    watchdog::instance().begin_wait(t.op, t.channel, t.seq);
+  explicit watched_wait(const collective_tag& t, bool timed = true) noexcept {
+    watchdog::instance().begin_wait(t.op, t.channel, t.seq, timed);
   }
   ~watched_wait() { watchdog::instance().end_wait(); }
   watched_wait(const watched_wait&) = delete;

@@ -152,15 +152,17 @@ class initialize {
     set_flush_denormal(flush);
     if (owns_world_) w.guard_open = true;
   }
-  // The guard ends on every process together: a process whose others still run collectives
-  // would leave them waiting, so it says so (the watchdog's report of a stall names a process
-  // that has left) and waits for them at a barrier, watched like any collective.
+  // The guards end on every process together. A process whose guard ends while the others
+  // still run collectives would leave them waiting: it marks itself as leaving, so that their
+  // watchdog's report names it and says so, and waits for them at a barrier. That wait is not
+  // timed here: another process may still have work to do outside any collective (writing
+  // results), and is not an error.
   void leave() {
     runtime::world_state& w = runtime::state();
     w.guard_open = false;
     if (!w.mpi || w.size <= 1) return;
     comm::watchdog::instance().mark_leaving();
-    runtime::world().barrier("the barrier where every process's guard ends");
+    runtime::world().barrier("the barrier where every process's guard ends", false);
   }
   bool owns_world_ = false;
   bool owns_backend_ = false;
