@@ -31,7 +31,7 @@ stall::process running(std::vector<std::uint64_t> entered) {
 
 TEST_CASE("stall: a stopped process of 2, named; the waiting one is not blamed", "[comm][stall]") {
   stall::snapshot s{.reporter = 0, .op = "all_reduce", .channel = 0, .seq = 12, .waited = 5,
-                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1}}}};
+                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1}}}, .processes = {}};
   stall::process stopped = running({11});
   stopped.stopped = true;
   s.processes = {waiting(0, 12, {12}), stopped};
@@ -50,7 +50,7 @@ TEST_CASE("stall: on a 2x4 mesh, processes that wait for waiting processes lead 
   // 10th collective over "model"; 4, 5, 6 wait for it there; 0, 1, 2 wait over "data" for 4, 5,
   // 6; 3 (the reporter) waits over "data" for 7 itself.
   stall::snapshot s{.reporter = 3, .op = "all_reduce", .channel = 5, .seq = 7, .waited = 10,
-                    .timeout = 10};
+                    .timeout = 10, .channels = {}, .processes = {}};
   s.channels = {{"mesh axis 'model'", {0, 1, 2, 3}}, {"mesh axis 'model'", {4, 5, 6, 7}},
                 {"mesh axis 'data'", {0, 4}},        {"mesh axis 'data'", {1, 5}},
                 {"mesh axis 'data'", {2, 6}},        {"mesh axis 'data'", {3, 7}}};
@@ -69,7 +69,7 @@ TEST_CASE("stall: on a 2x4 mesh, processes that wait for waiting processes lead 
 
 TEST_CASE("stall: a process stopped inside the collective, after arriving", "[comm][stall]") {
   stall::snapshot s{.reporter = 0, .op = "all_gather", .channel = 0, .seq = 4, .waited = 7,
-                    .timeout = 6, .channels = {{"mesh axis 'model'", {0, 1, 2}}}};
+                    .timeout = 6, .channels = {{"mesh axis 'model'", {0, 1, 2}}}, .processes = {}};
   stall::process inside = waiting(0, 4, {4});
   inside.stopped = true;
   s.processes = {waiting(0, 4, {4}), waiting(0, 4, {4}), inside};
@@ -82,7 +82,7 @@ TEST_CASE("stall: a process stopped inside the collective, after arriving", "[co
 TEST_CASE("stall: a process running outside any collective, one that has left, one gone",
           "[comm][stall]") {
   stall::snapshot s{.reporter = 0, .op = "all_reduce", .channel = 0, .seq = 3, .waited = 5,
-                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1, 2, 3}}}};
+                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1, 2, 3}}}, .processes = {}};
   stall::process left = waiting(1, 1, {2, 1});
   left.leaving = true;
   stall::process gone = running({2});
@@ -97,7 +97,7 @@ TEST_CASE("stall: a process running outside any collective, one that has left, o
 TEST_CASE("stall: every process arrived, processes on other machines, a wait cycle",
           "[comm][stall]") {
   stall::snapshot s{.reporter = 0, .op = "all_reduce", .channel = 0, .seq = 3, .waited = 5,
-                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1}}}};
+                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1}}}, .processes = {}};
   s.processes = {waiting(0, 3, {3}), waiting(0, 3, {3})};
   CHECK_THAT(stall::describe(s),
              Contains("every process arrived, so the collective itself did not complete (an MPI "

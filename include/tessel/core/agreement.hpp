@@ -61,4 +61,11 @@ class hasher {
   std::uint64_t h_ = 0xcbf29ce484222325ULL;
 };
 
+// A shape as a fact's value: its rank and extents, hashed.
+inline std::uint64_t shape_fingerprint(std::span<const std::size_t> shape) noexcept {
+  hasher h;
+  for (const std::size_t d : shape) h.value(d);
+  return h.value(shape.size()).result();
+}
+
 }  // namespace tessel

@@ -54,10 +54,10 @@ inline constexpr std::size_t autotune_prefetch = 2;
 template <class T>
 void describe_samples(const array<T>& a, std::string_view name, std::vector<fact>& out) {
   const std::string n(name);
-  hasher shape;
-  for (std::size_t d = 1; d < a.shape.size(); ++d) shape.value(a.shape[d]);
-  out.push_back(fact::fingerprint("the shape of " + n + "'s samples",
-                                  shape.value(a.shape.size()).result()));
+  const std::span<const std::size_t> sample =
+      a.shape.empty() ? std::span<const std::size_t>{}
+                      : std::span<const std::size_t>(a.shape).subspan(1);
+  out.push_back(fact::fingerprint("the shape of " + n + "'s samples", shape_fingerprint(sample)));
   hasher values;
   const std::size_t rows = a.rows(), row = a.row_size();
   const std::size_t spread = std::min<std::size_t>(rows, 64);

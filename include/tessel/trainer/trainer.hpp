@@ -397,11 +397,6 @@ class trainer : public Model, public model_base {
   static std::uint64_t model_fingerprint() {
     return hasher().text(typeid(Model).name()).result();
   }
-  static std::uint64_t shape_fingerprint(const std::vector<std::size_t>& shape) {
-    hasher h;
-    for (const std::size_t d : shape) h.value(d);
-    return h.value(shape.size()).result();
-  }
   // The model's type (its layers and distribution), and what compile() gave it.
   std::vector<fact> model_facts() const {
     hasher metrics, optimizer;
