@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -180,20 +181,17 @@ inline array<std::uint8_t> read_idx(const std::filesystem::path& path) {
                       " bytes" + in.size_note() + "; download it again");
   }
   std::vector<std::size_t> shape(rank);
-  std::size_t count = 1;
-  bool overflow = false;
   for (std::size_t d = 0; d < rank; ++d) {
     const unsigned char* b = &header[4 * d];  // big-endian
     shape[d] =
         (std::size_t{b[0]} << 24) | (std::size_t{b[1]} << 16) | (std::size_t{b[2]} << 8) | b[3];
-    if (shape[d] != 0 && count > std::numeric_limits<std::size_t>::max() / shape[d])
-      overflow = true;
-    count *= shape[d];
   }
-  if (overflow) {
+  const std::optional<std::size_t> counted = tessel::detail::checked_element_count(shape);
+  if (!counted) {
     throw value_error(name + " has dimensions " + shape_to_string(shape) +
                       " whose product overflows; the header is corrupt, download the file again");
   }
+  const std::size_t count = *counted;
 
   // Grow the buffer as data arrives rather than trusting the header: a corrupt header must not
   // allocate gigabytes before the truncation check can report it. It starts at 64 KiB and
@@ -236,7 +234,7 @@ inline void write_idx(const std::filesystem::path& path, const array<std::uint8_
     throw value_error(name + ": IDX files hold at most 255 dimensions, the array has " +
                       std::to_string(a.shape.size()));
   }
-  if (array<std::uint8_t>::element_count(a.shape) != a.values.size()) {
+  if (element_count(a.shape, name) != a.values.size()) {
     throw value_error(name + ": the array has shape " + shape_to_string(a.shape) + " but " +
                       std::to_string(a.values.size()) + " values");
   }
