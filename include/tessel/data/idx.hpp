@@ -11,7 +11,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -21,6 +20,7 @@
 
 #include "../core/errors.hpp"
 #include "array.hpp"
+#include "file_access.hpp"
 
 namespace tessel::data {
 
@@ -30,22 +30,32 @@ namespace detail {
 class gz_reader {
  public:
   explicit gz_reader(const std::filesystem::path& path) : path_(path) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) {
+    const path_access access = check_path(path, path_kind::file);
+    if (access.missing()) {
+      std::error_code ec;
       throw value_error("IDX file '" + path.string() +
                         "' does not exist; check the path (relative paths start at the current "
                         "directory, '" +
                         std::filesystem::current_path(ec).string() + "')");
     }
-    if (std::filesystem::is_directory(path, ec)) {
+    if (access.type == std::filesystem::file_type::directory) {
       throw value_error("'" + path.string() +
                         "' is a directory; pass the path of an IDX file inside it");
+    }
+    if (!access.ok()) {
+      throw value_error("IDX file '" + path.string() + "' " + access.reason +
+                        "; check the path and its permissions");
     }
     errno = 0;
     file_ = gzopen(path.c_str(), "rb");
     if (file_ == nullptr) {
-      throw value_error("cannot open IDX file '" + path.string() + "': " +
-                        (errno ? std::strerror(errno) : "zlib could not allocate its state"));
+      const int error = errno;
+      throw value_error(
+          "cannot open IDX file '" + path.string() +
+          "': " + (error ? open_failure(path, error, false) : "zlib could not allocate its state") +
+          (error == EACCES || error == EPERM
+               ? "; change the permissions or run the program as a user who has them"
+               : ""));
     }
     // A larger buffer than zlib's 8 KiB default: the training images are 47 MB decompressed.
     gzbuffer(file_, 1u << 17);
@@ -250,8 +260,10 @@ inline void write_idx(const std::filesystem::path& path, const array<std::uint8_
   errno = 0;
   gzFile f = gzopen(path.c_str(), path.extension() == ".gz" ? "wb6" : "wbT");
   if (f == nullptr) {
+    const int error = errno;
     throw value_error(name + " cannot be opened for writing: " +
-                      (errno ? std::strerror(errno) : "zlib could not allocate its state"));
+                      (error ? open_failure(path, error, true)
+                             : std::string("zlib could not allocate its state")));
   }
   bool ok = gzwrite(f, header.data(), static_cast<unsigned>(header.size())) ==
             static_cast<int>(header.size());

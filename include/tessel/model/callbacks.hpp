@@ -2,6 +2,7 @@
 // reach for most: history, early_stopping, terminate_on_nan, csv_logger, lambda_callback.
 #pragma once
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "../core/errors.hpp"
+#include "../data/file_access.hpp"
 #include "logs.hpp"
 
 namespace tessel {
@@ -232,10 +234,15 @@ class csv_logger : public callback {
       std::ifstream in(filename_);
       header = !(in && in.peek() != std::ifstream::traits_type::eof());
     }
+    errno = 0;
     file_.open(filename_, append_ ? std::ios::app : std::ios::trunc);
-    if (!file_)
-      throw std::runtime_error("CSVLogger: cannot open '" + filename_ +
-                               "' for writing; check that its directory exists and is writable.");
+    if (!file_) {
+      const int error = errno;
+      throw runtime_error("CSVLogger: cannot open '" + filename_ +
+                          "' for writing: " + data::open_failure(filename_, error, true) +
+                          ". Give it the path of a file in a directory that exists and that "
+                          "the user running this program may write in.");
+    }
     write_header_ = header;
     keys_.clear();
   }
