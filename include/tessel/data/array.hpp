@@ -1,6 +1,7 @@
 #pragma once
-// A host array: a shape and row-major values. What datasets hold and yield, and what
-// fit/evaluate/predict take and give back (like the NumPy arrays a Keras user passes).
+// A host array: a shape and row-major values. What datasets hold and yield, what
+// fit/evaluate/predict take and give back, and what get_weights gives (like the NumPy arrays a
+// Keras user passes and gets).
 #include <algorithm>
 #include <cstddef>
 #include <limits>
@@ -97,6 +98,13 @@ struct array {
   std::span<const T> row(std::size_t i) const { return {values.data() + i * row_size(), row_size()}; }
   T* data() { return values.data(); }
   const T* data() const { return values.data(); }
+  // The values in row-major order, as iterating a flattened NumPy array gives them.
+  auto begin() { return values.begin(); }
+  auto end() { return values.end(); }
+  auto begin() const { return values.begin(); }
+  auto end() const { return values.end(); }
+  // Equal shapes and equal values (NumPy's array_equal).
+  friend bool operator==(const array&, const array&) = default;
 };
 
 }  // namespace tessel

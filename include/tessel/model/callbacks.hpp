@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../core/errors.hpp"
+#include "../data/array.hpp"
 #include "../data/file_access.hpp"
 #include "logs.hpp"
 
@@ -28,8 +29,8 @@ class model_base {
   virtual ~model_base() = default;
   // Set by a callback to end fit() after the current batch (Keras's model.stop_training).
   bool stop_training = false;
-  virtual std::vector<std::vector<float>> get_weights() const = 0;
-  virtual void set_weights(const std::vector<std::vector<float>>& weights) = 0;
+  virtual std::vector<array<float>> get_weights() const = 0;
+  virtual void set_weights(const std::vector<array<float>>& weights) = 0;
   // Whether a larger value of the named metric is better (Keras's metric `_direction == "up"`).
   virtual std::optional<bool> metric_increases(std::string_view name) const = 0;
   // Whether this process writes files and prints for the job (device 0 of a distributed model;
@@ -183,7 +184,7 @@ class early_stopping : public callback {
   }
   options o_;
   std::optional<bool> increases_;
-  std::vector<std::vector<float>> best_weights_;
+  std::vector<array<float>> best_weights_;
 };
 
 // keras.callbacks.TerminateOnNaN: stops training when a batch's loss is NaN or infinite.

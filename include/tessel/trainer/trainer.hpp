@@ -57,7 +57,7 @@ concept trainable_model =
       { cm.runs_plan_of(std::size_t{0}) } -> std::same_as<bool>;
       { cm.mesh() } -> std::same_as<const typename M::mesh_binding&>;
       { cm.seed() } -> std::convertible_to<std::uint64_t>;
-      { cm.get_weights() } -> std::same_as<std::vector<std::vector<float>>>;
+      { cm.get_weights() } -> std::same_as<std::vector<array<float>>>;
       { m.trainable_variables() } -> std::same_as<std::vector<variable<typename M::backend>*>>;
       { m.get_variable(std::string_view{}) } -> std::same_as<variable<typename M::backend>&>;
       cm.check_input_shape(x);
@@ -118,8 +118,8 @@ class trainer : public Model, public model_base {
   }
 
   // ---- the model's state, for callbacks (model_base) ------------------------------------------
-  std::vector<std::vector<float>> get_weights() const override { return Model::get_weights(); }
-  void set_weights(const std::vector<std::vector<float>>& w) override { Model::set_weights(w); }
+  std::vector<array<float>> get_weights() const override { return Model::get_weights(); }
+  void set_weights(const std::vector<array<float>>& w) override { Model::set_weights(w); }
   bool is_chief() const override { return Model::is_chief(); }
   std::optional<bool> metric_increases(std::string_view name) const override {
     for (const auto& m : metrics_)
