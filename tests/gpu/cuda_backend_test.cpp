@@ -426,8 +426,10 @@ TEST_CASE("cuda: an MLP with dropout trains on the GPU as on the host: losses, w
   REQUIRE(wh.size() == wg.size());
   for (std::size_t v = 0; v < wh.size(); ++v)
     for (std::size_t i = 0; i < wh[v].size(); ++i) {
-      INFO("weight " << v << "[" << i << "]: host " << wh[v][i] << ", cuda " << wg[v][i]);
-      REQUIRE(std::fabs(wh[v][i] - wg[v][i]) <= 1e-4 * std::fabs(wh[v][i]) + 1e-5);
+      INFO("weight " << v << "[" << i << "]: host " << wh[v].values[i] << ", cuda "
+                     << wg[v].values[i]);
+      REQUIRE(std::fabs(wh[v].values[i] - wg[v].values[i]) <=
+              1e-4 * std::fabs(wh[v].values[i]) + 1e-5);
     }
   const auto ph = host_model.predict(x), pg = gpu_model.predict(x);
   REQUIRE(ph.values.size() == pg.values.size());

@@ -72,12 +72,13 @@ int main(int argc, char** argv) {
                   std::to_string(ld[i][k].second));
     const auto wo = one.get_weights(), wd = dist.get_weights();
     for (std::size_t v = 0; v < wo.size(); ++v) {
-      check(rel(wd[v], wo[v]) <= tolerance, "variable " + std::to_string(v) + " differs by " +
-                                                std::to_string(rel(wd[v], wo[v])));
+      check(rel(wd[v].values, wo[v].values) <= tolerance,
+            "variable " + std::to_string(v) + " differs by " +
+                std::to_string(rel(wd[v].values, wo[v].values)));
       if (tessel::num_processes() > 1) {
-        std::vector<float> root = wd[v];
+        std::vector<float> root = wd[v].values;
         MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
-        check(root == wd[v], "variable " + std::to_string(v) + " differs from process 0's");
+        check(root == wd[v].values, "variable " + std::to_string(v) + " differs from process 0's");
       }
     }
     const auto po = one.predict(x), pd = dist.predict(x);

@@ -63,12 +63,12 @@ std::vector<tessel::logs> train(Model& model, const X& x, const Y& y) {
 }
 
 // Every process holds process 0's weights, bit for bit.
-void check_replicas_identical(const std::vector<std::vector<float>>& w, const std::string& name) {
+void check_replicas_identical(const std::vector<tessel::array<float>>& w, const std::string& name) {
   for (std::size_t i = 0; i < w.size(); ++i) {
-    std::vector<float> root = w[i];
+    std::vector<float> root = w[i].values;
     MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
-    check(root == w[i], name + ": variable " + std::to_string(i) +
-                            " differs from process 0's (replicas diverged)");
+    check(root == w[i].values, name + ": variable " + std::to_string(i) +
+                                   " differs from process 0's (replicas diverged)");
   }
 }
 
@@ -103,7 +103,7 @@ void compare(const std::string& name, const X& x, const Y& y, const XT& xt, cons
           name + ": the loss decreases");
     const auto ref_weights = ref.get_weights();
     for (std::size_t i = 0; i < ref_weights.size(); ++i) {
-      const double d = rel(dist_weights[i], ref_weights[i]);
+      const double d = rel(dist_weights[i].values, ref_weights[i].values);
       worst_weight = std::max(worst_weight, d);
       check(d <= tolerance, name + ": variable " + std::to_string(i) + " differs by " +
                                 std::to_string(d) + " relative");
@@ -148,8 +148,10 @@ void check_bucket_options(const data& d) {
   train(serial, d.x_flat, d.y_sparse);
   const auto w = base.get_weights(), ws = small.get_weights(), wn = serial.get_weights();
   for (std::size_t i = 0; i < w.size(); ++i) {
-    check(rel(ws[i], w[i]) <= tolerance, "0.1 MB buckets change variable " + std::to_string(i));
-    check(rel(wn[i], w[i]) <= tolerance, "overlap off changes variable " + std::to_string(i));
+    check(rel(ws[i].values, w[i].values) <= tolerance,
+          "0.1 MB buckets change variable " + std::to_string(i));
+    check(rel(wn[i].values, w[i].values) <= tolerance,
+          "overlap off changes variable " + std::to_string(i));
   }
   const auto& stats = small.communication_stats();
   check(stats.steps == steps &&
@@ -223,8 +225,9 @@ void check_uneven_batches(const data& d) {
     }
   const auto w = dist.get_weights(), wr = ref.get_weights();
   for (std::size_t i = 0; i < w.size(); ++i) {
-    worst = std::max(worst, rel(w[i], wr[i]));
-    check(rel(w[i], wr[i]) <= tolerance, "uneven batches: variable " + std::to_string(i));
+    worst = std::max(worst, rel(w[i].values, wr[i].values));
+    check(rel(w[i].values, wr[i].values) <= tolerance,
+          "uneven batches: variable " + std::to_string(i));
   }
   const auto ref_pred = ref.predict(d.x_test_images, n + 1);
   check(dist_pred.shape == ref_pred.shape && rel(dist_pred.values, ref_pred.values) <= tolerance,

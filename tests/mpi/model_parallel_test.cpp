@@ -165,7 +165,7 @@ void compare(const char* what, const array<float>& x_all, const array<Y>& y_all,
   double worst_weight = 0;
   check(wa.size() == wb.size(), name + ": as many variables");
   for (std::size_t i = 0; i < wa.size() && i < wb.size(); ++i)
-    worst_weight = std::max(worst_weight, rel(wa[i], wb[i]));
+    worst_weight = std::max(worst_weight, rel(wa[i].values, wb[i].values));
   const array<float> xt = data::slice_rows(x_all, 0, 32);
   const array<Y> yt = data::slice_rows(y_all, 0, 32);
   const double worst_prediction =
@@ -278,8 +278,8 @@ int main(int argc, char** argv) {
       }
       check(message.find("Use predict(x)") != std::string::npos, "call() is refused: " + message);
       message.clear();
-      std::vector<std::vector<float>> wrong = m.get_weights();
-      wrong[0].resize(3);
+      std::vector<array<float>> wrong = m.get_weights();
+      wrong[0].values.resize(3);
       try {
         m.set_weights(wrong);
       } catch (const value_error& e) {
@@ -288,11 +288,38 @@ int main(int argc, char** argv) {
       check(message.find("Variable 'd1/kernel' has 156800 values; cannot assign 3.") !=
                 std::string::npos,
             "set_weights with a wrong shape is refused: " + message);
+      // A transposed kernel: the right number of values, the wrong shape. Refused on every
+      // process before anything is broadcast, as Keras refuses it.
+      message.clear();
+      std::vector<array<float>> transposed = m.get_weights();
+      transposed[0] = array<float>({200, 784}, transposed[0].values);
+      try {
+        m.set_weights(transposed);
+      } catch (const value_error& e) {
+        message = e.what();
+      }
+      check(message.find("Layer sequential weight shape (784, 200) is not compatible with "
+                         "provided weight shape (200, 784). The variable is 'd1/kernel' "
+                         "(weights[0])") != std::string::npos,
+            "set_weights with a transposed kernel is refused: " + message);
+      // Given on process 0 only: every process refuses, none waits in a broadcast.
+      message.clear();
+      std::vector<array<float>> on_one = m.get_weights();
+      if (process_id() == 0) on_one[0] = transposed[0];
+      try {
+        m.set_weights(on_one);
+      } catch (const std::exception& e) {
+        message = e.what();
+      }
+      check(message.find(process_id() == 0
+                             ? "is not compatible with provided weight shape"
+                             : "set_weights failed on 1 other process") != std::string::npos,
+            "a transposed kernel on process 0 only is refused on every process: " + message);
       seed_model<model_parallel<seed_map<2, 4>, "data">> fresh;
       check(m.get_weights() == fresh.get_weights(),
             "the refused calls leave the weights as they were");
       // set_weights takes global values; each process keeps its block (a round trip).
-      std::vector<std::vector<float>> shifted = fresh.get_weights();
+      std::vector<array<float>> shifted = fresh.get_weights();
       for (auto& w : shifted)
         for (float& v : w) v += 0.25f;
       m.set_weights(shifted);

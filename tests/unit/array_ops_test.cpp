@@ -164,3 +164,69 @@ TEST_CASE("data: to_categorical names a label outside 0 to num_classes",
   CHECK_THAT(message_of([] { data::to_categorical(array<float>({1}, {1.5f}), 3); }),
              Contains("label 1.5 at index 0"));
 }
+
+TEST_CASE("data: a shape whose element count overflows 64 bits is refused, naming the shape",
+          "[data][array_ops][error]") {
+  // 2^60 x 16 = 2^64 wraps to 0: unchecked, such an array would hold no values and pass as empty.
+  const std::size_t huge = std::size_t{1} << 60;
+  const std::string shape =
+      "shape (1152921504606846976, 16) has more elements than a 64-bit size "
+      "can count (18446744073709551615)";
+  CHECK_THAT(message_of([&] {
+               array<float> a({huge, 16});
+             }),
+             Contains(shape) && Contains("give each dimension its real size"));
+  CHECK_THAT(message_of([&] { (void)tessel::element_count({huge, 16}); }), Contains(shape));
+  // A 0 does not hide the overflow of the other dimensions (NumPy refuses that shape too).
+  CHECK_THAT(message_of([&] {
+               array<float> a({0, huge, 16});
+             }),
+             Contains("shape (0, 1152921504606846976, 16) has a dimension of 0, but its other "
+                      "dimensions multiply to more than a 64-bit size can count"));
+  CHECK(tessel::element_count({huge, 15}) == huge * 15);
+  CHECK(tessel::element_count({0, huge, 15}) == 0);
+
+  const array<float> promised({huge, 16}, {});  // built by hand, with no values
+  CHECK_THAT(message_of([&] { data::check_shape(promised, "x_train"); }),
+             Contains("x_train: " + shape));
+  CHECK_THAT(message_of([&] { data::slice_rows(promised, 0, 2); }),
+             Contains("slice_rows: the input: " + shape));
+  CHECK_THAT(message_of([&] { data::take_rows(promised, {0, 1}); }), Contains(shape));
+  CHECK_THAT(message_of([&] { data::stack(std::vector<array<float>>{promised}); }),
+             Contains("stack: array 0: " + shape));
+  CHECK_THAT(message_of([&] { data::cast<int>(promised); }), Contains(shape));
+  CHECK_THAT(message_of([&] {
+               data::reshape(promised, {16, huge});
+             }),
+             Contains("reshape: the input: " + shape));
+  // Stacking 2^60 arrays of 16 values: the stacked shape overflows.
+  const array<float> row({16}, std::vector<float>(16, 1.0f));
+  CHECK_THAT(message_of([&] {
+               data::detail::stack_with<float>(
+                   huge, [&](std::size_t) -> const array<float>& { return row; }, "stack");
+             }),
+             Contains("stack: " + shape));
+  // One-hot rows of 2^62 classes for 4 labels.
+  CHECK_THAT(message_of([] {
+               data::to_categorical(array<int>({4}, {0, 1, 2, 3}), std::size_t{1} << 62);
+             }),
+             Contains("to_categorical: shape (4, 4611686018427387904) has more elements"));
+}
+
+TEST_CASE("data: reshape refuses a target shape whose element count overflows 64 bits",
+          "[data][array_ops][error]") {
+  const std::size_t huge = std::size_t{1} << 60;
+  // (0, 16) holds 0 values, and 2^60 x 16 wraps to 0: unchecked, the reshape would succeed.
+  CHECK_THAT(message_of([&] {
+               data::reshape(array<float>({0, 16}), {huge, 16});
+             }),
+             Contains("reshape: cannot reshape array of size 0 (shape (0, 16)) into shape "
+                      "(1152921504606846976, 16): shape (1152921504606846976, 16) has more "
+                      "elements than a 64-bit size can count"));
+  CHECK_THAT(message_of([&] {
+               data::reshape(array<float>({0, 16}), {huge, 16, data::infer_dim});
+             }),
+             Contains("into shape (1152921504606846976, 16, -1)") &&
+                 Contains("has more elements than a 64-bit size can count"));
+  CHECK(data::reshape(array<float>({0, 16}), {0, huge}).shape == shape_t{0, huge});
+}

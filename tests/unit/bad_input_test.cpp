@@ -4,6 +4,11 @@
 
 #include "test_helpers.hpp"
 
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
 #include <tessel/tessel.hpp>
 
 namespace {
@@ -94,4 +99,58 @@ TEST_CASE("bad input: no samples is an error that says so, as in Keras, never a 
   CHECK_THAT(message_of([&] { m.fit(ds, {.verbose = 0, .validation_data = ds.take(0)}); }),
              Contains("fit: validation_data has no samples"));
   CHECK(m.get_weights() != before);  // the last fit trained one epoch before validating
+}
+
+TEST_CASE("bad input: a negative batch size is refused by name, not wrapped to 2^64 - 1",
+          "[model][error]") {
+  model_t m;
+  compile(m);
+  const auto before = m.get_weights();
+  // As a std::size_t, -1 would be 18446744073709551615: predict ran one batch of garbage steps.
+  CHECK_THAT(message_of([&] { m.predict(features(5), -1); }),
+             Contains("predict: batch_size must be greater than zero, got -1") &&
+                 Contains("pass a positive integer"));
+  CHECK_THAT(message_of([&] { m.evaluate(features(5), labels(5), -1, 0); }),
+             Contains("evaluate: batch_size must be greater than zero, got -1"));
+  CHECK_THAT(message_of([&] { m.fit(features(5), labels(5), {.batch_size = -1, .verbose = 0}); }),
+             Contains("fit: batch_size must be greater than zero, got -1"));
+  CHECK_THAT(message_of([&] { m.fit(features(5), labels(5), {.batch_size = 0, .verbose = 0}); }),
+             Contains("fit: batch_size must be greater than zero, got 0"));
+  CHECK(m.get_weights() == before);
+  // Any integer type converts: a std::size_t variable in fit's options, a batch larger than x.
+  const std::size_t batch = 2;
+  CHECK_NOTHROW(m.fit(features(5), labels(5), {.batch_size = batch, .verbose = 0}));
+  CHECK(m.predict(features(5), std::numeric_limits<std::int64_t>::max()).shape ==
+        std::vector<std::size_t>{5, 3});
+}
+
+TEST_CASE("bad input: arrays whose shape overflows 64 bits are refused at every entry point",
+          "[model][error]") {
+  // 2^60 x 16 = 2^64 wraps to 0: unchecked, an array of that shape with no values passed as
+  // complete, and predict, fit and evaluate read past its end.
+  const std::size_t huge = std::size_t{1} << 60;
+  const tessel::array<float> x({huge, 16}, {});
+  const tessel::array<std::int32_t> y({huge}, {});
+  const std::string shape =
+      "shape (1152921504606846976, 16) has more elements than a 64-bit size can count";
+  tessel::sequential<input<16>, dense<3>> m;
+  m.compile("sgd", tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
+  const auto before = m.get_weights();
+  CHECK_THAT(message_of([&] { m.predict(x); }), Contains("x: " + shape));
+  CHECK_THAT(message_of([&] { m.call(x); }), Contains("x: " + shape));
+  CHECK_THAT(message_of([&] { m.train_on_batch(x, y); }), Contains("x: " + shape));
+  CHECK_THAT(message_of([&] { m.fit(x, y, {.verbose = 0}); }),
+             Contains("from_tensor_slices: x: " + shape));
+  CHECK_THAT(message_of([&] { m.fit(x, y, {.verbose = 0, .shuffle = false}); }),
+             Contains("from_tensor_slices: x: " + shape));
+  CHECK_THAT(message_of([&] { m.evaluate(x, y, 32, 0); }),
+             Contains("from_tensor_slices: x: " + shape));
+  // Targets of such a shape, with a good x.
+  tessel::sequential<input<4>, dense<3>> mse;
+  mse.compile("sgd", "mse");
+  CHECK_THAT(message_of([&] {
+               mse.train_on_batch(features(4), tessel::array<float>({4, huge, 16}, {}));
+             }),
+             Contains("y: shape (4, 1152921504606846976, 16) has more elements"));
+  CHECK(m.get_weights() == before);
 }

@@ -117,6 +117,23 @@ TEST_CASE("data: from_tensor_slices wants one label per sample", "[data][dataset
              Contains("x has shape (2, 2)") && Contains("has 1 values"));
 }
 
+TEST_CASE("data: from_tensor_slices refuses arrays whose shape overflows 64 bits",
+          "[data][dataset][error]") {
+  // 2^60 x 16 = 2^64 wraps to 0: unchecked, 2^60 samples of no values would be batched, reading
+  // past the end of x.
+  const std::size_t huge = std::size_t{1} << 60;
+  CHECK_THAT(
+      message_of([&] {
+        tessel::from_tensor_slices(array<float>({huge, 16}, {}), array<std::int32_t>({huge}, {}));
+      }),
+      Contains("from_tensor_slices: x: shape (1152921504606846976, 16) has more elements "
+               "than a 64-bit size can count"));
+  CHECK_THAT(message_of([&] {
+               tessel::from_tensor_slices(array<float>({4, 2}), array<float>({4, huge, 16}, {}));
+             }),
+             Contains("from_tensor_slices: y: shape (4, 1152921504606846976, 16)"));
+}
+
 TEST_CASE("data: batch stacks samples and keeps or drops the remainder", "[data][dataset]") {
   const auto ds = numbered(10);
   std::vector<shape_t> xs, ys;

@@ -213,3 +213,79 @@ TEST_CASE("data: files that are not Fashion-MNIST are refused", "[data][fashion_
                Contains("label 12 at index 1") && Contains("outside [0, 10)"));
   }
 }
+
+TEST_CASE("data: a Fashion-MNIST directory that is a file is named as such, not as missing",
+          "[data][fashion_mnist][error]") {
+  temp_dir dir;
+  const fs::path file = dir / "fashion.tar";
+  tessel::data::write_idx(file, array<std::uint8_t>({1}));
+  {
+    const scoped_env env(file.string());
+    const auto msg = message_of([] { fashion_mnist::load_data(); });
+    CHECK_THAT(msg, Contains("Fashion-MNIST directory '" + file.string() +
+                             "' (from $TESSEL_FASHION_MNIST_DIR) is a regular file, not a "
+                             "directory; set TESSEL_FASHION_MNIST_DIR to the directory that holds "
+                             "train-images-idx3-ubyte.gz, "));
+    CHECK_THAT(msg, !Contains("does not exist") && !Contains("not found") && !Contains("apt-get"));
+  }
+  // A directory below a file: the path cannot exist, and the message says which part is a file.
+  const auto below = message_of([&] { fashion_mnist::load_data(file / "fashion-mnist"); });
+  CHECK_THAT(below, Contains("Fashion-MNIST directory '" + (file / "fashion-mnist").string() +
+                             "' (the directory passed to load_data) cannot be reached: Not a "
+                             "directory ('" +
+                             file.string() +
+                             "' is a regular file, not a directory); pass the directory that "
+                             "holds train-images-idx3-ubyte.gz, "));
+  CHECK_THAT(below, !Contains("apt-get"));
+  // A file of the dataset that is a directory.
+  write_fake(dir.path, 2, 1);
+  fs::remove(dir / "t10k-labels-idx1-ubyte.gz");
+  fs::create_directory(dir / "t10k-labels-idx1-ubyte.gz");
+  CHECK_THAT(message_of([&] { fashion_mnist::load_data(dir.path); }),
+             Contains("Fashion-MNIST file '" + (dir / "t10k-labels-idx1-ubyte.gz").string() +
+                      "' (in the directory passed to load_data) is a directory, not a file") &&
+                 Contains("replace it with the IDX file") && !Contains("apt-get"));
+}
+
+TEST_CASE("data: a Fashion-MNIST directory this user may not read says permission denied",
+          "[data][fashion_mnist][error]") {
+  // Root reads every file whatever its permission bits: as_unprivileged_user checks as nobody.
+  temp_dir dir;
+  fs::permissions(dir.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+  const fs::path locked = dir / "locked";
+  fs::create_directory(locked);
+  write_fake(locked, 2, 1);
+  fs::permissions(locked, fs::perms::none);
+  // Files in a directory that may not be searched.
+  const std::string in_locked = tessel::testing::as_unprivileged_user(
+      [&] { return message_of([&] { fashion_mnist::load_data(locked); }); });
+  // A directory inside one that may not be searched.
+  const std::string below_locked = tessel::testing::as_unprivileged_user(
+      [&] { return message_of([&] { fashion_mnist::load_data(locked / "inner"); }); });
+  // A file of the dataset that may not be read, in a directory that may.
+  fs::permissions(locked, fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(locked / "train-labels-idx1-ubyte.gz", fs::perms::none);
+  const std::string unreadable = tessel::testing::as_unprivileged_user(
+      [&] { return message_of([&] { fashion_mnist::load_data(locked); }); });
+  fs::permissions(locked, fs::perms::owner_all);
+
+  CHECK_THAT(
+      in_locked,
+      Contains("Fashion-MNIST file '" + (locked / "train-images-idx3-ubyte.gz").string() +
+               "' (in the directory passed to load_data) cannot be accessed: "
+               "Permission denied (the user running this program may not "
+               "search the directory '" +
+               locked.string() + "'); change the permissions, or pass the directory that holds"));
+  CHECK_THAT(below_locked,
+             Contains("Fashion-MNIST directory '" + (locked / "inner").string() +
+                      "' (the directory passed to load_data) cannot be accessed: Permission "
+                      "denied (the user running this program may not search the directory '" +
+                      locked.string() + "'); change its permissions"));
+  CHECK_THAT(unreadable,
+             Contains("cannot open IDX file '" + (locked / "train-labels-idx1-ubyte.gz").string() +
+                      "': Permission denied (the user running this program may not "
+                      "read it); change the permissions"));
+  for (const auto& msg : {in_locked, below_locked, unreadable})
+    CHECK_THAT(msg, !Contains("not found") && !Contains("does not exist") && !Contains("apt-get"));
+}

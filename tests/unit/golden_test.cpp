@@ -292,8 +292,8 @@ namespace {
 
 template <class Model, class Y>
 void check_training_steps(Model& model, const json& m, const tessel::array<Y>& y) {
-  std::vector<std::vector<float>> w;
-  for (const json& v : m["initial_weights"]) w.push_back(values(v["value"]));
+  std::vector<tessel::array<float>> w;
+  for (const json& v : m["initial_weights"]) w.push_back(to_array(v["value"]));
   model.set_weights(w);
   const tessel::array<float> x = to_array(m["x"]);
   const auto names = m["returned_names"].get<std::vector<std::string>>();
@@ -305,9 +305,10 @@ void check_training_steps(Model& model, const json& m, const tessel::array<Y>& y
                   {s["returned"][k].get<float>()}, "step " + std::to_string(step + 1) + " " + names[k]);
     const auto now = model.get_weights();
     for (std::size_t v = 0; v < now.size(); ++v)
-      check_close(now[v], values(s["weights"][v]["value"]),
-                  "step " + std::to_string(step + 1) + " " + s["weights"][v]["path"].get<std::string>(),
-                  1e-5, 1e-6);
+      check_close(
+          now[v].values, values(s["weights"][v]["value"]),
+          "step " + std::to_string(step + 1) + " " + s["weights"][v]["path"].get<std::string>(),
+          1e-5, 1e-6);
   }
   const tessel::logs e = model.evaluate(tessel::from_tensor_slices(x, y).batch(32), 0);
   for (const auto& [k, v] : m["evaluate"].items())

@@ -276,3 +276,58 @@ TEST_CASE("idx: write_idx refuses what the format cannot hold", "[idx][data][err
       message_of([&] { tessel::data::write_idx(dir / "no-such-dir" / "w", counting_array({1})); }),
       Contains("cannot be opened for writing"));
 }
+
+TEST_CASE("idx: a path through a file, or one the system refuses, says what is wrong",
+          "[idx][data][error]") {
+  temp_dir dir;
+  fs::permissions(dir.path, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);
+  const fs::path file = dir / "labels.gz";
+  tessel::data::write_idx(file, counting_array({3}));
+  // A part of the path is a file: ENOTDIR, not "does not exist".
+  CHECK_THAT(
+      message_of([&] { tessel::data::read_idx(file / "x"); }),
+      Contains("IDX file '" + (file / "x").string() + "' cannot be reached: Not a directory ('" +
+               file.string() + "' is a regular file, not a directory)") &&
+          !Contains("does not exist"));
+
+  const fs::path locked = dir / "locked";
+  fs::create_directory(locked);
+  tessel::data::write_idx(locked / "a.gz", counting_array({3}));
+  tessel::data::write_idx(locked / "unreadable.gz", counting_array({3}));
+  fs::permissions(locked / "unreadable.gz", fs::perms::none);
+  fs::permissions(locked, fs::perms::owner_all | fs::perms::others_exec);  // searchable only
+  const std::string unreadable = tessel::testing::as_unprivileged_user(
+      [&] { return message_of([&] { tessel::data::read_idx(locked / "unreadable.gz"); }); });
+  const std::string not_writable = tessel::testing::as_unprivileged_user([&] {
+    return message_of([&] { tessel::data::write_idx(locked / "new.gz", counting_array({3})); });
+  });
+  fs::permissions(locked, fs::perms::none);
+  const std::string not_searchable = tessel::testing::as_unprivileged_user(
+      [&] { return message_of([&] { tessel::data::read_idx(locked / "a.gz"); }); });
+  fs::permissions(locked, fs::perms::owner_all);
+
+  CHECK_THAT(unreadable, Contains("cannot open IDX file '" + (locked / "unreadable.gz").string() +
+                                  "': Permission denied (the user running this program may not "
+                                  "read it); change the permissions or run the program as a user "
+                                  "who has them"));
+  CHECK_THAT(not_writable, Contains("write_idx: '" + (locked / "new.gz").string() +
+                                    "' cannot be opened for writing: Permission denied (the user "
+                                    "running this program may not create files in '" +
+                                    locked.string() + "')"));
+  // Unchecked, exists() failed with EACCES and the file was reported as missing.
+  CHECK_THAT(not_searchable, Contains("IDX file '" + (locked / "a.gz").string() +
+                                      "' cannot be accessed: Permission denied (the user running "
+                                      "this program may not search the directory '" +
+                                      locked.string() + "')") &&
+                                 !Contains("does not exist"));
+}
+
+TEST_CASE("idx: write_idx names the missing directory", "[idx][data][error]") {
+  temp_dir dir;
+  CHECK_THAT(
+      message_of([&] { tessel::data::write_idx(dir / "no-such-dir" / "w", counting_array({1})); }),
+      Contains("write_idx: '" + (dir / "no-such-dir" / "w").string() +
+               "' cannot be opened for writing: No such file or directory (the directory '" +
+               (dir / "no-such-dir").string() + "' does not exist)"));
+}

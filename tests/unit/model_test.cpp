@@ -204,7 +204,7 @@ TEST_CASE("model: layer names, shapes, parameter counts and variable paths", "[m
 TEST_CASE("model: initial weights follow set_random_seed, glorot_uniform kernels and zero biases",
           "[model]") {
   using model_t = tessel::sequential<input<64>, dense<32>, dense<8, {.use_bias = false}>>;
-  std::vector<std::vector<float>> a, b, c;
+  std::vector<tessel::array<float>> a, b, c;
   {
     seed_scope s(42);
     model_t m1, m2;
@@ -223,7 +223,7 @@ TEST_CASE("model: initial weights follow set_random_seed, glorot_uniform kernels
   CHECK(a[1] == c[1]);  // zeros whatever the seed
 
   // Two kernels of one model are different draws.
-  CHECK(std::vector<float>(a[0].begin(), a[0].begin() + 256) != a[2]);
+  CHECK(std::vector<float>(a[0].begin(), a[0].begin() + 256) != a[2].values);
 
   const double limit = std::sqrt(6.0 / (64 + 32));
   double sum = 0, sum_sq = 0, largest = 0;
@@ -664,10 +664,10 @@ TEST_CASE("callbacks: early_stopping stops, and restores the best epoch's weight
   const auto train = blob_dataset(96, 1);
   // From epoch 2 on, each epoch starts from weights 30 times too large: its loss is far worse
   // than epoch 1's, and a few Adam steps do not repair that.
-  std::vector<std::vector<float>> bad = model.get_weights();
+  std::vector<tessel::array<float>> bad = model.get_weights();
   for (auto& w : bad)
     for (float& v : w) v = v * 30.0f + 0.5f;
-  std::vector<std::vector<std::vector<float>>> at_epoch_end;
+  std::vector<std::vector<tessel::array<float>>> at_epoch_end;
   tessel::callbacks::lambda_callback sabotage({
       .on_epoch_begin =
           [&](std::size_t e, const tessel::logs&) {
@@ -966,7 +966,7 @@ TEST_CASE("errors: set_weights with the wrong count or size", "[errors]") {
   REQUIRE(w.size() == 4);
   REQUIRE_THROWS_WITH(model.set_weights({w[0]}),
                       Contains("with 1 arrays, but the model has 4 variables"));
-  w[0].pop_back();
+  w[0].values.pop_back();
   REQUIRE_THROWS_WITH(model.set_weights(w),
                       Contains("Variable 'dense/kernel' has 64 values; cannot assign 63."));
   // A correct set round-trips.
@@ -975,6 +975,49 @@ TEST_CASE("errors: set_weights with the wrong count or size", "[errors]") {
     for (float& e : v) e += 1.0f;
   model.set_weights(good);
   CHECK(model.get_weights() == good);
+}
+
+TEST_CASE("model: get_weights gives each variable's shape, and set_weights checks it as Keras",
+          "[model][errors]") {
+  tessel::sequential<input<8>, dense<16, {.name = "d1"}>, dense<4, {.name = "d2"}>> model;
+  const std::vector<tessel::array<float>> w = model.get_weights();
+  // Keras's order and shapes: d1/kernel (in, out), d1/bias (out,), ...
+  REQUIRE(w.size() == 4);
+  CHECK(w[0].shape == std::vector<std::size_t>{8, 16});
+  CHECK(w[1].shape == std::vector<std::size_t>{16});
+  CHECK(w[2].shape == std::vector<std::size_t>{16, 4});
+  CHECK(w[3].shape == std::vector<std::size_t>{4});
+  const auto vars = model.variables();
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    INFO("weights[" << i << "], variable " << vars[i]->path);
+    CHECK(w[i].shape == vars[i]->shape);
+    CHECK(w[i].size() == vars[i]->size());
+  }
+
+  // A transposed kernel has the right number of values and the wrong shape.
+  auto transposed = w;
+  transposed[0] = tessel::array<float>({16, 8}, w[0].values);
+  CHECK_THROWS_WITH(model.set_weights(transposed),
+                    Contains("Layer sequential weight shape (8, 16) is not compatible with "
+                             "provided weight shape (16, 8). The variable is 'd1/kernel' "
+                             "(weights[0]); pass the arrays get_weights() returns, in its order "
+                             "and with its shapes."));
+  auto row_bias = w;
+  row_bias[3] = tessel::array<float>({1, 4}, w[3].values);
+  CHECK_THROWS_WITH(model.set_weights(row_bias),
+                    Contains("weight shape (4,) is not compatible with provided weight shape "
+                             "(1, 4). The variable is 'd2/bias' (weights[3])"));
+  CHECK(model.get_weights() == w);  // nothing was assigned
+
+  // get, set, get: the same arrays back; another model of the same structure takes them too.
+  auto shifted = w;
+  for (auto& a : shifted)
+    for (float& v : a) v += 0.5f;
+  model.set_weights(shifted);
+  CHECK(model.get_weights() == shifted);
+  decltype(model) other;
+  other.set_weights(model.get_weights());
+  CHECK(other.get_weights() == shifted);
 }
 
 TEST_CASE("errors: Fashion-MNIST files that are not there", "[errors]") {

@@ -20,15 +20,16 @@
 
 namespace tessel::data {
 
-// Throws unless the values fill the shape exactly; every function here that indexes rows calls it
-// first, so a hand-built array with a wrong shape fails with its name instead of reading past
-// the end.
+// Throws unless the values fill the shape exactly (and the shape's element count fits a 64-bit
+// size); every function here that indexes rows calls it first, so a hand-built array with a wrong
+// shape fails with its name instead of reading past the end.
 template <class T>
 void check_shape(const array<T>& a, std::string_view name = "array") {
-  if (array<T>::element_count(a.shape) != a.values.size()) {
+  const std::size_t count = element_count(a.shape, name);
+  if (count != a.values.size()) {
     throw value_error(std::string(name) + " has shape " + shape_to_string(a.shape) +
-                      ", which holds " + std::to_string(array<T>::element_count(a.shape)) +
-                      " values, but it has " + std::to_string(a.values.size()) +
+                      ", which holds " + std::to_string(count) + " values, but it has " +
+                      std::to_string(a.values.size()) +
                       " values; give an array as many values as the product of its shape");
   }
 }
@@ -68,11 +69,12 @@ array<T> stack_with(std::size_t count, Get&& get, std::string_view what) {
   if (count == 0)
     throw value_error(std::string(what) + ": nothing to stack (need at least one array)");
   const array<T>& first = get(std::size_t{0});
+  check_shape(first, std::string(what) + ": array 0");
   std::vector<std::size_t> shape{count};
   shape.insert(shape.end(), first.shape.begin(), first.shape.end());
   array<T> out;
+  out.values.resize(element_count(shape, what));
   out.shape = std::move(shape);
-  out.values.resize(count * first.values.size());
   T* dst = out.values.data();
   for (std::size_t i = 0; i < count; ++i) {
     const array<T>& a = get(i);
@@ -158,11 +160,11 @@ template <class T>
 array<T> reshape(array<T> a, std::vector<std::size_t> shape) {
   check_shape(a, "reshape: the input");
   const std::size_t size = a.values.size();
-  std::size_t known = 1;
+  std::vector<std::size_t> known_dims;
   std::size_t inferred = shape.size();
   for (std::size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] != infer_dim) {
-      known *= shape[i];
+      known_dims.push_back(shape[i]);
     } else if (inferred != shape.size()) {
       throw value_error("reshape: can only infer one dimension, but dimensions " +
                         std::to_string(inferred) + " and " + std::to_string(i) +
@@ -178,6 +180,9 @@ array<T> reshape(array<T> a, std::vector<std::size_t> shape) {
     }
     return s + (shape.size() == 1 ? ",)" : ")");
   };
+  const std::size_t known = element_count(
+      known_dims, "reshape: cannot reshape array of size " + std::to_string(size) + " (shape " +
+                      shape_to_string(a.shape) + ") into shape " + shape_text());
   if (inferred != shape.size()) {
     if (known == 0 || size % known != 0) {
       throw value_error("reshape: cannot reshape array of size " + std::to_string(size) +
@@ -233,7 +238,7 @@ array<T> take_rows(const array<T>& a, const std::vector<std::size_t>& rows) {
   array<T> out;
   out.shape = a.shape;
   out.shape[0] = rows.size();
-  out.values.resize(rows.size() * row_size);
+  out.values.resize(element_count(out.shape, "take_rows"));
   detail::gather_rows(a.values.data(), row_size, rows, out.values.data());
   return out;
 }
@@ -282,7 +287,9 @@ array<float> to_categorical(const array<T>& labels,
   std::vector<std::size_t> shape = labels.shape;
   if (shape.size() > 1 && shape.back() == 1) shape.pop_back();
   shape.push_back(n_classes);
-  array<float> out(std::move(shape));
+  array<float> out;
+  out.values.resize(element_count(shape, "to_categorical"));
+  out.shape = std::move(shape);
   for (std::size_t i = 0; i < classes.size(); ++i) out.values[i * n_classes + classes[i]] = 1.0f;
   return out;
 }

@@ -134,7 +134,7 @@ void fill_rows(const array<T>& src, std::size_t row_size,
                std::span<const std::size_t> rows, array<T>& out) {
   out.shape.assign(leading.begin(), leading.end());
   out.shape.insert(out.shape.end(), sample_shape.begin(), sample_shape.end());
-  out.values.resize(rows.size() * row_size);
+  out.values.resize(element_count(out.shape, "batch"));
   data::detail::gather_rows(src.values.data(), row_size, rows, out.values.data());
 }
 

@@ -10,6 +10,7 @@
 
 #include "../core/errors.hpp"
 #include "array.hpp"
+#include "file_access.hpp"
 #include "idx.hpp"
 
 namespace tessel::datasets::fashion_mnist {
@@ -41,13 +42,18 @@ namespace detail {
 inline constexpr const char* file_names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 
-inline std::string install_hint() {
+// "train-images-idx3-ubyte.gz, ... and t10k-labels-idx1-ubyte.gz".
+inline std::string file_list() {
   std::string files;
   for (std::size_t i = 0; i < 4; ++i)
     files += std::string(i ? (i == 3 ? " and " : ", ") : "") + file_names[i] + ".gz";
+  return files;
+}
+
+inline std::string install_hint() {
   return std::string(
              "Install Debian's package with `apt-get install dataset-fashion-mnist`, or set ") +
-         directory_variable + " to a directory that holds " + files;
+         directory_variable + " to a directory that holds " + file_list();
 }
 
 // Shape and label range, checked so that a wrong file (MNIST digits' labels are fine, a random
@@ -80,38 +86,63 @@ inline split load_split(const std::filesystem::path& images_path,
 
 // ((x_train, y_train), (x_test, y_test)) as keras.datasets.fashion_mnist.load_data() returns them:
 // x_train (60000, 28, 28), y_train (60000,), x_test (10000, 28, 28), y_test (10000,), all uint8.
-// Reads NAME.gz, or NAME uncompressed, from data_directory(directory). A missing file throws
-// value_error naming it, the package to install and the environment variable.
+// Reads NAME.gz, or NAME uncompressed, from data_directory(directory). Throws value_error naming
+// the path and what is wrong with it: files or a directory that are missing (with the package to
+// install and the environment variable), a directory that is not one, or a path the system
+// refuses (permission denied, with its text).
 inline std::pair<split, split> load_data(const std::filesystem::path& directory = {}) {
   const std::filesystem::path dir = data_directory(directory);
+  const char* env = std::getenv(directory_variable);
+  const bool from_env = directory.empty() && env != nullptr && *env != '\0';
+  // Where the directory came from, and what to change when it or a file in it cannot be used.
+  const std::string source = !directory.empty() ? "the directory passed to load_data"
+                             : from_env         ? std::string("from $") + directory_variable
+                                                : "the default directory";
+  const std::string source_directory =
+      from_env ? std::string("the directory from $") + directory_variable : source;
+  const std::string elsewhere =
+      (!directory.empty() ? std::string("pass the directory")
+                          : std::string("set ") + directory_variable + " to the directory") +
+      " that holds " + detail::file_list();
+  using status = data::path_access::status;
+
+  const data::path_access d = data::check_path(dir, data::path_kind::directory);
+  if (!d.ok() && !d.missing()) {
+    throw value_error(
+        "Fashion-MNIST directory '" + dir.string() + "' (" + source + ") " + d.reason + "; " +
+        (d.state == status::refused ? "change its permissions, or " : "") + elsewhere + ".");
+  }
   std::vector<std::filesystem::path> paths;
   std::vector<std::string> missing;
   for (const char* name : detail::file_names) {
     const std::filesystem::path gz = dir / (std::string(name) + ".gz");
     const std::filesystem::path plain = dir / name;
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(gz, ec)) {
-      paths.push_back(gz);
-    } else if (std::filesystem::is_regular_file(plain, ec)) {
-      paths.push_back(plain);
-    } else {
+    std::filesystem::path found = gz;
+    data::path_access f = data::check_path(gz, data::path_kind::file);
+    if (f.missing()) {
+      found = plain;
+      f = data::check_path(plain, data::path_kind::file);
+    }
+    if (f.ok()) {
+      paths.push_back(found);
+    } else if (f.missing()) {
       missing.push_back("'" + gz.string() + "'");
+    } else {
+      throw value_error(
+          "Fashion-MNIST file '" + found.string() + "' (in " + source_directory + ") " + f.reason +
+          "; " +
+          (f.state == status::refused ? "change the permissions" : "replace it with the IDX file") +
+          ", or " + elsewhere + ".");
     }
   }
   if (!missing.empty()) {
-    std::error_code ec;
     std::string list;
     for (std::size_t i = 0; i < missing.size(); ++i) list += (i ? ", " : "") + missing[i];
-    const char* env = std::getenv(directory_variable);
-    const std::string source = !directory.empty() ? "the directory passed to load_data"
-                               : env != nullptr && *env != '\0'
-                                   ? std::string("from $") + directory_variable
-                                   : "the default directory";
     throw value_error("Fashion-MNIST file" + std::string(missing.size() > 1 ? "s " : " ") + list +
                       (missing.size() > 1 ? " were" : " was") + " not found (looked in '" +
                       dir.string() + "', " + source +
-                      (std::filesystem::is_directory(dir, ec) ? "" : ", which does not exist") +
-                      "). " + detail::install_hint() + ".");
+                      (d.missing() ? ", which does not exist" : "") + "). " +
+                      detail::install_hint() + ".");
   }
   return {detail::load_split(paths[0], paths[1]), detail::load_split(paths[2], paths[3])};
 }

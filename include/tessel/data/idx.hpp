@@ -11,15 +11,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../core/errors.hpp"
 #include "array.hpp"
+#include "file_access.hpp"
 
 namespace tessel::data {
 
@@ -29,22 +30,32 @@ namespace detail {
 class gz_reader {
  public:
   explicit gz_reader(const std::filesystem::path& path) : path_(path) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) {
+    const path_access access = check_path(path, path_kind::file);
+    if (access.missing()) {
+      std::error_code ec;
       throw value_error("IDX file '" + path.string() +
                         "' does not exist; check the path (relative paths start at the current "
                         "directory, '" +
                         std::filesystem::current_path(ec).string() + "')");
     }
-    if (std::filesystem::is_directory(path, ec)) {
+    if (access.type == std::filesystem::file_type::directory) {
       throw value_error("'" + path.string() +
                         "' is a directory; pass the path of an IDX file inside it");
+    }
+    if (!access.ok()) {
+      throw value_error("IDX file '" + path.string() + "' " + access.reason +
+                        "; check the path and its permissions");
     }
     errno = 0;
     file_ = gzopen(path.c_str(), "rb");
     if (file_ == nullptr) {
-      throw value_error("cannot open IDX file '" + path.string() + "': " +
-                        (errno ? std::strerror(errno) : "zlib could not allocate its state"));
+      const int error = errno;
+      throw value_error(
+          "cannot open IDX file '" + path.string() +
+          "': " + (error ? open_failure(path, error, false) : "zlib could not allocate its state") +
+          (error == EACCES || error == EPERM
+               ? "; change the permissions or run the program as a user who has them"
+               : ""));
     }
     // A larger buffer than zlib's 8 KiB default: the training images are 47 MB decompressed.
     gzbuffer(file_, 1u << 17);
@@ -180,20 +191,17 @@ inline array<std::uint8_t> read_idx(const std::filesystem::path& path) {
                       " bytes" + in.size_note() + "; download it again");
   }
   std::vector<std::size_t> shape(rank);
-  std::size_t count = 1;
-  bool overflow = false;
   for (std::size_t d = 0; d < rank; ++d) {
     const unsigned char* b = &header[4 * d];  // big-endian
     shape[d] =
         (std::size_t{b[0]} << 24) | (std::size_t{b[1]} << 16) | (std::size_t{b[2]} << 8) | b[3];
-    if (shape[d] != 0 && count > std::numeric_limits<std::size_t>::max() / shape[d])
-      overflow = true;
-    count *= shape[d];
   }
-  if (overflow) {
+  const std::optional<std::size_t> counted = tessel::detail::checked_element_count(shape);
+  if (!counted) {
     throw value_error(name + " has dimensions " + shape_to_string(shape) +
                       " whose product overflows; the header is corrupt, download the file again");
   }
+  const std::size_t count = *counted;
 
   // Grow the buffer as data arrives rather than trusting the header: a corrupt header must not
   // allocate gigabytes before the truncation check can report it. It starts at 64 KiB and
@@ -236,7 +244,7 @@ inline void write_idx(const std::filesystem::path& path, const array<std::uint8_
     throw value_error(name + ": IDX files hold at most 255 dimensions, the array has " +
                       std::to_string(a.shape.size()));
   }
-  if (array<std::uint8_t>::element_count(a.shape) != a.values.size()) {
+  if (element_count(a.shape, name) != a.values.size()) {
     throw value_error(name + ": the array has shape " + shape_to_string(a.shape) + " but " +
                       std::to_string(a.values.size()) + " values");
   }
@@ -252,8 +260,10 @@ inline void write_idx(const std::filesystem::path& path, const array<std::uint8_
   errno = 0;
   gzFile f = gzopen(path.c_str(), path.extension() == ".gz" ? "wb6" : "wbT");
   if (f == nullptr) {
+    const int error = errno;
     throw value_error(name + " cannot be opened for writing: " +
-                      (errno ? std::strerror(errno) : "zlib could not allocate its state"));
+                      (error ? open_failure(path, error, true)
+                             : std::string("zlib could not allocate its state")));
   }
   bool ok = gzwrite(f, header.data(), static_cast<unsigned>(header.size())) ==
             static_cast<int>(header.size());

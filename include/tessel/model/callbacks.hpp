@@ -2,6 +2,7 @@
 // reach for most: history, early_stopping, terminate_on_nan, csv_logger, lambda_callback.
 #pragma once
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "../core/errors.hpp"
+#include "../data/array.hpp"
+#include "../data/file_access.hpp"
 #include "logs.hpp"
 
 namespace tessel {
@@ -26,8 +29,8 @@ class model_base {
   virtual ~model_base() = default;
   // Set by a callback to end fit() after the current batch (Keras's model.stop_training).
   bool stop_training = false;
-  virtual std::vector<std::vector<float>> get_weights() const = 0;
-  virtual void set_weights(const std::vector<std::vector<float>>& weights) = 0;
+  virtual std::vector<array<float>> get_weights() const = 0;
+  virtual void set_weights(const std::vector<array<float>>& weights) = 0;
   // Whether a larger value of the named metric is better (Keras's metric `_direction == "up"`).
   virtual std::optional<bool> metric_increases(std::string_view name) const = 0;
   // Whether this process writes files and prints for the job (device 0 of a distributed model;
@@ -181,7 +184,7 @@ class early_stopping : public callback {
   }
   options o_;
   std::optional<bool> increases_;
-  std::vector<std::vector<float>> best_weights_;
+  std::vector<array<float>> best_weights_;
 };
 
 // keras.callbacks.TerminateOnNaN: stops training when a batch's loss is NaN or infinite.
@@ -232,10 +235,15 @@ class csv_logger : public callback {
       std::ifstream in(filename_);
       header = !(in && in.peek() != std::ifstream::traits_type::eof());
     }
+    errno = 0;
     file_.open(filename_, append_ ? std::ios::app : std::ios::trunc);
-    if (!file_)
-      throw std::runtime_error("CSVLogger: cannot open '" + filename_ +
-                               "' for writing; check that its directory exists and is writable.");
+    if (!file_) {
+      const int error = errno;
+      throw runtime_error("CSVLogger: cannot open '" + filename_ +
+                          "' for writing: " + data::open_failure(filename_, error, true) +
+                          ". Give it the path of a file in a directory that exists and that "
+                          "the user running this program may write in.");
+    }
     write_header_ = header;
     keys_.clear();
   }

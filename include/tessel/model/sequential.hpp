@@ -233,13 +233,13 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
     for (const auto& v : vars_) n += v.size();
     return n;
   }
-  // Every variable's global values, in Keras's order, on every process (a sharded variable is
-  // gathered).
-  std::vector<std::vector<float>> get_weights() const {
-    std::vector<std::vector<float>> out;
+  // Every variable's global values with its shape, in Keras's order (d1/kernel (in, out),
+  // d1/bias (out,), ...), on every process (a sharded variable is gathered).
+  std::vector<array<float>> get_weights() const {
+    std::vector<array<float>> out;
     for (const auto& v : vars_) {
       if (v.value.size() == v.size()) {
-        out.push_back(v.numpy());
+        out.emplace_back(v.shape, v.numpy());
         continue;
       }
       typename B::matrix store;
@@ -247,32 +247,40 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
           reshard_(v.value, layout_value::replicated(v.shape.size()), store, "gathered");
       std::vector<float> values(v.size());
       B::download(whole.local(), std::span<float>(values));
-      out.push_back(std::move(values));
+      out.emplace_back(v.shape, std::move(values));
     }
     return out;
   }
-  // Loads weights: global values, in get_weights' order. On a distributed model every process
-  // calls it; the values of the process at device 0 are broadcast, and each process keeps its
-  // block of every variable.
-  void set_weights(const std::vector<std::vector<float>>& w) {
+  // Loads weights: global values with their variables' shapes, in get_weights' order. Every
+  // array is checked (its values, then its shape, as Keras checks it) on every process before
+  // anything changes; on a distributed model every process calls it, the values of the process
+  // at device 0 are broadcast, and each process keeps its block of every variable.
+  void set_weights(const std::vector<array<float>>& w) {
     if (w.size() != vars_.size())
       throw value_error("You called `set_weights(weights)` on model '" + name_ + "' with " +
                         std::to_string(w.size()) + " arrays, but the model has " +
                         std::to_string(vars_.size()) + " variables.");
-    std::vector<std::vector<float>> values = w;
     detail::on_every_process(pm_, "set_weights", [&] {
       std::size_t i = 0;
-      for (auto& v : vars_) {
-        if (values[i].size() != v.size())
+      for (const auto& v : vars_) {
+        if (w[i].size() != v.size())
           throw value_error("Variable '" + v.path + "' has " + std::to_string(v.size()) +
-                            " values; cannot assign " + std::to_string(values[i].size()) + ".");
+                            " values; cannot assign " + std::to_string(w[i].size()) + ".");
+        if (w[i].shape != v.shape)
+          throw value_error("Layer " + name_ + " weight shape " + shape_to_string(v.shape) +
+                            " is not compatible with provided weight shape " +
+                            shape_to_string(w[i].shape) + ". The variable is '" + v.path +
+                            "' (weights[" + std::to_string(i) +
+                            "]); pass the arrays get_weights() returns, in its order and with "
+                            "its shapes.");
         ++i;
       }
     });
     std::size_t i = 0;
     for (auto& v : vars_) {
-      pm_.broadcast_from_device_0(std::span<float>(values[i]));
-      v.assign(block_values(v, values[i]));
+      std::vector<float> values = w[i].values;
+      pm_.broadcast_from_device_0(std::span<float>(values));
+      v.assign(block_values(v, values));
       ++i;
     }
   }

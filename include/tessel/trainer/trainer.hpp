@@ -59,7 +59,7 @@ concept trainable_model =
       { cm.runs_plan_of(std::size_t{0}) } -> std::same_as<bool>;
       { cm.mesh() } -> std::same_as<const typename M::mesh_binding&>;
       { cm.seed() } -> std::convertible_to<std::uint64_t>;
-      { cm.get_weights() } -> std::same_as<std::vector<std::vector<float>>>;
+      { cm.get_weights() } -> std::same_as<std::vector<array<float>>>;
       { m.trainable_variables() } -> std::same_as<std::vector<variable<typename M::backend>*>>;
       { m.get_variable(std::string_view{}) } -> std::same_as<variable<typename M::backend>&>;
       cm.check_input_shape(x);
@@ -69,6 +69,23 @@ concept trainable_model =
       m.set_training_step(m.training_step() + 1);
       m.resharding();  // the planned steps' executor: row reductions of split classes
     };
+
+// A batch size as the caller wrote it: any integer type converts to it with its sign, so that -1
+// reaches the check that refuses it (as a std::size_t it would wrap to 2^64 - 1 and run), and a
+// std::size_t variable still converts in fit's designated initializers (where a conversion to
+// std::int64_t would be a narrowing error). A count above INT64_MAX, more than any array's rows,
+// is kept as INT64_MAX.
+struct batch_size_arg {
+  std::int64_t value;
+  template <std::integral I>
+    requires(!std::same_as<I, bool>)
+  constexpr batch_size_arg(I v) noexcept  // NOLINT(google-explicit-constructor)
+      : value(std::in_range<std::int64_t>(v) ? static_cast<std::int64_t>(v)
+                                             : std::numeric_limits<std::int64_t>::max()) {}
+  constexpr operator std::int64_t() const noexcept {  // NOLINT(google-explicit-constructor)
+    return value;
+  }
+};
 
 // fit()'s keyword arguments, by Keras's names.
 template <class Dataset>
@@ -103,8 +120,8 @@ class trainer : public Model, public model_base {
   }
 
   // ---- the model's state, for callbacks (model_base) ------------------------------------------
-  std::vector<std::vector<float>> get_weights() const override { return Model::get_weights(); }
-  void set_weights(const std::vector<std::vector<float>>& w) override { Model::set_weights(w); }
+  std::vector<array<float>> get_weights() const override { return Model::get_weights(); }
+  void set_weights(const std::vector<array<float>>& w) override { Model::set_weights(w); }
   bool is_chief() const override { return Model::is_chief(); }
   std::optional<bool> metric_increases(std::string_view name) const override {
     for (const auto& m : metrics_)
@@ -292,7 +309,7 @@ class trainer : public Model, public model_base {
 
   // fit(x, y, batch_size=32, shuffle=True, ...) on arrays, as Keras's fit takes NumPy arrays.
   struct array_fit_options {
-    std::size_t batch_size = 32;
+    batch_size_arg batch_size = 32;
     std::size_t epochs = 1;
     int verbose = 1;
     std::vector<callback_ref> callbacks = {};
@@ -304,9 +321,10 @@ class trainer : public Model, public model_base {
     check_batch_size("fit", o.batch_size);
     auto ds = from_tensor_slices(x, y);
     if (x.rows() == 0) throw empty_data("fit", "x", "train on");
-    auto batched = o.shuffle ? ds.shuffle(static_cast<std::int64_t>(x.rows()), this->seed())
-                                   .batch(static_cast<std::int64_t>(o.batch_size))
-                             : ds.batch(static_cast<std::int64_t>(o.batch_size));
+    auto batched =
+        o.shuffle
+            ? ds.shuffle(static_cast<std::int64_t>(x.rows()), this->seed()).batch(o.batch_size)
+            : ds.batch(o.batch_size);
     return fit(batched, fit_options<decltype(batched)>{.epochs = o.epochs,
                                                         .verbose = o.verbose,
                                                         .callbacks = o.callbacks,
@@ -314,11 +332,10 @@ class trainer : public Model, public model_base {
                                                         .initial_epoch = o.initial_epoch});
   }
   template <class Y>
-  logs evaluate(const array<float>& x, const array<Y>& y, std::size_t batch_size = 32,
+  logs evaluate(const array<float>& x, const array<Y>& y, std::int64_t batch_size = 32,
                 int verbose = 1) {
     check_batch_size("evaluate", batch_size);
-    return evaluate(from_tensor_slices(x, y).batch(static_cast<std::int64_t>(batch_size)),
-                    verbose);
+    return evaluate(from_tensor_slices(x, y).batch(batch_size), verbose);
   }
 
   // Returns the loss and metrics over the whole dataset (Keras's evaluate with return_dict).
@@ -344,7 +361,7 @@ class trainer : public Model, public model_base {
   // The model's outputs for every sample of x, batch by batch (Keras's predict). On a
   // distributed model each process computes its block of every batch and every process gets
   // the whole result.
-  array<float> predict(const array<float>& x, std::size_t batch_size = 32, int verbose = 0) {
+  array<float> predict(const array<float>& x, std::int64_t batch_size = 32, int verbose = 0) {
     check_batch_size("predict", batch_size);
     this->check_input_shape(x);
     const std::size_t n = x.rows();
@@ -360,14 +377,18 @@ class trainer : public Model, public model_base {
     for (std::size_t i = 0; i < output_shape.rank; ++i) shape.push_back(output_shape[i]);
     array<float> out(shape);
     std::optional<progbar_logger> bar;
-    const std::size_t steps = (n + batch_size - 1) / batch_size;
+    // Batches of at most n rows: a batch size above n is one batch, without n + batch_size - 1
+    // overflowing.
+    const std::size_t rows_per_batch = std::min(n, static_cast<std::size_t>(batch_size));
+    const std::size_t steps = n / rows_per_batch + (n % rows_per_batch != 0);
     verbose = shown_verbosity(verbose);
     if (verbose) {
       bar.emplace(verbose, 1, steps);
       bar->on_predict_begin();
     }
     for (std::size_t b = 0; b < steps; ++b) {
-      const std::size_t begin = b * batch_size, end = std::min(n, begin + batch_size);
+      const std::size_t begin = b * rows_per_batch,
+                        end = begin + std::min(n - begin, rows_per_batch);
       const shard s = shard_of(end - begin);
       const basic_dtensor<B>* y = &this->forward_rows(x, begin, s.first, s.local, s.global, false);
       basic_dtensor<B> whole_rows;
@@ -741,8 +762,8 @@ class trainer : public Model, public model_base {
                         std::string(training ? "train_on_batch / compute_loss_and_gradients"
                                              : "evaluate") + ", x has shape " +
                         shape_to_string(x.shape));
-    const shard s = shard_of(x.rows());
     this->check_input_shape(x);
+    const shard s = shard_of(x.rows());
     upload_targets(y, x.rows(), s.first, s.local);
     const basic_dtensor<B>& output =
         this->forward_rows(x, 0, s.first, s.local, s.global, training);
@@ -779,11 +800,12 @@ class trainer : public Model, public model_base {
     targets_ = sized<B>(targets_store_, rows, cols, "targets");
     B::upload(std::span<const float>(host_columns_), targets_);
   }
-  static void check_batch_size(const char* what, std::size_t batch_size) {
-    if (batch_size == 0)
-      throw value_error(std::string(what) +
-                        ": batch_size must be greater than zero, got 0; pass the number of "
-                        "samples per batch (Keras's default is 32)");
+  static void check_batch_size(const char* what, std::int64_t batch_size) {
+    if (batch_size <= 0)
+      throw value_error(std::string(what) + ": batch_size must be greater than zero, got " +
+                        std::to_string(batch_size) +
+                        "; pass a positive integer, the number of samples per batch (Keras's "
+                        "default is 32)");
   }
   // Keras 3 fails on data with no batch too (its epoch iterator raises StopIteration): there is
   // no loss to report and nothing to train on, so say so instead of printing a loss of 0.
