@@ -49,10 +49,11 @@ inline std::optional<long> whole_number(std::string_view text, long lo, long hi)
 inline std::string quoted(const char* variable, std::string_view value) {
   return std::string(variable) + "='" + std::string(value) + "'";
 }
-inline std::optional<bool> zero_or_one(std::string_view text) {
+// A switch: "0" or "1"; anything else is an error naming the variable, then `advice`.
+inline bool zero_or_one(const char* variable, std::string_view text, const char* advice) {
   if (text == "0") return false;
   if (text == "1") return true;
-  return std::nullopt;
+  throw value_error(quoted(variable, text) + " is neither 0 nor 1; " + advice);
 }
 inline const char* get(const char* variable) { return std::getenv(variable); }
 }  // namespace detail
@@ -70,11 +71,9 @@ inline std::size_t parse_num_threads(std::string_view text) {
 }
 
 inline bool parse_flush_denormals(std::string_view text) {
-  if (const auto b = detail::zero_or_one(text)) return *b;
-  throw value_error(detail::quoted(flush_denormals_variable, text) +
-                    " is neither 0 nor 1; set it to 1 to flush denormal floats to zero (the "
-                    "default, as XLA does) or 0 to keep them (IEEE gradual underflow), or unset "
-                    "it");
+  return detail::zero_or_one(flush_denormals_variable, text,
+                             "set it to 1 to flush denormal floats to zero (the default, as XLA "
+                             "does) or 0 to keep them (IEEE gradual underflow), or unset it");
 }
 
 inline double parse_collective_timeout(std::string_view text) {
@@ -92,11 +91,10 @@ inline double parse_collective_timeout(std::string_view text) {
 }
 
 inline bool parse_nccl(std::string_view text) {
-  if (const auto b = detail::zero_or_one(text)) return *b;
-  throw value_error(detail::quoted(nccl_variable, text) +
-                    " is neither 0 nor 1; set it to 0 to run the collectives between GPUs "
-                    "through MPI on host copies, 1 (the default) to use NCCL where every "
-                    "process has a GPU of its own, or unset it");
+  return detail::zero_or_one(nccl_variable, text,
+                             "set it to 0 to run the collectives between GPUs through MPI on host "
+                             "copies, 1 (the default) to use NCCL where every process has a GPU of "
+                             "its own, or unset it");
 }
 
 // ---- the readers: the setting from the environment, nothing when unset -------------------------
