@@ -16,6 +16,7 @@
 // variables (OMPI_COMM_WORLD_SIZE, PMI_RANK, LOCAL_RANK, ...) are read where they are used.
 #pragma once
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstddef>
@@ -39,7 +40,9 @@ namespace detail {
 // A whole decimal integer in [lo, hi], or nothing.
 inline std::optional<long> whole_number(std::string_view text, long lo, long hi) {
   const std::string s(text);
-  if (s.empty()) return std::nullopt;
+  // strtol would skip leading blanks and take a '+': "a whole number" is digits, or '-' digits.
+  if (s.empty() || !(std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-'))
+    return std::nullopt;
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(s.c_str(), &end, 10);
