@@ -4,8 +4,9 @@
 #   4 runtime
 #   5 layers, losses, metrics, optimizers   6 distribution   7 model, data, io   8 trainer
 #   9 strategy
-# plus: data/ needs no MPI (neither <mpi.h> nor comm/ or runtime/); core/ includes no library
-# outside the standard one. Usage: cmake -DROOT=<dir holding tessel/> -P check_layering.cmake
+# plus: data/ needs no MPI (neither <mpi.h> nor comm/ or runtime/); backend/ includes nothing of
+# comm/ (a communicator may use a backend's context: the other way would make the two a circle);
+# core/ includes no library outside the standard one. Usage: cmake -DROOT=<dir holding tessel/> -P check_layering.cmake
 # Fails listing every offending include as "<file> includes <header>: <rule>".
 if(NOT ROOT)
   message(FATAL_ERROR "check_layering: pass -DROOT=<the include directory>")
@@ -84,6 +85,8 @@ foreach(rel IN LISTS headers)
         string(APPEND problems "\n  tessel/${rel} includes ${inc}: layer ${mine} (${part}) may use only layers 1-${mine}, and tessel/${target} is in layer ${theirs}")
       elseif(part STREQUAL "data" AND target MATCHES "^(comm|runtime)/")
         string(APPEND problems "\n  tessel/${rel} includes ${inc}: data/ needs no MPI, and tessel/${target} brings it")
+      elseif(part STREQUAL "backend" AND target MATCHES "^comm/")
+        string(APPEND problems "\n  tessel/${rel} includes ${inc}: backend/ includes no communicator (comm/ may use a backend's context; the other way would make a circle)")
       endif()
     else()
       if(part MATCHES "^(core|core\\.hpp)$" AND NOT inc MATCHES "^[a-z_]+$")

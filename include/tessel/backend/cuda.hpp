@@ -26,7 +26,6 @@
 #include "../core/activations.hpp"
 #include "../core/errors.hpp"
 #include "../random/philox.hpp"
-#include "../comm/cuda_communicator.hpp"
 #include "cuda_context.hpp"
 #include "cuda_kernels.hpp"
 #include "host.hpp"
@@ -65,9 +64,6 @@ struct cuda {
   using matrix = cuda_detail::device_matrix<float>;
   using index_vector = cuda_detail::device_matrix<std::int32_t>;  // one column
   using sums = cuda_detail::device_matrix<double>;                // one column
-  // Collectives between processes on GPU memory: NCCL where every process has its own GPU, MPI
-  // through page-locked host buffers where processes share one (comm/cuda_communicator.hpp).
-  using communicator = comm::cuda_communicator;
 
   // The process-wide setup `tessel::initialize` runs on the default backend, which this is in a
   // program linked with tessel::cuda: the CPU side is the host backend's (Kokkos, the thread pool

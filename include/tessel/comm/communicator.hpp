@@ -301,4 +301,12 @@ class communicator {
 
 static_assert(communicator_like<communicator>);
 
+// The communicator of a backend's memory: MPI's over host memory unless the backend's own
+// communicator header specializes it (comm/cuda_communicator.hpp for backend::cuda). A trait here,
+// not a member of the backend, so that no backend header includes a communicator.
+template <class Backend>
+struct communicator_of {
+  using type = communicator;
+};
+
 }  // namespace tessel::comm

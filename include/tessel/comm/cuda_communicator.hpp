@@ -1,4 +1,4 @@
-// cuda_communicator: the CUDA backend's communicator (backend::cuda::communicator): collectives
+// cuda_communicator: the CUDA backend's communicator (comm::communicator_of<backend::cuda>): collectives
 // between processes whose data may be in GPU memory. Which path runs, per group of processes (the
 // world, or the devices along one mesh axis), decided when the group is made:
 // - NCCL (comm/nccl.hpp), on GPU memory, where every process of the group has a GPU of its own
@@ -29,6 +29,10 @@
 #include "communicator.hpp"
 #include "concept.hpp"
 #include "nccl.hpp"
+
+namespace tessel::backend {
+struct cuda;  // backend/cuda.hpp; named here for communicator_of alone
+}  // namespace tessel::backend
 
 namespace tessel::comm {
 
@@ -376,5 +380,11 @@ class cuda_communicator {
 };
 
 static_assert(communicator_like<cuda_communicator>);
+
+// The mesh axes of a model on backend::cuda communicate through this communicator.
+template <>
+struct communicator_of<backend::cuda> {
+  using type = cuda_communicator;
+};
 
 }  // namespace tessel::comm

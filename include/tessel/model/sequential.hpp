@@ -109,20 +109,6 @@ struct checked_layers {
 }  // namespace detail
 
 namespace detail {
-// A backend names the communicator of its memory (NCCL for device memory, MPI for the host);
-// without one, MPI's over host memory.
-template <class B>
-struct communicator_of {
-  using type = comm::communicator;
-};
-template <class B>
-  requires requires { typename B::communicator; }
-struct communicator_of<B> {
-  using type = typename B::communicator;
-};
-}  // namespace detail
-
-namespace detail {
 // Runs `f` on every process of `pm`; if it throws on any, it throws on all (the original error
 // where it happened), so that no process goes on to a collective the others never reach.
 template <class ProcessMesh, class F>
@@ -159,8 +145,8 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   using backend = B;
   using distribution = Dist;
   using mesh_type = typename Dist::mesh;
-  // The communicator of the mesh's axes: the backend's (B::communicator), else MPI's.
-  using communicator_type = typename detail::communicator_of<B>::type;
+  // The communicator of the mesh's axes: the backend's (comm::communicator_of), else MPI's.
+  using communicator_type = typename comm::communicator_of<B>::type;
   using mesh_binding = process_mesh<mesh_type, communicator_type>;
   using matrix = typename B::matrix;
   using tensor = basic_dtensor<B>;

@@ -21,6 +21,7 @@
 #include "../random/shared_seed.hpp"
 #if defined(TESSEL_HAVE_CUDA)
 #include "../backend/cuda.hpp"
+#include "../comm/cuda_communicator.hpp"  // communicator_of<backend::cuda>
 #endif
 
 namespace tessel {
