@@ -11,7 +11,7 @@
 #include "layers.hpp"
 #include "losses.hpp"
 #include "metrics.hpp"
-#include "model/callbacks.hpp"
+#include "trainer/callbacks.hpp"
 #include "model/sequential.hpp"
 #include "trainer/sequential.hpp"
 #include "trainer/trainer.hpp"

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 #include <tessel/data/file_access.hpp>
-#include <tessel/model/callbacks.hpp>
+#include <tessel/trainer/callbacks.hpp>
 
 using Catch::Matchers::Contains;
 namespace fs = std::filesystem;

@@ -12,9 +12,9 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <tessel/model/logs.hpp>
-#include <tessel/model/progbar.hpp>
-#include <tessel/model/progbar_logger.hpp>
+#include <tessel/trainer/logs.hpp>
+#include <tessel/trainer/progbar.hpp>
+#include <tessel/trainer/progbar_logger.hpp>
 #include <vector>
 
 namespace {

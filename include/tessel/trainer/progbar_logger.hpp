@@ -32,8 +32,8 @@
 #include <string>
 #include <utility>
 
-#include "tessel/model/logs.hpp"
-#include "tessel/model/progbar.hpp"
+#include "tessel/trainer/logs.hpp"
+#include "tessel/trainer/progbar.hpp"
 
 namespace tessel {
 

@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "tessel/model/logs.hpp"
+#include "tessel/trainer/logs.hpp"
 
 namespace tessel {
 
