@@ -4,4 +4,3 @@
 #include "layers/dense.hpp"
 #include "layers/elementwise.hpp"
 #include "layers/plans.hpp"
-#include "layers/pooling.hpp"

@@ -1,13 +1,9 @@
-// dtensor, the sharded rank-N tensor, and the first layer written on it: Keras's
-// GlobalAveragePooling2D on NHWC blocks. One device against a naive loop; then the batch and the
-// channels sharded over two and four devices (each device's dtensor built at its coordinates,
-// its input drawn alone with fill_block): the devices' outputs and input gradients put together
-// equal one device's.
+// basic_dtensor, the sharded rank-N tensor: a device's block of an NHWC tensor, its views, and
+// its values drawn alone equal to the whole tensor's slice; variables and activations on it.
 #include <catch2/catch.hpp>
 
 #include "test_helpers.hpp"
 
-#include <tessel/layers/pooling.hpp>
 #include <tessel/tessel.hpp>
 
 namespace {
@@ -19,22 +15,20 @@ using mesh = device_mesh<axis<"data", 2>, axis<"model", 2>>;
 constexpr std::size_t N = 4, H = 3, W = 5, C = 6;
 
 template <class L>
-dtensor<L, B> at(const shape_value& global, std::size_t data, std::size_t model) {
+basic_dtensor<B> at(const shape_value& global, std::size_t data, std::size_t model) {
   std::array<std::size_t, max_mesh_rank> coords{};
   coords[0] = data, coords[1] = model;
-  return dtensor<L, B>(global, mesh::value, coords);
+  return basic_dtensor<B>(global, L::value, mesh::value, coords);
 }
 std::span<const std::size_t> dims(const shape_value& s) { return {s.extents.data(), s.rank}; }
 // Fills a dtensor's block with the values the whole tensor has there (random normal, by index).
-template <class L>
-void draw(dtensor<L, B>& t, std::uint64_t stream) {
+void draw(basic_dtensor<B>& t, std::uint64_t stream) {
   std::vector<float> v(t.size());
   initializers::fill_block("random_normal", random::stream(3, stream), dims(t.global_shape()),
                            dims(t.shard().offset), dims(t.shard().extent), v);
   B::upload(v, t.local());
 }
-template <class L>
-std::vector<float> values(const dtensor<L, B>& t) {
+std::vector<float> values(const basic_dtensor<B>& t) {
   std::vector<float> v(t.size());
   B::download(t.local(), v);
   return v;
@@ -75,85 +69,6 @@ TEST_CASE("dtensor: a device's block, its local shape and its views", "[dtensor]
       for (std::size_t w = 0; w < W; ++w)
         for (std::size_t c = 3; c < 6; ++c) same = same && mine[k++] == all[((n * H + h) * W + w) * C + c];
   CHECK(same);
-}
-
-TEST_CASE("global_average_pooling_2d: NHWC to (N, C) on one device, and its gradient",
-          "[dtensor][layers]") {
-  using LX = tensor_layout<mesh, none, none, none, none>;
-  using LY = tensor_layout<mesh, none, none>;
-  auto x = at<LX>({N, H, W, C}, 0, 0);
-  auto y = at<LY>({N, C}, 0, 0);
-  draw(x, 1);
-  layers::global_average_pooling_2d(x, y);
-  const auto xv = values(x), yv = values(y);
-  for (std::size_t n = 0; n < N; ++n)
-    for (std::size_t c = 0; c < C; ++c) {
-      double mean = 0;
-      for (std::size_t p = 0; p < H * W; ++p) mean += xv[(n * H * W + p) * C + c];
-      mean /= H * W;
-      CHECK(yv[n * C + c] == Approx(mean).epsilon(1e-6));
-    }
-  auto dy = at<LY>({N, C}, 0, 0);
-  auto dx = at<LX>({N, H, W, C}, 0, 0);
-  draw(dy, 2);
-  layers::global_average_pooling_2d_backward(dy, dx);
-  const auto g = values(dy), d = values(dx);
-  for (std::size_t n = 0; n < N; ++n)
-    for (std::size_t p = 0; p < H * W; ++p)
-      for (std::size_t c = 0; c < C; ++c)
-        CHECK(d[(n * H * W + p) * C + c] == Approx(g[n * C + c] / (H * W)).epsilon(1e-6));
-  // Spatial sharding is refused, naming what to shard instead.
-  using LH = tensor_layout<mesh, none, "data", none, none>;
-  auto xh = at<LH>({N, 4, W, C}, 0, 0);
-  auto yh = at<LY>({N, C}, 0, 0);
-  CHECK_THAT(message_of([&] { layers::global_average_pooling_2d(xh, yh); }),
-             Contains("H and W must be whole") && Contains("Shard the batch or the channels"));
-}
-
-TEST_CASE("global_average_pooling_2d: batch and channels sharded over four devices equal one "
-          "device", "[dtensor][layers][sharding]") {
-  using LX1 = tensor_layout<mesh, none, none, none, none>;
-  using LY1 = tensor_layout<mesh, none, none>;
-  auto x1 = at<LX1>({N, H, W, C}, 0, 0);
-  auto y1 = at<LY1>({N, C}, 0, 0);
-  auto dy1 = at<LY1>({N, C}, 0, 0);
-  auto dx1 = at<LX1>({N, H, W, C}, 0, 0);
-  draw(x1, 1);
-  draw(dy1, 2);
-  layers::global_average_pooling_2d(x1, y1);
-  layers::global_average_pooling_2d_backward(dy1, dx1);
-  const auto y_ref = values(y1), dx_ref = values(dx1);
-
-  using LX = tensor_layout<mesh, "data", none, none, "model">;
-  using LY = tensor_layout<mesh, "data", "model">;
-  std::vector<float> y(N * C, -1.0f), dx(N * H * W * C, -1.0f);
-  for (std::size_t d = 0; d < 2; ++d)
-    for (std::size_t m = 0; m < 2; ++m) {
-      auto x = at<LX>({N, H, W, C}, d, m);
-      auto out = at<LY>({N, C}, d, m);
-      auto g = at<LY>({N, C}, d, m);
-      auto gx = at<LX>({N, H, W, C}, d, m);
-      draw(x, 1);
-      draw(g, 2);
-      layers::global_average_pooling_2d(x, out);
-      layers::global_average_pooling_2d_backward(g, gx);
-      // Put each device's blocks where they belong in the whole tensors.
-      const auto yo = values(out), go = values(gx);
-      const shape_value& yoff = out.shard().offset;
-      const shape_value& yext = out.shard().extent;
-      for (std::size_t n = 0; n < yext[0]; ++n)
-        for (std::size_t c = 0; c < yext[1]; ++c)
-          y[(yoff[0] + n) * C + yoff[1] + c] = yo[n * yext[1] + c];
-      const shape_value& xoff = gx.shard().offset;
-      const shape_value& xext = gx.shard().extent;
-      std::size_t k = 0;
-      for (std::size_t n = 0; n < xext[0]; ++n)
-        for (std::size_t p = 0; p < H * W; ++p)
-          for (std::size_t c = 0; c < xext[3]; ++c)
-            dx[((xoff[0] + n) * H * W + p) * C + xoff[3] + c] = go[k++];
-    }
-  CHECK(y == y_ref);
-  CHECK(dx == dx_ref);
 }
 
 // Variables are sharded tensors: a variable placed by a layout holds its device's block, drawn

@@ -301,12 +301,18 @@ class communicator {
 
 static_assert(communicator_like<communicator>);
 
-// The communicator of a backend's memory: MPI's over host memory unless the backend's own
-// communicator header specializes it (comm/cuda_communicator.hpp for backend::cuda). A trait here,
-// not a member of the backend, so that no backend header includes a communicator.
+// The communicator of a backend's memory: the backend's own `communicator` type where it names
+// one (a backend of tests: comm::local_communicator), else a specialization in the communicator's
+// header (comm/cuda_communicator.hpp for backend::cuda, so that the backend's header includes no
+// communicator), else MPI's over host memory.
 template <class Backend>
 struct communicator_of {
   using type = communicator;
+};
+template <class Backend>
+  requires requires { typename Backend::communicator; }
+struct communicator_of<Backend> {
+  using type = typename Backend::communicator;
 };
 
 }  // namespace tessel::comm

@@ -23,8 +23,7 @@
 namespace tessel {
 
 // A sharded tensor whose layout is a run-time value (DTensor's local tensor + placements): what
-// a model's variables and activations are, their layouts coming from the plan. dtensor<Layout, B>
-// below is the same with its layout as a type.
+// a model's variables and activations are, their layouts coming from the plan.
 template <backend::backend_memory B>
 class basic_dtensor {
  public:
@@ -145,22 +144,5 @@ basic_dtensor<B> batch_block(const typename B::matrix& m, std::size_t first_row 
                           layout_value::replicated(2), b, m);
 }
 
-template <class Layout, backend::backend_memory B>
-class dtensor : public basic_dtensor<B> {
-  static_assert(detail::is_tensor_layout<Layout>,
-                "tessel::dtensor: the first argument must be a tensor_layout<Mesh, ...>");
-
- public:
-  using layout_type = Layout;
-  using mesh = typename Layout::mesh;
-  using matrix = typename B::matrix;
-  static constexpr std::size_t rank = Layout::rank;
-
-  // The block of a tensor of shape `global` that the device at mesh coordinates `coords` (of
-  // the mesh `m`, sized) holds, allocated and zeroed.
-  dtensor(const shape_value& global, const mesh_value& m,
-          const std::array<std::size_t, max_mesh_rank>& coords, const std::string& label = "dtensor")
-      : basic_dtensor<B>(global, Layout::value, m, coords, label) {}
-};
 
 }  // namespace tessel
