@@ -9,6 +9,8 @@
 #include "core/errors.hpp"
 #include "core/fixed_string.hpp"
 #include "core/layout_map.hpp"
+#include "core/explain.hpp"
+#include "core/layer_planner.hpp"
 #include "core/model_plan.hpp"
 #include "core/planner.hpp"
 #include "core/propagation.hpp"

@@ -137,3 +137,14 @@ static_assert(plan_model(batch_4::value, batch_4::mesh::value,
 static_assert(!plan_model(seed_distribution<2, 4>::value, seed_distribution<2, 4>::mesh::value,
                           seed_mlp, 15).ok);
 }  // namespace
+
+// An op_desc that names no planning rule is refused by the planner, not planned as an
+// element-wise op.
+namespace {
+constexpr tessel::op_desc unruled{.name = tessel::name_string("mystery")};
+constexpr tessel::model_plan unruled_plan =
+    tessel::plan_model(tessel::data_parallel<tessel::device_mesh<tessel::axis<"batch", 2>>>::value,
+                       tessel::device_mesh<tessel::axis<"batch", 2>>::value,
+                       tessel::describe_model(tessel::shape_value{4}, std::array{unruled}), 8);
+static_assert(!unruled_plan.ok && unruled_plan.error == "the layer has no planning rule");
+}  // namespace

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "../core/fixed_string.hpp"
-#include "../core/model_plan.hpp"
+#include "../core/layer_planner.hpp"
 #include "../core/activations.hpp"
 #include "layer.hpp"
 #include "plan/elementwise.hpp"

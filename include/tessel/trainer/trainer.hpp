@@ -21,7 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "../core/model_plan.hpp"
+#include "../core/explain.hpp"
+#include "../core/layer_planner.hpp"
 #include "../data/array.hpp"
 #include "../data/dataset.hpp"
 #include "../layers/layer.hpp"

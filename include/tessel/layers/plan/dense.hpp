@@ -7,7 +7,7 @@
 #include <optional>
 #include <string_view>
 
-#include "../../core/model_plan.hpp"
+#include "../../core/layer_planner.hpp"
 #include "../../core/propagation.hpp"
 #include "elementwise.hpp"
 

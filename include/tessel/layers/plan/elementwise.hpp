@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "../../core/model_plan.hpp"
+#include "../../core/layer_planner.hpp"
 #include "../../core/propagation.hpp"
 
 namespace tessel {

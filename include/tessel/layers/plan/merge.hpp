@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "../../core/model_plan.hpp"
+#include "../../core/layer_planner.hpp"
 
 namespace tessel {
 

@@ -1,0 +1,342 @@
+// layer_planner: the planner of a model's training step. It walks the model's graph in
+// topological order and calls each layer's rule (the layer's own sharding rule, as DTensor's
+// per-op strategies), which reads its inputs' layouts, adds its variables and steps, and leaves
+// its output; the planner keeps the algebra a rule builds on. plan_model at run time,
+// model_plan_v when the program compiles (a plan that fails is a diagnostic naming the layer).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "diagnostics.hpp"
+#include "model_plan.hpp"
+
+namespace tessel {
+
+// The planner: walks the model's graph in topological order and calls each layer's rule. A rule
+// sees its inputs (input(k)), the layout it transforms (`layout()`/`shape()`, input 0's when it
+// starts, the layer's output when it returns) and whether that tensor needs a gradient
+// (`needs_grad()`), and adds the layer's variables and steps. The planner keeps the generic
+// algebra a rule builds on: variable layouts from the layout_map, divisibility, resharding
+// with its backward transpose, the loss, and the order of the backward groups.
+class layer_planner {
+ public:
+  struct node {
+    shape_value shape{};
+    layout_value layout{};
+    bool needs_grad = false;
+  };
+
+  constexpr layer_planner(const distribution_value& d, const mesh_value& mesh, const model_desc& m,
+                          std::size_t batch) noexcept
+      : dist_(d), model_(m) {
+    plan_.mesh = mesh;
+    plan_.batch = batch;
+  }
+
+  constexpr model_plan run() noexcept {
+    node in{};
+    in.shape.rank = model_.input.rank + 1;
+    in.shape.extents[0] = plan_.batch;
+    for (std::size_t i = 0; i < model_.input.rank; ++i) in.shape.extents[i + 1] = model_.input[i];
+    in.layout = dist_.batch_layout(in.shape.rank);
+    in.needs_grad = model_.input_requires_grad;
+    if (!check_divides(in.layout, in.shape, {})) return plan_;
+    nodes_[0] = in;
+    record_activation(in.shape, in.layout);
+    for (std::size_t i = 0; i < model_.count && plan_.ok; ++i) {
+      op_ = static_cast<std::uint8_t>(i);
+      backward_mark_ = bw_count_;
+      const op_desc& op = model_.ops[i];
+      if (!bind_inputs(op)) break;
+      if (op.rule->type.empty()) {
+        fail("the layer has no planning rule");
+        break;
+      }
+      cur_ = nodes_[inputs_[0]];
+      input_used_ = cur_.layout;
+      output_set_ = false;
+      op.rule->plan(*this, op);
+      if (!plan_.ok) break;
+      if (!output_set_) {
+        // A layer without its own layouts computes locally on the input as resharded (if it
+        // was) and its output is resharded to the layout_map's "<layer>/output": recorded for
+        // the runtime as input, product (what the layer gives) and output.
+        const layout_value produced = cur_.layout;
+        constrain_output(op);
+        plan_.layouts[op_] = {true, input_used_, {}, produced, cur_.layout, {}};
+      }
+      nodes_[i + 1] = cur_;
+      record_activation(cur_.shape, cur_.layout);
+      close_backward_group();
+    }
+    if (plan_.ok) {
+      op_ = static_cast<std::uint8_t>(model_.count);
+      backward_mark_ = bw_count_;
+      loss(cur_.layout, cur_.shape);
+      close_backward_group();
+    }
+    // Backward runs in reverse topological order: append the per-layer groups last layer first.
+    for (std::size_t g = groups_; g-- > 0;)
+      for (std::size_t k = group_begin_[g]; k < group_end_[g]; ++k) push(backward_[k]);
+    return plan_;
+  }
+
+  // ---- what a rule reads ---------------------------------------------------------------------
+  [[nodiscard]] constexpr std::size_t input_count() const noexcept { return input_count_; }
+  [[nodiscard]] constexpr const node& input(std::size_t k = 0) const noexcept {
+    return nodes_[inputs_[k]];
+  }
+  // The tensor the rule transforms: input 0 when the rule starts, its output when it returns.
+  [[nodiscard]] constexpr layout_value& layout() noexcept { return cur_.layout; }
+  [[nodiscard]] constexpr shape_value& shape() noexcept { return cur_.shape; }
+  [[nodiscard]] constexpr bool& needs_grad() noexcept { return cur_.needs_grad; }
+  [[nodiscard]] constexpr const mesh_value& mesh() const noexcept { return plan_.mesh; }
+  [[nodiscard]] constexpr std::size_t element_size() const noexcept { return model_.element_size; }
+  [[nodiscard]] constexpr bool ok() const noexcept { return plan_.ok; }
+
+  // ---- what a rule does ----------------------------------------------------------------------
+  constexpr void fail(std::string_view why, const key_string& path = {}) noexcept {
+    if (!plan_.ok) return;
+    plan_.ok = false;
+    plan_.error = why;
+    plan_.error_op = op_;
+    plan_.error_path = path;
+  }
+  // The collectives of a resharding (slices are local and free) as steps of this layer:
+  // forward steps in order, backward steps into the layer's backward group.
+  constexpr void add(phase p, step_role role, const reshard_plan& r) noexcept {
+    if (!r.ok) return fail("no resharding plan between these layouts");
+    for (const auto& s : r) {
+      if (s.kind == collective::slice) continue;
+      const planned_step ps{p, op_, role, s};
+      if (p == phase::forward) {
+        push(ps);
+      } else {
+        if (bw_count_ == max_backward) return fail("the plan has too many steps");
+        backward_[bw_count_++] = ps;
+      }
+    }
+  }
+  // Reshards `layout` (a tensor of `shape`) to `to`: the forward steps, and, when the tensor needs
+  // its gradient, the transposed steps in backward.
+  // An output's backward steps run first in the layer's backward (they bring the output's
+  // gradient back to what the layer produced), so they go to the front of the layer's group.
+  constexpr void reshard_forward(step_role role, layout_value& layout, const layout_value& to,
+                                 const shape_value& shape, bool needs_grad) noexcept {
+    add(phase::forward, role, plan_reshard(layout, to, plan_.mesh, shape, model_.element_size));
+    if (needs_grad) {
+      const std::size_t before = bw_count_;
+      add(phase::backward,
+          role == step_role::output ? step_role::output_gradient : step_role::input_gradient,
+          plan_reshard_backward(layout, to.without_partial(), plan_.mesh, shape,
+                                model_.element_size));
+      if (role == step_role::output) rotate_to_group_front(before);
+    }
+    if (role == step_role::input && &layout == &cur_.layout) input_used_ = to;
+    layout = to;
+  }
+  constexpr bool check_divides(const layout_value& l, const shape_value& s,
+                               const key_string& path) noexcept {
+    if (l.rank != s.rank) {
+      fail("the layout's rank differs from the tensor's rank", path);
+      return false;
+    }
+    for (std::size_t d = 0; d < l.rank; ++d)
+      if (s.extents[d] != dynamic_extent &&
+          s.extents[d] % plan_.mesh.size_of(l.dims[d].mask()) != 0) {
+        fail(d == 0 && path.empty() ? "the global batch does not divide by the batch axis"
+                                    : "a dimension does not divide by the size of its mesh axes",
+             path);
+        return false;
+      }
+    return true;
+  }
+  // The layout_map's layout for `path`, or nothing when no key matches; an ambiguous path
+  // fails the plan, naming both keys. A copy, not a pointer into dist_.rules: under GCC 12's
+  // -fsanitize=undefined, testing a pointer into a constexpr object against null is not a
+  // constant expression.
+  constexpr std::optional<layout_value> find_layout(const key_string& path) noexcept {
+    const lookup_result f = dist_.find(path.view());
+    if (f.kind == lookup_result::ambiguous) {
+      fail("the path matches two layout_map keys", path);
+      plan_.error_key = dist_.rules[f.index].key;
+      plan_.other_error_key = dist_.rules[f.second].key;
+    }
+    if (f.kind == lookup_result::none_matched || f.kind == lookup_result::ambiguous)
+      return std::nullopt;
+    return dist_.rules[f.index].layout;
+  }
+  // A variable of this layer, "<layer>/<leaf>": its layout (the layout_map's, else
+  // replicated), checked to divide, recorded with its local shard.
+  constexpr layout_value add_variable(const name_string& layer, std::string_view leaf,
+                                      const shape_value& shape) noexcept {
+    const key_string path = make_path(layer, leaf);
+    const layout_value l = find_layout(path).value_or(layout_value::replicated(shape.rank));
+    if (plan_.ok && check_divides(l, shape, path)) {
+      auto& v = plan_.variables[plan_.variable_count++];
+      v = {op_, path, shape, l, shape};
+      for (std::size_t d = 0; d < shape.rank; ++d)
+        v.local.extents[d] = shape.extents[d] / plan_.mesh.size_of(l.dims[d].mask());
+    }
+    return l;
+  }
+  // The layouts this layer computes with (op_layouts), for the runtime.
+  constexpr void record_layouts(const op_layouts& l) noexcept {
+    plan_.layouts[op_] = l;
+    plan_.layouts[op_].set = true;
+  }
+  // The rule applied the layout_map's "<layer>/output" itself (dense chooses its product's
+  // layout knowing it); otherwise the planner reshards the rule's output to it.
+  constexpr void output_applied() noexcept { output_set_ = true; }
+  // The all_reduce of `values` per-row values (a softmax's row max or row sum) of `bytes` each
+  // (the model's element size if 0) over `axes`, the mesh axes a row's elements are split over:
+  // one step per axis, in the order of the mesh.
+  constexpr void row_reduction(std::uint32_t axes, const layout_value& layout,
+                               const shape_value& shape, phase p, step_role role,
+                               std::size_t values = 1, std::size_t bytes = 0) noexcept {
+    if (!axes) return;
+    layout_value rows = layout_value::replicated(2);
+    rows.dims[0] = layout.dims[0];
+    rows.partial = axes;
+    const shape_value rs{shape.extents[0], values};
+    add(p, role,
+        plan_reshard(rows, rows.without_partial(), plan_.mesh, rs,
+                     bytes ? bytes : model_.element_size));
+  }
+
+ private:
+  static constexpr std::size_t max_backward = max_planned_steps;
+
+  // The nodes `op` reads, each before it (topological order), each counted as a use.
+  constexpr bool bind_inputs(const op_desc& op) noexcept {
+    input_count_ = op.input_count ? op.input_count : 1;
+    if (input_count_ > max_op_inputs) {
+      fail("a layer reads more than 4 inputs");
+      return false;
+    }
+    for (std::size_t k = 0; k < input_count_; ++k) {
+      inputs_[k] = op.input_count ? op.inputs[k] : op_;
+      if (inputs_[k] > op_) {
+        fail("reads a later layer; list the layers in topological order");
+        return false;
+      }
+      ++plan_.activations[inputs_[k]].uses;
+    }
+    return true;
+  }
+  // Moves the backward steps added since `from` to the front of the current layer's group.
+  constexpr void rotate_to_group_front(std::size_t from) noexcept {
+    for (std::size_t k = from; k < bw_count_; ++k) {
+      const planned_step moved = backward_[k];
+      for (std::size_t j = k; j > backward_mark_ + (k - from); --j) backward_[j] = backward_[j - 1];
+      backward_[backward_mark_ + (k - from)] = moved;
+    }
+  }
+  constexpr void push(const planned_step& s) noexcept {
+    if (plan_.count == max_planned_steps) return fail("the plan has too many steps");
+    plan_.steps[plan_.count++] = s;
+  }
+  // Ends the current layer's group of backward steps (kept in execution order within the
+  // layer); run() appends the groups last layer first.
+  constexpr void close_backward_group() noexcept {
+    group_begin_[groups_] = backward_mark_;
+    group_end_[groups_] = bw_count_;
+    ++groups_;
+  }
+  constexpr void record_activation(const shape_value& s, const layout_value& l) noexcept {
+    plan_.activations[plan_.activation_count++] = {s, l, 0};
+  }
+  constexpr void constrain_output(const op_desc& op) noexcept {
+    const key_string path = make_path(op.name, "output");
+    const std::optional<layout_value> forced = find_layout(path);
+    if (forced && check_divides(*forced, cur_.shape, path))
+      reshard_forward(step_role::output, cur_.layout, *forced, cur_.shape, cur_.needs_grad);
+  }
+
+  // The loss is a mean over the global batch: the local sum is all_reduced over every axis the
+  // predictions are sharded over (one float). A cross-entropy over a sharded class dimension
+  // (Megatron's vocab-parallel cross-entropy) first completes each row: on logits the row max,
+  // the row sum of exponentials and the target terms (sum(t * z), sum(t)); on probabilities the
+  // row sum and the target terms (the loss and the gradient's correction). The accuracies'
+  // arg-max is reduced as one key per row.
+  constexpr void loss(const layout_value& layout, const shape_value& shape) noexcept {
+    if (model_.loss == loss_kind::none) return;
+    // The local sum runs over the per-sample losses (cross-entropy: one per row, complete after
+    // the row reductions) or over every local element (squared error).
+    std::uint32_t summed_over = layout.sharded_axes();
+    std::uint32_t class_axes = 0;
+    if (shape.rank == 2) class_axes = layout.dims[1].mask();
+    if (model_.loss == loss_kind::softmax_cross_entropy ||
+        model_.loss == loss_kind::crossentropy) {
+      layout_value labels = layout_value::replicated(1);
+      labels.dims[0] = layout.dims[0];
+      const auto r = propagate_softmax_cross_entropy(layout, labels);
+      if (!r.ok) return fail(r.error);
+      if (model_.loss == loss_kind::softmax_cross_entropy)
+        row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_max);
+      row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_sum);
+      row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::target_terms, 2);
+      summed_over = r.out.sharded_axes();
+    }
+    if (model_.argmax_metrics)
+      row_reduction(class_axes, layout, shape, phase::forward, step_role::row_argmax, 1, 8);
+    layout_value scalar = layout_value::replicated(1);
+    scalar.partial = summed_over;
+    add(phase::forward, step_role::loss,
+        plan_reshard(scalar, scalar.without_partial(), plan_.mesh,
+                     shape_value{model_.loss_values}, model_.element_size));
+  }
+
+  const distribution_value& dist_;
+  const model_desc& model_;
+  model_plan plan_{};
+  std::uint8_t op_ = 0;
+  std::array<node, max_ops + 1> nodes_{};
+  node cur_{};
+  std::array<std::uint8_t, max_op_inputs> inputs_{};
+  std::size_t input_count_ = 0;
+  bool output_set_ = false;
+  layout_value input_used_{};
+  std::array<planned_step, max_backward> backward_{};
+  std::size_t bw_count_ = 0, backward_mark_ = 0, groups_ = 0;
+  std::array<std::size_t, max_ops + 1> group_begin_{}, group_end_{};
+};
+
+// Plans a training step of `model` under `dist` on `mesh` (concrete sizes) for a global batch.
+constexpr model_plan plan_model(const distribution_value& dist, const mesh_value& mesh,
+                                const model_desc& model, std::size_t global_batch) noexcept {
+  return layer_planner(dist, mesh, model, global_batch).run();
+}
+
+// The plan computed when the program compiles (every mesh axis static). A plan that fails names
+// the layer and, for an ambiguous path, the path and both keys.
+template <class Dist, model_desc Model, std::size_t GlobalBatch>
+struct static_model_plan {
+  static_assert(Dist::mesh::is_static,
+                "tessel::static_model_plan: the mesh must be static; use plan_model at run time");
+  static constexpr model_plan value =
+      plan_model(Dist::value, Dist::mesh::value, Model, GlobalBatch);
+
+ private:
+  // Copied into plain members first: gcc 12 crashes on subobjects of `value` used directly as
+  // template arguments.
+  static constexpr bool ambiguous_ = !value.ok && !value.error_key.empty();
+  static constexpr key_string path_ = value.error_path;
+  static constexpr key_string first_key_ = value.error_key;
+  static constexpr key_string second_key_ = value.other_error_key;
+  static constexpr name_string layer_ = Model.ops[value.error_op].name;
+  static constexpr key_string reason_{value.error};
+  static_assert(require<!ambiguous_, diagnostic::path_matches_two_layout_map_keys<
+                                         path_, first_key_, second_key_>>);
+  static_assert(require<value.ok || ambiguous_,
+                        diagnostic::layer_cannot_be_planned<layer_, reason_>>);
+};
+
+template <class Dist, model_desc Model, std::size_t GlobalBatch>
+inline constexpr const model_plan& model_plan_v = static_model_plan<Dist, Model, GlobalBatch>::value;
+
+}  // namespace tessel
