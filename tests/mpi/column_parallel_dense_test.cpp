@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     // The plan's collectives, as the issue states them (none on one device).
     std::vector<std::string> listed;
     for (const auto& s : plan)
-      listed.push_back(std::string(role_name(s.role)) + " " + to_string(s.step, plan.mesh));
+      listed.push_back(step_name(plan, s) + " " + to_string(s.step, plan.mesh));
     const std::vector<std::string> expected =
         n == 1 ? std::vector<std::string>{}
                : std::vector<std::string>{"bias all_gather('model', dim 0)",
@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
     std::size_t executed = 0;
     for (const auto& s : plan) {
       ++executed;
-      if (s.when == phase::forward && s.role == step_role::bias) {
+      if (s.when == phase::forward && s.role == step_role::variable &&
+          plan.variables[s.index].path.view() == "d/bias") {
         const std::array<std::size_t, 1> local{cols};
         comm::run_step(pm, s.step, std::span<const std::size_t>(local),
                        std::span<const float>(b_local), std::span<float>(bias), scratch);
@@ -136,7 +137,7 @@ int main(int argc, char** argv) {
         const std::array<std::size_t, 2> local{batch, cols};
         comm::run_step(pm, s.step, std::span<const std::size_t>(local),
                        std::span<const float>(y_local_host), std::span<float>(y), scratch);
-      } else if (s.when == phase::backward && s.role == step_role::input_gradient) {
+      } else if (s.when == phase::backward && s.role == step_role::operand_gradient) {
         const std::array<std::size_t, 2> local{batch, in_features};
         comm::run_step(pm, s.step, std::span<const std::size_t>(local), std::span<const float>(dx),
                        std::span<float>(dx), scratch);

@@ -218,7 +218,7 @@ void compare(const char* what, const array<float>& x_all, const array<Y>& y_all,
       std::printf("  ran %s axis %d dim %d bytes %zu\n", std::string(name_of(r.kind)).c_str(),
                   r.axis, r.dim, r.bytes);
     for (const auto& s : p)
-      std::printf("  planned %s %s bytes %zu\n", std::string(role_name(s.role)).c_str(),
+      std::printf("  planned %s %s bytes %zu\n", step_name(p, s).c_str(),
                   to_string(s.step, p.mesh).c_str(), s.step.bytes);
   }
   if (process_id() == 0)

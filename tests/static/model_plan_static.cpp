@@ -68,11 +68,11 @@ static_assert(p2x4.activations[2].layout.dims[1].axes[0] == model);          // 
 // product partial over "model", and the complete output the layout_map asks for.
 static_assert(p2x4.layouts[3].set && p2x4.layouts[0].set && p2x4.layouts[2].set);
 // Flatten and dropout compute locally on what they are given: input, product and output alike.
-static_assert(p2x4.layouts[2].input == p2x4.layouts[2].product &&
-              p2x4.layouts[2].product == p2x4.layouts[2].output);
-static_assert(p2x4.layouts[3].input.dims[1].axes[0] == model && p2x4.layouts[3].input.dims[1].count == 1);
-static_assert(p2x4.layouts[3].kernel.dims[0].axes[0] == model && p2x4.layouts[3].kernel.dims[1].count == 0);
-static_assert(p2x4.layouts[3].product.partial == (1u << model));
+static_assert(p2x4.layouts[2].operands[0] == p2x4.layouts[2].result &&
+              p2x4.layouts[2].result == p2x4.layouts[2].output);
+static_assert(p2x4.layouts[3].operands[0].dims[1].axes[0] == model && p2x4.layouts[3].operands[0].dims[1].count == 1);
+static_assert(p2x4.layouts[3].variables[0].dims[0].axes[0] == model && p2x4.layouts[3].variables[0].dims[1].count == 0);
+static_assert(p2x4.layouts[3].result.partial == (1u << model));
 static_assert(p2x4.layouts[3].output.partial == 0 && p2x4.layouts[3].output.dims[1].count == 0);
 // 1x8 is pure model parallelism: no "data" collectives at all.
 static_assert(p1x8.collectives(fwd, -1, data) == 0 && p1x8.collectives(bwd, -1, data) == 0);
@@ -118,7 +118,7 @@ static_assert(rm.collectives(fwd, collective::all_reduce, model) == 2);      // 
 constexpr bool join_gathers_its_input_gradient() {
   std::size_t n = 0;
   for (const auto& s : rm)
-    n += s.op == 2 && s.when == bwd && s.role == step_role::input_gradient &&
+    n += s.op == 2 && s.when == bwd && s.role == step_role::operand_gradient &&
          s.step.kind == collective::all_gather && s.step.axis == model;
   return n == 1;
 }

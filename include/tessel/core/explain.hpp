@@ -26,6 +26,30 @@ inline std::string pad(std::string s, std::size_t w) {
 }
 }  // namespace detail
 
+// What a step moves, as `explain` names it: "input" (operand k > 0: "input k"), "output", their
+// gradients, a variable by its leaf ("kernel", "bias gradient"), a statistic ("row max"), "loss".
+inline std::string step_name(const model_plan& p, const planned_step& s) {
+  auto operand = [&] { return s.index == 0 ? std::string("input") : "input " + std::to_string(s.index); };
+  auto leaf = [&] {
+    if (s.index >= p.variable_count) return std::string("variable");
+    const std::string_view path = p.variables[s.index].path.view();
+    const std::size_t slash = path.rfind('/');
+    return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+  };
+  switch (s.role) {
+    case step_role::operand: return operand();
+    case step_role::output: return "output";
+    case step_role::operand_gradient: return operand() + " gradient";
+    case step_role::output_gradient: return "output gradient";
+    case step_role::variable: return leaf();
+    case step_role::variable_gradient: return leaf() + " gradient";
+    case step_role::statistic:
+      return std::string(statistic_name(static_cast<statistic_kind>(s.index)));
+    case step_role::loss: return "loss";
+  }
+  return "";
+}
+
 // The plan as text: variables with their layouts and shards, each layer's output layout, and
 // every collective of a training step with its mesh axis and bytes.
 inline std::string explain(const model_plan& p, const model_desc& m) {
@@ -68,7 +92,7 @@ inline std::string explain(const model_plan& p, const model_desc& m) {
       ++n;
       const std::string layer =
           st.op < m.count ? std::string(m.ops[st.op].name.view()) : std::string("loss");
-      s += "    " + pad(layer, 10) + pad(std::string(role_name(st.role)), 18) +
+      s += "    " + pad(layer, 10) + pad(step_name(p, st), 18) +
            pad(to_string(st.step, p.mesh), 30) + detail::bytes_text(st.step.bytes) + " buffer, " +
            detail::bytes_text(st.step.wire_bytes) + " sent per device\n";
     }

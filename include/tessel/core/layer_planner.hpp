@@ -57,17 +57,20 @@ class layer_planner {
         break;
       }
       cur_ = nodes_[inputs_[0]];
-      input_used_ = cur_.layout;
+      used_ = op_layouts{};
+      for (std::size_t k = 0; k < input_count_; ++k) used_.operands[k] = nodes_[inputs_[k]].layout;
       output_set_ = false;
       op.rule->plan(*this, op);
       if (!plan_.ok) break;
       if (!output_set_) {
-        // A layer without its own layouts computes locally on the input as resharded (if it
-        // was) and its output is resharded to the layout_map's "<layer>/output": recorded for
-        // the runtime as input, product (what the layer gives) and output.
-        const layout_value produced = cur_.layout;
+        // An op without its own layouts computes locally on its operands as resharded (if they
+        // were), and its result is resharded to the layout_map's "<layer>/output": recorded for
+        // the runtime as operands, result and output.
+        used_.result = cur_.layout;
         constrain_output(op);
-        plan_.layouts[op_] = {true, input_used_, {}, produced, cur_.layout, {}};
+        used_.output = cur_.layout;
+        used_.set = true;
+        plan_.layouts[op_] = used_;
       }
       nodes_[i + 1] = cur_;
       record_activation(cur_.shape, cur_.layout);
@@ -107,12 +110,14 @@ class layer_planner {
     plan_.error_path = path;
   }
   // The collectives of a resharding (slices are local and free) as steps of this layer:
-  // forward steps in order, backward steps into the layer's backward group.
-  constexpr void add(phase p, step_role role, const reshard_plan& r) noexcept {
+  // forward steps in order, backward steps into the layer's backward group. `index`: the
+  // operand, variable or statistic the steps move (planned_step::index).
+  constexpr void add(phase p, step_role role, const reshard_plan& r,
+                     std::size_t index = 0) noexcept {
     if (!r.ok) return fail("no resharding plan between these layouts");
     for (const auto& s : r) {
       if (s.kind == collective::slice) continue;
-      const planned_step ps{p, op_, role, s};
+      const planned_step ps{p, op_, role, s, static_cast<std::uint8_t>(index)};
       if (p == phase::forward) {
         push(ps);
       } else {
@@ -122,21 +127,25 @@ class layer_planner {
     }
   }
   // Reshards `layout` (a tensor of `shape`) to `to`: the forward steps, and, when the tensor needs
-  // its gradient, the transposed steps in backward.
+  // its gradient, the transposed steps in backward. `role` is operand (operand `index`, whose
+  // layout as used is recorded for the runtime) or output.
   // An output's backward steps run first in the layer's backward (they bring the output's
   // gradient back to what the layer produced), so they go to the front of the layer's group.
   constexpr void reshard_forward(step_role role, layout_value& layout, const layout_value& to,
-                                 const shape_value& shape, bool needs_grad) noexcept {
-    add(phase::forward, role, plan_reshard(layout, to, plan_.mesh, shape, model_.element_size));
+                                 const shape_value& shape, bool needs_grad,
+                                 std::size_t index = 0) noexcept {
+    add(phase::forward, role, plan_reshard(layout, to, plan_.mesh, shape, model_.element_size),
+        index);
     if (needs_grad) {
       const std::size_t before = bw_count_;
       add(phase::backward,
-          role == step_role::output ? step_role::output_gradient : step_role::input_gradient,
+          role == step_role::output ? step_role::output_gradient : step_role::operand_gradient,
           plan_reshard_backward(layout, to.without_partial(), plan_.mesh, shape,
-                                model_.element_size));
+                                model_.element_size),
+          index);
       if (role == step_role::output) rotate_to_group_front(before);
     }
-    if (role == step_role::input && &layout == &cur_.layout) input_used_ = to;
+    if (role == step_role::operand && index < max_op_inputs) used_.operands[index] = to;
     layout = to;
   }
   constexpr bool check_divides(const layout_value& l, const shape_value& s,
@@ -171,7 +180,8 @@ class layer_planner {
     return dist_.rules[f.index].layout;
   }
   // A variable of this layer, "<layer>/<leaf>": its layout (the layout_map's, else
-  // replicated), checked to divide, recorded with its local shard.
+  // replicated), checked to divide, recorded with its local shard; last_variable() is its index
+  // among the plan's variables.
   constexpr layout_value add_variable(const name_string& layer, std::string_view leaf,
                                       const shape_value& shape) noexcept {
     const key_string path = make_path(layer, leaf);
@@ -183,6 +193,10 @@ class layer_planner {
         v.local.extents[d] = shape.extents[d] / plan_.mesh.size_of(l.dims[d].mask());
     }
     return l;
+  }
+  // The index among the plan's variables of the one add_variable added last.
+  [[nodiscard]] constexpr std::size_t last_variable() const noexcept {
+    return plan_.variable_count - 1;
   }
   // The layouts this layer computes with (op_layouts), for the runtime.
   constexpr void record_layouts(const op_layouts& l) noexcept {
@@ -196,16 +210,17 @@ class layer_planner {
   // (the model's element size if 0) over `axes`, the mesh axes a row's elements are split over:
   // one step per axis, in the order of the mesh.
   constexpr void row_reduction(std::uint32_t axes, const layout_value& layout,
-                               const shape_value& shape, phase p, step_role role,
+                               const shape_value& shape, phase p, statistic_kind what,
                                std::size_t values = 1, std::size_t bytes = 0) noexcept {
     if (!axes) return;
     layout_value rows = layout_value::replicated(2);
     rows.dims[0] = layout.dims[0];
     rows.partial = axes;
     const shape_value rs{shape.extents[0], values};
-    add(p, role,
+    add(p, step_role::statistic,
         plan_reshard(rows, rows.without_partial(), plan_.mesh, rs,
-                     bytes ? bytes : model_.element_size));
+                     bytes ? bytes : model_.element_size),
+        static_cast<std::size_t>(what));
   }
 
  private:
@@ -277,13 +292,14 @@ class layer_planner {
       const auto r = propagate_softmax_cross_entropy(layout, labels);
       if (!r.ok) return fail(r.error);
       if (model_.loss == loss_kind::softmax_cross_entropy)
-        row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_max);
-      row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_sum);
-      row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::target_terms, 2);
+        row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::row_max);
+      row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::row_sum);
+      row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::target_terms,
+                    2);
       summed_over = r.out.sharded_axes();
     }
     if (model_.argmax_metrics)
-      row_reduction(class_axes, layout, shape, phase::forward, step_role::row_argmax, 1, 8);
+      row_reduction(class_axes, layout, shape, phase::forward, statistic_kind::row_argmax, 1, 8);
     layout_value scalar = layout_value::replicated(1);
     scalar.partial = summed_over;
     add(phase::forward, step_role::loss,
@@ -300,7 +316,7 @@ class layer_planner {
   std::array<std::uint8_t, max_op_inputs> inputs_{};
   std::size_t input_count_ = 0;
   bool output_set_ = false;
-  layout_value input_used_{};
+  op_layouts used_{};  // the layouts the current op computes with
   std::array<planned_step, max_backward> backward_{};
   std::size_t bw_count_ = 0, backward_mark_ = 0, groups_ = 0;
   std::array<std::size_t, max_ops + 1> group_begin_{}, group_end_{};

@@ -116,45 +116,40 @@ constexpr op_desc reads(op_desc op, std::initializer_list<std::uint8_t> nodes) n
 
 enum class phase : std::uint8_t { forward, backward };
 
-// The tensor a planned step moves. The runtime executes steps by role (a kernel gradient's
-// all_reduce becomes a gradient bucket, the loss's reduces the loss and metric sums); `explain`
-// prints role_name.
+// What a planned step moves, in the words of any op: one of its operands (`index`: which),
+// its result on the way to its output, a variable (`index`: which of the plan's variables), a
+// per-row statistic over a sharded dimension (`index`: a statistic_kind), or the loss. The
+// runtime executes steps by role (a variable gradient's all_reduce becomes a gradient bucket,
+// the loss's reduces the loss and metric sums); `explain` names them (step_name).
 enum class step_role : std::uint8_t {
-  input,             // a layer's input, resharded to what the layer needs
-  output,            // a layer's output, resharded to its laid-out layout
-  input_gradient,    // the transposes of those, in backward
+  operand,            // an operand, resharded to the layout the op computes with
+  output,             // the op's result, resharded to its output's layout
+  operand_gradient,   // the transposes of those, in backward
   output_gradient,
-  kernel,            // a variable, resharded to the layout its layer computes with
-  bias,
-  kernel_gradient,   // a variable's gradient, reduced or resharded to the variable's layout
-  bias_gradient,
-  row_max,           // a softmax's or cross-entropy's reductions over a sharded class dimension
-  row_sum,
-  target_terms,      // a cross-entropy's per-row sums with the targets (two per row)
-  row_argmax,        // the accuracies' arg-max of each row (an 8-byte key per row)
-  loss,              // the loss sum (and metric counts), reduced over the batch axes
+  variable,           // a variable, resharded to the layout the op computes with
+  variable_gradient,  // its gradient, reduced or resharded to the variable's layout
+  statistic,          // per-row statistics over a dimension split across devices
+  loss,               // the loss sum (and what the model reduces with it), over the batch axes
 };
-constexpr std::string_view role_name(step_role r) noexcept {
-  switch (r) {
-    case step_role::input: return "input";
-    case step_role::output: return "output";
-    case step_role::input_gradient: return "input gradient";
-    case step_role::output_gradient: return "output gradient";
-    case step_role::kernel: return "kernel";
-    case step_role::bias: return "bias";
-    case step_role::kernel_gradient: return "kernel gradient";
-    case step_role::bias_gradient: return "bias gradient";
-    case step_role::row_max: return "row max";
-    case step_role::row_sum: return "row sum";
-    case step_role::target_terms: return "target terms";
-    case step_role::row_argmax: return "row arg-max";
-    case step_role::loss: return "loss";
+// The statistics a statistic step reduces.
+enum class statistic_kind : std::uint8_t {
+  row_max,       // a softmax's or a cross-entropy's row maximum
+  row_sum,       // their row sum (of exponentials, or of probabilities)
+  target_terms,  // a cross-entropy's per-row sums with the targets (two per row)
+  row_argmax,    // a metric's arg-max of each row (an 8-byte key per row)
+};
+constexpr std::string_view statistic_name(statistic_kind k) noexcept {
+  switch (k) {
+    case statistic_kind::row_max: return "row max";
+    case statistic_kind::row_sum: return "row sum";
+    case statistic_kind::target_terms: return "target terms";
+    case statistic_kind::row_argmax: return "row arg-max";
   }
   return "";
 }
 // A variable's gradient (a bucket of the data-parallel gradient reduction).
 constexpr bool is_gradient_of_variable(step_role r) noexcept {
-  return r == step_role::kernel_gradient || r == step_role::bias_gradient;
+  return r == step_role::variable_gradient;
 }
 
 struct planned_step {
@@ -162,6 +157,9 @@ struct planned_step {
   std::uint8_t op = 0;  // index of the layer; the loss is op == count
   step_role role{};
   reshard_step step{};
+  // The operand (operand, operand_gradient), the variable among the plan's (variable,
+  // variable_gradient), or the statistic_kind (statistic) the step moves.
+  std::uint8_t index = 0;
 };
 
 struct variable_plan {
@@ -180,14 +178,18 @@ struct activation_plan {
   std::size_t uses = 0;
 };
 
-// The layouts a layer computes with, as its rule chose them, so that the runtime can execute the
-// layer (the plan's steps leave out the free local slices between them). Dense: the input and
-// the kernel as the product uses them, the product (partial where the contraction is split),
-// the complete output, the bias as added to it. Other layers: the input as they use it, what
-// they produce (`product`) and their output after a layout_map "<layer>/output" rule.
+inline constexpr std::size_t max_op_variables = 4;
+
+// The layouts an op computes with, as its rule chose them, so that the runtime can execute it
+// (the plan's steps leave out the free local slices between them): each operand and each of the
+// op's variables (in the order the op adds them) as the op uses them, its result (partial where
+// it sums a contraction split across devices) and its output after the reshard to the
+// layout_map's "<layer>/output" (or the result made whole).
 struct op_layouts {
   bool set = false;
-  layout_value input{}, kernel{}, product{}, output{}, bias{};
+  std::array<layout_value, max_op_inputs> operands{};
+  std::array<layout_value, max_op_variables> variables{};
+  layout_value result{}, output{};
 };
 
 inline constexpr std::size_t max_planned_steps = 160;

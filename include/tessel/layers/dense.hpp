@@ -90,19 +90,19 @@ struct dense {
     template <class Reshard>
     const tensor& forward(const tensor& x, const pass_context&, Reshard& reshard,
                           const op_layouts& l) {
-      if (Args.use_bias && !(l.bias.dims[0] == l.product.dims[1]))
+      if (Args.use_bias && !(l.variables[1].dims[0] == l.result.dims[1]))
         throw value_error("dense: a bias laid out unlike the product's columns is not executed "
                           "yet; give the bias the kernel's column layout");
-      x_used_ = reshard(x, l.input, x_used_store_, "input_used");
-      w_used_ = reshard(kernel_->value, l.kernel, w_used_store_, "kernel_used");
+      x_used_ = reshard(x, l.operands[0], x_used_store_, "input_used");
+      w_used_ = reshard(kernel_->value, l.variables[0], w_used_store_, "kernel_used");
       const shape_value yg{x.global_shape()[0], Units};
-      product_ = reshard.make(yg, l.product, product_store_, "product");
+      product_ = reshard.make(yg, l.result, product_store_, "product");
       bool adds_bias = Args.use_bias;
       for (std::size_t a = 0; a < max_mesh_rank; ++a)
-        if ((l.product.partial >> a) & 1u) adds_bias = adds_bias && reshard.coordinates()[a] == 0;
+        if ((l.result.partial >> a) & 1u) adds_bias = adds_bias && reshard.coordinates()[a] == 0;
       if constexpr (Args.use_bias) {
         // Every device runs the bias's planned steps; only one per partial group adds it.
-        b_used_ = reshard(bias_->value, l.bias, b_used_store_, "bias_used");
+        b_used_ = reshard(bias_->value, l.variables[1], b_used_store_, "bias_used");
         if (adds_bias) B::broadcast_rows(b_used_.local(), product_.local());
       }
       B::gemm(false, false, 1.0f, x_used_.local(), w_used_.local(), adds_bias ? 1.0f : 0.0f,
@@ -121,11 +121,11 @@ struct dense {
                            Reshard& reshard, const op_layouts& l) {
       if (splits_softmax(reshard)) split_softmax_backward(y_, dy, dy, stats_, reshard);
       else B::activation_backward(activation, y_.local(), dy, dy);
-      const layout_value g_layout = l.product.without_partial();
+      const layout_value g_layout = l.result.without_partial();
       const tensor g = reshard(y_.like(dy), g_layout, g_store_, "output_gradient");
-      const auto dw_layout = propagate_matmul(layer_rules::swap2(l.input), g_layout);
+      const auto dw_layout = propagate_matmul(layer_rules::swap2(l.operands[0]), g_layout);
       if (kernel_->reduced_in_bucket ||
-          moves_nothing(reshard, dw_layout.out, l.kernel, kernel_->value)) {
+          moves_nothing(reshard, dw_layout.out, l.variables[0], kernel_->value)) {
         // The product's gradient is already the variable's block (a partial sum, when the
         // trainer's bucket reduces it): computed in place.
         B::gemm(true, false, 1.0f, x_used_.local(), g.local(), 0.0f, kernel_->gradient);
@@ -133,7 +133,7 @@ struct dense {
         const tensor dw = reshard.make(kernel_->value.global_shape(), dw_layout.out, dw_store_,
                                        "kernel_gradient");
         B::gemm(true, false, 1.0f, x_used_.local(), g.local(), 0.0f, dw.local());
-        const tensor dw_used = reshard(dw, l.kernel, dw_used_store_, "kernel_gradient_used");
+        const tensor dw_used = reshard(dw, l.variables[0], dw_used_store_, "kernel_gradient_used");
         B::copy(
             reshard(dw_used, kernel_->value.layout(), dw_var_store_, "kernel_gradient").local(),
             kernel_->gradient);
@@ -151,10 +151,10 @@ struct dense {
         }
       }
       if (!need_dx) return dx_;
-      const auto dx_layout = propagate_matmul(g_layout, layer_rules::swap2(l.kernel));
+      const auto dx_layout = propagate_matmul(g_layout, layer_rules::swap2(l.variables[0]));
       const tensor dx = reshard.make(x.global_shape(), dx_layout.out, dx_store_, "input_gradient");
       B::gemm(false, true, 1.0f, g.local(), w_used_.local(), 0.0f, dx.local());
-      const tensor dx_used = reshard(dx, l.input, dx_used_store_, "input_gradient_used");
+      const tensor dx_used = reshard(dx, l.operands[0], dx_used_store_, "input_gradient_used");
       dx_ = reshard(dx_used, x.layout().without_partial(), dx_in_store_, "input_gradient")
                 .local();
       return dx_;

@@ -485,7 +485,7 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
       // reshard its input as it uses it and its output as the layout_map lays it out.
       if (layouts_[I].set) {
         wrapped& w = wrapped_[I];
-        w.input = reshard_(x, layouts_[I].input, w.input_store, "input_used");
+        w.input = reshard_(x, layouts_[I].operands[0], w.input_store, "input_used");
         auto& layer = std::get<I>(layers_);
         if constexpr (requires { layer.forward(w.input, pass_, reshard_); })
           w.produced = layer.forward(w.input, pass_, reshard_);  // it reduces rows (softmax)

@@ -475,10 +475,10 @@ class trainer : public Model, public model_base {
       const bool by_loss = Model::model_parallel && s.op == Model::layer_count;
       if (!by_layer && !by_loss && !loss_sum && !(gradient && !Model::model_parallel))
         throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
-                          " of '" + std::string(role_name(s.role)) + "' in layer '" +
+                          " of '" + step_name(plan_, s) + "' in layer '" +
                           std::string(Model::layer_name(s.op)) +
                           "', which tessel does not execute yet; lay the layers out so that only "
-                          "dense layers need collectives");
+                          "layers with variables need collectives");
     }
     build_buckets();
   }
@@ -494,11 +494,10 @@ class trainer : public Model, public model_base {
     for (const auto& s : p) {
       if (s.when != phase::backward || !is_gradient_of_variable(s.role)) continue;
       std::size_t steps = 0;
-      for (const auto& t : p) steps += t.op == s.op && t.role == s.role;
+      for (const auto& t : p) steps += t.op == s.op && t.role == s.role && t.index == s.index;
       if (steps != 1 || s.step.kind != collective::all_reduce) continue;
-      const std::string leaf = s.role == step_role::kernel_gradient ? "/kernel" : "/bias";
-      entries.push_back(
-          {&this->get_variable(std::string(Model::layer_name(s.op)) + leaf), s.step});
+      entries.push_back({&this->get_variable(std::string(p.variables[s.index].path.view())),
+                         s.step});
     }
     return entries;
   }

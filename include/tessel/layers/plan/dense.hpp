@@ -82,8 +82,10 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   const shape_value ws{shape.extents[1], units};
   const shape_value ys{shape.extents[0], units};
   const layout_value w = p.add_variable(op.name, "kernel", ws);
+  const std::size_t kernel = p.last_variable();
   layout_value b = layout_value::replicated(1);
   if (use_bias) b = p.add_variable(op.name, "bias", shape_value{units});
+  const std::size_t bias = p.last_variable();
   if (!p.ok()) return;
   const key_string out_path = make_path(op.name, "output");
   const std::optional<layout_value> forced = p.find_layout(out_path);
@@ -114,12 +116,19 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   const std::size_t es = p.element_size();
   layout_value want_b = layout_value::replicated(1);
   want_b.dims[0] = best.out.dims[1];
-  p.record_layouts({true, best.x, best.w, best.y, best.out, want_b});
+  op_layouts used{};
+  used.operands[0] = best.x;
+  used.variables[0] = best.w;
+  used.variables[1] = want_b;
+  used.result = best.y;
+  used.output = best.out;
+  p.record_layouts(used);
   // forward
-  p.add(phase::forward, step_role::input, plan_reshard(layout, best.x, m, shape, es));
-  p.add(phase::forward, step_role::kernel, plan_reshard(w, best.w, m, ws, es));
+  p.add(phase::forward, step_role::operand, plan_reshard(layout, best.x, m, shape, es));
+  p.add(phase::forward, step_role::variable, plan_reshard(w, best.w, m, ws, es), kernel);
   if (use_bias)
-    p.add(phase::forward, step_role::bias, plan_reshard(b, want_b, m, shape_value{units}, es));
+    p.add(phase::forward, step_role::variable,
+          plan_reshard(b, want_b, m, shape_value{units}, es), bias);
   p.add(phase::forward, step_role::output, plan_reshard(best.y, best.out, m, ys, es));
   if (!p.ok()) return;
   // A softmax activation over classes split across devices: its row reductions forward, and
@@ -133,18 +142,20 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   p.add(phase::backward, step_role::output_gradient, plan_reshard(best.out, g, m, ys, es));
   const auto dw = propagate_matmul(swap2(best.x), g);
   if (!dw.ok) return p.fail(dw.error);
-  p.add(phase::backward, step_role::kernel_gradient, plan_reshard(dw.out, best.w, m, ws, es));
-  p.add(phase::backward, step_role::kernel_gradient, plan_reshard(best.w, w, m, ws, es));
+  p.add(phase::backward, step_role::variable_gradient, plan_reshard(dw.out, best.w, m, ws, es),
+        kernel);
+  p.add(phase::backward, step_role::variable_gradient, plan_reshard(best.w, w, m, ws, es), kernel);
   if (use_bias) {
     const auto db = propagate_reduce(g, 0);
-    p.add(phase::backward, step_role::bias_gradient,
-          plan_reshard(db.out, b, m, shape_value{units}, es));
+    p.add(phase::backward, step_role::variable_gradient,
+          plan_reshard(db.out, b, m, shape_value{units}, es), bias);
   }
   if (needs_grad) {
     const auto dx = propagate_matmul(g, swap2(best.w));
     if (!dx.ok) return p.fail(dx.error);
-    p.add(phase::backward, step_role::input_gradient, plan_reshard(dx.out, best.x, m, shape, es));
-    p.add(phase::backward, step_role::input_gradient,
+    p.add(phase::backward, step_role::operand_gradient,
+          plan_reshard(dx.out, best.x, m, shape, es));
+    p.add(phase::backward, step_role::operand_gradient,
           plan_reshard_backward(layout, best.x, m, shape, es));
   }
   layout = best.out;

@@ -22,9 +22,9 @@ constexpr void softmax(layer_planner& p, const layout_value& layout,
                        const shape_value& shape) noexcept {
   const auto r = propagate_softmax(layout);
   if (!r.ok) return p.fail(r.error);
-  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_max);
-  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, step_role::row_sum);
-  p.row_reduction(r.reduce_axes, layout, shape, phase::backward, step_role::row_sum);
+  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::row_max);
+  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::row_sum);
+  p.row_reduction(r.reduce_axes, layout, shape, phase::backward, statistic_kind::row_sum);
 }
 
 // An element-wise function: linear ones (identity, scaling) work on partial sums as they are;
@@ -32,7 +32,7 @@ constexpr void softmax(layer_planner& p, const layout_value& layout,
 constexpr void activation(layer_planner& p, const op_desc& op) noexcept {
   if (op.option.view() == "softmax") softmax(p, p.layout(), p.shape());
   else if (!is_linear_activation(op.option.view()))
-    p.reshard_forward(step_role::input, p.layout(), p.layout().without_partial(), p.shape(),
+    p.reshard_forward(step_role::operand, p.layout(), p.layout().without_partial(), p.shape(),
                       p.needs_grad());
 }
 
@@ -41,7 +41,7 @@ constexpr void activation(layer_planner& p, const op_desc& op) noexcept {
 constexpr void flatten(layer_planner& p, const op_desc&) noexcept {
   shape_value& shape = p.shape();
   const std::size_t last = shape.rank - 1;
-  p.reshard_forward(step_role::input, p.layout(), flatten_input_requirement(p.layout(), 1, last),
+  p.reshard_forward(step_role::operand, p.layout(), flatten_input_requirement(p.layout(), 1, last),
                     shape, p.needs_grad());
   const auto r = propagate_flatten(p.layout(), 1, last);
   if (!r.ok) return p.fail(r.error);

@@ -25,7 +25,7 @@ constexpr void add(layer_planner& p, const op_desc&) noexcept {
     if (!(in.shape == p.input(0).shape))
       return p.fail("add takes inputs of one shape; reshape or project them first");
     layout_value l = in.layout;
-    p.reshard_forward(step_role::input, l, out, in.shape, in.needs_grad);
+    p.reshard_forward(step_role::operand, l, out, in.shape, in.needs_grad, k);
     needs_grad = needs_grad || in.needs_grad;
   }
   p.layout() = out;
