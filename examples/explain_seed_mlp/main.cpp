@@ -13,8 +13,12 @@ using tessel::rule;
 //   -> Dense(10, softmax, "d2"); mean squared error.
 constexpr tessel::model_desc seed_mlp = tessel::describe_model(
     tessel::shape_value{28, 28, 1},
-    std::array{tessel::flatten_op("flatten"), tessel::dense_op("d1", 200, false, "relu"),
-               tessel::dropout_op("dropout"), tessel::dense_op("d2", 10, true, "softmax")},
+    std::array{
+        tessel::flatten_op("flatten"),
+        tessel::dense_op<{
+            .units = 200, .use_bias = false, .activation = tessel::activation_kind::relu}>("d1"),
+        tessel::dropout_op("dropout"),
+        tessel::dense_op<{.units = 10, .activation = tessel::activation_kind::softmax}>("d2")},
     tessel::loss_kind::mean_squared_error);
 
 constexpr std::size_t global_batch = 16;

@@ -12,8 +12,8 @@ using Map = tessel::layout_map<Mesh, tessel::rule<"d1/kernel", tessel::none, "mo
 using Dist = tessel::model_parallel<Map>;
 constexpr tessel::model_desc mlp = tessel::describe_model(
     tessel::shape_value{784},
-    std::array{tessel::dense_op("d1", 30, true, "relu"), tessel::dense_op("d2", 10)});
-// fix:     std::array{tessel::dense_op("d1", 32, true, "relu"), tessel::dense_op("d2", 10)});
+    std::array{tessel::dense_op<{.units = 30, .activation = tessel::activation_kind::relu}>("d1"), tessel::dense_op<{.units = 10}>("d2")});
+// fix:     std::array{tessel::dense_op<{.units = 32, .activation = tessel::activation_kind::relu}>("d1"), tessel::dense_op<{.units = 10}>("d2")});
 
 constexpr const tessel::model_plan& plan = tessel::model_plan_v<Dist, mlp, 16>;
 

@@ -12,10 +12,10 @@ using Mesh = tessel::device_mesh<tessel::axis<"data", 2>>;
 using Dist = tessel::data_parallel<Mesh>;
 constexpr tessel::model_desc residual = tessel::describe_model(
     tessel::shape_value{64},
-    std::array{tessel::dense_op("d1", 64, true, "relu"),
+    std::array{tessel::dense_op<{.units = 64, .activation = tessel::activation_kind::relu}>("d1"),
                tessel::reads(tessel::add_op("sum"), {1, 3}),
                // fix: tessel::reads(tessel::add_op("sum"), {1, 0}),
-               tessel::dense_op("d2", 64)});
+               tessel::dense_op<{.units = 64}>("d2")});
 
 constexpr const tessel::model_plan& plan = tessel::model_plan_v<Dist, residual, 16>;
 

@@ -79,9 +79,10 @@ int main(int argc, char** argv) {
   try {
     const auto pm = process_mesh<mesh>::bind();
     const std::size_t n = pm.mesh().extent(1), me = pm.coordinates()[1];
-    const auto model_desc_ =
-        describe_model(shape_value{40},
-                       std::array{dense_op("a", in_features, true, "relu"), dense_op("d", units)});
+    const auto model_desc_ = describe_model(
+        shape_value{40},
+        std::array{dense_op<{.units = in_features, .activation = activation_kind::relu}>("a"),
+                   dense_op<{.units = units}>("d")});
     const model_plan plan = plan_model(dist::value, pm.shape(), model_desc_, batch);
     check(plan.ok, "the plan is made");
     if (process_id() == 0) std::fputs(explain(plan, model_desc_).c_str(), stdout);

@@ -12,37 +12,47 @@ constexpr auto bwd = phase::backward;
 // input needs its gradient) this takes exactly one all_reduce over "model" forward (the row
 // layer's output) and one backward (the column layer's input gradient).
 using mesh_2x4 = device_mesh<axis<"data", 2>, axis<"model", 4>>;
-using megatron_map = layout_map<mesh_2x4, rule<"col/kernel", none, "model">, rule<"col/bias", "model">,
-                                rule<"row/kernel", "model", none>>;
+using megatron_map = layout_map<mesh_2x4, rule<"col/kernel", none, "model">,
+                                rule<"col/bias", "model">, rule<"row/kernel", "model", none>>;
 using megatron = model_parallel<megatron_map, "data">;
 constexpr model_desc mlp_pair = [] {
-  auto m = describe_model(shape_value{1024},
-                          std::array{dense_op("col", 4096, true, "relu"), dense_op("row", 1024)});
+  auto m = describe_model(
+      shape_value{1024},
+      std::array{dense_op<{.units = 4096, .activation = activation_kind::relu}>("col"),
+                 dense_op<{.units = 1024}>("row")});
   m.input_requires_grad = true;
   return m;
 }();
 constexpr const model_plan& mp = model_plan_v<megatron, mlp_pair, 64>;
 static_assert(mp.ok);
-static_assert(mp.collectives(fwd, -1, model) == 1 && mp.collectives(fwd, collective::all_reduce, model) == 1);
-static_assert(mp.collectives(bwd, -1, model) == 1 && mp.collectives(bwd, collective::all_reduce, model) == 1);
+static_assert(mp.collectives(fwd, -1, model) == 1 &&
+              mp.collectives(fwd, collective::all_reduce, model) == 1);
+static_assert(mp.collectives(bwd, -1, model) == 1 &&
+              mp.collectives(bwd, collective::all_reduce, model) == 1);
 // The forward one reduces the row layer's output: 32 x 1024 floats on each device.
 static_assert(mp.steps[0].op == 1 && mp.steps[0].role == step_role::output);
 static_assert(mp.steps[0].step.bytes == 32 * 1024 * 4);
 // Over "data" only gradients are reduced: the two kernels and the two biases.
-static_assert(mp.collectives(fwd, -1, data) == 0 && mp.collectives(bwd, collective::all_reduce, data) == 4);
+static_assert(mp.collectives(fwd, -1, data) == 0 &&
+              mp.collectives(bwd, collective::all_reduce, data) == 4);
 static_assert(mp.variable("col/kernel")->local == shape_value{1024, 1024});
 static_assert(mp.variable("row/kernel")->local == shape_value{1024, 1024});
 static_assert(mp.variable("col/bias")->local == shape_value{1024});
 // As the first layers of a model (no input gradient) the backward all_reduce is not needed.
 constexpr model_desc mlp_pair_first =
-    describe_model(shape_value{1024}, std::array{dense_op("col", 4096, true, "relu"), dense_op("row", 1024)});
+    describe_model(shape_value{1024},
+                   std::array{dense_op<{.units = 4096, .activation = activation_kind::relu}>("col"),
+                              dense_op<{.units = 1024}>("row")});
 static_assert(model_plan_v<megatron, mlp_pair_first, 64>.collectives(bwd, -1, model) == 0);
 
 // seeds/000: Flatten -> Dense(200, relu, no bias, d1) -> Dropout -> Dense(10, softmax, d2), MSE.
 constexpr model_desc seed_mlp = describe_model(
     shape_value{28, 28, 1},
-    std::array{flatten_op("flatten"), dense_op("d1", 200, false, "relu"), dropout_op("dropout"),
-               dense_op("d2", 10, true, "softmax")},
+    std::array{
+        flatten_op("flatten"),
+        dense_op<{.units = 200, .use_bias = false, .activation = activation_kind::relu}>("d1"),
+        dropout_op("dropout"),
+        dense_op<{.units = 10, .activation = activation_kind::softmax}>("d2")},
     loss_kind::mean_squared_error);
 template <std::size_t D, std::size_t M>
 using seed_distribution = model_parallel<
@@ -62,7 +72,7 @@ static_assert(p2x4.variable("d1/kernel")->local == shape_value{784, 50});
 static_assert(p2x4.collectives(fwd, collective::all_reduce, model) == 1);
 static_assert(p2x4.collectives(fwd, collective::all_gather, model) == 0);
 static_assert(p2x4.collectives(bwd, collective::all_gather, model) == 1);  // d2's kernel gradient
-static_assert(p2x4.activations[2].layout.dims[1].axes[0] == model);          // d1's output
+static_assert(p2x4.activations[2].layout.dims[1].axes[0] == model);        // d1's output
 // What d2 computes with on 2x4, recorded for the runtime: its input as it comes (columns over
 // "model"), its replicated kernel sliced by rows to match (free, so not among the steps), a
 // product partial over "model", and the complete output the layout_map asks for.
@@ -70,8 +80,10 @@ static_assert(p2x4.layouts[3].set && p2x4.layouts[0].set && p2x4.layouts[2].set)
 // Flatten and dropout compute locally on what they are given: input, product and output alike.
 static_assert(p2x4.layouts[2].operands[0] == p2x4.layouts[2].result &&
               p2x4.layouts[2].result == p2x4.layouts[2].output);
-static_assert(p2x4.layouts[3].operands[0].dims[1].axes[0] == model && p2x4.layouts[3].operands[0].dims[1].count == 1);
-static_assert(p2x4.layouts[3].variables[0].dims[0].axes[0] == model && p2x4.layouts[3].variables[0].dims[1].count == 0);
+static_assert(p2x4.layouts[3].operands[0].dims[1].axes[0] == model &&
+              p2x4.layouts[3].operands[0].dims[1].count == 1);
+static_assert(p2x4.layouts[3].variables[0].dims[0].axes[0] == model &&
+              p2x4.layouts[3].variables[0].dims[1].count == 0);
 static_assert(p2x4.layouts[3].result.partial == (1u << model));
 static_assert(p2x4.layouts[3].output.partial == 0 && p2x4.layouts[3].output.dims[1].count == 0);
 // 1x8 is pure model parallelism: no "data" collectives at all.
@@ -81,40 +93,45 @@ static_assert(p1x8.variable("d1/kernel")->local == shape_value{784, 25});
 // When gathering the activation is cheaper than reducing the output, the planner gathers: a
 // narrow activation (16 wide, sharded) feeding a wide replicated layer (4096).
 constexpr model_desc narrow_then_wide =
-    describe_model(shape_value{64}, std::array{dense_op("a", 16, false), dense_op("b", 4096, false)});
+    describe_model(shape_value{64}, std::array{dense_op<{.units = 16, .use_bias = false}>("a"),
+                                               dense_op<{.units = 4096, .use_bias = false}>("b")});
 using narrow_map = layout_map<mesh_2x4, rule<"a/kernel", none, "model">>;
 constexpr const model_plan& nw = model_plan_v<model_parallel<narrow_map>, narrow_then_wide, 64>;
 static_assert(nw.collectives(fwd, collective::all_gather, model) == 1);
 static_assert(nw.collectives(fwd, collective::all_reduce, model) == 0);
 
 // Softmax cross-entropy over a class dimension sharded by the layout map reduces row statistics.
-constexpr model_desc classifier = describe_model(
-    shape_value{128}, std::array{dense_op("logits", 1000)}, loss_kind::softmax_cross_entropy);
-using class_map = layout_map<mesh_2x4, rule<"logits/kernel", none, "model">, rule<"logits/bias", "model">>;
+constexpr model_desc classifier =
+    describe_model(shape_value{128}, std::array{dense_op<{.units = 1000}>("logits")},
+                   loss_kind::softmax_cross_entropy);
+using class_map =
+    layout_map<mesh_2x4, rule<"logits/kernel", none, "model">, rule<"logits/bias", "model">>;
 constexpr const model_plan& cp = model_plan_v<model_parallel<class_map>, classifier, 64>;
 static_assert(cp.ok && cp.collectives(fwd, collective::all_reduce, model) == 3);  // max, sum, logit
-static_assert(cp.collectives(fwd, collective::all_reduce, data) == 1);  // the loss
+static_assert(cp.collectives(fwd, collective::all_reduce, data) == 1);            // the loss
 
 // A graph: a residual block, d1 -> d2 -> sum(d1, d2) -> d3. d1's output is read twice (fan-out:
 // its gradients are summed), and the plan is made in the order the layers are listed.
-constexpr model_desc residual = describe_model(
-    shape_value{64},
-    std::array{dense_op("d1", 64, true, "relu"), dense_op("d2", 64), reads(add_op("sum"), {1, 2}),
-               dense_op("d3", 10)},
-    loss_kind::softmax_cross_entropy);
+constexpr model_desc residual =
+    describe_model(shape_value{64},
+                   std::array{dense_op<{.units = 64, .activation = activation_kind::relu}>("d1"),
+                              dense_op<{.units = 64}>("d2"), reads(add_op("sum"), {1, 2}),
+                              dense_op<{.units = 10}>("d3")},
+                   loss_kind::softmax_cross_entropy);
 using batch_4 = data_parallel<device_mesh<axis<"batch", 4>>>;
 constexpr const model_plan& rd = model_plan_v<batch_4, residual, 64>;
 static_assert(rd.ok && rd.activations[1].uses == 2 && rd.activations[2].uses == 1);
 // Data parallel: the join moves nothing; the six gradients are reduced, last layer first.
-static_assert(rd.collectives(fwd, -1, 0) == 1 && rd.collectives(bwd, collective::all_reduce, 0) == 6);
+static_assert(rd.collectives(fwd, -1, 0) == 1 &&
+              rd.collectives(bwd, collective::all_reduce, 0) == 6);
 static_assert(rd.steps[1].op == 3 && rd.steps[rd.count - 1].op == 0);
 // Model parallel (d1 column-parallel, d2 row-parallel): the join slices d2's complete output to
 // d1's column split for free forward, and gathers that input's gradient over "model" backward.
-using residual_map = layout_map<mesh_2x4, rule<"d1/kernel", none, "model">, rule<"d1/bias", "model">,
-                                rule<"d2/kernel", "model", none>>;
+using residual_map = layout_map<mesh_2x4, rule<"d1/kernel", none, "model">,
+                                rule<"d1/bias", "model">, rule<"d2/kernel", "model", none>>;
 constexpr const model_plan& rm = model_plan_v<model_parallel<residual_map, "data">, residual, 64>;
 static_assert(rm.ok && rm.activations[3].layout.dims[1].axes[0] == model);  // sum's output
-static_assert(rm.collectives(fwd, collective::all_reduce, model) == 2);      // d2's and d3's outputs
+static_assert(rm.collectives(fwd, collective::all_reduce, model) == 2);     // d2's and d3's outputs
 constexpr bool join_gathers_its_input_gradient() {
   std::size_t n = 0;
   for (const auto& s : rm)
@@ -125,17 +142,20 @@ constexpr bool join_gathers_its_input_gradient() {
 static_assert(join_gathers_its_input_gradient());
 // A join of inputs of two shapes, and a layer reading one listed after it, are refused.
 static_assert(!plan_model(batch_4::value, batch_4::mesh::value,
-                          describe_model(shape_value{64}, std::array{dense_op("a", 32),
+                          describe_model(shape_value{64}, std::array{dense_op<{.units = 32}>("a"),
                                                                      reads(add_op("s"), {0, 1})}),
-                          64).ok);
+                          64)
+                   .ok);
 static_assert(plan_model(batch_4::value, batch_4::mesh::value,
-                         describe_model(shape_value{64}, std::array{dense_op("a", 32),
+                         describe_model(shape_value{64}, std::array{dense_op<{.units = 32}>("a"),
                                                                     reads(add_op("s"), {2, 1})}),
-                         64).error == "reads a later layer; list the layers in topological order");
+                         64)
+                  .error == "reads a later layer; list the layers in topological order");
 
 // A batch that does not divide by the batch axis is reported, not planned.
 static_assert(!plan_model(seed_distribution<2, 4>::value, seed_distribution<2, 4>::mesh::value,
-                          seed_mlp, 15).ok);
+                          seed_mlp, 15)
+                   .ok);
 }  // namespace
 
 // An op_desc that names no planning rule is refused by the planner, not planned as an

@@ -1,10 +1,10 @@
 // Run-time sizes: meshes and layouts whose sizes are known only when the program runs.
 #include <catch2/catch.hpp>
 
-#include "test_helpers.hpp"
 #include <string>
 #include <tessel/core.hpp>
 #include <tessel/layers/plans.hpp>
+#include "test_helpers.hpp"
 
 using namespace tessel;
 using Catch::Matchers::Contains;
@@ -46,11 +46,9 @@ TEST_CASE("for_devices sizes the dynamic axis like DataParallel(devices=...)", "
   CHECK(mesh_1d::for_devices(6).size() == 6);
   CHECK(mesh_2d::for_devices(8).extent(0) == 2);
   const auto msg = message_of([] { (void)mesh_2d::for_devices(6); });
-  CHECK_THAT(msg, Contains("6 devices") && Contains("data=? x model=4") &&
-                      Contains("multiple of 4"));
-  const auto msg_static = message_of([] {
-    (void)device_mesh<axis<"data", 2>>::for_devices(3);
-  });
+  CHECK_THAT(msg,
+             Contains("6 devices") && Contains("data=? x model=4") && Contains("multiple of 4"));
+  const auto msg_static = message_of([] { (void)device_mesh<axis<"data", 2>>::for_devices(3); });
   CHECK_THAT(msg_static, Contains("2 devices") && Contains("3 processes"));
 }
 
@@ -108,7 +106,9 @@ TEST_CASE("layouts print like Keras tuples", "[layout]") {
 TEST_CASE("the model plan on a run-time mesh, and its text", "[plan]") {
   using dist = data_parallel<>;
   const auto model = describe_model(
-      shape_value{784}, std::array{dense_op("dense", 256, true, "relu"), dense_op("dense_1", 10)},
+      shape_value{784},
+      std::array{dense_op<{.units = 256, .activation = activation_kind::relu}>("dense"),
+                 dense_op<{.units = 10}>("dense_1")},
       loss_kind::softmax_cross_entropy);
   const mesh_1d m{4};
   const model_plan p = plan_model(dist::value, m.shape(), model, 32);
@@ -118,8 +118,7 @@ TEST_CASE("the model plan on a run-time mesh, and its text", "[plan]") {
   CHECK(p.collectives(phase::backward, collective::all_reduce) == 4);
   CHECK(p.collectives(phase::backward) == 4);
   // The first kernel's gradient: 784 x 256 floats, ring all_reduce over 4 devices.
-  CHECK(p.wire_bytes(phase::backward) ==
-        2 * 3 * (784 * 256 + 256 + 256 * 10 + 10) * 4 / 4);
+  CHECK(p.wire_bytes(phase::backward) == 2 * 3 * (784 * 256 + 256 + 256 * 10 + 10) * 4 / 4);
   const std::string text = explain(p, model);
   CHECK_THAT(text, Contains("mesh batch=4 (4 devices), global batch 32"));
   CHECK_THAT(text, Contains("dense/kernel") && Contains("(784, 256)"));
@@ -130,14 +129,16 @@ TEST_CASE("the model plan on a run-time mesh, and its text", "[plan]") {
 TEST_CASE("a plan that cannot be made says which layer and why", "[plan][error]") {
   using m24 = device_mesh<axis<"data", 2>, axis<"model", 4>>;
   using map = layout_map<m24, rule<".*dense.*bias", "model">, rule<".*bias", "model">>;
-  const auto model = describe_model(shape_value{8}, std::array{dense_op("dense_2", 8)});
+  const auto model = describe_model(shape_value{8}, std::array{dense_op<{.units = 8}>("dense_2")});
   const model_plan p = plan_model(model_parallel<map>::value, m24::value, model, 16);
   REQUIRE_FALSE(p.ok);
   const std::string text = explain(p, model);
   CHECK_THAT(text, Contains("cannot plan layer 'dense_2'") && Contains("dense_2/bias") &&
                        Contains("'.*dense.*bias' and '.*bias'"));
-  const model_plan odd = plan_model(model_parallel<map>::value, m24::value,
-                                    describe_model(shape_value{8}, std::array{dense_op("d", 8, false)}), 15);
+  const model_plan odd = plan_model(
+      model_parallel<map>::value, m24::value,
+      describe_model(shape_value{8}, std::array{dense_op<{.units = 8, .use_bias = false}>("d")}),
+      15);
   CHECK_FALSE(odd.ok);
   CHECK_THAT(explain(odd, model), Contains("global batch does not divide"));
 }

@@ -58,14 +58,11 @@ inline constexpr plan_rule no_rule{&plan_without_rule, ""};
 
 inline constexpr std::size_t max_op_inputs = 4;
 
+// A layer as a node of the model's graph. Its parameters (units, activation, ...) live in its own
+// type, whose rule (one instance per set of parameters) knows them: the core sees none.
 struct op_desc {
   const plan_rule* rule = &detail::no_rule;
   name_string name{};
-  // The layer's parameters, as its rule reads them (dense: sizes[0] the units, flags bit 0
-  // use_bias, option the activation).
-  std::array<std::size_t, 4> sizes{};
-  std::uint32_t flags = 0;
-  name_string option{"linear"};
   // The graph's edges: the nodes this layer reads, 0 being the model's input and i + 1 the
   // output of layer i. With none given the layer reads the one before it (a chain).
   std::array<std::uint8_t, max_op_inputs> inputs{};

@@ -42,7 +42,7 @@ struct dense {
     return in[0] * Units + (Args.use_bias ? Units : 0);
   }
   static constexpr op_desc plan_op(std::string_view name) {
-    return dense_op(name, Units, Args.use_bias, activation_name(activation));
+    return dense_op<{.units = Units, .use_bias = Args.use_bias, .activation = activation}>(name);
   }
 
   template <class B>

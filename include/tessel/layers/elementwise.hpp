@@ -27,7 +27,9 @@ struct stateless_layer {
   static constexpr shape_value output_shape(const shape_value& in) { return in; }
   static constexpr std::size_t param_count(const shape_value&) { return 0; }
   // What the planner needs to know of the layer: a linear element-wise op unless overridden.
-  static constexpr op_desc plan_op(std::string_view name) { return activation_op(name, "linear"); }
+  static constexpr op_desc plan_op(std::string_view name) {
+    return activation_op<activation_kind::linear>(name);
+  }
 };
 
 // Flatten: (28, 28, 1) -> (784,). Samples are stored flat, so the data does not move.
@@ -154,7 +156,7 @@ struct activation_layer : stateless_layer {
   static constexpr std::string_view base_name = BaseName;
   static constexpr name_string given_name{Name.view()};
   static constexpr op_desc plan_op(std::string_view name) {
-    return activation_op(name, activation_name(A));
+    return activation_op<A>(name);
   }
   template <class B>
   class runtime {

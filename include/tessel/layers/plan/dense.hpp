@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "../../core/layer_planner.hpp"
+#include "../../core/activations.hpp"
 #include "../../core/propagation.hpp"
 #include "elementwise.hpp"
 
@@ -72,9 +73,20 @@ constexpr dense_choice evaluate_dense(const layer_planner& p, const layout_value
   return c;
 }
 
+// Dense's parameters, as its rule reads them: one rule per set (layers::dense makes it from its
+// own arguments; dense_op<{.units = 64, .activation = activation_kind::relu}>("d1") spells one
+// for a model described by hand).
+struct dense_params {
+  std::size_t units = 0;
+  bool use_bias = true;
+  activation_kind activation = activation_kind::linear;
+};
+
+template <dense_params P>
 constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
-  const std::size_t units = op.sizes[0];
-  const bool use_bias = op.flags & 1u;
+  static_assert(P.units > 0, "dense: units must be positive");
+  constexpr std::size_t units = P.units;
+  constexpr bool use_bias = P.use_bias;
   layout_value& layout = p.layout();
   shape_value& shape = p.shape();
   const bool needs_grad = p.needs_grad();
@@ -133,7 +145,7 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   if (!p.ok()) return;
   // A softmax activation over classes split across devices: its row reductions forward, and
   // backward its row sum first (the activation's gradient comes before the product's).
-  if (op.option.view() == "softmax") {
+  if constexpr (P.activation == activation_kind::softmax) {
     softmax(p, best.out, ys);
     if (!p.ok()) return;
   }
@@ -163,17 +175,14 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   p.needs_grad() = true;
 }
 
-inline constexpr plan_rule dense_rule{&dense, "dense"};
+template <dense_params P>
+inline constexpr plan_rule dense_rule{&dense<P>, "dense"};
 
 }  // namespace layer_rules
 
-constexpr op_desc dense_op(std::string_view name, std::size_t units, bool use_bias = true,
-                           std::string_view activation = "linear") noexcept {
-  return {.rule = &layer_rules::dense_rule,
-          .name = name_string(name),
-          .sizes = {units, 0, 0, 0},
-          .flags = use_bias ? 1u : 0u,
-          .option = name_string(activation)};
+template <layer_rules::dense_params P>
+constexpr op_desc dense_op(std::string_view name) noexcept {
+  return {.rule = &layer_rules::dense_rule<P>, .name = name_string(name)};
 }
 
 }  // namespace tessel

@@ -4,16 +4,13 @@
 
 #include <string_view>
 
+#include "../../core/activations.hpp"
 #include "../../core/layer_planner.hpp"
 #include "../../core/propagation.hpp"
 
 namespace tessel {
 
 namespace layer_rules {
-
-constexpr bool is_linear_activation(std::string_view fn) noexcept {
-  return fn == "linear" || fn.empty();
-}
 
 // softmax over a sharded last dimension of an output laid out by `layout`: all_reduce of the
 // row max and the row sum forward, and of the row sum of (gradient * output) backward. A softmax
@@ -29,9 +26,10 @@ constexpr void softmax(layer_planner& p, const layout_value& layout,
 
 // An element-wise function: linear ones (identity, scaling) work on partial sums as they are;
 // a nonlinear one needs its input complete; softmax reduces over the class dimension.
-constexpr void activation(layer_planner& p, const op_desc& op) noexcept {
-  if (op.option.view() == "softmax") softmax(p, p.layout(), p.shape());
-  else if (!is_linear_activation(op.option.view()))
+template <activation_kind A>
+constexpr void activation(layer_planner& p, const op_desc&) noexcept {
+  if constexpr (A == activation_kind::softmax) softmax(p, p.layout(), p.shape());
+  else if constexpr (A != activation_kind::linear)
     p.reshard_forward(step_role::operand, p.layout(), p.layout().without_partial(), p.shape(),
                       p.needs_grad());
 }
@@ -55,7 +53,8 @@ constexpr void flatten(layer_planner& p, const op_desc&) noexcept {
 constexpr void dropout(layer_planner&, const op_desc&) noexcept {}
 
 inline constexpr plan_rule flatten_rule{&flatten, "flatten"};
-inline constexpr plan_rule activation_rule{&activation, "activation"};
+template <activation_kind A>
+inline constexpr plan_rule activation_rule{&activation<A>, "activation"};
 inline constexpr plan_rule dropout_rule{&dropout, "dropout"};
 
 }  // namespace layer_rules
@@ -63,8 +62,9 @@ inline constexpr plan_rule dropout_rule{&dropout, "dropout"};
 constexpr op_desc flatten_op(std::string_view name) noexcept {
   return {.rule = &layer_rules::flatten_rule, .name = name_string(name)};
 }
-constexpr op_desc activation_op(std::string_view name, std::string_view fn) noexcept {
-  return {.rule = &layer_rules::activation_rule, .name = name_string(name), .option = name_string(fn)};
+template <activation_kind A>
+constexpr op_desc activation_op(std::string_view name) noexcept {
+  return {.rule = &layer_rules::activation_rule<A>, .name = name_string(name)};
 }
 constexpr op_desc dropout_op(std::string_view name) noexcept {
   return {.rule = &layer_rules::dropout_rule, .name = name_string(name)};
