@@ -12,6 +12,8 @@
 //                  Each ends the job with one message naming the process and what it did.
 //   --model-parallel   seeds/000's ModelParallel model on a 2x4 mesh (8 processes) instead of a
 //                  data_parallel MLP: the stalled collectives are spread over both mesh axes.
+//   --reporter R   every process but R triples its collective timeout, so that R's watchdog
+//                  reports the stall (R may wait for processes that themselves wait).
 // expect_job_ends.cmake runs this under mpiexec and checks the exit code, the messages and how
 // long the job took to end.
 #include <csignal>
@@ -42,6 +44,7 @@ struct options {
   const char* sig_name = "";
   std::string leave;
   bool model_parallel = false;
+  int reporter = -1;
 };
 
 template <class Model>
@@ -91,9 +94,13 @@ int main(int argc, char** argv) {
       o.sig = 0;
     } else if (std::strcmp(argv[i], "--model-parallel") == 0) {
       o.model_parallel = true;
+    } else if (std::strcmp(argv[i], "--reporter") == 0 && has_value) {
+      o.reporter = std::atoi(argv[++i]);
     }
   }
   tessel::initialize guard(argc, argv, init);
+  if (o.reporter >= 0 && tessel::process_id() != o.reporter)
+    tessel::set_collective_timeout(3 * tessel::collective_timeout());
   if (o.leave == "uncaught") {
     o.model_parallel ? train<mp_model>(o) : train<dp_model>(o);
     return 0;

@@ -30,8 +30,14 @@ stall::process running(std::vector<std::uint64_t> entered) {
 }  // namespace
 
 TEST_CASE("stall: a stopped process of 2, named; the waiting one is not blamed", "[comm][stall]") {
-  stall::snapshot s{.reporter = 0, .op = "all_reduce", .channel = 0, .seq = 12, .waited = 5,
-                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1}}}, .processes = {}};
+  stall::snapshot s{.reporter = 0,
+                    .op = "all_reduce",
+                    .channel = 0,
+                    .seq = 12,
+                    .waited = 5,
+                    .timeout = 5,
+                    .channels = {{"mesh axis 'batch'", {0, 1}}},
+                    .processes = {}};
   stall::process stopped = running({11});
   stopped.stopped = true;
   s.processes = {waiting(0, 12, {12}), stopped};
@@ -49,14 +55,20 @@ TEST_CASE("stall: on a 2x4 mesh, processes that wait for waiting processes lead 
   // axis of model columns 0 to 3 ({0, 4}, {1, 5}, {2, 6}, {3, 7}). Process 7 stopped before its
   // 10th collective over "model"; 4, 5, 6 wait for it there; 0, 1, 2 wait over "data" for 4, 5,
   // 6; 3 (the reporter) waits over "data" for 7 itself.
-  stall::snapshot s{.reporter = 3, .op = "all_reduce", .channel = 5, .seq = 7, .waited = 10,
-                    .timeout = 10, .channels = {}, .processes = {}};
+  stall::snapshot s{.reporter = 3,
+                    .op = "all_reduce",
+                    .channel = 5,
+                    .seq = 7,
+                    .waited = 10,
+                    .timeout = 10,
+                    .channels = {},
+                    .processes = {}};
   s.channels = {{"mesh axis 'model'", {0, 1, 2, 3}}, {"mesh axis 'model'", {4, 5, 6, 7}},
                 {"mesh axis 'data'", {0, 4}},        {"mesh axis 'data'", {1, 5}},
                 {"mesh axis 'data'", {2, 6}},        {"mesh axis 'data'", {3, 7}}};
   const std::vector<std::uint64_t> row0{10, 0, 7, 7, 7, 7}, row1{0, 10, 6, 6, 6, 6};
-  s.processes = {waiting(2, 7, row0), waiting(3, 7, row0), waiting(4, 7, row0),
-                 waiting(5, 7, row0), waiting(1, 10, row1), waiting(1, 10, row1),
+  s.processes = {waiting(2, 7, row0),  waiting(3, 7, row0),        waiting(4, 7, row0),
+                 waiting(5, 7, row0),  waiting(1, 10, row1),       waiting(1, 10, row1),
                  waiting(1, 10, row1), running({0, 9, 6, 6, 6, 6})};
   s.processes[7].stopped = true;
   const std::string m = stall::describe(s);
@@ -67,9 +79,56 @@ TEST_CASE("stall: on a 2x4 mesh, processes that wait for waiting processes lead 
   for (int r = 0; r < 7; ++r) CHECK_THAT(m, !Contains("process " + std::to_string(r) + " of 8"));
 }
 
+TEST_CASE("stall: the rows of a mesh axis share a channel number; each waits with its own row",
+          "[comm][stall]") {
+  // As the watchdog numbers them: channel 0 is the "model" axis, whose rows are {0..3} and
+  // {4..7}; channel 1 the "data" axis, {0, 4}, {1, 5}, {2, 6}, {3, 7}. The reporter (2) knows
+  // the members of its own rows only; 6, which it waits for, waits over "model" in the other
+  // row, for the stopped 7.
+  stall::snapshot s{.reporter = 2,
+                    .op = "all_reduce",
+                    .channel = 1,
+                    .seq = 7,
+                    .waited = 10,
+                    .timeout = 10,
+                    .channels = {},
+                    .processes = {}};
+  s.channels = {{"mesh axis 'model'", {0, 1, 2, 3}}, {"mesh axis 'data'", {2, 6}}};
+  const std::vector<std::uint64_t> row0{10, 7}, row1{10, 6};
+  s.processes = {waiting(1, 7, row0),  waiting(1, 7, row0),  waiting(1, 7, row0),
+                 waiting(1, 7, row0),  waiting(0, 10, row1), waiting(0, 10, row1),
+                 waiting(0, 10, row1), running({9, 6})};
+  s.processes[7].stopped = true;
+  for (int r = 0; r < 8; ++r)
+    s.processes[static_cast<std::size_t>(r)].group = {stall::group_key(r < 4 ? 0 : 4, 4),
+                                                      stall::group_key(r % 4, 2)};
+  std::string m = stall::describe(s);
+  CHECK_THAT(m, Contains("collective timeout: process 7 of 8 is stopped (SIGSTOP, or held by a "
+                         "debugger) and did not arrive. Process 2 waited 10 s"));
+  CHECK_THAT(m, !Contains("different collectives"));
+
+  // The row of 4..7 and another process, 7 and that one on another machine: counted once, though
+  // 4, 5 and 6 all wait over it.
+  s.processes[7] = stall::process{};
+  for (int r = 0; r < 4; ++r) s.processes[static_cast<std::size_t>(r)].wait_channel = 0;
+  s.processes[2].wait_channel = 1;
+  for (auto& p : s.processes) p.entered = {9, 6};
+  for (int r = 4; r < 7; ++r)
+    s.processes[static_cast<std::size_t>(r)].group[0] = stall::group_key(4, 5);
+  m = stall::describe(s);
+  CHECK_THAT(m, Contains("the processes it waits for that are on other machines could not be "
+                         "checked (2 of them)"));
+}
+
 TEST_CASE("stall: a process stopped inside the collective, after arriving", "[comm][stall]") {
-  stall::snapshot s{.reporter = 0, .op = "all_gather", .channel = 0, .seq = 4, .waited = 7,
-                    .timeout = 6, .channels = {{"mesh axis 'model'", {0, 1, 2}}}, .processes = {}};
+  stall::snapshot s{.reporter = 0,
+                    .op = "all_gather",
+                    .channel = 0,
+                    .seq = 4,
+                    .waited = 7,
+                    .timeout = 6,
+                    .channels = {{"mesh axis 'model'", {0, 1, 2}}},
+                    .processes = {}};
   stall::process inside = waiting(0, 4, {4});
   inside.stopped = true;
   s.processes = {waiting(0, 4, {4}), waiting(0, 4, {4}), inside};
@@ -81,8 +140,14 @@ TEST_CASE("stall: a process stopped inside the collective, after arriving", "[co
 
 TEST_CASE("stall: a process running outside any collective, one that has left, one gone",
           "[comm][stall]") {
-  stall::snapshot s{.reporter = 0, .op = "all_reduce", .channel = 0, .seq = 3, .waited = 5,
-                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1, 2, 3}}}, .processes = {}};
+  stall::snapshot s{.reporter = 0,
+                    .op = "all_reduce",
+                    .channel = 0,
+                    .seq = 3,
+                    .waited = 5,
+                    .timeout = 5,
+                    .channels = {{"mesh axis 'batch'", {0, 1, 2, 3}}},
+                    .processes = {}};
   stall::process left = waiting(1, 1, {2, 1});
   left.leaving = true;
   stall::process gone = running({2});
@@ -96,8 +161,14 @@ TEST_CASE("stall: a process running outside any collective, one that has left, o
 
 TEST_CASE("stall: every process arrived, processes on other machines, a wait cycle",
           "[comm][stall]") {
-  stall::snapshot s{.reporter = 0, .op = "all_reduce", .channel = 0, .seq = 3, .waited = 5,
-                    .timeout = 5, .channels = {{"mesh axis 'batch'", {0, 1}}}, .processes = {}};
+  stall::snapshot s{.reporter = 0,
+                    .op = "all_reduce",
+                    .channel = 0,
+                    .seq = 3,
+                    .waited = 5,
+                    .timeout = 5,
+                    .channels = {{"mesh axis 'batch'", {0, 1}}},
+                    .processes = {}};
   s.processes = {waiting(0, 3, {3}), waiting(0, 3, {3})};
   CHECK_THAT(stall::describe(s),
              Contains("every process arrived, so the collective itself did not complete (an MPI "

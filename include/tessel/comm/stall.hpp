@@ -6,33 +6,46 @@
 // names them in one message. Pure: no MPI, no clock, so that each case is tested on its own.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessel::comm::stall {
 
 // One process as the watchdog sees it.
 struct process {
-  bool known = false;     // on this machine: the fields below are read from it
-  bool stopped = false;   // its state is T (SIGSTOP, or held by a debugger)
-  bool exited = false;    // no longer runs (or a zombie)
-  bool leaving = false;   // its tessel::initialize guard ended (main returned)
-  int wait_channel = -1;  // the communicator of the collective it waits in, -1: none
-  std::uint64_t wait_seq = 0;           // that collective's number there
-  std::vector<std::uint64_t> entered;   // per channel: the collectives it has entered
+  bool known = false;                  // on this machine: the fields below are read from it
+  bool stopped = false;                // its state is T (SIGSTOP, or held by a debugger)
+  bool exited = false;                 // no longer runs (or a zombie)
+  bool leaving = false;                // its tessel::initialize guard ended (main returned)
+  int wait_channel = -1;               // the communicator of the collective it waits in, -1: none
+  std::uint64_t wait_seq = 0;          // that collective's number there
+  std::vector<std::uint64_t> entered;  // per channel: the collectives it has entered
+  // Per channel: which communicator it belongs to there (group_key), 0 for none. Processes of
+  // different rows of a mesh share a channel number (one per axis) but not its members: a
+  // process whose key differs from the reporter's waits with the processes that share its key.
+  // Empty: the reporter's members (one communicator per channel).
+  std::vector<std::uint64_t> group;
 };
 
-// A communicator the watchdog knows: how messages name it, and its processes (world ranks).
+// A communicator as a number: its lowest world rank and its size.
+constexpr std::uint64_t group_key(int lowest, int size) noexcept {
+  return ((static_cast<std::uint64_t>(lowest) + 1) << 32) | static_cast<std::uint32_t>(size);
+}
+
+// A channel as the reporter knows it: how messages name it, and the processes (world ranks) of
+// the reporter's communicator there.
 struct channel {
   std::string label;
   std::vector<int> members;
 };
 
 struct snapshot {
-  int reporter = 0;  // the process whose wait timed out (world rank)
+  int reporter = 0;     // the process whose wait timed out (world rank)
   const char* op = "";  // what it waits in, on `channel` with number `seq`
   int channel = -1;
   std::uint64_t seq = 0;
@@ -70,13 +83,36 @@ inline std::string describe(const snapshot& s) {
   std::vector<int> cause_channel(s.processes.size(), -1);
   std::vector<std::uint64_t> cause_seq(s.processes.size(), 0);
   std::vector<bool> visited(s.processes.size(), false), unknown(s.processes.size(), false);
-  bool missing = false;  // some process has not entered a collective others wait in
+  bool missing = false;    // some process has not entered a collective others wait in
+  std::size_t hidden = 0;  // members on other machines whose ranks are not known here
+  std::vector<std::pair<int, std::uint64_t>> counted;  // the rows counted in `hidden`
 
-  // The members of collective `seq` on `c` that the waiters wait for; a member that waits in
-  // another collective is followed to those it waits for.
-  auto walk = [&](auto& self, int c, std::uint64_t seq) -> void {
+  // The members of `via`'s communicator on channel `c`: the reporter's, or the processes that
+  // share its key there (those on other machines are counted in `hidden`).
+  const auto key = [&](int r, int c) -> std::uint64_t {
+    if (r < 0 || r >= n) return 0;
+    const auto& g = s.processes[static_cast<std::size_t>(r)].group;
+    return static_cast<std::size_t>(c) < g.size() ? g[static_cast<std::size_t>(c)] : 0;
+  };
+  const auto members_of = [&](int c, int via) {
+    const std::uint64_t k = key(via, c);
+    if (k == 0 || k == key(s.reporter, c)) return s.channels[static_cast<std::size_t>(c)].members;
+    std::vector<int> members;
+    for (int r = 0; r < n; ++r)
+      if (key(r, c) == k) members.push_back(r);
+    const auto size = static_cast<std::size_t>(k & 0xffffffffu);
+    const auto row = std::pair{c, k};
+    if (size > members.size() && std::find(counted.begin(), counted.end(), row) == counted.end()) {
+      counted.push_back(row);
+      hidden += size - members.size();
+    }
+    return members;
+  };
+  // The members of collective `seq` on `c` (as `via` sees it) that the waiters wait for; a member
+  // that waits in another collective is followed to those it waits for.
+  auto walk = [&](auto& self, int c, std::uint64_t seq, int via) -> void {
     if (c < 0 || static_cast<std::size_t>(c) >= s.channels.size()) return;
-    for (const int m : s.channels[static_cast<std::size_t>(c)].members) {
+    for (const int m : members_of(c, via)) {
       if (m < 0 || m >= n) continue;
       const auto i = static_cast<std::size_t>(m);
       const process& p = s.processes[i];
@@ -101,7 +137,7 @@ inline std::string describe(const snapshot& s) {
       } else if (p.wait_channel >= 0) {
         if (!visited[i]) {
           visited[i] = true;
-          self(self, p.wait_channel, p.wait_seq);
+          self(self, p.wait_channel, p.wait_seq, m);
         }
       } else {
         cause[i] = why::elsewhere;
@@ -109,7 +145,7 @@ inline std::string describe(const snapshot& s) {
     }
   };
   if (s.reporter >= 0 && s.reporter < n) visited[static_cast<std::size_t>(s.reporter)] = true;
-  walk(walk, s.channel, s.seq);
+  walk(walk, s.channel, s.seq, s.reporter);
 
   auto label = [&](int c) {
     return c >= 0 && static_cast<std::size_t>(c) < s.channels.size()
@@ -153,22 +189,30 @@ inline std::string describe(const snapshot& s) {
   std::vector<int> others, waiting;
   for (int r = 0; r < n; ++r) {
     const auto i = static_cast<std::size_t>(r);
-    if (unknown[i]) others.push_back(r);
+    if (unknown[i])
+      others.push_back(r);
     else if (cause[i] == why::none && s.processes[i].known && s.processes[i].wait_channel >= 0)
       waiting.push_back(r);
   }
+  std::string others_text = detail::ranks_text(others);
+  if (hidden > 0)
+    others_text += (others.empty() ? "" : ", and ") + std::to_string(hidden) +
+                   (others.empty() ? " of them" : " more");
   if (causes.empty()) {
-    if (!others.empty())
+    if (!others_text.empty())
       msg += "the processes it waits for that are on other machines could not be checked (" +
-             detail::ranks_text(others) + ")";
+             others_text + ")";
     else if (missing)
-      msg += "the processes wait in different collectives for each other (the program calls "
-             "collectives in a different order on different processes)";
+      msg +=
+          "the processes wait in different collectives for each other (the program calls "
+          "collectives in a different order on different processes)";
     else
-      msg += "every process arrived, so the collective itself did not complete (an MPI or "
-             "network fault)";
-  } else if (!others.empty()) {
-    msg += "; processes " + detail::ranks_text(others) +
+      msg +=
+          "every process arrived, so the collective itself did not complete (an MPI or "
+          "network fault)";
+  } else if (!others_text.empty()) {
+    msg += "; " +
+           (others.empty() ? std::to_string(hidden) + " processes" : "processes " + others_text) +
            " are on other machines and could not be checked";
   }
   msg += ". Process " + std::to_string(s.reporter) + " waited " +
@@ -177,7 +221,9 @@ inline std::string describe(const snapshot& s) {
          " (its collective number " + std::to_string(s.seq) + ")";
   if (waiting.size() > 1)
     msg += "; processes " + detail::ranks_text(waiting) + " wait in collectives " +
-           (causes.size() == 1 ? "for it" : causes.empty() ? "too" : "for them");
+           (causes.size() == 1 ? "for it"
+            : causes.empty()   ? "too"
+                               : "for them");
   msg +=
       ". Aborting the job. If a step really takes this long, raise the timeout: "
       "TESSEL_COLLECTIVE_TIMEOUT=<seconds> or tessel::set_collective_timeout.";

@@ -43,8 +43,8 @@
 #include <vector>
 
 #include "../core/environment.hpp"
-#include "stall.hpp"
 #include "../core/errors.hpp"
+#include "stall.hpp"
 
 namespace tessel::comm {
 
@@ -164,6 +164,11 @@ class watchdog {
     MPI_Group_free(&world);
     std::lock_guard lock(mutex_);
     if (static_cast<std::size_t>(agreed) >= max_channels) return -1;
+    // Every row of a mesh axis agrees on the same channel; which row this process is in is
+    // published beside its counter, so that a report names the members of another's row.
+    const int lowest = *std::min_element(ch.members.begin(), ch.members.end());
+    word(own_, group_word + static_cast<std::size_t>(agreed))
+        .store(stall::group_key(lowest, size), std::memory_order_release);
     if (channels_.size() <= static_cast<std::size_t>(agreed))
       channels_.resize(static_cast<std::size_t>(agreed) + 1);
     channels_[static_cast<std::size_t>(agreed)] = std::move(ch);
@@ -209,10 +214,11 @@ class watchdog {
   [[nodiscard]] const std::string& segment_name() const noexcept { return segment_name_; }
 
  private:
-  // A process's words in the segment: its counters, then what it waits in, its pid, its flags.
+  // A process's words in the segment: its counters, then what it waits in, its pid, its flags,
+  // (spare words to a cache line), then per channel the communicator it is in (group_key).
   static constexpr std::size_t wait_word = max_channels, pid_word = max_channels + 1,
-                               flags_word = max_channels + 2,
-                               slot_words = max_channels + 8;  // a cache line of spare words
+                               flags_word = max_channels + 2, group_word = max_channels + 8,
+                               slot_words = 2 * max_channels + 8;
   static constexpr std::size_t header_words = 8;  // [0]: the reporter's world rank + 1
   static constexpr std::uint64_t leaving_flag = 1;
 
@@ -282,7 +288,7 @@ class watchdog {
     }
     int mapped = p != MAP_FAILED ? 1 : 0, everywhere = 0;
     MPI_Allreduce(&mapped, &everywhere, 1, MPI_INT, MPI_MIN, node);  // all mapped (or not)
-    if (created) ::shm_unlink(segment_name_.c_str());  // the first call removes it
+    if (created) ::shm_unlink(segment_name_.c_str());                // the first call removes it
     segment_name_.clear();
     if (everywhere) {
       shared_ = static_cast<std::uint64_t*>(p);  // zero-filled by ftruncate
@@ -362,15 +368,24 @@ class watchdog {
     s.reporter = world_rank_;
     s.timeout = timeout();
     s.channels = channels_;
+    // Channels another process of the machine has registered and this one has not.
+    std::size_t used = channels_.size();
+    for (std::uint64_t* slot : slots_)
+      for (std::size_t c = used; slot != nullptr && c < max_channels; ++c)
+        if (word(slot, group_word + c).load(std::memory_order_acquire) != 0) used = c + 1;
+    s.channels.resize(used, stall::channel{"a communicator of another process", {}});
     s.processes.resize(static_cast<std::size_t>(world_size_));
     for (int r = 0; r < world_size_; ++r) {
       std::uint64_t* slot = slots_[static_cast<std::size_t>(r)];
       if (slot == nullptr) continue;
       stall::process& p = s.processes[static_cast<std::size_t>(r)];
       p.known = true;
-      p.entered.resize(channels_.size());
-      for (std::size_t c = 0; c < channels_.size(); ++c)
+      p.entered.resize(used);
+      p.group.resize(used);
+      for (std::size_t c = 0; c < used; ++c) {
         p.entered[c] = word(slot, c).load(std::memory_order_acquire);
+        p.group[c] = word(slot, group_word + c).load(std::memory_order_acquire);
+      }
       const std::uint64_t w = word(slot, wait_word).load(std::memory_order_acquire);
       if (w != 0 && r != world_rank_) {
         p.wait_channel = static_cast<int>(w & 0x7fffu) - 1;
