@@ -135,6 +135,12 @@ __global__ void scale_shift_kernel(cmat in, mat out, float scale, float offset) 
     out.p[i * out.ld + j] = in.p[i * in.ld + j] * scale + offset;
   }
 }
+__global__ void add_kernel(cmat a, cmat b, mat out) {
+  TESSEL_GRID_STRIDE(k, out.rows * out.cols) {
+    const std::size_t i = k / out.cols, j = k % out.cols;
+    out.p[i * out.ld + j] = a.p[i * a.ld + j] + b.p[i * b.ld + j];
+  }
+}
 __global__ void dropout_kernel(cmat in, mat out, random::stream st, float rate,
                                std::uint64_t first_row, std::uint64_t first_col,
                                std::uint64_t global_cols) {
@@ -459,6 +465,10 @@ void activation_backward_bias(activation_kind a, cmat y, cmat dy, mat dz, float*
 void scale_shift(cmat in, mat out, float scale, float offset, cudaStream_t s) {
   if (empty(out.rows, out.cols)) return;
   scale_shift_kernel<<<blocks_for(out.rows * out.cols), threads, 0, s>>>(in, out, scale, offset);
+}
+void add(cmat a, cmat b, mat out, cudaStream_t s) {
+  if (empty(out.rows, out.cols)) return;
+  add_kernel<<<blocks_for(out.rows * out.cols), threads, 0, s>>>(a, b, out);
 }
 void dropout(cmat in, mat out, const random::stream& st, float rate, std::uint64_t first_row,
              std::uint64_t first_col, std::uint64_t global_cols, cudaStream_t s) {

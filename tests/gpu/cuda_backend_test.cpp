@@ -229,6 +229,10 @@ TEST_CASE("cuda: dense's fused forward and backward for every activation", "[gpu
   H::scale_shift(s.h, out.h, 1.0f / 255.0f, -0.5f);
   D::scale_shift(s.d, out.d, 1.0f / 255.0f, -0.5f);
   check_equal(out, "scale_shift");
+  both addend(11, 13, 27), summed(11, 13, 28);
+  H::add(s.h, addend.h, summed.h);
+  D::add(s.d, addend.d, summed.d);
+  check_equal(summed, "add", 0);
 }
 
 TEST_CASE("cuda: dropout draws the host's masks, bit for bit, on blocks of the batch", "[gpu]") {

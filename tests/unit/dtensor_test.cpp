@@ -54,7 +54,9 @@ TEST_CASE("dtensor: a device's block, its local shape and its views", "[dtensor]
   CHECK(B::cols(t.view((N / 2) * H * W, C / 2)) == C / 2);
   CHECK_THAT(message_of([&] { (void)t.view(7, 7); }),
              Contains("a view of 7 x 7 of a block of 90 elements"));
-  CHECK_THAT(message_of([&] { at<L>({N, H, W, 5}, 0, 0); }),
+  CHECK_THAT(message_of([&] {
+               at<L>({N, H, W, 5}, 0, 0);
+             }),
              Contains("dimension 3 of size 5 is sharded over mesh axis 'model' of size 2"));
   CHECK_THAT(message_of([&] { at<L>({N, H, W}, 0, 0); }), Contains("rank 4"));
   // The same elements whatever the sharding: a block drawn alone is the slice of the whole.
@@ -67,7 +69,8 @@ TEST_CASE("dtensor: a device's block, its local shape and its views", "[dtensor]
   for (std::size_t n = 2; n < 4; ++n)
     for (std::size_t h = 0; h < H; ++h)
       for (std::size_t w = 0; w < W; ++w)
-        for (std::size_t c = 3; c < 6; ++c) same = same && mine[k++] == all[((n * H + h) * W + w) * C + c];
+        for (std::size_t c = 3; c < 6; ++c)
+          same = same && mine[k++] == all[((n * H + h) * W + w) * C + c];
   CHECK(same);
 }
 
@@ -123,7 +126,8 @@ TEST_CASE("variables: a variable holds its block of the global tensor, drawn as 
   auto store = store_at(split, 1, 0);
   variable<B>& b = add_variable(store, "d/bias", {6}, "random_normal", 7);
   variable_store<B> whole_bias;
-  const std::vector<float> bias = add_variable(whole_bias, "d/bias", {6}, "random_normal", 7).numpy();
+  const std::vector<float> bias =
+      add_variable(whole_bias, "d/bias", {6}, "random_normal", 7).numpy();
   CHECK(b.numpy() == std::vector<float>(bias.begin() + 3, bias.end()));
 }
 
@@ -137,7 +141,7 @@ TEST_CASE("activations: dropout draws a block's part of the whole batch's mask",
   B::matrix x = B::make_matrix("x", 8, 6);
   B::upload(ones, x);
   std::vector<float> all(48);
-  B::download(whole.forward(batch_block<B>(x), ctx).local(), all);
+  B::download(tessel::call_forward(whole, batch_block<B>(x), ctx).local(), all);
   // Rows [4, 8) and columns [3, 6) of the batch: a block of a tensor split over both axes.
   const block b{shape_value{4, 3}, shape_value{4, 3}};
   layout_value l = layout_value::replicated(2);
@@ -146,7 +150,8 @@ TEST_CASE("activations: dropout draws a block's part of the whole batch's mask",
   B::matrix xb = B::make_matrix("xb", 4, 3);
   B::upload(std::span<const float>(ones).first(12), xb);
   std::vector<float> mine(12);
-  B::download(part.forward(basic_dtensor<B>(shape_value{8, 6}, l, b, xb), ctx).local(), mine);
+  B::download(
+      tessel::call_forward(part, basic_dtensor<B>(shape_value{8, 6}, l, b, xb), ctx).local(), mine);
   for (std::size_t r = 0; r < 4; ++r)
     for (std::size_t c = 0; c < 3; ++c) {
       INFO("row " << r << ", column " << c);
@@ -157,10 +162,11 @@ TEST_CASE("activations: dropout draws a block's part of the whole batch's mask",
   deep.dims[2].push(1);
   B::matrix xd = B::make_matrix("xd", 2, 6);
   const block bd{shape_value{0, 0, 2}, shape_value{2, 3, 2}};
-  CHECK_THAT(message_of([&] {
-               part.forward(basic_dtensor<B>(shape_value{2, 3, 4}, deep, bd, xd), ctx);
-             }),
-             Contains("dropout: a block split along dimension 2"));
+  CHECK_THAT(
+      message_of([&] {
+        tessel::call_forward(part, basic_dtensor<B>(shape_value{2, 3, 4}, deep, bd, xd), ctx);
+      }),
+      Contains("dropout: a block split along dimension 2"));
 }
 
 TEST_CASE("losses: an output block without its whole class dimension is refused", "[dtensor]") {

@@ -102,11 +102,11 @@ void check_dense_case(const json& g, const json& c) {
   if (c["use_bias"].get<bool>()) layer.vars[1].assign(values(g["bias"]));
   const matrix x = device(g["x"]);
   tessel::pass_context ctx{.training = true};
-  const matrix y = layer.rt.forward(tessel::batch_block<B>(x), ctx).local();
+  const matrix y = tessel::call_forward(layer.rt, tessel::batch_block<B>(x), ctx).local();
   const std::string name = c["activation"].get<std::string>();
   check_close(y, c["y"], "dense " + name + " y");
   const matrix dy = device(g["dy"]);
-  const matrix& dx = layer.rt.backward(tessel::batch_block<B>(x), dy, true, ctx);
+  const matrix dx = tessel::call_backward(layer.rt, tessel::batch_block<B>(x), dy, true, ctx);
   check_close(dx, c["dx"], "dense " + name + " dx");
   check_close(layer.vars[0].gradient, c["dkernel"], "dense " + name + " dkernel");
   if (c["use_bias"].get<bool>())
@@ -119,9 +119,10 @@ void check_activation_case(const json& g, const json& c, const std::string& what
   lone_layer<L> layer(tessel::shape_value{xs[1]}, tessel::shape_value{xs[1]});
   const matrix x = device(g["x"]);
   tessel::pass_context ctx{.training = true};
-  check_close(layer.rt.forward(tessel::batch_block<B>(x), ctx).local(), c["y"], what + " y");
+  check_close(tessel::call_forward(layer.rt, tessel::batch_block<B>(x), ctx).local(), c["y"],
+              what + " y");
   const matrix dy = device(g["dy"]);
-  check_close(layer.rt.backward(tessel::batch_block<B>(x), dy, true, ctx), c["dx"],
+  check_close(tessel::call_backward(layer.rt, tessel::batch_block<B>(x), dy, true, ctx), c["dx"],
               what + " dx");
 }
 
@@ -137,12 +138,18 @@ TEST_CASE("golden: dense forward and gradients for every activation, with and wi
     const bool bias = c["use_bias"];
     if (!bias && a == "relu")
       check_dense_case<dense<3, {.activation = "relu", .use_bias = false}>>(g, c);
-    else if (a == "linear") check_dense_case<dense<3>>(g, c);
-    else if (a == "relu") check_dense_case<dense<3, {.activation = "relu"}>>(g, c);
-    else if (a == "softmax") check_dense_case<dense<3, {.activation = "softmax"}>>(g, c);
-    else if (a == "sigmoid") check_dense_case<dense<3, {.activation = "sigmoid"}>>(g, c);
-    else if (a == "tanh") check_dense_case<dense<3, {.activation = "tanh"}>>(g, c);
-    else FAIL("unexpected golden case " << a);
+    else if (a == "linear")
+      check_dense_case<dense<3>>(g, c);
+    else if (a == "relu")
+      check_dense_case<dense<3, {.activation = "relu"}>>(g, c);
+    else if (a == "softmax")
+      check_dense_case<dense<3, {.activation = "softmax"}>>(g, c);
+    else if (a == "sigmoid")
+      check_dense_case<dense<3, {.activation = "sigmoid"}>>(g, c);
+    else if (a == "tanh")
+      check_dense_case<dense<3, {.activation = "tanh"}>>(g, c);
+    else
+      FAIL("unexpected golden case " << a);
     ++checked;
   }
   CHECK(checked == 6);
@@ -155,14 +162,22 @@ TEST_CASE("golden: relu, softmax and activation layers", "[golden][layers]") {
   for (const json& c : g["cases"]) {
     const std::string layer = c["layer"];
     const std::string fn = c.contains("activation") ? c["activation"].get<std::string>() : "";
-    if (layer == "ReLU") check_activation_case<relu<>>(g, c, "ReLU");
-    else if (layer == "Softmax") check_activation_case<softmax<>>(g, c, "Softmax");
-    else if (fn == "relu") check_activation_case<activation<"relu">>(g, c, "Activation(relu)");
-    else if (fn == "softmax") check_activation_case<activation<"softmax">>(g, c, "Activation(softmax)");
-    else if (fn == "sigmoid") check_activation_case<activation<"sigmoid">>(g, c, "Activation(sigmoid)");
-    else if (fn == "tanh") check_activation_case<activation<"tanh">>(g, c, "Activation(tanh)");
-    else if (fn == "linear") check_activation_case<activation<"linear">>(g, c, "Activation(linear)");
-    else FAIL("unexpected golden case " << layer << " " << fn);
+    if (layer == "ReLU")
+      check_activation_case<relu<>>(g, c, "ReLU");
+    else if (layer == "Softmax")
+      check_activation_case<softmax<>>(g, c, "Softmax");
+    else if (fn == "relu")
+      check_activation_case<activation<"relu">>(g, c, "Activation(relu)");
+    else if (fn == "softmax")
+      check_activation_case<activation<"softmax">>(g, c, "Activation(softmax)");
+    else if (fn == "sigmoid")
+      check_activation_case<activation<"sigmoid">>(g, c, "Activation(sigmoid)");
+    else if (fn == "tanh")
+      check_activation_case<activation<"tanh">>(g, c, "Activation(tanh)");
+    else if (fn == "linear")
+      check_activation_case<activation<"linear">>(g, c, "Activation(linear)");
+    else
+      FAIL("unexpected golden case " << layer << " " << fn);
     ++checked;
   }
   CHECK(checked == 7);
@@ -180,14 +195,16 @@ TEST_CASE("golden: rescaling, flatten and dropout at inference", "[golden][layer
   const json& f = all["flatten"];
   lone_layer<flatten<>> fl(tessel::shape_value{3, 4}, tessel::shape_value{12});
   const matrix x = device(f["x"]);
-  check_close(fl.rt.forward(tessel::batch_block<B>(x), {}).local(), f["y"], "Flatten y");
+  check_close(tessel::call_forward(fl.rt, tessel::batch_block<B>(x), {}).local(), f["y"],
+              "Flatten y");
   CHECK(shape_of(f["y"]) == std::vector<std::size_t>{2, 12});
 
   const json& d = all["dropout"];
   lone_layer<dropout<0.4>> dr(tessel::shape_value{5}, tessel::shape_value{5});
-  check_close(dr.rt.forward(tessel::batch_block<B>(device(d["x"])), {.training = false}).local(),
-              d["y_training_false"],
-              "Dropout(training=False)");
+  check_close(
+      tessel::call_forward(dr.rt, tessel::batch_block<B>(device(d["x"])), {.training = false})
+          .local(),
+      d["y_training_false"], "Dropout(training=False)");
 }
 
 TEST_CASE("golden: losses and their gradients (sum_over_batch_size, probability clipping)",
@@ -229,20 +246,21 @@ TEST_CASE("golden: three steps of sgd, adam and rmsprop in each configuration",
     const std::string cls = c["class"];
     INFO("case " << c["case"].get<std::string>());
     tessel::optimizer_spec spec =
-        cls == "SGD" ? tessel::optimizer_spec(tessel::optimizers::sgd{
-                           .learning_rate = cfg["learning_rate"],
-                           .momentum = cfg["momentum"],
-                           .nesterov = cfg["nesterov"]})
+        cls == "SGD"
+            ? tessel::optimizer_spec(tessel::optimizers::sgd{.learning_rate = cfg["learning_rate"],
+                                                             .momentum = cfg["momentum"],
+                                                             .nesterov = cfg["nesterov"]})
         : cls == "Adam"
             ? tessel::optimizer_spec(tessel::optimizers::adam{.learning_rate = cfg["learning_rate"],
                                                               .beta_1 = cfg["beta_1"],
                                                               .beta_2 = cfg["beta_2"],
                                                               .epsilon = cfg["epsilon"]})
-            : tessel::optimizer_spec(tessel::optimizers::rmsprop{.learning_rate = cfg["learning_rate"],
-                                                                 .rho = cfg["rho"],
-                                                                 .momentum = cfg["momentum"],
-                                                                 .epsilon = cfg["epsilon"],
-                                                                 .centered = cfg["centered"]});
+            : tessel::optimizer_spec(
+                  tessel::optimizers::rmsprop{.learning_rate = cfg["learning_rate"],
+                                              .rho = cfg["rho"],
+                                              .momentum = cfg["momentum"],
+                                              .epsilon = cfg["epsilon"],
+                                              .centered = cfg["centered"]});
     tessel::optimizer<B> opt(spec);
     tessel::variable_store<B> store;
     auto& w = tessel::add_variable(store, "w", {2, 3}, "zeros", 0);
@@ -302,7 +320,8 @@ void check_training_steps(Model& model, const json& m, const tessel::array<Y>& y
     const tessel::logs l = model.train_on_batch(x, y);
     for (std::size_t k = 0; k < names.size(); ++k)
       check_close({static_cast<float>(*tessel::find_log(l, names[k]))},
-                  {s["returned"][k].get<float>()}, "step " + std::to_string(step + 1) + " " + names[k]);
+                  {s["returned"][k].get<float>()},
+                  "step " + std::to_string(step + 1) + " " + names[k]);
     const auto now = model.get_weights();
     for (std::size_t v = 0; v < now.size(); ++v)
       check_close(
@@ -312,7 +331,8 @@ void check_training_steps(Model& model, const json& m, const tessel::array<Y>& y
   }
   const tessel::logs e = model.evaluate(tessel::from_tensor_slices(x, y).batch(32), 0);
   for (const auto& [k, v] : m["evaluate"].items())
-    check_close({static_cast<float>(*tessel::find_log(e, k))}, {v.template get<float>()}, "evaluate " + k);
+    check_close({static_cast<float>(*tessel::find_log(e, k))}, {v.template get<float>()},
+                "evaluate " + k);
   check_close(model.predict(x).values, values(m["predict"]), "predict", 1e-5, 1e-6);
 }
 
@@ -324,7 +344,7 @@ TEST_CASE("golden: seeds/001 MLP (scaled down), three Adam steps, evaluate and p
   const json m = load("model_step.json")["models"][0];
   REQUIRE(m["name"] == "mlp_adam_scce");
   model_on<input<12>, dense<16, {.activation = "relu"}>, dense<16, {.activation = "relu"}>,
-                     dense<5>>
+           dense<5>>
       model;
   model.compile(tessel::optimizers::adam{},
                 tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
@@ -337,8 +357,8 @@ TEST_CASE("golden: seeds/000 model (scaled down) with SGD and with the default o
           "[golden][model]") {
   using namespace tessel::layers;
   using model_t = model_on<input<6, 4>, flatten<>,
-                                     dense<7, {.activation = "relu", .use_bias = false, .name = "d1"}>,
-                                     dense<3, {.activation = "softmax", .name = "d2"}>>;
+                           dense<7, {.activation = "relu", .use_bias = false, .name = "d1"}>,
+                           dense<3, {.activation = "softmax", .name = "d2"}>>;
   const json all = load("model_step.json")["models"];
   {
     const json& m = all[1];
@@ -382,8 +402,11 @@ std::string without_layout_column(const std::string& text) {
       for (std::size_t i = 1; i < cut; ++i) first3 += cps[i];
       if (cps[0] == "│" && first3.find_first_not_of(" │") == std::string::npos) continue;
       const std::string& sep = cps[cut];
-      const std::string close = sep == "┳" ? "┓" : sep == "╇" ? "┩" : sep == "┼" ? "┤"
-                                : sep == "┴" ? "┘" : sep;
+      const std::string close = sep == "┳"   ? "┓"
+                                : sep == "╇" ? "┩"
+                                : sep == "┼" ? "┤"
+                                : sep == "┴" ? "┘"
+                                             : sep;
       line.clear();
       for (std::size_t i = 0; i < cut; ++i) line += cps[i];
       line += close;
@@ -403,14 +426,14 @@ std::string read_text(const std::string& name) {
 
 TEST_CASE("golden: summary() is Keras's table plus a layout column", "[golden][summary]") {
   using namespace tessel::layers;
-  model_on<input<784>, dense<256, {.activation = "relu"}>,
-                     dense<256, {.activation = "relu"}>, dense<10>>
+  model_on<input<784>, dense<256, {.activation = "relu"}>, dense<256, {.activation = "relu"}>,
+           dense<10>>
       seed001;
   CHECK(without_layout_column(seed001.summary_text()) == read_text("summary_seed001.txt"));
   CHECK(seed001.count_params() == 269322);
   model_on<input<28, 28, 1>, flatten<>,
-                     dense<200, {.activation = "relu", .use_bias = false, .name = "d1"}>,
-                     dropout<0.4>, dense<10, {.activation = "softmax", .name = "d2"}>>
+           dense<200, {.activation = "relu", .use_bias = false, .name = "d1"}>, dropout<0.4>,
+           dense<10, {.activation = "softmax", .name = "d2"}>>
       seed000;
   CHECK(without_layout_column(seed000.summary_text()) ==
         read_text("summary_seed000_sequential.txt"));

@@ -144,7 +144,7 @@ tally check_layer(const std::string& what, const layer_case& c) {
   std::vector<float> last_y;
   auto objective = [&]() {
     const matrix xm = device(x, c.rows, n_in);
-    last_y = host(layer.rt.forward(tessel::batch_block<B>(xm), c.ctx).local());
+    last_y = host(tessel::call_forward(layer.rt, tessel::batch_block<B>(xm), c.ctx).local());
     return weighted_sum(last_y, r);
   };
 
@@ -153,11 +153,11 @@ tally check_layer(const std::string& what, const layer_case& c) {
   const std::vector<bool> base_pattern = positive_pattern(last_y);
   REQUIRE(last_y.size() == c.rows * n_out);
   const matrix xm = device(x, c.rows, n_in);
-  const matrix y = layer.rt.forward(tessel::batch_block<B>(xm), c.ctx).local();
+  const matrix y = tessel::call_forward(layer.rt, tessel::batch_block<B>(xm), c.ctx).local();
   REQUIRE(B::rows(y) == c.rows);
   REQUIRE(B::cols(y) == n_out);
   const matrix dy = device(r, c.rows, n_out);
-  const matrix& dxm = layer.rt.backward(tessel::batch_block<B>(xm), dy, true, c.ctx);
+  const matrix dxm = tessel::call_backward(layer.rt, tessel::batch_block<B>(xm), dy, true, c.ctx);
   REQUIRE(B::rows(dxm) == c.rows);
   REQUIRE(B::cols(dxm) == n_in);
   const std::vector<float> dx = host(dxm);
@@ -230,11 +230,11 @@ TEST_CASE("gradient check: dense gradients do not depend on need_dx", "[gradient
   const matrix xm = device(x, 3, 4);
   const tessel::pass_context ctx{.training = true};
   std::vector<std::vector<float>> with_dx, without_dx;
-  layer.rt.forward(tessel::batch_block<B>(xm), ctx);
-  layer.rt.backward(tessel::batch_block<B>(xm), device(r, 3, 3), true, ctx);
+  tessel::call_forward(layer.rt, tessel::batch_block<B>(xm), ctx);
+  tessel::call_backward(layer.rt, tessel::batch_block<B>(xm), device(r, 3, 3), true, ctx);
   for (const auto& v : layer.vars) with_dx.push_back(host(v.gradient));
-  layer.rt.forward(tessel::batch_block<B>(xm), ctx);
-  layer.rt.backward(tessel::batch_block<B>(xm), device(r, 3, 3), false, ctx);
+  tessel::call_forward(layer.rt, tessel::batch_block<B>(xm), ctx);
+  tessel::call_backward(layer.rt, tessel::batch_block<B>(xm), device(r, 3, 3), false, ctx);
   for (const auto& v : layer.vars) without_dx.push_back(host(v.gradient));
   CHECK(with_dx == without_dx);
 }
@@ -268,7 +268,7 @@ TEST_CASE("gradient check: rescaling and flatten", "[gradient]") {
   // The forward values of rescaling: y = 0.5 x + 0.25.
   lone_layer<rescaling<0.5, {.offset = 0.25}>> layer(s, s);
   const matrix x = device({-1, 0, 1, 2, 4}, 1, 5);
-  CHECK(host(layer.rt.forward(tessel::batch_block<B>(x), {}).local()) ==
+  CHECK(host(tessel::call_forward(layer.rt, tessel::batch_block<B>(x), {}).local()) ==
         std::vector<float>{-0.25f, 0.25f, 0.75f, 1.25f, 2.25f});
 }
 
@@ -288,8 +288,10 @@ TEST_CASE("gradient check: dropout in training (the mask is fixed by stream and 
   rng gen(3);
   std::vector<float> xv = gen.values(rows * cols, 0.5f, 1.5f);  // never zero
   const matrix x = device(xv, rows, cols);
-  const std::vector<float> y1 = host(layer.rt.forward(tessel::batch_block<B>(x), ctx).local());
-  const std::vector<float> y2 = host(layer.rt.forward(tessel::batch_block<B>(x), ctx).local());
+  const std::vector<float> y1 =
+      host(tessel::call_forward(layer.rt, tessel::batch_block<B>(x), ctx).local());
+  const std::vector<float> y2 =
+      host(tessel::call_forward(layer.rt, tessel::batch_block<B>(x), ctx).local());
   CHECK(y1 == y2);
   std::size_t dropped = 0;
   for (std::size_t k = 0; k < y1.size(); ++k) {
@@ -307,7 +309,7 @@ TEST_CASE("gradient check: dropout in training (the mask is fixed by stream and 
   // Backward applies the same mask to dy: zero exactly where the forward dropped.
   const matrix dy = device(std::vector<float>(rows * cols, 1.0f), rows, cols);
   const std::vector<float> dx =
-      host(layer.rt.backward(tessel::batch_block<B>(x), dy, true, ctx));
+      host(tessel::call_backward(layer.rt, tessel::batch_block<B>(x), dy, true, ctx));
   for (std::size_t k = 0; k < dx.size(); ++k) {
     INFO("element " << k);
     CHECK((dx[k] == 0.0f) == (y1[k] == 0.0f));
@@ -316,14 +318,14 @@ TEST_CASE("gradient check: dropout in training (the mask is fixed by stream and 
   // Another step draws another mask; inference is the identity.
   tessel::pass_context next = ctx;
   next.step = 4;
-  CHECK(host(layer.rt.forward(tessel::batch_block<B>(x), next).local()) != y1);
-  CHECK(host(layer.rt.forward(tessel::batch_block<B>(x), {.training = false}).local()) ==
-        xv);
+  CHECK(host(tessel::call_forward(layer.rt, tessel::batch_block<B>(x), next).local()) != y1);
+  CHECK(host(tessel::call_forward(layer.rt, tessel::batch_block<B>(x), {.training = false})
+                 .local()) == xv);
 
   // A block of rows [16, 32) of the batch of 64 draws those rows of the whole batch's mask.
   const matrix part =
       device(std::vector<float>(xv.begin() + 16 * cols, xv.begin() + 32 * cols), 16, cols);
-  CHECK(host(layer.rt.forward(tessel::batch_block<B>(part, 16, rows), ctx).local()) ==
+  CHECK(host(tessel::call_forward(layer.rt, tessel::batch_block<B>(part, 16, rows), ctx).local()) ==
         std::vector<float>(y1.begin() + 16 * cols, y1.begin() + 32 * cols));
 }
 

@@ -251,6 +251,10 @@ struct cuda {
     cuda_kernels::scale_shift(in(src), mut(out), scale, offset, stream());
     launched();
   }
+  static void add(const matrix& a, const matrix& b, const matrix& out) {
+    cuda_kernels::add(in(a), in(b), mut(out), stream());
+    launched();
+  }
   // Inverted dropout with the host backend's masks (the same Philox stream, drawn at each
   // element's global index).
   static void dropout(const matrix& src, const matrix& out, const random::stream& s, float rate,

@@ -593,6 +593,16 @@ struct host {
         po[k] = pi[k] * scale + offset;
     });
   }
+  // out = a + b, element-wise (out may be a or b): gradients that fan in to one tensor summed.
+  static void add(const matrix& a, const matrix& b, const matrix& out) {
+    const float* pa = a.data();
+    const float* pb = b.data();
+    float* po = out.data();
+    const std::size_t n = out.size(), block = 4096;
+    for_rows("tessel::add", (n + block - 1) / block, block, [=](std::size_t k0) {
+      for (std::size_t k = k0 * block; k < std::min(n, (k0 + 1) * block); ++k) po[k] = pa[k] + pb[k];
+    });
+  }
   // Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate). `in` is the
   // block of the whole batch's activation (global_cols columns wide) that starts at row
   // first_row and column first_col; the mask of its element (r, j) is drawn at that element's

@@ -49,13 +49,14 @@ concept backend_gemm = backend_memory<B> && requires(const typename B::matrix& m
   B::gemm_bias_activation(m, m, m, activation_kind::relu, m);
 };
 
-// Element-wise: bias broadcast, activations and their gradients, affine maps.
+// Element-wise: bias broadcast, activations and their gradients, affine maps, sums.
 template <class B>
 concept backend_elementwise = backend_memory<B> && requires(const typename B::matrix& m, float f) {
   B::broadcast_rows(m, m);
   B::activation_forward(activation_kind::relu, m);
   B::activation_backward(activation_kind::relu, m, m, m);
   B::scale_shift(m, m, f, f);
+  B::add(m, m, m);
 };
 
 // Reductions: column sums (bias gradients), the losses' sums with their gradients, and the

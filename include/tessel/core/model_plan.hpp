@@ -177,16 +177,20 @@ struct activation_plan {
 
 inline constexpr std::size_t max_op_variables = 4;
 
-// The layouts an op computes with, as its rule chose them, so that the runtime can execute it
-// (the plan's steps leave out the free local slices between them): each operand and each of the
-// op's variables (in the order the op adds them) as the op uses them, its result (partial where
-// it sums a contraction split across devices) and its output after the reshard to the
-// layout_map's "<layer>/output" (or the result made whole).
+// The layouts an op computes with, as its rule chose them, so that the executor can run it and
+// every reshard around it (the plan's steps leave out the free local slices between them): each
+// operand and each of the op's variables (in the order the op adds them) as the op uses them, its
+// result (partial where it sums a contraction split across devices) and its output after the
+// reshard to the layout_map's "<layer>/output" (or the result made whole). Backward, the layout
+// each variable's gradient is computed in, and whether it goes to the variable's layout through
+// the layout the op used the variable in (bit v of `gradients_through_variables`) or directly.
 struct op_layouts {
   bool set = false;
   std::array<layout_value, max_op_inputs> operands{};
   std::array<layout_value, max_op_variables> variables{};
   layout_value result{}, output{};
+  std::array<layout_value, max_op_variables> variable_gradients{};
+  std::uint8_t gradients_through_variables = 0;
 };
 
 inline constexpr std::size_t max_planned_steps = 160;

@@ -2,6 +2,8 @@
 // local shard.
 #pragma once
 
+#include <array>
+#include <span>
 #include <string>
 
 #include "../core/fixed_string.hpp"
@@ -9,6 +11,7 @@
 #include "../core/propagation.hpp"
 #include "../core/activations.hpp"
 #include "layer.hpp"
+#include "op.hpp"
 #include "split_rows.hpp"
 #include "plan/dense.hpp"
 
@@ -49,140 +52,103 @@ struct dense {
   class runtime {
    public:
     using matrix = typename B::matrix;
+    using tensor = basic_dtensor<B>;
     runtime(const layer_info& info, variable_store<B>& vars, std::uint64_t seed)
         : in_(info.input[0]) {
       const std::string name(info.name.view());
-      kernel_ = &add_variable(vars, name + "/kernel", {in_, Units},
-                              std::string(Args.kernel_initializer.view()), seed);
+      vars_[0] = &add_variable(vars, name + "/kernel", {in_, Units},
+                               std::string(Args.kernel_initializer.view()), seed);
       if constexpr (Args.use_bias)
-        bias_ = &add_variable(vars, name + "/bias", {Units},
-                              std::string(Args.bias_initializer.view()), seed);
+        vars_[1] = &add_variable(vars, name + "/bias", {Units},
+                                 std::string(Args.bias_initializer.view()), seed);
     }
-    using tensor = basic_dtensor<B>;
-    // x: this device's rows of the batch; the output holds the same rows, every unit.
-    const tensor& forward(const tensor& x, const pass_context&) {
-      y_ = rows_of<B>(x, shape_value{Units}, y_store_, "output");
-      // One pass over y: the bias and the activation applied as the product is written.
-      B::gemm_bias_activation(x.local(), kernel_->value.local(),
-                              Args.use_bias ? bias_->value.local() : matrix(), activation,
-                              y_.local());
-      return y_;
-    }
-    // dy (the gradient of y's block) is this layer's scratch: it becomes d(pre-activation) in
-    // place.
-    const matrix& backward(const tensor& x, const matrix& dy, bool need_dx, const pass_context&) {
-      // One pass over dy: the activation's gradient and the bias gradient.
-      B::activation_backward_bias(activation, y_.local(), dy, dy,
-                                  Args.use_bias ? bias_->gradient : matrix());
-      B::gemm(true, false, 1.0f, x.local(), dy, 0.0f, kernel_->gradient);
-      if (need_dx) {
-        dx_ = sized<B>(dx_store_, B::rows(dy), in_, "input_gradient");
-        B::gemm(false, true, 1.0f, dy, kernel_->value.local(), 0.0f, dx_);
-      }
-      return dx_;
+    // The kernel, then the bias: the order the rule lists them.
+    std::span<variable<B>* const> variables() const noexcept {
+      return {vars_.data(), Args.use_bias ? 2u : 1u};
     }
 
-    // ---- model parallel: the layouts the plan chose (op_layouts), each planned step run by
-    //      `reshard` (runtime/reshard.hpp's tensor_resharder), the local slices included.
-    // Forward: the input and the kernel resharded as the product uses them; the product (partial
-    // where the contraction is split; the bias added by the devices at coordinate 0 of the
-    // partial axes, so that it is summed once); the output resharded as laid out; the activation.
-    template <class Reshard>
-    const tensor& forward(const tensor& x, const pass_context&, Reshard& reshard,
-                          const op_layouts& l) {
-      if (Args.use_bias && !(l.variables[1].dims[0] == l.result.dims[1]))
+    // y = x @ kernel (+ bias). On local blocks (no layouts) and wherever the result is the output
+    // (`whole`), the bias and the activation are applied as the product is written, in one pass
+    // over y. A result partial over some axes (the contraction split) gets the bias on the
+    // devices that add constants (coordinate 0 of those axes), so that it is summed once; its
+    // activation waits for the output (finish).
+    template <class Reduce>
+    const tensor& forward(const op_args<B>& a, const pass_context&, Reduce& reduce) {
+      const tensor& x = *a.operands[0];
+      const matrix bias = Args.use_bias ? a.variables[1]->local() : matrix();
+      if (a.layouts == nullptr) {
+        y_ = rows_of<B>(x, shape_value{Units}, y_store_, "output");
+        B::gemm_bias_activation(x.local(), a.variables[0]->local(), bias, activation, y_.local());
+        return y_;
+      }
+      if (Args.use_bias && !(a.layouts->variables[1].dims[0] == a.layouts->result.dims[1]))
         throw value_error("dense: a bias laid out unlike the product's columns is not executed "
                           "yet; give the bias the kernel's column layout");
-      x_used_ = reshard(x, l.operands[0], x_used_store_, "input_used");
-      w_used_ = reshard(kernel_->value, l.variables[0], w_used_store_, "kernel_used");
-      const shape_value yg{x.global_shape()[0], Units};
-      product_ = reshard.make(yg, l.result, product_store_, "product");
-      bool adds_bias = Args.use_bias;
-      for (std::size_t a = 0; a < max_mesh_rank; ++a)
-        if ((l.result.partial >> a) & 1u) adds_bias = adds_bias && reshard.coordinates()[a] == 0;
-      if constexpr (Args.use_bias) {
-        // Every device runs the bias's planned steps; only one per partial group adds it.
-        b_used_ = reshard(bias_->value, l.variables[1], b_used_store_, "bias_used");
-        if (adds_bias) B::broadcast_rows(b_used_.local(), product_.local());
-      }
-      B::gemm(false, false, 1.0f, x_used_.local(), w_used_.local(), adds_bias ? 1.0f : 0.0f,
-              product_.local());
-      y_ = reshard(product_, l.output, y_store_, "output");
-      if (splits_softmax(reshard)) split_softmax_forward(y_, stats_, reshard);
-      else B::activation_forward(activation, y_.local());
+      y_ = reduce.make(shape_value{x.global_shape()[0], Units}, a.layouts->result, y_store_,
+                       "product");
+      const bool adds_bias = Args.use_bias && a.adds_constants;
+      if (adds_bias) B::broadcast_rows(bias, y_.local());
+      B::gemm(false, false, 1.0f, x.local(), a.variables[0]->local(), adds_bias ? 1.0f : 0.0f,
+              y_.local());
+      if (a.whole) finish(y_, pass_context{}, reduce);
       return y_;
     }
-    // Backward from dy, the gradient of this device's block of the output: the activation's
-    // gradient; the output gradient resharded to the product's layout; the kernel's and bias's
-    // gradients computed on the blocks as used and resharded to the variables' layouts (reduced
-    // over the batch axes there); the input gradient resharded back to the input's layout.
-    template <class Reshard>
-    const matrix& backward(const tensor& x, const matrix& dy, bool need_dx, const pass_context&,
-                           Reshard& reshard, const op_layouts& l) {
-      if (splits_softmax(reshard)) split_softmax_backward(y_, dy, dy, stats_, reshard);
-      else B::activation_backward(activation, y_.local(), dy, dy);
-      const layout_value g_layout = l.result.without_partial();
-      const tensor g = reshard(y_.like(dy), g_layout, g_store_, "output_gradient");
-      const auto dw_layout = propagate_matmul(layer_rules::swap2(l.operands[0]), g_layout);
-      if (kernel_->reduced_in_bucket ||
-          moves_nothing(reshard, dw_layout.out, l.variables[0], kernel_->value)) {
-        // The product's gradient is already the variable's block (a partial sum, when the
-        // trainer's bucket reduces it): computed in place.
-        B::gemm(true, false, 1.0f, x_used_.local(), g.local(), 0.0f, kernel_->gradient);
-      } else {
-        const tensor dw = reshard.make(kernel_->value.global_shape(), dw_layout.out, dw_store_,
-                                       "kernel_gradient");
-        B::gemm(true, false, 1.0f, x_used_.local(), g.local(), 0.0f, dw.local());
-        const tensor dw_used = reshard(dw, l.variables[0], dw_used_store_, "kernel_gradient_used");
-        B::copy(
-            reshard(dw_used, kernel_->value.layout(), dw_var_store_, "kernel_gradient").local(),
-            kernel_->gradient);
-      }
-      if constexpr (Args.use_bias) {
-        if (bias_->reduced_in_bucket) {
-          B::column_sums(g.local(), bias_->gradient);
-        } else {
-          const auto db_layout = propagate_reduce(g_layout, 0);
-          const tensor db = reshard.make(bias_->value.global_shape(), db_layout.out, db_store_,
-                                         "bias_gradient");
-          B::column_sums(g.local(), db.local());
-          B::copy(reshard(db, bias_->value.layout(), db_var_store_, "bias_gradient").local(),
-                  bias_->gradient);
+    // The activation on the output (a softmax over classes split across devices completes its
+    // rows with the row reductions the plan lists).
+    template <class Reduce>
+    void finish(const tensor& y, const pass_context&, Reduce& reduce) {
+      if (splits_softmax(y, reduce)) split_softmax_forward(y, stats_, reduce);
+      else B::activation_forward(activation, y.local());
+    }
+    // Its gradient, in place on dy (the output's gradient).
+    template <class Reduce>
+    void finish_backward(const tensor& y, const matrix& dy, const pass_context&, Reduce& reduce) {
+      if (splits_softmax(y, reduce)) split_softmax_backward(y, dy, dy, stats_, reduce);
+      else B::activation_backward(activation, y.local(), dy, dy);
+    }
+    // From dy (the result's gradient; the output's when whole, the activation's gradient then
+    // taken here first, fused with the bias's): the kernel's gradient x^T g, the bias's column
+    // sums of g, where `grads` says; the input's gradient g kernel^T, returned.
+    template <class Reduce>
+    op_gradients<B> backward(const op_args<B>& a, const matrix& dy, const op_grads<B>& grads,
+                             const pass_context& c, Reduce& reduce) {
+      const tensor& x = *a.operands[0];
+      const tensor& w = *a.variables[0];
+      op_gradients<B> out;
+      if (a.layouts == nullptr) {
+        // One pass over dy: the activation's gradient and the bias gradient.
+        B::activation_backward_bias(activation, y_.local(), dy, dy,
+                                    Args.use_bias && grads.wants(1) ? grads.variables[1]
+                                                                    : matrix());
+        if (grads.wants(0)) B::gemm(true, false, 1.0f, x.local(), dy, 0.0f, grads.variables[0]);
+        if (a.wants_operand_gradients & 1u) {
+          matrix dx = sized<B>(dx_store_, B::rows(dy), in_, "input_gradient");
+          B::gemm(false, true, 1.0f, dy, w.local(), 0.0f, dx);
+          out.operands[0] = x.like(dx);
         }
+        return out;
       }
-      if (!need_dx) return dx_;
-      const auto dx_layout = propagate_matmul(g_layout, layer_rules::swap2(l.variables[0]));
-      const tensor dx = reshard.make(x.global_shape(), dx_layout.out, dx_store_, "input_gradient");
-      B::gemm(false, true, 1.0f, g.local(), w_used_.local(), 0.0f, dx.local());
-      const tensor dx_used = reshard(dx, l.operands[0], dx_used_store_, "input_gradient_used");
-      dx_ = reshard(dx_used, x.layout().without_partial(), dx_in_store_, "input_gradient")
-                .local();
-      return dx_;
+      if (a.whole) finish_backward(y_, dy, c, reduce);
+      if (grads.wants(0)) B::gemm(true, false, 1.0f, x.local(), dy, 0.0f, grads.variables[0]);
+      if (Args.use_bias && grads.wants(1)) B::column_sums(dy, grads.variables[1]);
+      if (a.wants_operand_gradients & 1u) {
+        const layout_value g_layout = a.layouts->result.without_partial();
+        const auto dx_layout = propagate_matmul(g_layout, layer_rules::swap2(w.layout()));
+        const tensor dx = reduce.make(x.global_shape(), dx_layout.out, dx_store_, "input_gradient");
+        B::gemm(false, true, 1.0f, dy, w.local(), 0.0f, dx.local());
+        out.operands[0] = dx;
+      }
+      return out;
     }
-
    private:
-    // A softmax over classes split across devices (its output laid out with the last dimension
-    // split): row max and sums all_reduced, as the plan's row reductions list them.
-    template <class Reshard>
-    bool splits_softmax(const Reshard& reshard) const {
-      return activation == activation_kind::softmax && reshard.moves(class_axes(y_.layout()));
-    }
-    // Whether a gradient computed in layout `from` is already the variable's block: no step from
-    // `from` to the layout the product used, nor from that to the variable's.
-    template <class Reshard>
-    static bool moves_nothing(const Reshard& reshard, const layout_value& from,
-                              const layout_value& used, const tensor& var) {
-      return plan_reshard(from, used, reshard.mesh(), var.global_shape()).empty() &&
-             plan_reshard(used, var.layout(), reshard.mesh(), var.global_shape()).empty();
+    template <class Reduce>
+    bool splits_softmax(const tensor& y, const Reduce& reduce) const {
+      return activation == activation_kind::softmax && reduce.moves(class_axes(y.layout()));
     }
     std::size_t in_;
-    tensor x_used_, w_used_, product_, b_used_;
+    std::array<variable<B>*, 2> vars_{};
     row_statistics<B> stats_;
-    matrix x_used_store_, w_used_store_, product_store_, b_used_store_, g_store_, dw_store_,
-        dw_used_store_, dw_var_store_, db_store_, db_var_store_, dx_used_store_, dx_in_store_;
-    variable<B>* kernel_ = nullptr;
-    variable<B>* bias_ = nullptr;
-    matrix y_store_, dx_store_, dx_;
+    matrix y_store_, dx_store_;
     tensor y_;
   };
 };

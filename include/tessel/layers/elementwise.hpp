@@ -7,6 +7,7 @@
 #include "../core/layer_planner.hpp"
 #include "../core/activations.hpp"
 #include "layer.hpp"
+#include "op.hpp"
 #include "plan/elementwise.hpp"
 #include "split_rows.hpp"
 
@@ -49,7 +50,9 @@ struct flatten : stateless_layer {
     runtime(const layer_info&, variable_store<B>&, std::uint64_t) {}
     // The same memory as (batch, features): the block keeps x's rows; its columns start where
     // x's first split dimension (the outer one, the only one flatten lets be split) starts.
-    const tensor& forward(const tensor& x, const pass_context&) {
+    template <class Reduce>
+    const tensor& forward(const op_args<B>& a, const pass_context&, Reduce&) {
+      const tensor& x = *a.operands[0];
       const shape_value& g = x.global_shape();
       const block& b = x.shard();
       std::size_t features = 1, local = 1, inner = 1;
@@ -67,8 +70,13 @@ struct flatten : stateless_layer {
                   x.local());
       return y_;
     }
-    const matrix& backward(const tensor&, const matrix& dy, bool, const pass_context&) {
-      return dy;
+    // The gradient is the same memory again, seen as the input's block.
+    template <class Reduce>
+    op_gradients<B> backward(const op_args<B>& a, const matrix& dy, const op_grads<B>&,
+                             const pass_context&, Reduce&) {
+      op_gradients<B> out;
+      if (a.wants_operand_gradients & 1u) out.operands[0] = a.operands[0]->like(dy);
+      return out;
     }
     tensor y_;
   };
@@ -100,7 +108,9 @@ struct dropout : stateless_layer {
     using tensor = basic_dtensor<B>;
     // The mask is keyed by each element's global (row, column) index in the batch, from x's
     // block, so a device draws exactly its part of the mask one device would draw.
-    const tensor& forward(const tensor& x, const pass_context& ctx) {
+    template <class Reduce>
+    const tensor& forward(const op_args<B>& a, const pass_context& ctx, Reduce&) {
+      const tensor& x = *a.operands[0];
       if (!ctx.training || Rate == 0.0) return x;
       key_ = columns_of(x);
       y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "dropout"));
@@ -108,11 +118,17 @@ struct dropout : stateless_layer {
                  key_.first_col, key_.global_cols);
       return y_;
     }
-    const matrix& backward(const tensor&, const matrix& dy, bool, const pass_context& ctx) {
-      if (!ctx.training || Rate == 0.0) return dy;
-      B::dropout(dy, dy, stream(ctx), static_cast<float>(Rate), key_.first_row, key_.first_col,
-                 key_.global_cols);
-      return dy;
+    // The gradient through the same mask, in place on dy.
+    template <class Reduce>
+    op_gradients<B> backward(const op_args<B>& a, const matrix& dy, const op_grads<B>&,
+                             const pass_context& ctx, Reduce&) {
+      op_gradients<B> out;
+      if (!(a.wants_operand_gradients & 1u)) return out;
+      if (ctx.training && Rate != 0.0)
+        B::dropout(dy, dy, stream(ctx), static_cast<float>(Rate), key_.first_row, key_.first_col,
+                   key_.global_cols);
+      out.operands[0] = a.operands[0]->like(dy);
+      return out;
     }
 
    private:
@@ -164,37 +180,34 @@ struct activation_layer : stateless_layer {
     using matrix = typename B::matrix;
     using tensor = basic_dtensor<B>;
     runtime(const layer_info&, variable_store<B>&, std::uint64_t) {}
-    const tensor& forward(const tensor& x, const pass_context&) {
+    // A softmax over a block whose classes are split across devices completes its rows with the
+    // row reductions the plan lists (`reduce`, layers/split_rows.hpp).
+    template <class Reduce>
+    const tensor& forward(const op_args<B>& a, const pass_context&, Reduce& reduce) {
+      const tensor& x = *a.operands[0];
       y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "activation"));
       B::copy(x.local(), y_.local());
-      B::activation_forward(A, y_.local());
+      if (splits(y_, reduce)) split_softmax_forward(y_, stats_, reduce);
+      else B::activation_forward(A, y_.local());
       return y_;
     }
-    const matrix& backward(const tensor&, const matrix& dy, bool, const pass_context&) {
-      B::activation_backward(A, y_.local(), dy, dy);
-      return dy;
-    }
-    // Under model_parallel, on a block whose classes are split across devices (`reduce` runs the
-    // row reductions the plan lists, layers/split_rows.hpp): a softmax completes its rows.
+    // In place on dy.
     template <class Reduce>
-      requires(A == activation_kind::softmax)
-    const tensor& forward(const tensor& x, const pass_context& c, Reduce& reduce) {
-      if (!reduce.moves(class_axes(x.layout()))) return forward(x, c);
-      y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "activation"));
-      B::copy(x.local(), y_.local());
-      split_softmax_forward(y_, stats_, reduce);
-      return y_;
-    }
-    template <class Reduce>
-      requires(A == activation_kind::softmax)
-    const matrix& backward(const tensor& x, const matrix& dy, bool need_dx, const pass_context& c,
-                           Reduce& reduce) {
-      if (!reduce.moves(class_axes(y_.layout()))) return backward(x, dy, need_dx, c);
-      split_softmax_backward(y_, dy, dy, stats_, reduce);
-      return dy;
+    op_gradients<B> backward(const op_args<B>& a, const matrix& dy, const op_grads<B>&,
+                             const pass_context&, Reduce& reduce) {
+      op_gradients<B> out;
+      if (!(a.wants_operand_gradients & 1u)) return out;
+      if (splits(y_, reduce)) split_softmax_backward(y_, dy, dy, stats_, reduce);
+      else B::activation_backward(A, y_.local(), dy, dy);
+      out.operands[0] = a.operands[0]->like(dy);
+      return out;
     }
 
    private:
+    template <class Reduce>
+    static bool splits(const tensor& y, const Reduce& reduce) {
+      return A == activation_kind::softmax && reduce.moves(class_axes(y.layout()));
+    }
     matrix y_store_;
     tensor y_;
     row_statistics<B> stats_;
@@ -229,15 +242,23 @@ struct rescaling : stateless_layer {
     using matrix = typename B::matrix;
     using tensor = basic_dtensor<B>;
     runtime(const layer_info&, variable_store<B>&, std::uint64_t) {}
-    const tensor& forward(const tensor& x, const pass_context&) {
+    template <class Reduce>
+    const tensor& forward(const op_args<B>& a, const pass_context&, Reduce&) {
+      const tensor& x = *a.operands[0];
       y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "rescaling"));
       B::scale_shift(x.local(), y_.local(), static_cast<float>(Scale),
                      static_cast<float>(Args.offset));
       return y_;
     }
-    const matrix& backward(const tensor&, const matrix& dy, bool, const pass_context&) {
+    // In place on dy.
+    template <class Reduce>
+    op_gradients<B> backward(const op_args<B>& a, const matrix& dy, const op_grads<B>&,
+                             const pass_context&, Reduce&) {
+      op_gradients<B> out;
+      if (!(a.wants_operand_gradients & 1u)) return out;
       B::scale_shift(dy, dy, static_cast<float>(Scale), 0.0f);
-      return dy;
+      out.operands[0] = a.operands[0]->like(dy);
+      return out;
     }
 
    private:

@@ -30,6 +30,7 @@
 #include "../layers/layer.hpp"
 #include "../runtime/process_mesh.hpp"
 #include "../runtime/reshard.hpp"
+#include "executor.hpp"
 #include "summary.hpp"
 
 namespace tessel {
@@ -152,9 +153,10 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   using matrix = typename B::matrix;
   using tensor = basic_dtensor<B>;
   using resharder = tensor_resharder<B, mesh_type, communicator_type>;
-  // Under model_parallel the layers that choose layouts (dense) run their planned steps
-  // themselves, their variables' gradients reduced inside their backward; under data_parallel
-  // every layer computes locally and the trainer's gradient buckets reduce the gradients.
+  // Under model_parallel the executor runs every planned step around each layer, the variables'
+  // gradients included (left partial for the buckets where only an all_reduce over the batch
+  // axes remains); under data_parallel every layer computes on its blocks as they come and the
+  // trainer's gradient buckets reduce the gradients.
   static constexpr bool model_parallel = Dist::value.kind == distribution_value::model;
   static constexpr std::size_t layer_count = sizeof...(Layers);
   static constexpr shape_value input_shape{InputDims...};
@@ -189,11 +191,8 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
         layouts_(planned_layouts(pm_)),
         reshard_(pm_),
         layers_(make_layers(std::make_index_sequence<layer_count>{})) {
-    for (std::size_t j = 0; j < layer_count; ++j) {
-      const std::string prefix = std::string(layer_infos[j].name.view()) + "/";
-      for (auto& v : vars_)
-        if (v.path.starts_with(prefix)) layer_vars_[j].push_back(&v);
-    }
+    exec_.bind(layers_);
+    exec_.set_plan(model_parallel ? &layouts_ : nullptr, reshard_);
   }
   sequential_model(const sequential_model&) = delete;
   sequential_model& operator=(const sequential_model&) = delete;
@@ -336,8 +335,8 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   // ---- what a trainer drives (trainer/trainer.hpp) ----------------------------------------------
   // The seed every process shares (initial weights, dropout masks, shuffling).
   std::uint64_t seed() const noexcept { return seed_; }
-  // Whether layer `i` runs its planned steps (under model_parallel: dense layers themselves, the
-  // others through the model, around their local computation).
+  // Whether the planned steps around layer `i` run (under model_parallel: the executor runs
+  // every layer's).
   bool runs_plan_of(std::size_t i) const {
     return model_parallel && i < layer_count && layouts_[i].set;
   }
@@ -382,26 +381,17 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
       if (batch != planned_batch_) {
         layouts_ = planned_layouts(pm_, batch);
         planned_batch_ = batch;
+        exec_.set_plan(&layouts_, reshard_);
       }
     pass_.training = training;
-    return forward(input_);
+    return exec_.forward(layers_, input_, pass_, reshard_);
   }
   // Backward pass from the gradient of the output, last layer first. After each layer's
   // backward, `on_layer` receives that layer's variables, whose gradients are then final (the
   // trainer starts their reduction there, overlapping the rest of the backward pass).
   template <class OnLayer>
   void backward(const matrix& dy, OnLayer&& on_layer) {
-    const matrix* g = &dy;
-    auto step = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
-      if constexpr (needs_backward<J>()) {
-        g = &backward_layer<J>(*inputs_[J], *g);
-        on_layer(std::span<variable<B>* const>(layer_vars_[J]));
-      }
-    };
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (step(std::integral_constant<std::size_t, layer_count - 1 - I>{}), ...);
-    }
-    (std::make_index_sequence<layer_count>{});
+    exec_.backward(layers_, dy, pass_, reshard_, on_layer);
   }
 
  private:
@@ -440,88 +430,6 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   template <std::size_t... I>
   std::tuple<typename Layers::template runtime<B>...> make_layers(std::index_sequence<I...>) {
     return {typename Layers::template runtime<B>(layer_infos[I], vars_, seed_)...};
-  }
-  // Layer I computes its input gradient only when some layer before it has variables.
-  template <std::size_t I>
-  static constexpr bool needs_input_gradient() {
-    constexpr std::array<bool, layer_count + 1> has{Layers::has_variables..., false};
-    for (std::size_t j = 0; j < I; ++j)
-      if (has[j]) return true;
-    return false;
-  }
-  const tensor& forward(const tensor& x) {
-    const tensor* cur = &x;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((inputs_[I] = cur, cur = &forward_layer<I>(*cur)), ...);
-    }
-    (std::make_index_sequence<layer_count>{});
-    return *cur;
-  }
-  // Layers before the first one with variables run no backward: nothing needs their gradient,
-  // and the layer after them returned none (an activation there would read an empty dy).
-  template <std::size_t I>
-  static constexpr bool needs_backward() {
-    constexpr std::array<bool, layer_count + 1> has{Layers::has_variables..., false};
-    return has[I] || needs_input_gradient<I>();
-  }
-  // Layer I's forward and backward: from its plan under model_parallel when it has planned
-  // layouts, else on the local block.
-  template <std::size_t I>
-  static constexpr bool runs_planned() {
-    using L = std::tuple_element_t<I, std::tuple<typename Layers::template runtime<B>...>>;
-    return model_parallel &&
-           requires(L& l, const tensor& x, const pass_context& c, resharder& r,
-                    const op_layouts& o, const matrix& dy) {
-             l.forward(x, c, r, o);
-             l.backward(x, dy, true, c, r, o);
-           };
-  }
-  template <std::size_t I>
-  const tensor& forward_layer(const tensor& x) {
-    if constexpr (runs_planned<I>()) {
-      if (layouts_[I].set) return std::get<I>(layers_).forward(x, pass_, reshard_, layouts_[I]);
-    } else if constexpr (model_parallel) {
-      // A layer without layouts of its own computes on its block; the planned steps around it
-      // reshard its input as it uses it and its output as the layout_map lays it out.
-      if (layouts_[I].set) {
-        wrapped& w = wrapped_[I];
-        w.input = reshard_(x, layouts_[I].operands[0], w.input_store, "input_used");
-        auto& layer = std::get<I>(layers_);
-        if constexpr (requires { layer.forward(w.input, pass_, reshard_); })
-          w.produced = layer.forward(w.input, pass_, reshard_);  // it reduces rows (softmax)
-        else
-          w.produced = layer.forward(w.input, pass_);
-        w.output = reshard_(w.produced, layouts_[I].output, w.output_store, "output");
-        return w.output;
-      }
-    }
-    return std::get<I>(layers_).forward(x, pass_);
-  }
-  template <std::size_t I>
-  const matrix& backward_layer(const tensor& x, const matrix& dy) {
-    if constexpr (runs_planned<I>()) {
-      if (layouts_[I].set)
-        return std::get<I>(layers_).backward(x, dy, needs_input_gradient<I>(), pass_, reshard_,
-                                             layouts_[I]);
-    } else if constexpr (model_parallel) {
-      if (layouts_[I].set) {
-        wrapped& w = wrapped_[I];
-        const tensor g = reshard_(w.output.like(dy), w.produced.layout().without_partial(),
-                                  w.gradient_store, "output_gradient");
-        auto& layer = std::get<I>(layers_);
-        const matrix& dx = [&]() -> const matrix& {
-          if constexpr (requires { layer.backward(w.input, g.local(), true, pass_, reshard_); })
-            return layer.backward(w.input, g.local(), needs_input_gradient<I>(), pass_, reshard_);
-          else
-            return layer.backward(w.input, g.local(), needs_input_gradient<I>(), pass_);
-        }();
-        if (!needs_input_gradient<I>()) return dx;
-        w.input_gradient = reshard_(w.input.like(dx), x.layout().without_partial(),
-                                    w.input_gradient_store, "input_gradient");
-        return w.input_gradient.local();
-      }
-    }
-    return std::get<I>(layers_).backward(x, dy, needs_input_gradient<I>(), pass_);
   }
   // The layouts each layer computes with, from the plan on the bound mesh.
   static std::array<op_layouts, max_ops> planned_layouts(const mesh_binding& pm,
@@ -563,21 +471,16 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   std::uint64_t seed_;
   variable_store<B> vars_;
   std::array<op_layouts, max_ops> layouts_;
-  // Under model_parallel, a layer without layouts of its own: its input as it used it, what it
-  // produced, its output as laid out, and the gradients' buffers.
-  struct wrapped {
-    tensor input, produced, output, input_gradient;
-    matrix input_store, output_store, gradient_store, input_gradient_store;
-  };
-  std::array<wrapped, layer_count> wrapped_{};
   std::size_t planned_batch_ = dynamic_extent;
   mutable resharder reshard_;
   std::tuple<typename Layers::template runtime<B>...> layers_;
-  std::array<const tensor*, layer_count + 1> inputs_{};
+  // The chain of layers as a graph, run by the executor.
+  static constexpr graph_edges<layer_count> graph_ =
+      graph_edges<layer_count>::chain({Layers::has_variables...});
+  executor<B, graph_, Layers...> exec_;
   pass_context pass_{.training = false, .step = 0, .seed = 0};
   matrix input_store_, input_rows_;
   tensor input_;
-  std::array<std::vector<variable<B>*>, layer_count> layer_vars_{};
 };
 
 }  // namespace tessel

@@ -128,12 +128,20 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   const std::size_t es = p.element_size();
   layout_value want_b = layout_value::replicated(1);
   want_b.dims[0] = best.out.dims[1];
+  const layout_value g = best.y.without_partial();
+  const auto dw = propagate_matmul(swap2(best.x), g);
+  if (!dw.ok) return p.fail(dw.error);
+  const auto db = propagate_reduce(g, 0);
   op_layouts used{};
   used.operands[0] = best.x;
   used.variables[0] = best.w;
   used.variables[1] = want_b;
   used.result = best.y;
   used.output = best.out;
+  // The kernel's gradient goes back through the kernel as used; the bias's directly.
+  used.variable_gradients[0] = dw.out;
+  used.variable_gradients[1] = db.out;
+  used.gradients_through_variables = 1u;
   p.record_layouts(used);
   // forward
   p.add(phase::forward, step_role::operand, plan_reshard(layout, best.x, m, shape, es));
@@ -150,15 +158,11 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
     if (!p.ok()) return;
   }
   // backward, in execution order
-  const layout_value g = best.y.without_partial();
   p.add(phase::backward, step_role::output_gradient, plan_reshard(best.out, g, m, ys, es));
-  const auto dw = propagate_matmul(swap2(best.x), g);
-  if (!dw.ok) return p.fail(dw.error);
   p.add(phase::backward, step_role::variable_gradient, plan_reshard(dw.out, best.w, m, ws, es),
         kernel);
   p.add(phase::backward, step_role::variable_gradient, plan_reshard(best.w, w, m, ws, es), kernel);
   if (use_bias) {
-    const auto db = propagate_reduce(g, 0);
     p.add(phase::backward, step_role::variable_gradient,
           plan_reshard(db.out, b, m, shape_value{units}, es), bias);
   }

@@ -1,0 +1,290 @@
+// executor: runs a model's graph of ops (layers/op.hpp), forward in topological order and
+// backward in reverse, on this process's blocks. It does every reshard around an op that the
+// plan chose: each operand and variable to the layout the op computes with, the result to the
+// output's layout (and the op's epilogue after it), backward the output's gradient to the
+// result's layout, each variable's gradient to the variable's layout (left partial where a
+// gradient bucket reduces it), each operand's gradient back to its input's layout. Gradients
+// that fan in to one tensor (a tensor read by several ops) are summed. After an op's backward
+// its variables' gradients are final, and `on_op` hands them to the distribution (the gradient
+// buckets, which reduce them while the rest of the backward pass runs).
+//
+// Without a plan (one device, data parallelism) nothing is resharded and each op runs on its
+// operands as they come, fusing its epilogue (a dense layer's bias and activation) into its GEMM.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "../core/model_plan.hpp"
+#include "../layers/layer.hpp"
+#include "../layers/op.hpp"
+
+namespace tessel {
+
+// A model's graph: op i reads `inputs[i][0 .. count[i])`, node 0 being the model's input and node
+// j + 1 the output of op j (each op reads only nodes before it); op i has variables when
+// `has_variables[i]`. The last op's output is the model's output.
+template <std::size_t N>
+struct graph_edges {
+  std::array<std::array<std::uint8_t, max_op_inputs>, N> inputs{};
+  std::array<std::uint8_t, N> count{};
+  std::array<bool, N> has_variables{};
+
+  // A chain: op i reads op i - 1's output (op 0 the input).
+  static constexpr graph_edges chain(const std::array<bool, N>& has) {
+    graph_edges g;
+    for (std::size_t i = 0; i < N; ++i) {
+      g.inputs[i][0] = static_cast<std::uint8_t>(i);
+      g.count[i] = 1;
+      g.has_variables[i] = has[i];
+    }
+    return g;
+  }
+  // Whether backward must reach node n: some op that made it, or one before, has variables.
+  constexpr std::array<bool, N + 1> needs_gradient() const {
+    std::array<bool, N + 1> up{};
+    for (std::size_t i = 0; i < N; ++i) {
+      bool u = has_variables[i];
+      for (std::size_t k = 0; k < count[i]; ++k) u = u || up[inputs[i][k]];
+      up[i + 1] = u;
+    }
+    return up;
+  }
+  // How many ops read node n (past one, their gradients for it are summed).
+  constexpr std::array<std::size_t, N + 1> readers() const {
+    std::array<std::size_t, N + 1> r{};
+    for (std::size_t i = 0; i < N; ++i)
+      for (std::size_t k = 0; k < count[i]; ++k) ++r[inputs[i][k]];
+    return r;
+  }
+};
+
+template <class B, graph_edges Graph, class... Ops>
+class executor {
+  static constexpr std::size_t N = sizeof...(Ops);
+  static constexpr auto needs_gradient = Graph.needs_gradient();
+  static constexpr auto readers = Graph.readers();
+
+ public:
+  using matrix = typename B::matrix;
+  using tensor = basic_dtensor<B>;
+  using ops_tuple = std::tuple<typename Ops::template runtime<B>...>;
+
+  // Each op's variables, in the order its rule lists them (the op's own).
+  void bind(const ops_tuple& ops) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((vars_[I].assign(op_variables<B>(std::get<I>(ops)).begin(),
+                        op_variables<B>(std::get<I>(ops)).end())),
+       ...);
+    }(std::make_index_sequence<N>{});
+  }
+  // The layouts the plan chose for each op, and this device's mesh coordinates (under a
+  // distribution that reshards); none: every op runs on its blocks as they come.
+  template <class Resharder>
+  void set_plan(const std::array<op_layouts, max_ops>* layouts, const Resharder& reshard) {
+    planned_ = layouts != nullptr;
+    for (std::size_t i = 0; i < N; ++i) {
+      slot& s = slots_[i];
+      s.args = op_args<B>{};
+      s.args.operand_count = Graph.count[i];
+      s.args.wants_operand_gradients = 0;
+      for (std::size_t k = 0; k < Graph.count[i]; ++k)
+        if (needs_gradient[Graph.inputs[i][k]]) s.args.wants_operand_gradients |= 1u << k;
+      if (!planned_) continue;
+      s.layouts = (*layouts)[i];
+      s.args.layouts = &s.layouts;
+      s.args.whole = s.layouts.result == s.layouts.output;
+      s.args.adds_constants = true;
+      for (std::size_t a = 0; a < max_mesh_rank; ++a)
+        if ((s.layouts.result.partial >> a) & 1u)
+          s.args.adds_constants = s.args.adds_constants && reshard.coordinates()[a] == 0;
+      // A variable's gradient computed where nothing moves it after is written in place.
+      for (std::size_t v = 0; v < vars_[i].size() && v < max_op_variables; ++v) {
+        const variable<B>& var = *vars_[i][v];
+        const layout_value& computed = s.layouts.variable_gradients[v];
+        const bool through = (s.layouts.gradients_through_variables >> v) & 1u;
+        const shape_value& g = var.value.global_shape();
+        s.in_place[v] =
+            computed.rank == g.rank &&
+            (through ? plan_reshard(computed, s.layouts.variables[v], reshard.mesh(), g).empty() &&
+                           plan_reshard(s.layouts.variables[v], var.value.layout(), reshard.mesh(),
+                                        g)
+                               .empty()
+                     : plan_reshard(computed, var.value.layout(), reshard.mesh(), g).empty());
+      }
+    }
+  }
+
+  // Forward from the model's input (this device's block of the batch); returns the output.
+  template <class Resharder>
+  const tensor& forward(ops_tuple& ops, const tensor& input, const pass_context& c,
+                        Resharder& reshard) {
+    nodes_[0] = &input;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (forward_op<I>(std::get<I>(ops), c, reshard), ...);
+    }(std::make_index_sequence<N>{});
+    return *nodes_[N];
+  }
+
+  // Backward from dy, the gradient of this device's block of the output (the op that made the
+  // output may change it in place). After each op, `on_op(variables)` receives its variables,
+  // whose gradients are then final.
+  template <class Resharder, class OnOp>
+  void backward(ops_tuple& ops, const matrix& dy, const pass_context& c, Resharder& reshard,
+                OnOp&& on_op) {
+    grad_set_.fill(false);
+    own_.fill(false);
+    grads_[N] = nodes_[N]->like(dy);
+    grad_set_[N] = true;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (backward_op<N - 1 - I>(std::get<N - 1 - I>(ops), c, reshard, on_op), ...);
+    }(std::make_index_sequence<N>{});
+  }
+
+ private:
+  struct slot {
+    op_args<B> args;
+    op_layouts layouts{};
+    std::array<bool, max_op_variables> in_place{};
+    std::array<tensor, max_op_inputs> operands;
+    std::array<tensor, max_op_variables> variables;
+    tensor output, result_gradient;
+    std::array<tensor, max_op_variables> variable_gradients;
+    std::array<matrix, max_op_inputs> operand_stores, gradient_used_stores, gradient_in_stores;
+    std::array<matrix, max_op_variables> variable_stores, gradient_stores, gradient_var_stores,
+        gradient_copy_stores;
+    matrix output_store, result_gradient_store;
+  };
+
+  template <std::size_t I, class Op, class Resharder>
+  void forward_op(Op& op, const pass_context& c, Resharder& reshard) {
+    slot& s = slots_[I];
+    for (std::size_t k = 0; k < Graph.count[I]; ++k) {
+      const tensor& in = *nodes_[Graph.inputs[I][k]];
+      if (!planned_) {
+        s.args.operands[k] = &in;
+        continue;
+      }
+      s.operands[k] = reshard(in, s.layouts.operands[k], s.operand_stores[k], "operand");
+      s.args.operands[k] = &s.operands[k];
+    }
+    for (std::size_t v = 0; v < vars_[I].size() && v < max_op_variables; ++v) {
+      const tensor& value = vars_[I][v]->value;
+      if (!planned_) {
+        s.args.variables[v] = &value;
+        continue;
+      }
+      s.variables[v] = reshard(value, s.layouts.variables[v], s.variable_stores[v], "variable");
+      s.args.variables[v] = &s.variables[v];
+    }
+    const tensor& result = op.forward(s.args, c, reshard);
+    if (s.args.whole) {
+      nodes_[I + 1] = &result;
+      return;
+    }
+    s.output = reshard(result, s.layouts.output, s.output_store, "output");
+    if constexpr (requires { op.finish(s.output, c, reshard); }) op.finish(s.output, c, reshard);
+    nodes_[I + 1] = &s.output;
+  }
+
+  template <std::size_t I, class Op, class Resharder, class OnOp>
+  void backward_op(Op& op, const pass_context& c, Resharder& reshard, OnOp& on_op) {
+    if constexpr (needs_gradient[I + 1]) {
+      slot& s = slots_[I];
+      if (!grad_set_[I + 1]) return;  // nothing downstream reads this op's output
+      matrix dy = grads_[I + 1].local();
+      if (planned_ && !s.args.whole) {
+        if constexpr (requires { op.finish_backward(s.output, dy, c, reshard); })
+          op.finish_backward(s.output, dy, c, reshard);
+        s.result_gradient = reshard(s.output.like(dy), s.layouts.result.without_partial(),
+                                    s.result_gradient_store, "output_gradient");
+        dy = s.result_gradient.local();
+      }
+      op_grads<B> g;
+      const std::size_t nv = std::min(vars_[I].size(), max_op_variables);
+      for (std::size_t v = 0; v < nv; ++v) {
+        variable<B>& var = *vars_[I][v];
+        if (!var.trainable) continue;
+        g.wanted |= static_cast<std::uint8_t>(1u << v);
+        if (!planned_ || var.reduced_in_bucket || s.in_place[v]) {
+          g.variables[v] = var.gradient;
+          continue;
+        }
+        s.variable_gradients[v] = reshard.make(var.value.global_shape(),
+                                               s.layouts.variable_gradients[v],
+                                               s.gradient_stores[v], "variable_gradient");
+        g.variables[v] = s.variable_gradients[v].local();
+      }
+      op_gradients<B> d = op.backward(s.args, dy, g, c, reshard);
+      for (std::size_t v = 0; planned_ && v < nv; ++v) {
+        variable<B>& var = *vars_[I][v];
+        if (!var.trainable || var.reduced_in_bucket || s.in_place[v]) continue;
+        tensor t = s.variable_gradients[v];
+        if ((s.layouts.gradients_through_variables >> v) & 1u)
+          t = reshard(t, s.layouts.variables[v], s.gradient_var_stores[v], "variable_gradient_used");
+        B::copy(reshard(t, var.value.layout(), s.gradient_copy_stores[v], "variable_gradient")
+                    .local(),
+                var.gradient);
+      }
+      on_op(std::span<variable<B>* const>(vars_[I]));
+      for (std::size_t k = 0; k < Graph.count[I]; ++k) {
+        const std::size_t n = Graph.inputs[I][k];
+        if (!((s.args.wants_operand_gradients >> k) & 1u) || d.operands[k].local().data() == nullptr)
+          continue;
+        tensor dx = d.operands[k];
+        if (planned_) {
+          dx = reshard(dx, s.layouts.operands[k], s.gradient_used_stores[k], "operand_gradient_used");
+          dx = reshard(dx, nodes_[n]->layout().without_partial(), s.gradient_in_stores[k],
+                       "operand_gradient");
+        }
+        // The same memory given to two operands (an add passes its gradient to each): every
+        // copy but the first gets its own, since a reader may change its gradient in place.
+        for (std::size_t j = 0; j < k; ++j)
+          if (d.operands[j].local().data() == dx.local().data()) {
+            matrix own = sized<B>(s.gradient_in_stores[k], B::rows(dx.local()),
+                                  B::cols(dx.local()), "operand_gradient");
+            B::copy(dx.local(), own);
+            dx = dx.like(own);
+            break;
+          }
+        accumulate(n, dx);
+      }
+    } else {
+      (void)op, (void)c, (void)reshard, (void)on_op;
+    }
+  }
+
+  // The gradient of node n: the first contribution as it is, the next ones summed into it.
+  void accumulate(std::size_t n, const tensor& g) {
+    if (!grad_set_[n]) {
+      grads_[n] = g;
+      grad_set_[n] = true;
+      return;
+    }
+    if (readers[n] > 1 && !own_[n]) {
+      // The first contribution may be another op's buffer: sum into a buffer of the node's own.
+      matrix own = sized<B>(sum_stores_[n], B::rows(g.local()), B::cols(g.local()), "gradient_sum");
+      B::add(grads_[n].local(), g.local(), own);
+      grads_[n] = grads_[n].like(own);
+      own_[n] = true;
+      return;
+    }
+    B::add(grads_[n].local(), g.local(), grads_[n].local());
+  }
+
+  bool planned_ = false;
+  std::array<slot, N> slots_{};
+  std::array<std::vector<variable<B>*>, N> vars_{};
+  std::array<const tensor*, N + 1> nodes_{};
+  std::array<tensor, N + 1> grads_{};
+  std::array<bool, N + 1> grad_set_{};
+  std::array<bool, N + 1> own_{};
+  std::array<matrix, N + 1> sum_stores_{};
+};
+
+}  // namespace tessel
