@@ -3,4 +3,5 @@
 
 #include "layers/dense.hpp"
 #include "layers/elementwise.hpp"
+#include "layers/merge.hpp"
 #include "layers/plans.hpp"

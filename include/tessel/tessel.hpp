@@ -13,6 +13,7 @@
 #include "metrics.hpp"
 #include "trainer/callbacks.hpp"
 #include "model/sequential.hpp"
+#include "trainer/functional.hpp"
 #include "trainer/sequential.hpp"
 #include "trainer/trainer.hpp"
 #include "optimizers.hpp"

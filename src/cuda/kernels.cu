@@ -141,6 +141,13 @@ __global__ void add_kernel(cmat a, cmat b, mat out) {
     out.p[i * out.ld + j] = a.p[i * a.ld + j] + b.p[i * b.ld + j];
   }
 }
+__global__ void copy_columns_kernel(cmat src, std::size_t src_first, mat dst,
+                                    std::size_t dst_first, std::size_t count) {
+  TESSEL_GRID_STRIDE(k, dst.rows * count) {
+    const std::size_t i = k / count, j = k % count;
+    dst.p[i * dst.ld + dst_first + j] = src.p[i * src.ld + src_first + j];
+  }
+}
 __global__ void dropout_kernel(cmat in, mat out, random::stream st, float rate,
                                std::uint64_t first_row, std::uint64_t first_col,
                                std::uint64_t global_cols) {
@@ -469,6 +476,12 @@ void scale_shift(cmat in, mat out, float scale, float offset, cudaStream_t s) {
 void add(cmat a, cmat b, mat out, cudaStream_t s) {
   if (empty(out.rows, out.cols)) return;
   add_kernel<<<blocks_for(out.rows * out.cols), threads, 0, s>>>(a, b, out);
+}
+void copy_columns(cmat src, std::size_t src_first, mat dst, std::size_t dst_first,
+                  std::size_t count, cudaStream_t s) {
+  if (empty(dst.rows, count)) return;
+  copy_columns_kernel<<<blocks_for(dst.rows * count), threads, 0, s>>>(src, src_first, dst,
+                                                                      dst_first, count);
 }
 void dropout(cmat in, mat out, const random::stream& st, float rate, std::uint64_t first_row,
              std::uint64_t first_col, std::uint64_t global_cols, cudaStream_t s) {

@@ -762,6 +762,17 @@ def make_model_step(keras, jax):
 # --------------------------------------------------------------------------------------
 
 
+def write_summary(model, fname):
+    """Writes the text of model.summary() to fname (plain text, COLUMNS=SUMMARY_COLUMNS)."""
+    chunks = []
+    model.summary(print_fn=lambda s, **kw: chunks.append(s))
+    text = "".join(chunks)
+    with open(os.path.join(HERE, fname), "w", encoding="utf-8") as f:
+        f.write(text)
+    print(f"wrote {fname} ({len(text.encode())} bytes)")
+    return text
+
+
 def make_summaries(keras, jax):
     from keras.src.utils.summary_utils import readable_memory_size
 
@@ -812,12 +823,7 @@ def make_summaries(keras, jax):
         # Fresh name counters, so auto names are those of a fresh Python session.
         keras.backend.clear_session()
         model = fn()
-        chunks = []
-        model.summary(print_fn=lambda s, **kw: chunks.append(s))
-        text = "".join(chunks)
-        with open(os.path.join(HERE, fname), "w", encoding="utf-8") as f:
-            f.write(text)
-        print(f"wrote {fname} ({len(text.encode())} bytes)")
+        text = write_summary(model, fname)
         layers = []
         for layer in model.layers:
             n = layer.count_params()
@@ -866,6 +872,387 @@ def make_summaries(keras, jax):
         ),
         "columns": SUMMARY_COLUMNS,
         "models": entries,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 8. functional.json (+ summary_residual.txt, summary_two_branch.txt)
+# --------------------------------------------------------------------------------------
+
+
+def var_list(model):
+    """[{path: variable.path, value}] in model.weights (== model.get_weights()) order."""
+    return [{"path": v.path, "value": arr(np.asarray(v))} for v in model.weights]
+
+
+def make_functional(keras, jax):
+    layers = keras.layers
+
+    def build_residual():
+        inputs = keras.Input(shape=(16,), name="input_layer")
+        h = layers.Dense(32, activation="relu", name="d1")(inputs)
+        h = layers.Dense(16, name="d2")(h)
+        s = layers.Add(name="add")([inputs, h])
+        r = layers.ReLU(name="relu")(s)
+        outputs = layers.Dense(4, name="head")(r)
+        return keras.Model(inputs, outputs, name="residual")
+
+    def build_two_branch():
+        inputs = keras.Input(shape=(12,), name="input_layer")
+        a = layers.Dense(8, activation="relu", name="a")(inputs)
+        b = layers.Dense(6, activation="tanh", name="b")(inputs)
+        c = layers.Concatenate(name="concat")([a, b])
+        outputs = layers.Dense(3, name="out")(c)
+        return keras.Model(inputs, outputs, name="two_branch")
+
+    def build_inner_residual():
+        # The join reads a layer's output that another layer reads too (a fan-out after a
+        # layer): its gradient is the sum of the two.
+        inputs = keras.Input(shape=(10,), name="input_layer")
+        p = layers.Dense(16, activation="tanh", name="pre")(inputs)
+        h = layers.Dense(24, activation="relu", name="d1")(p)
+        h = layers.Dense(16, name="d2")(h)
+        s = layers.Add(name="add")([p, h])
+        outputs = layers.Dense(4, name="head")(s)
+        return keras.Model(inputs, outputs, name="inner_residual")
+
+    specs = [
+        (
+            "residual",
+            "Input(16, 'input_layer') -> Dense(32, relu, 'd1') -> Dense(16, 'd2'); "
+            "Add('add')([input_layer, d2]) -> ReLU('relu') -> Dense(4, 'head') logits",
+            build_residual,
+            16,
+            4,
+            8008,
+        ),
+        (
+            "two_branch",
+            "Input(12, 'input_layer') -> {Dense(8, relu, 'a'), Dense(6, tanh, 'b')} -> "
+            "Concatenate('concat')([a, b]) (8 + 6 = 14 features, a first) -> Dense(3, 'out') "
+            "logits",
+            build_two_branch,
+            12,
+            3,
+            8009,
+        ),
+        (
+            "inner_residual",
+            "Input(10, 'input_layer') -> Dense(16, tanh, 'pre') -> Dense(24, relu, 'd1') -> "
+            "Dense(16, 'd2'); Add('add')([pre, d2]) -> Dense(4, 'head') logits (pre's output "
+            "read by d1 and add: its gradient sums both)",
+            build_inner_residual,
+            10,
+            4,
+            8010,
+        ),
+    ]
+
+    models = []
+    for name, description, build, n_in, classes, seed in specs:
+        keras.utils.set_random_seed(0)
+        keras.backend.clear_session()  # fresh name counters
+        model = build()
+        assert model.name == name
+        rng = np.random.default_rng(seed)
+        init = []
+        for v in model.weights:
+            shape = tuple(v.shape)
+            if len(shape) == 2:
+                init.append(f32(rng.uniform(-0.5, 0.5, size=shape)))  # kernel
+            else:
+                init.append(f32(rng.uniform(-0.2, 0.2, size=shape)))  # bias
+        model.set_weights(init)
+        x = f32(rng.normal(size=(8, n_in)))
+        y = rng.integers(0, classes, size=(8,)).astype(np.int32)
+
+        summary_file = f"summary_{name}.txt"
+        write_summary(model, summary_file)
+
+        initial_outputs = np.asarray(model(x))
+        model.compile(
+            optimizer=keras.optimizers.Adam(learning_rate=0.01),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+        initial = var_list(model)
+        steps = []
+        for k in range(3):
+            ret = model.train_on_batch(x, y, return_dict=True)
+            assert set(ret.keys()) == {"loss", "accuracy"}, ret.keys()
+            steps.append(
+                {
+                    "step": k + 1,
+                    "loss": F32(ret["loss"]),
+                    "accuracy": F32(ret["accuracy"]),
+                    "weights": var_list(model),
+                }
+            )
+        pred = model.predict(x, verbose=0)
+
+        layer_desc = []
+        for layer in model.layers:
+            d = {"name": layer.name, "class": type(layer).__name__}
+            cfg = layer.get_config()
+            for key in ("units", "activation", "use_bias", "axis"):
+                if key in cfg:
+                    d[key] = cfg[key]
+            # Inbound layers, in call order (empty for the InputLayer).
+            inbound = []
+            for node in layer._inbound_nodes:
+                for t in node.input_tensors:
+                    inbound.append(t._keras_history.operation.name)
+            d["inputs"] = inbound
+            layer_desc.append(d)
+
+        models.append(
+            {
+                "name": name,
+                "description": description,
+                "input_shape": [n_in],
+                "classes": classes,
+                "layers": layer_desc,
+                "compile": "optimizer=Adam(learning_rate=0.01), "
+                "loss=SparseCategoricalCrossentropy(from_logits=True), metrics=['accuracy']",
+                "rng_seed": seed,
+                "summary_file": summary_file,
+                "x": arr(x),
+                "y": iarr(y),
+                "initial_weights": initial,
+                "initial_outputs": arr(initial_outputs),
+                "steps": steps,
+                "predictions": arr(pred),
+            }
+        )
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "Per model: keras.utils.set_random_seed(0), clear_session, build, set_weights "
+            "(kernels uniform(-0.5, 0.5), biases uniform(-0.2, 0.2) from "
+            "numpy.random.default_rng(rng_seed), in model.weights order; then x (normal) and "
+            "y (integers in [0, classes)) from the same rng). initial_outputs = model(x) "
+            "before training. steps[k] = model.train_on_batch(x, y, return_dict=True) on call "
+            "k+1: loss and accuracy of that batch computed in the forward pass with the "
+            "weights from BEFORE the update (train_on_batch resets the metrics first); "
+            "'accuracy' with integer labels and (8, classes) logits is sparse categorical "
+            "accuracy (argmax of the logits == label). steps[k].weights are after the update. "
+            "predictions = model.predict(x) after step 3. Weights are listed in "
+            "model.weights / model.get_weights() order; 'path' is Keras's variable.path "
+            "(functional models: layer_name/variable_name, no model prefix).",
+        ),
+        "models": models,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 9. layer_normalization.json
+# --------------------------------------------------------------------------------------
+
+
+def make_layer_normalization(keras, jax):
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(9009)
+    default_epsilon = keras.layers.LayerNormalization().epsilon
+
+    cases = []
+    for name, shape in [("2d", (5, 7)), ("3d", (2, 3, 4))]:
+        x = f32(rng.normal(size=shape))
+        n = shape[-1]
+        gamma = f32(rng.uniform(0.5, 1.5, size=(n,)))
+        beta = f32(rng.uniform(-0.5, 0.5, size=(n,)))
+        w = f32(rng.normal(size=shape))
+
+        layer = keras.layers.LayerNormalization()  # axis=-1, epsilon default
+        layer.build((None,) + shape[1:])
+        assert [v.path.split("/")[-1] for v in layer.weights] == ["gamma", "beta"]
+        layer.set_weights([gamma, beta])
+        y = np.asarray(layer(x))
+
+        def loss_fn(weights, xx, layer=layer, w=w):
+            out, _ = layer.stateless_call(weights, [], xx)
+            return jnp.sum(out * w)
+
+        value, (gw, gx) = jax.value_and_grad(loss_fn, argnums=(0, 1))(
+            [jnp.asarray(gamma), jnp.asarray(beta)], jnp.asarray(x)
+        )
+        cfg = layer.get_config()
+        cases.append(
+            {
+                "name": name,
+                "axis": cfg["axis"],
+                "epsilon": F32(cfg["epsilon"]),
+                "center": cfg["center"],
+                "scale": cfg["scale"],
+                "x": arr(x),
+                "gamma": arr(gamma),
+                "beta": arr(beta),
+                "y": arr(y),
+                "w": arr(w),
+                "loss": F32(value),
+                "dx": arr(gx),
+                "dgamma": arr(gw[0]),
+                "dbeta": arr(gw[1]),
+            }
+        )
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "keras.layers.LayerNormalization() (axis=-1, default epsilon) with gamma and "
+            "beta set explicitly. Keras (JAX backend, ops.layer_normalization): mean = "
+            "mean(x, -1); var = mean((x - mean)^2, -1) (biased); inv = rsqrt(var + epsilon) "
+            "* gamma; y = x * inv + (beta - mean * inv). loss = sum(y * w); dx, dgamma, "
+            "dbeta are its gradients via jax.value_and_grad through layer.stateless_call. "
+            "meta.epsilon is backend.epsilon(), NOT the layer's epsilon (keras_default_epsilon).",
+        ),
+        "keras_default_epsilon": F32(default_epsilon),
+        "cases": cases,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 10. binary_crossentropy.json
+# --------------------------------------------------------------------------------------
+
+
+def make_binary_crossentropy(keras, jax):
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(10010)
+
+    def labels(shape):
+        return f32(rng.integers(0, 2, size=shape))
+
+    y3 = labels((6, 3))
+    p3 = f32(rng.uniform(0.02, 0.98, size=(6, 3)))
+    p3[2, 1] = 0.5  # exactly the threshold: BinaryAccuracy predicts 0 (y_pred > threshold)
+    y3[2, 1] = 1.0
+    z3 = f32(rng.normal(size=(6, 3)) * 2.0)
+    y1 = labels((6, 1))
+    p1 = f32(rng.uniform(0.02, 0.98, size=(6, 1)))
+    z1 = f32(rng.normal(size=(6, 1)) * 2.0)
+    # Values outside [eps, 1 - eps] (eps = 1e-7; 1 - eps is float32 0.9999999, so 1 - p there
+    # is 1.1920929e-07, not 1e-7) are clipped; the clip passes no gradient.
+    yc = f32([[1, 0, 1], [0, 1, 0]])
+    pc = f32([[0.0, 1.0, 1e-9], [0.3, 0.9, 0.6]])
+
+    specs = [
+        ("probs_6x3", False, y3, p3, "probabilities; y_pred[2][1] == 0.5 exactly (label 1)"),
+        ("logits_6x3", True, y3, z3, "logits, same labels as probs_6x3"),
+        ("probs_6x1", False, y1, p1, "probabilities, one output per sample"),
+        ("logits_6x1", True, y1, z1, "logits, same labels as probs_6x1"),
+        (
+            "probs_clipped_2x3",
+            False,
+            yc,
+            pc,
+            "row 0 is clipped to [1e-7, float32(1 - 1e-7) = 0.9999999]: y_pred 0.0 and 1e-9 "
+            "(label 1) become 1e-7 and cost -log(1e-7) = 16.118095; y_pred 1.0 (label 0) "
+            "becomes 0.9999999 and costs -log(1 - 0.9999999) = -log(1.1920929e-07) = "
+            "15.942385 (not 16.118); the clip passes no gradient, so all three gradients are "
+            "0; row 1 is unclipped",
+        ),
+    ]
+    cases = []
+    for name, from_logits, yt, yp, description in specs:
+        loss_obj = keras.losses.BinaryCrossentropy(from_logits=from_logits)
+        ytj = jnp.asarray(yt)
+
+        def fn(p, loss_obj=loss_obj, ytj=ytj):
+            return loss_obj(ytj, p)
+
+        value, grad = jax.value_and_grad(fn)(jnp.asarray(yp))
+        cfg = loss_obj.get_config()
+        case = {
+            "name": name,
+            "from_logits": cfg["from_logits"],
+            "label_smoothing": F32(cfg["label_smoothing"]),
+            "reduction": cfg["reduction"],
+            "description": description,
+            "y_true": arr(yt),
+            "y_pred": arr(yp),
+            "loss_value": F32(value),
+            "grad_y_pred": arr(grad),
+        }
+        if not from_logits:
+            m = keras.metrics.BinaryAccuracy(threshold=0.5)
+            m.update_state(yt, yp)
+            case["binary_accuracy"] = {
+                "threshold": F32(m.threshold),
+                "result": F32(m.result()),
+            }
+        cases.append(case)
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "keras.losses.BinaryCrossentropy(from_logits=...) with the default reduction "
+            "sum_over_batch_size: per element (JAX backend) probabilities: p = clip(y_pred, "
+            "eps, 1 - eps), l = -(t log p + (1 - t) log(1 - p)); logits: l = -t "
+            "log_sigmoid(z) - (1 - t) log_sigmoid(-z); per sample mean over the last axis, "
+            "then mean over the batch. grad_y_pred = d loss_value / d y_pred (jax.grad). "
+            "binary_accuracy: keras.metrics.BinaryAccuracy(threshold=0.5) after one "
+            "update_state(y_true, y_pred): mean of (y_pred > threshold) == y_true over all "
+            "elements.",
+        ),
+        "cases": cases,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 11. mean_absolute_error.json
+# --------------------------------------------------------------------------------------
+
+
+def make_mean_absolute_error(keras, jax):
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(11011)
+    batches = []
+    for shape in [(4, 3), (2, 3)]:
+        yt = f32(rng.normal(size=shape))
+        yp = f32(rng.normal(size=shape))
+        assert np.all(yt != yp)  # no |0| kinks
+        batches.append((yt, yp))
+
+    m = keras.metrics.MeanAbsoluteError()
+    results = []
+    for yt, yp in batches:
+        m.update_state(yt, yp)
+        results.append(F32(m.result()))
+
+    yt, yp = batches[0]
+    loss_obj = keras.losses.MeanAbsoluteError()
+    ytj = jnp.asarray(yt)
+    value, grad = jax.value_and_grad(lambda p: loss_obj(ytj, p))(jnp.asarray(yp))
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "metric: keras.metrics.MeanAbsoluteError(); update_state(y_true, y_pred) once per "
+            "batch; results[k] = result() after batch k+1. The metric is a running mean of "
+            "the per-sample values mean(|y_true - y_pred|, -1) over all samples seen (4, then "
+            "4 + 2 = 6). loss: keras.losses.MeanAbsoluteError() (reduction "
+            "sum_over_batch_size) on batch 0; grad_y_pred = d loss_value / d y_pred "
+            "(jax.grad) = sign(y_pred - y_true) / (4 * 3). No element has y_true == y_pred.",
+        ),
+        "metric": {
+            "batches": [{"y_true": arr(a), "y_pred": arr(b)} for a, b in batches],
+            "results": results,
+        },
+        "loss": {
+            "reduction": loss_obj.get_config()["reduction"],
+            "y_true": arr(yt),
+            "y_pred": arr(yp),
+            "loss_value": F32(value),
+            "grad_y_pred": arr(grad),
+        },
     }
 
 
@@ -1042,6 +1429,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--progress-child", default=None)
     ap.add_argument("--skip-progress", action="store_true")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated JSON file stems to write (e.g. 'functional,layer_normalization'; "
+        "'functional' also writes its summary_*.txt files, 'summary' the summary_seed*.txt "
+        "files); the progress files are then skipped unless 'progress' is listed. Default: "
+        "everything.",
+    )
     args = ap.parse_args()
 
     if args.progress_child:
@@ -1055,13 +1450,29 @@ def main():
     assert keras.backend.backend() == "jax"
     keras.utils.set_random_seed(0)
 
-    write_json("layers.json", make_layers(keras, jax))
-    write_json("losses.json", make_losses(keras, jax))
-    write_json("optimizers.json", make_optimizers(keras, jax))
-    write_json("metrics.json", make_metrics(keras, jax))
-    write_json("model_step.json", make_model_step(keras, jax))
-    write_json("summary.json", make_summaries(keras, jax))
-    if not args.skip_progress:
+    generators = [
+        ("layers", make_layers),
+        ("losses", make_losses),
+        ("optimizers", make_optimizers),
+        ("metrics", make_metrics),
+        ("model_step", make_model_step),
+        ("summary", make_summaries),
+        ("functional", make_functional),
+        ("layer_normalization", make_layer_normalization),
+        ("binary_crossentropy", make_binary_crossentropy),
+        ("mean_absolute_error", make_mean_absolute_error),
+    ]
+    only = None
+    if args.only is not None:
+        only = {n.strip() for n in args.only.split(",") if n.strip()}
+        unknown = only - {n for n, _ in generators} - {"progress"}
+        if unknown:
+            ap.error(f"--only: unknown names {sorted(unknown)}")
+
+    for stem, make in generators:
+        if only is None or stem in only:
+            write_json(f"{stem}.json", make(keras, jax))
+    if not args.skip_progress and (only is None or "progress" in only):
         capture_progress()
 
 

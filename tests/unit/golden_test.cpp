@@ -388,12 +388,15 @@ std::vector<std::string> code_points(const std::string& s) {
   }
   return out;
 }
-// tessel's summary without its layout column: Keras's table.
-std::string without_layout_column(const std::string& text) {
+// tessel's summary without its layout column: Keras's table (three columns, or four with a
+// functional graph's "Connected to").
+std::string without_layout_column(const std::string& text, bool connections = false) {
   std::istringstream in(text);
   std::ostringstream out;
   std::string line;
-  const std::size_t cut = 1 + 38 + 1 + 29 + 1 + 17;  // cells up to the third column's border
+  // Cells up to the border before the layout column.
+  const std::size_t cut =
+      connections ? 1 + 31 + 1 + 27 + 1 + 17 + 1 + 28 : 1 + 38 + 1 + 29 + 1 + 17;
   while (std::getline(in, line)) {
     auto cps = code_points(line);
     if (cps.size() > cut && (cps[0] == "┏" || cps[0] == "┃" || cps[0] == "┡" || cps[0] == "│" ||
@@ -439,4 +442,83 @@ TEST_CASE("golden: summary() is Keras's table plus a layout column", "[golden][s
         read_text("summary_seed000_sequential.txt"));
   CHECK(seed000.count_params() == 158810);
   CHECK_THAT(seed000.summary_text(), Catch::Contains("kernel (None, None)"));
+}
+
+namespace {
+// A functional model of functional.json: its summary, then three Adam steps from the recorded
+// weights (loss, accuracy, every weight), and the predictions after them.
+template <class Model>
+void check_functional(Model& model, const json& m) {
+  CHECK(without_layout_column(model.summary_text(), true) ==
+        read_text(m["summary_file"].get<std::string>()));
+  std::vector<tessel::array<float>> w;
+  std::size_t v = 0;
+  for (const json& e : m["initial_weights"]) {
+    w.push_back(to_array(e["value"]));
+    CHECK(model.variables()[v++]->path == e["path"].get<std::string>());
+  }
+  model.set_weights(w);
+  const tessel::array<float> x = to_array(m["x"]);
+  const auto labels = m["y"]["data"].get<std::vector<std::int32_t>>();
+  const tessel::array<std::int32_t> y({labels.size()}, labels);
+  check_close(model.predict(x).values, values(m["initial_outputs"]), "initial outputs", 1e-5, 1e-6);
+  model.compile(tessel::optimizers::adam{.learning_rate = 0.01},
+                tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
+                {tessel::metrics::sparse_categorical_accuracy{.name = "accuracy"}});
+  for (const json& s : m["steps"]) {
+    const std::string step = "step " + std::to_string(s["step"].get<int>());
+    const tessel::logs l = model.train_on_batch(x, y);
+    check_close({static_cast<float>(*tessel::find_log(l, "loss"))}, {s["loss"].get<float>()},
+                step + " loss");
+    check_close({static_cast<float>(*tessel::find_log(l, "accuracy"))},
+                {s["accuracy"].get<float>()}, step + " accuracy");
+    const auto now = model.get_weights();
+    REQUIRE(now.size() == s["weights"].size());
+    for (std::size_t k = 0; k < now.size(); ++k)
+      check_close(now[k].values, values(s["weights"][k]["value"]),
+                  step + " " + s["weights"][k]["path"].get<std::string>(), 1e-5, 1e-6);
+  }
+  // After three Adam steps each weight agrees within 1e-5; the outputs compound those
+  // differences through three or four layers (in check_close's measure: 1.2e-5 on the residual
+  // block, 1.3e-5 on the two branches, 3.3e-5 on the inner residual block, whose smallest
+  // outputs are near 0.1).
+  check_close(model.predict(x).values, values(m["predictions"]), "predictions", 5e-5, 1e-6);
+}
+}  // namespace
+
+TEST_CASE("golden: a residual block (functional: dense, dense, add with the input, relu, dense)",
+          "[golden][functional]") {
+  using namespace tessel::layers;
+  const json m = load("functional.json")["models"][0];
+  REQUIRE(m["name"] == "residual");
+  using x = input<16>;
+  using h = dense<16, {.name = "d2"}>::on<dense<32, {.activation = "relu", .name = "d1"}>::on<x>>;
+  using y = dense<4, {.name = "head"}>::on<relu<"relu">::on<add<"add">::on<x, h>>>;
+  tessel::basic_functional<B, tessel::one_device, x, y> model("residual");
+  check_functional(model, m);
+}
+
+TEST_CASE("golden: two branches joined by concatenate (functional)", "[golden][functional]") {
+  using namespace tessel::layers;
+  const json m = load("functional.json")["models"][1];
+  REQUIRE(m["name"] == "two_branch");
+  using x = input<12>;
+  using a = dense<8, {.activation = "relu", .name = "a"}>::on<x>;
+  using b = dense<6, {.activation = "tanh", .name = "b"}>::on<x>;
+  using y = dense<3, {.name = "out"}>::on<concatenate<"concat">::on<a, b>>;
+  tessel::basic_functional<B, tessel::one_device, x, y> model("two_branch");
+  check_functional(model, m);
+}
+
+TEST_CASE("golden: a residual join of a layer's output that another layer reads too (functional)",
+          "[golden][functional]") {
+  using namespace tessel::layers;
+  const json m = load("functional.json")["models"][2];
+  REQUIRE(m["name"] == "inner_residual");
+  using x = input<10>;
+  using p = dense<16, {.activation = "tanh", .name = "pre"}>::on<x>;
+  using h = dense<16, {.name = "d2"}>::on<dense<24, {.activation = "relu", .name = "d1"}>::on<p>>;
+  using y = dense<4, {.name = "head"}>::on<add<"add">::on<p, h>>;
+  tessel::basic_functional<B, tessel::one_device, x, y> model("inner_residual");
+  check_functional(model, m);
 }

@@ -255,6 +255,11 @@ struct cuda {
     cuda_kernels::add(in(a), in(b), mut(out), stream());
     launched();
   }
+  static void copy_columns(const matrix& src, std::size_t src_first, const matrix& dst,
+                           std::size_t dst_first, std::size_t count) {
+    cuda_kernels::copy_columns(in(src), src_first, mut(dst), dst_first, count, stream());
+    launched();
+  }
   // Inverted dropout with the host backend's masks (the same Philox stream, drawn at each
   // element's global index).
   static void dropout(const matrix& src, const matrix& out, const random::stream& s, float rate,

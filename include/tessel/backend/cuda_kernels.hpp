@@ -42,6 +42,8 @@ void activation_backward_bias(activation_kind a, cmat y, cmat dy, mat dz, float*
 void column_sums(cmat in, float* out, cudaStream_t s);
 void scale_shift(cmat in, mat out, float scale, float offset, cudaStream_t s);
 void add(cmat a, cmat b, mat out, cudaStream_t s);
+void copy_columns(cmat src, std::size_t src_first, mat dst, std::size_t dst_first,
+                  std::size_t count, cudaStream_t s);
 void dropout(cmat in, mat out, const random::stream& st, float rate, std::uint64_t first_row,
              std::uint64_t first_col, std::uint64_t global_cols, cudaStream_t s);
 

@@ -603,6 +603,17 @@ struct host {
       for (std::size_t k = k0 * block; k < std::min(n, (k0 + 1) * block); ++k) po[k] = pa[k] + pb[k];
     });
   }
+  // Columns [src_first, src_first + count) of src into columns [dst_first, ...) of dst, every
+  // row (a concatenation and its gradient).
+  static void copy_columns(const matrix& src, std::size_t src_first, const matrix& dst,
+                           std::size_t dst_first, std::size_t count) {
+    const float* ps = src.data();
+    float* pd = dst.data();
+    const std::size_t ls = cols(src), ld = cols(dst);
+    for_rows("tessel::copy_columns", rows(dst), count, [=](std::size_t i) {
+      std::copy_n(ps + i * ls + src_first, count, pd + i * ld + dst_first);
+    });
+  }
   // Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate). `in` is the
   // block of the whole batch's activation (global_cols columns wide) that starts at row
   // first_row and column first_col; the mask of its element (r, j) is drawn at that element's

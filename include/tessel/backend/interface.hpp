@@ -57,6 +57,7 @@ concept backend_elementwise = backend_memory<B> && requires(const typename B::ma
   B::activation_backward(activation_kind::relu, m, m, m);
   B::scale_shift(m, m, f, f);
   B::add(m, m, m);
+  B::copy_columns(m, std::size_t{0}, m, std::size_t{0}, std::size_t{0});
 };
 
 // Reductions: column sums (bias gradients), the losses' sums with their gradients, and the

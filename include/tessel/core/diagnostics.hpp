@@ -91,6 +91,21 @@ TESSEL_DIAGNOSTIC(std::size_t Unused, sequential_needs_an_input,
                   "tessel::sequential: the first entry must be layers::input<...> giving the "
                   "shape of one sample, like keras.Input(shape=(784,))");
 
+// functional models
+TESSEL_DIAGNOSTIC(fixed_string Layer COMMA std::size_t Count, layer_called_on_wrong_number_of_inputs,
+                  "tessel::functional: this layer is called on a number of inputs it does not "
+                  "take (see the layer name and the count above): one for most layers, two or "
+                  "more for add and concatenate");
+TESSEL_DIAGNOSTIC(fixed_string Merge COMMA fixed_string First COMMA fixed_string Other,
+                  merge_inputs_have_incompatible_shapes,
+                  "tessel::functional: a merge layer joins inputs of incompatible shapes (add: "
+                  "equal shapes; concatenate: equal but for the last axis); see the merge "
+                  "layer's name and the two layers whose outputs it joins above");
+TESSEL_DIAGNOSTIC(fixed_string Layer, layer_reads_an_input_that_is_not_the_models,
+                  "tessel::functional: this layer reads an input that is not the model's input; "
+                  "every path of the graph must start at the input given to "
+                  "functional<..., Input, Output>");
+
 #undef TESSEL_DIAGNOSTIC
 #undef COMMA
 }  // namespace diagnostic

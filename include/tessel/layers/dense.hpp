@@ -6,14 +6,15 @@
 #include <span>
 #include <string>
 
+#include "../core/activations.hpp"
 #include "../core/fixed_string.hpp"
 #include "../core/layer_planner.hpp"
 #include "../core/propagation.hpp"
-#include "../core/activations.hpp"
 #include "layer.hpp"
+#include "node.hpp"
 #include "op.hpp"
-#include "split_rows.hpp"
 #include "plan/dense.hpp"
+#include "split_rows.hpp"
 
 namespace tessel::layers {
 
@@ -36,6 +37,8 @@ struct dense {
   static constexpr std::string_view base_name = "dense";
   static constexpr name_string given_name = Args.name;
   static constexpr bool has_variables = true;
+  template <class... In>
+  using on = node<dense, In...>;
   static constexpr activation_kind activation = activation_from_name(Args.activation.view());
 
   // Dense works on the last axis; tessel's dense takes rank-1 samples (flatten first).
@@ -82,8 +85,9 @@ struct dense {
         return y_;
       }
       if (Args.use_bias && !(a.layouts->variables[1].dims[0] == a.layouts->result.dims[1]))
-        throw value_error("dense: a bias laid out unlike the product's columns is not executed "
-                          "yet; give the bias the kernel's column layout");
+        throw value_error(
+            "dense: a bias laid out unlike the product's columns is not executed "
+            "yet; give the bias the kernel's column layout");
       y_ = reduce.make(shape_value{x.global_shape()[0], Units}, a.layouts->result, y_store_,
                        "product");
       const bool adds_bias = Args.use_bias && a.adds_constants;
@@ -97,14 +101,18 @@ struct dense {
     // rows with the row reductions the plan lists).
     template <class Reduce>
     void finish(const tensor& y, const pass_context&, Reduce& reduce) {
-      if (splits_softmax(y, reduce)) split_softmax_forward(y, stats_, reduce);
-      else B::activation_forward(activation, y.local());
+      if (splits_softmax(y, reduce))
+        split_softmax_forward(y, stats_, reduce);
+      else
+        B::activation_forward(activation, y.local());
     }
     // Its gradient, in place on dy (the output's gradient).
     template <class Reduce>
     void finish_backward(const tensor& y, const matrix& dy, const pass_context&, Reduce& reduce) {
-      if (splits_softmax(y, reduce)) split_softmax_backward(y, dy, dy, stats_, reduce);
-      else B::activation_backward(activation, y.local(), dy, dy);
+      if (splits_softmax(y, reduce))
+        split_softmax_backward(y, dy, dy, stats_, reduce);
+      else
+        B::activation_backward(activation, y.local(), dy, dy);
     }
     // From dy (the result's gradient; the output's when whole, the activation's gradient then
     // taken here first, fused with the bias's): the kernel's gradient x^T g, the bias's column
@@ -117,9 +125,9 @@ struct dense {
       op_gradients<B> out;
       if (a.layouts == nullptr) {
         // One pass over dy: the activation's gradient and the bias gradient.
-        B::activation_backward_bias(activation, y_.local(), dy, dy,
-                                    Args.use_bias && grads.wants(1) ? grads.variables[1]
-                                                                    : matrix());
+        B::activation_backward_bias(
+            activation, y_.local(), dy, dy,
+            Args.use_bias && grads.wants(1) ? grads.variables[1] : matrix());
         if (grads.wants(0)) B::gemm(true, false, 1.0f, x.local(), dy, 0.0f, grads.variables[0]);
         if (a.wants_operand_gradients & 1u) {
           matrix dx = sized<B>(dx_store_, B::rows(dy), in_, "input_gradient");
@@ -140,6 +148,7 @@ struct dense {
       }
       return out;
     }
+
    private:
     template <class Reduce>
     bool splits_softmax(const tensor& y, const Reduce& reduce) const {
@@ -154,4 +163,3 @@ struct dense {
 };
 
 }  // namespace tessel::layers
-

@@ -3,10 +3,11 @@
 
 #include <string>
 
+#include "../core/activations.hpp"
 #include "../core/fixed_string.hpp"
 #include "../core/layer_planner.hpp"
-#include "../core/activations.hpp"
 #include "layer.hpp"
+#include "node.hpp"
 #include "op.hpp"
 #include "plan/elementwise.hpp"
 #include "split_rows.hpp"
@@ -39,6 +40,8 @@ struct flatten : stateless_layer {
   static constexpr std::string_view class_name = "Flatten";
   static constexpr std::string_view base_name = "flatten";
   static constexpr name_string given_name{Name.view()};
+  template <class... In>
+  using on = node<flatten, In...>;
   static constexpr shape_value output_shape(const shape_value& in) {
     return shape_value{in.elements()};
   }
@@ -87,8 +90,9 @@ struct dropout_args {
   name_string name = "";
 };
 
-// Dropout (inverted), `dropout<0.4>` or `dropout<0.4, {.seed = 7, .name = "drop"}>`: in training, zero each element with probability `rate` and scale the rest by
-// 1 / (1 - rate); identity in inference. The mask is keyed by (seed, step, global element index).
+// Dropout (inverted), `dropout<0.4>` or `dropout<0.4, {.seed = 7, .name = "drop"}>`: in training,
+// zero each element with probability `rate` and scale the rest by 1 / (1 - rate); identity in
+// inference. The mask is keyed by (seed, step, global element index).
 template <double Rate, dropout_args Args = dropout_args{}>
 struct dropout : stateless_layer {
   static_assert(Rate >= 0.0 && Rate < 1.0,
@@ -97,6 +101,8 @@ struct dropout : stateless_layer {
   static constexpr std::string_view class_name = "Dropout";
   static constexpr std::string_view base_name = "dropout";
   static constexpr name_string given_name = Args.name;
+  template <class... In>
+  using on = node<dropout, In...>;
   static constexpr op_desc plan_op(std::string_view name) { return dropout_op(name); }
   template <class B>
   class runtime {
@@ -171,9 +177,9 @@ struct activation_layer : stateless_layer {
   static constexpr std::string_view class_name = ClassName;
   static constexpr std::string_view base_name = BaseName;
   static constexpr name_string given_name{Name.view()};
-  static constexpr op_desc plan_op(std::string_view name) {
-    return activation_op<A>(name);
-  }
+  template <class... In>
+  using on = node<activation_layer, In...>;
+  static constexpr op_desc plan_op(std::string_view name) { return activation_op<A>(name); }
   template <class B>
   class runtime {
    public:
@@ -187,8 +193,10 @@ struct activation_layer : stateless_layer {
       const tensor& x = *a.operands[0];
       y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "activation"));
       B::copy(x.local(), y_.local());
-      if (splits(y_, reduce)) split_softmax_forward(y_, stats_, reduce);
-      else B::activation_forward(A, y_.local());
+      if (splits(y_, reduce))
+        split_softmax_forward(y_, stats_, reduce);
+      else
+        B::activation_forward(A, y_.local());
       return y_;
     }
     // In place on dy.
@@ -197,8 +205,10 @@ struct activation_layer : stateless_layer {
                              const pass_context&, Reduce& reduce) {
       op_gradients<B> out;
       if (!(a.wants_operand_gradients & 1u)) return out;
-      if (splits(y_, reduce)) split_softmax_backward(y_, dy, dy, stats_, reduce);
-      else B::activation_backward(A, y_.local(), dy, dy);
+      if (splits(y_, reduce))
+        split_softmax_backward(y_, dy, dy, stats_, reduce);
+      else
+        B::activation_backward(A, y_.local(), dy, dy);
       out.operands[0] = a.operands[0]->like(dy);
       return out;
     }
@@ -236,6 +246,8 @@ struct rescaling : stateless_layer {
   static constexpr std::string_view class_name = "Rescaling";
   static constexpr std::string_view base_name = "rescaling";
   static constexpr name_string given_name = Args.name;
+  template <class... In>
+  using on = node<rescaling, In...>;
   template <class B>
   class runtime {
    public:

@@ -45,6 +45,12 @@ struct graph_edges {
     }
     return g;
   }
+  // Whether op i reads op i - 1's output only (op 0 the input), for every op.
+  constexpr bool is_chain() const {
+    for (std::size_t i = 0; i < N; ++i)
+      if (count[i] != 1 || inputs[i][0] != i) return false;
+    return true;
+  }
   // Whether backward must reach node n: some op that made it, or one before, has variables.
   constexpr std::array<bool, N + 1> needs_gradient() const {
     std::array<bool, N + 1> up{};
@@ -81,7 +87,8 @@ class executor {
       ((vars_[I].assign(op_variables<B>(std::get<I>(ops)).begin(),
                         op_variables<B>(std::get<I>(ops)).end())),
        ...);
-    }(std::make_index_sequence<N>{});
+    }
+    (std::make_index_sequence<N>{});
   }
   // The layouts the plan chose for each op, and this device's mesh coordinates (under a
   // distribution that reshards); none: every op runs on its blocks as they come.
@@ -111,11 +118,11 @@ class executor {
         const shape_value& g = var.value.global_shape();
         s.in_place[v] =
             computed.rank == g.rank &&
-            (through ? plan_reshard(computed, s.layouts.variables[v], reshard.mesh(), g).empty() &&
-                           plan_reshard(s.layouts.variables[v], var.value.layout(), reshard.mesh(),
-                                        g)
-                               .empty()
-                     : plan_reshard(computed, var.value.layout(), reshard.mesh(), g).empty());
+            (through
+                 ? plan_reshard(computed, s.layouts.variables[v], reshard.mesh(), g).empty() &&
+                       plan_reshard(s.layouts.variables[v], var.value.layout(), reshard.mesh(), g)
+                           .empty()
+                 : plan_reshard(computed, var.value.layout(), reshard.mesh(), g).empty());
       }
     }
   }
@@ -127,7 +134,8 @@ class executor {
     nodes_[0] = &input;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (forward_op<I>(std::get<I>(ops), c, reshard), ...);
-    }(std::make_index_sequence<N>{});
+    }
+    (std::make_index_sequence<N>{});
     return *nodes_[N];
   }
 
@@ -143,7 +151,8 @@ class executor {
     grad_set_[N] = true;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (backward_op<N - 1 - I>(std::get<N - 1 - I>(ops), c, reshard, on_op), ...);
-    }(std::make_index_sequence<N>{});
+    }
+    (std::make_index_sequence<N>{});
   }
 
  private:
@@ -215,9 +224,9 @@ class executor {
           g.variables[v] = var.gradient;
           continue;
         }
-        s.variable_gradients[v] = reshard.make(var.value.global_shape(),
-                                               s.layouts.variable_gradients[v],
-                                               s.gradient_stores[v], "variable_gradient");
+        s.variable_gradients[v] =
+            reshard.make(var.value.global_shape(), s.layouts.variable_gradients[v],
+                         s.gradient_stores[v], "variable_gradient");
         g.variables[v] = s.variable_gradients[v].local();
       }
       op_gradients<B> d = op.backward(s.args, dy, g, c, reshard);
@@ -226,19 +235,22 @@ class executor {
         if (!var.trainable || var.reduced_in_bucket || s.in_place[v]) continue;
         tensor t = s.variable_gradients[v];
         if ((s.layouts.gradients_through_variables >> v) & 1u)
-          t = reshard(t, s.layouts.variables[v], s.gradient_var_stores[v], "variable_gradient_used");
-        B::copy(reshard(t, var.value.layout(), s.gradient_copy_stores[v], "variable_gradient")
-                    .local(),
-                var.gradient);
+          t = reshard(t, s.layouts.variables[v], s.gradient_var_stores[v],
+                      "variable_gradient_used");
+        B::copy(
+            reshard(t, var.value.layout(), s.gradient_copy_stores[v], "variable_gradient").local(),
+            var.gradient);
       }
       on_op(std::span<variable<B>* const>(vars_[I]));
       for (std::size_t k = 0; k < Graph.count[I]; ++k) {
         const std::size_t n = Graph.inputs[I][k];
-        if (!((s.args.wants_operand_gradients >> k) & 1u) || d.operands[k].local().data() == nullptr)
+        if (!((s.args.wants_operand_gradients >> k) & 1u) ||
+            d.operands[k].local().data() == nullptr)
           continue;
         tensor dx = d.operands[k];
         if (planned_) {
-          dx = reshard(dx, s.layouts.operands[k], s.gradient_used_stores[k], "operand_gradient_used");
+          dx = reshard(dx, s.layouts.operands[k], s.gradient_used_stores[k],
+                       "operand_gradient_used");
           dx = reshard(dx, nodes_[n]->layout().without_partial(), s.gradient_in_stores[k],
                        "operand_gradient");
         }
@@ -246,8 +258,8 @@ class executor {
         // copy but the first gets its own, since a reader may change its gradient in place.
         for (std::size_t j = 0; j < k; ++j)
           if (d.operands[j].local().data() == dx.local().data()) {
-            matrix own = sized<B>(s.gradient_in_stores[k], B::rows(dx.local()),
-                                  B::cols(dx.local()), "operand_gradient");
+            matrix own = sized<B>(s.gradient_in_stores[k], B::rows(dx.local()), B::cols(dx.local()),
+                                  "operand_gradient");
             B::copy(dx.local(), own);
             dx = dx.like(own);
             break;

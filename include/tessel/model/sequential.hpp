@@ -31,6 +31,7 @@
 #include "../runtime/process_mesh.hpp"
 #include "../runtime/reshard.hpp"
 #include "executor.hpp"
+#include "graph.hpp"
 #include "summary.hpp"
 
 namespace tessel {
@@ -55,24 +56,70 @@ struct is_input<layers::input<D...>> : std::true_type {};
 
 namespace detail {
 
-template <class... Layers>
+// What the table asks of a layer type, with the defaults of a layer of one input.
+template <class L>
+constexpr std::size_t min_inputs_of() {
+  if constexpr (requires { L::min_inputs; })
+    return L::min_inputs;
+  else
+    return 1;
+}
+template <class L>
+constexpr std::size_t max_inputs_of() {
+  if constexpr (requires { L::max_inputs; })
+    return L::max_inputs;
+  else
+    return 1;
+}
+// The first input whose shape the layer cannot join with input 0's (n: none).
+template <class L>
+constexpr std::size_t mismatch_of(const shape_value* in, std::size_t n) {
+  if constexpr (requires { L::mismatch(in, n); })
+    return L::mismatch(in, n);
+  else
+    return n;
+}
+template <class L>
+constexpr shape_value output_of(const shape_value* in, std::size_t n) {
+  if constexpr (requires { L::merged_shape(in, n); })
+    return L::merged_shape(in, n);
+  else
+    return L::accepts(in[0]) ? L::output_shape(in[0]) : in[0];
+}
+
+// The layers of a model's graph (`Edges`: graph_edges, model/executor.hpp): names (Keras's
+// auto-naming), shapes, and the first broken rule (as an index), in one pass in topological
+// order.
+template <auto Edges, class... Layers>
 struct layer_table {
   static constexpr std::size_t size = sizeof...(Layers);
-  // Names (Keras's auto-naming), shapes, and the first broken rule (as an index), in one pass.
   struct result {
     std::array<layer_info, sizeof...(Layers) + 1> info{};
     std::size_t bad_input = size;  // a layer that cannot take its input
     std::size_t duplicate = size;  // a layer whose name an earlier layer has
+    std::size_t bad_arity = size;  // a layer called on a number of inputs it does not take
+    std::size_t bad_merge = size;  // a merge whose input `bad_operand` does not fit input 0
+    std::size_t bad_operand = 0;
   };
+  // The name of node n: the model's input ("input_layer", as Keras names a functional model's
+  // Input) or layer n - 1.
+  static constexpr name_string node_name(const result& r, std::size_t n) {
+    return n == 0 ? name_string{"input_layer"} : r.info[n - 1].name;
+  }
   static constexpr result compute(shape_value input) {
     result r;
     constexpr std::array<std::string_view, size + 1> bases{Layers::base_name..., ""};
     constexpr std::array<name_string, size + 1> given{Layers::given_name..., name_string{}};
     constexpr std::array<bool (*)(const shape_value&), size + 1> accepts{&Layers::accepts...,
                                                                          nullptr};
-    constexpr std::array<shape_value (*)(const shape_value&), size + 1> outs{
-        &Layers::output_shape..., nullptr};
-    shape_value cur = input;
+    constexpr std::array<std::size_t, size + 1> min_in{min_inputs_of<Layers>()..., 0};
+    constexpr std::array<std::size_t, size + 1> max_in{max_inputs_of<Layers>()..., 0};
+    constexpr std::array<std::size_t (*)(const shape_value*, std::size_t), size + 1> mismatch{
+        &mismatch_of<Layers>..., nullptr};
+    constexpr std::array<shape_value (*)(const shape_value*, std::size_t), size + 1> outs{
+        &output_of<Layers>..., nullptr};
+    std::array<shape_value, size + 1> nodes{};
+    nodes[0] = input;
     for (std::size_t i = 0; i < size; ++i) {
       if (given[i].empty()) {
         std::size_t before = 0;
@@ -84,18 +131,41 @@ struct layer_table {
       }
       for (std::size_t j = 0; j < i && r.duplicate == size; ++j)
         if (r.info[j].name.view() == r.info[i].name.view()) r.duplicate = i;
-      r.info[i].input = cur;
-      if (!accepts[i](cur) && r.bad_input == size) r.bad_input = i;
-      cur = accepts[i](cur) ? outs[i](cur) : cur;
-      r.info[i].output = cur;
+      const std::size_t n = Edges.count[i];
+      std::array<shape_value, max_op_inputs> in{};
+      for (std::size_t k = 0; k < n && k < max_op_inputs; ++k) in[k] = nodes[Edges.inputs[i][k]];
+      r.info[i].input = in[0];
+      if ((n < min_in[i] || n > max_in[i]) && r.bad_arity == size) r.bad_arity = i;
+      if (n >= 2 && r.bad_merge == size && r.bad_arity == size) {
+        const std::size_t k = mismatch[i](in.data(), n);
+        if (k < n) r.bad_merge = i, r.bad_operand = k;
+      }
+      if (!accepts[i](in[0]) && r.bad_input == size) r.bad_input = i;
+      nodes[i + 1] = outs[i](in.data(), n < 1 ? 1 : n);
+      r.info[i].output = nodes[i + 1];
     }
     return r;
   }
 };
 
-template <class Table, shape_value In>
+template <class Table, shape_value In, auto Edges>
 struct checked_layers {
   static constexpr auto r = Table::compute(In);
+  static constexpr name_string arity_name =
+      r.bad_arity < Table::size ? r.info[r.bad_arity].name : name_string{};
+  static constexpr std::size_t arity = r.bad_arity < Table::size ? Edges.count[r.bad_arity] : 0;
+  static_assert(require<r.bad_arity == Table::size,
+                        diagnostic::layer_called_on_wrong_number_of_inputs<arity_name, arity>>);
+  static constexpr name_string merge_name =
+      r.bad_merge < Table::size ? r.info[r.bad_merge].name : name_string{};
+  static constexpr name_string merge_first =
+      r.bad_merge < Table::size ? Table::node_name(r, Edges.inputs[r.bad_merge][0]) : name_string{};
+  static constexpr name_string merge_other =
+      r.bad_merge < Table::size ? Table::node_name(r, Edges.inputs[r.bad_merge][r.bad_operand])
+                                : name_string{};
+  static_assert(
+      require<r.bad_merge == Table::size, diagnostic::merge_inputs_have_incompatible_shapes<
+                                              merge_name, merge_first, merge_other>>);
   static constexpr name_string bad_name =
       r.bad_input < Table::size ? r.info[r.bad_input].name : name_string{};
   static constexpr std::size_t bad_rank =
@@ -129,19 +199,22 @@ void on_every_process(const ProcessMesh& pm, const char* what, F&& f) {
 }
 }  // namespace detail
 
-// The primary template is reached only when the entry after the distribution is not an input.
-template <class B, class Dist, class Input = void, class... Layers>
-class sequential_model {
-  static_assert(require<is_input<Input>::value, diagnostic::sequential_needs_an_input<0>>);
-};
+// A model over a graph of layers: `Graph` gives its edges (graph_edges: which nodes each layer
+// reads, in topological order), whether it is a functional model (summary() then lists the input
+// and, for a graph that is not a chain, what each layer is connected to) and its default name.
+// sequential_model and functional_model are this class over a chain and over a graph of nodes.
+template <class B, class Dist, class Input, class Graph, class... Layers>
+class graph_model;
 
-template <class B, class Dist, std::size_t... InputDims, class... Layers>
-class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
-  using table = detail::layer_table<Layers...>;
-  using checked = detail::checked_layers<table, shape_value{InputDims...}>;
+template <class B, class Dist, std::size_t... InputDims, class Graph, class... Layers>
+class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
+  static constexpr graph_edges<sizeof...(Layers)> graph_ = Graph::edges;
+  using table = detail::layer_table<graph_, Layers...>;
+  using checked = detail::checked_layers<table, shape_value{InputDims...}, graph_>;
   static_assert(detail::is_distribution<Dist>,
-                "tessel::sequential: the distribution must be data_parallel<...> or one_device");
-  static_assert(sizeof...(Layers) <= max_ops, "tessel::sequential: at most 32 layers");
+                "tessel: a model's distribution must be one_device, data_parallel<...> or "
+                "model_parallel<...>");
+  static_assert(sizeof...(Layers) <= max_ops, "tessel: at most 32 layers in one model");
 
  public:
   using backend = B;
@@ -175,7 +248,12 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
     model_desc m{input_shape, {}, layer_count, loss, 4, false, loss_values};
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((m.ops[I] = Layers::plan_op(layer_infos[I].name.view())), ...);
-    }(std::make_index_sequence<layer_count>{});
+    }
+    (std::make_index_sequence<layer_count>{});
+    for (std::size_t i = 0; i < layer_count; ++i) {
+      m.ops[i].inputs = graph_.inputs[i];
+      m.ops[i].input_count = graph_.count[i];
+    }
     return m;
   }
 
@@ -183,7 +261,7 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   // differs from the number of processes is an error naming both). Every process draws the same
   // initial weights: they are keyed by the seed (device 0's, if processes set different ones)
   // and each variable's path, not by the process.
-  explicit sequential_model(std::string name = "sequential")
+  explicit graph_model(std::string name = std::string(Graph::default_name))
       : name_(std::move(name)),
         pm_(bind_mesh()),
         seed_(common_seed(pm_)),
@@ -194,8 +272,8 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
     exec_.bind(layers_);
     exec_.set_plan(model_parallel ? &layouts_ : nullptr, reshard_);
   }
-  sequential_model(const sequential_model&) = delete;
-  sequential_model& operator=(const sequential_model&) = delete;
+  graph_model(const graph_model&) = delete;
+  graph_model& operator=(const graph_model&) = delete;
 
   const std::string& name() const { return name_; }
 
@@ -285,9 +363,10 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   // It runs on this process alone, on every row of x.
   const matrix& call(const array<float>& x, bool training = false) {
     if constexpr (model_parallel)
-      throw value_error("call() runs the model on this process alone, on every row of x; a "
-                        "model_parallel model's layers are split across processes. Use "
-                        "predict(x), which every process calls with the global batch.");
+      throw value_error(
+          "call() runs the model on this process alone, on every row of x; a "
+          "model_parallel model's layers are split across processes. Use "
+          "predict(x), which every process calls with the global batch.");
     return forward_rows(x, 0, 0, x.rows(), x.rows(), training).local();
   }
   // The counter of training calls that keys dropout masks. Setting it replays a call's masks
@@ -299,9 +378,20 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   std::string summary_text() const {
     std::vector<summary_row> rows;
     std::size_t index = 0;
+    // A functional model lists its input first; one that is not a chain says what each layer
+    // reads (Keras's "Connected to", `name[node][tensor]`).
+    constexpr bool connections = Graph::functional && !graph_.is_chain();
+    auto node_name = [](std::size_t n) {
+      return n == 0 ? std::string("input_layer") : std::string(layer_infos[n - 1].name.view());
+    };
     auto add = [&](std::string_view name, std::string_view cls, const shape_value& out,
                    std::size_t params) {
       summary_row r;
+      if (connections) {
+        if (index == 0) r.connected_to = "-";
+        for (std::size_t k = 0; index > 0 && k < graph_.count[index - 1]; ++k)
+          r.connected_to += (k ? ", " : "") + node_name(graph_.inputs[index - 1][k]) + "[0][0]";
+      }
       r.layer = std::string(name) + " (" + std::string(cls) + ")";
       r.output_shape = "(None" + [&] {
         std::string s;
@@ -316,6 +406,10 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
       rows.push_back(std::move(r));
       ++index;
     };
+    if constexpr (Graph::functional)
+      add("input_layer", "InputLayer", input_shape, 0);
+    else
+      index = 1;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (add(layer_infos[I].name.view(), Layers::class_name, layer_infos[I].output,
            Layers::param_count(layer_infos[I].input)),
@@ -324,13 +418,12 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
     (std::make_index_sequence<layer_count>{});
     std::size_t trainable = 0, non_trainable = 0;
     for (const auto& v : vars_) (v.trainable ? trainable : non_trainable) += v.size();
-    return format_summary(name_, rows, trainable, non_trainable);
+    return format_summary(name_, rows, trainable, non_trainable, connections);
   }
   // Printed by the process at device 0 only.
   void summary() const {
     if (pm_.is_chief()) std::cout << summary_text() << std::flush;
   }
-
 
   // ---- what a trainer drives (trainer/trainer.hpp) ----------------------------------------------
   // The seed every process shares (initial weights, dropout masks, shuffling).
@@ -373,8 +466,8 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
     extent.extents[0] = rows;
     for (std::size_t d = 0; d < input_shape.rank; ++d)
       global.extents[d + 1] = extent.extents[d + 1] = input_shape[d];
-    input_ = tensor(global, Dist::value.batch_layout(global.rank), block{start, extent},
-                    input_rows_);
+    input_ =
+        tensor(global, Dist::value.batch_layout(global.rank), block{start, extent}, input_rows_);
     // The layouts a layer computes with are chosen by the bytes they move, which depend on the
     // global batch: planned again when it changes, so that what runs is what explain() prints.
     if constexpr (model_parallel)
@@ -398,8 +491,10 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   static mesh_binding bind_mesh() {
     // Every model needs the backend the guard starts, one on one device too.
     runtime::require_started("building a model");
-    if constexpr (std::is_same_v<Dist, one_device>) return mesh_binding::local();
-    else return mesh_binding::bind();
+    if constexpr (std::is_same_v<Dist, one_device>)
+      return mesh_binding::local();
+    else
+      return mesh_binding::bind();
   }
   // Every process starts from device 0's seed: processes given different seeds
   // (set_random_seed(1000 + rank)) would otherwise build different replicas.
@@ -454,9 +549,9 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   void upload_inputs(const array<float>& x, std::size_t first, std::size_t rows) {
     check_input_shape(x);
     input_rows_ = sized<B>(input_store_, rows, input_features, "input");
-    B::upload(std::span<const float>(x.values).subspan(first * input_features,
-                                                       rows * input_features),
-              input_rows_);
+    B::upload(
+        std::span<const float>(x.values).subspan(first * input_features, rows * input_features),
+        input_rows_);
   }
   template <class P>
   std::vector<variable<B>*> pointers(P pred) {
@@ -474,13 +569,68 @@ class sequential_model<B, Dist, layers::input<InputDims...>, Layers...> {
   std::size_t planned_batch_ = dynamic_extent;
   mutable resharder reshard_;
   std::tuple<typename Layers::template runtime<B>...> layers_;
-  // The chain of layers as a graph, run by the executor.
-  static constexpr graph_edges<layer_count> graph_ =
-      graph_edges<layer_count>::chain({Layers::has_variables...});
   executor<B, graph_, Layers...> exec_;
   pass_context pass_{.training = false, .step = 0, .seed = 0};
   matrix input_store_, input_rows_;
   tensor input_;
+};
+
+// Sequential: a chain, each layer reading the one before.
+template <std::size_t N, bool... HasVariables>
+struct chain_graph {
+  static constexpr graph_edges<N> edges = graph_edges<N>::chain({HasVariables...});
+  static constexpr bool functional = false;
+  static constexpr std::string_view default_name = "sequential";
+};
+
+// The primary template is reached only when the entry after the distribution is not an input.
+template <class B, class Dist, class Input = void, class... Layers>
+class sequential_model {
+  static_assert(require<is_input<Input>::value, diagnostic::sequential_needs_an_input<0>>);
+};
+
+template <class B, class Dist, std::size_t... InputDims, class... Layers>
+class sequential_model<B, Dist, layers::input<InputDims...>, Layers...>
+    : public graph_model<B, Dist, layers::input<InputDims...>,
+                         chain_graph<sizeof...(Layers), Layers::has_variables...>, Layers...> {
+  using base = graph_model<B, Dist, layers::input<InputDims...>,
+                           chain_graph<sizeof...(Layers), Layers::has_variables...>, Layers...>;
+
+ public:
+  explicit sequential_model(std::string name = "sequential") : base(std::move(name)) {}
+};
+
+// A functional model's graph: its nodes from Input to Output (model/graph.hpp).
+template <class Input, class Output>
+struct functional_spec {
+  using graph = functional_graph<Input, Output>;
+  static constexpr auto edges = graph::edges;
+  static constexpr bool functional = true;
+  static constexpr std::string_view default_name = "functional";
+};
+
+namespace detail {
+template <class B, class Dist, class Input, class Spec, class List>
+struct graph_model_of;
+template <class B, class Dist, class Input, class Spec, class... L>
+struct graph_model_of<B, Dist, Input, Spec, type_list<L...>> {
+  using type = graph_model<B, Dist, Input, Spec, L...>;
+};
+}  // namespace detail
+
+// Keras's functional Model(inputs, outputs), its graph as types: the layers reached from
+// Output, in Keras's order.
+template <class B, class Dist, class Input, class Output>
+class functional_model
+    : public detail::graph_model_of<B, Dist, Input, functional_spec<Input, Output>,
+                                    typename functional_graph<Input, Output>::layers>::type {
+  static_assert(require<is_input<Input>::value, diagnostic::sequential_needs_an_input<0>>);
+  using base =
+      typename detail::graph_model_of<B, Dist, Input, functional_spec<Input, Output>,
+                                      typename functional_graph<Input, Output>::layers>::type;
+
+ public:
+  explicit functional_model(std::string name = "functional") : base(std::move(name)) {}
 };
 
 }  // namespace tessel

@@ -3,6 +3,7 @@
 // one more column: the layout of each of the layer's variables on the device mesh.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@ struct summary_row {
   std::string output_shape;  // "(None, 256)"
   std::size_t params = 0;
   std::vector<std::string> layouts;  // "kernel (None, None)", one per variable
+  std::string connected_to;          // "input_layer[0][0], d2[0][0]" (a functional graph)
 };
 
 namespace detail {
@@ -53,6 +55,25 @@ inline std::string repeat(const std::string& s, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) r += s;
   return r;
 }
+// Text in lines of at most `width` cells, broken at spaces as rich wraps a table cell.
+inline std::vector<std::string> wrap(const std::string& text, std::size_t width) {
+  std::vector<std::string> lines;
+  std::string line;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!line.empty() && cells(line) + 1 + cells(word) > width) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  lines.push_back(line);
+  return lines;
+}
 inline std::string cell(const std::string& text, std::size_t width, bool right) {
   const std::size_t w = cells(text);
   const std::string fill(width > w + 2 ? width - w - 2 : 0, ' ');
@@ -60,34 +81,51 @@ inline std::string cell(const std::string& text, std::size_t width, bool right) 
 }
 }  // namespace detail
 
+// `connections`: the "Connected to" column of a functional model that is not a chain (Keras's
+// line_length 108), before the layout column.
 inline std::string format_summary(const std::string& model_name,
                                   const std::vector<summary_row>& rows, std::size_t trainable,
-                                  std::size_t non_trainable) {
+                                  std::size_t non_trainable, bool connections = false) {
   using detail::repeat;
-  // Keras's widths for three columns at line_length 88, then the layout column.
+  // Keras's widths for three columns at line_length 88 (four at 108), then the layout column.
   std::size_t layout_width = 24;
   for (const auto& r : rows)
     for (const auto& l : r.layouts) layout_width = std::max(layout_width, detail::cells(l) + 2);
-  const std::size_t w[4] = {38, 29, 17, layout_width};
+  std::vector<std::size_t> w{38, 29, 17};
+  if (connections) w = {31, 27, 17, 28};
+  w.push_back(layout_width);
+  const std::size_t n = w.size();
   auto rule = [&](const char* left, const char* mid, const char* right, const char* h) {
     std::string s = left;
-    for (int i = 0; i < 4; ++i) s += repeat(h, w[i]) + (i < 3 ? mid : right);
+    for (std::size_t i = 0; i < n; ++i) s += repeat(h, w[i]) + (i + 1 < n ? mid : right);
     return s + "\n";
   };
-  auto line = [&](const char* bar, const std::string& a, const std::string& b, const std::string& c,
-                  const std::string& d) {
-    return std::string(bar) + detail::cell(a, w[0], false) + bar + detail::cell(b, w[1], false) +
-           bar + detail::cell(c, w[2], true) + bar + detail::cell(d, w[3], false) + bar + "\n";
+  auto line = [&](const char* bar, const std::vector<std::string>& texts) {
+    std::string s = bar;
+    for (std::size_t i = 0; i < n; ++i) s += detail::cell(texts[i], w[i], i == 2) + bar;
+    return s + "\n";
+  };
+  auto columns = [&](std::string a, std::string b, std::string c, std::string conn,
+                     std::string layout) {
+    std::vector<std::string> t{std::move(a), std::move(b), std::move(c)};
+    if (connections) t.push_back(std::move(conn));
+    t.push_back(std::move(layout));
+    return t;
   };
   std::string out = "Model: \"" + model_name + "\"\n";
   out += rule("┏", "┳", "┓", "━");
-  out += line("┃", "Layer (type)", "Output Shape", "Param #", "Layout");
+  out += line("┃", columns("Layer (type)", "Output Shape", "Param #", "Connected to", "Layout"));
   out += rule("┡", "╇", "┩", "━");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    out += line("│", r.layer, r.output_shape, detail::with_commas(r.params),
-                r.layouts.empty() ? "" : r.layouts[0]);
-    for (std::size_t k = 1; k < r.layouts.size(); ++k) out += line("│", "", "", "", r.layouts[k]);
+    const std::vector<std::string> conn =
+        connections ? detail::wrap(r.connected_to, w[3] - 2) : std::vector<std::string>{""};
+    const std::size_t lines = std::max<std::size_t>({1, conn.size(), r.layouts.size()});
+    for (std::size_t k = 0; k < lines; ++k)
+      out +=
+          line("│", columns(k ? "" : r.layer, k ? "" : r.output_shape,
+                            k ? "" : detail::with_commas(r.params), k < conn.size() ? conn[k] : "",
+                            k < r.layouts.size() ? r.layouts[k] : ""));
     if (i + 1 < rows.size()) out += rule("├", "┼", "┤", "─");
   }
   out += rule("└", "┴", "┘", "─");

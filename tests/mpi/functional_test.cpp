@@ -1,0 +1,77 @@
+// Functional models distributed equal one device: a residual block (dense, dense, add with the
+// block's input, relu, dense), the same block after a layer (whose output's gradient sums the
+// block's and the join's) and two branches joined by concatenate, each trained 20 steps
+// (RMSprop, and Adam) under data_parallel on every process of the job, and, on 4 processes,
+// under model_parallel on a 2x2 mesh: the residual block's pair of dense layers split as a
+// Megatron pair (column- then row-parallel, its output a partial sum the add completes), the
+// branches' kernels split by columns (their outputs gathered by the concatenate). Losses,
+// accuracy, every weight, predictions and evaluate against one device; the collectives of a
+// further step are the plan's.
+#include <tessel/tessel.hpp>
+
+#include "compare_models.hpp"
+#include "mpi_checks.hpp"
+
+namespace {
+using namespace tessel;
+using namespace tessel::layers;
+using tessel::testing::compare;
+using tessel::testing::make_data;
+
+using x = input<32>;
+using h = dense<32, {.name = "d2"}>::on<dense<64, {.activation = "relu", .name = "d1"}>::on<x>>;
+using residual_out =
+    dense<4, {.activation = "softmax", .name = "head"}>::on<relu<"relu">::on<add<"add">::on<x, h>>>;
+template <class Dist>
+using residual = functional<Dist, x, residual_out>;
+
+using a = dense<16, {.activation = "relu", .name = "a"}>::on<x>;
+using b = dense<8, {.activation = "tanh", .name = "b"}>::on<x>;
+using branches_out =
+    dense<4, {.activation = "softmax", .name = "out"}>::on<concatenate<"concat">::on<a, b>>;
+template <class Dist>
+using two_branch = functional<Dist, x, branches_out>;
+
+// The join reads a layer's output that another layer reads too: its gradient sums both.
+using pre = dense<32, {.activation = "tanh", .name = "pre"}>::on<x>;
+using inner_h =
+    dense<32, {.name = "d2"}>::on<dense<64, {.activation = "relu", .name = "d1"}>::on<pre>>;
+using inner_out =
+    dense<4, {.activation = "softmax", .name = "head"}>::on<add<"add">::on<pre, inner_h>>;
+template <class Dist>
+using inner_residual = functional<Dist, x, inner_out>;
+
+using mesh_2x2 = device_mesh<axis<"data", 2>, axis<"model", 2>>;
+using residual_map = layout_map<mesh_2x2, rule<"d1/kernel", none, "model">,
+                                rule<"d1/bias", "model">, rule<"d2/kernel", "model", none>>;
+using branches_map = layout_map<mesh_2x2, rule<"a/kernel", none, "model">, rule<"a/bias", "model">,
+                                rule<"b/kernel", none, "model">, rule<"b/bias", "model">>;
+}  // namespace
+
+int main(int argc, char** argv) {
+  initialize guard(argc, argv);
+  try {
+    const auto d = make_data(64, 32, 4);
+    compare<residual<data_parallel<>>, residual<one_device>>("residual block, data_parallel", d.x,
+                                                             d.y);
+    compare<residual<data_parallel<>>, residual<one_device>>(
+        "residual block, data_parallel with Adam", d.x, d.y, "adam");
+    compare<two_branch<data_parallel<>>, two_branch<one_device>>("two branches, data_parallel", d.x,
+                                                                 d.y);
+    compare<inner_residual<data_parallel<>>, inner_residual<one_device>>(
+        "inner residual block, data_parallel", d.x, d.y);
+    if (num_processes() == 4) {
+      compare<inner_residual<model_parallel<residual_map, "data">>, inner_residual<one_device>>(
+          "inner residual block on 2x2", d.x, d.y);
+      compare<residual<model_parallel<residual_map, "data">>, residual<one_device>>(
+          "residual block on 2x2", d.x, d.y);
+      compare<residual<model_parallel<residual_map, "data">>, residual<one_device>>(
+          "residual block on 2x2 with Adam", d.x, d.y, "adam");
+      compare<two_branch<model_parallel<branches_map, "data">>, two_branch<one_device>>(
+          "two branches on 2x2", d.x, d.y);
+    }
+  } catch (const std::exception& e) {
+    return guard.fail(e);
+  }
+  return tessel::testing::finish("functional_test");
+}
