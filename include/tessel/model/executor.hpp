@@ -12,11 +12,13 @@
 // operands as they come, fusing its epilogue (a dense layer's bias and activation) into its GEMM.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -70,38 +72,33 @@ struct graph_edges {
   }
 };
 
-template <class B, graph_edges Graph, class... Ops>
-class executor {
-  static constexpr std::size_t N = sizeof...(Ops);
-  static constexpr auto needs_gradient = Graph.needs_gradient();
-  static constexpr auto readers = Graph.readers();
-
+// What an executor does around every op, written once per backend and mesh rather than once per
+// op and model (a program compiles the reshards around its ops once): the graph as run-time
+// data, each op's arguments, reshards and gradients.
+template <class B>
+class executor_core {
  public:
   using matrix = typename B::matrix;
   using tensor = basic_dtensor<B>;
-  using ops_tuple = std::tuple<typename Ops::template runtime<B>...>;
+  // Called after an op's backward with its variables, whose gradients are then final.
+  struct variables_ready {
+    void* target = nullptr;
+    void (*call)(void*, std::span<variable<B>* const>) = nullptr;
+    void operator()(std::span<variable<B>* const> v) const { call(target, v); }
+  };
 
-  // Each op's variables, in the order its rule lists them (the op's own).
-  void bind(const ops_tuple& ops) {
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((vars_[I].assign(op_variables<B>(std::get<I>(ops)).begin(),
-                        op_variables<B>(std::get<I>(ops)).end())),
-       ...);
-    }
-    (std::make_index_sequence<N>{});
-  }
   // The layouts the plan chose for each op, and this device's mesh coordinates (under a
   // distribution that reshards); none: every op runs on its blocks as they come.
   template <class Resharder>
   void set_plan(const std::array<op_layouts, max_ops>* layouts, const Resharder& reshard) {
     planned_ = layouts != nullptr;
-    for (std::size_t i = 0; i < N; ++i) {
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
       slot& s = slots_[i];
       s.args = op_args<B>{};
-      s.args.operand_count = Graph.count[i];
+      s.args.operand_count = count_[i];
       s.args.wants_operand_gradients = 0;
-      for (std::size_t k = 0; k < Graph.count[i]; ++k)
-        if (needs_gradient[Graph.inputs[i][k]]) s.args.wants_operand_gradients |= 1u << k;
+      for (std::size_t k = 0; k < count_[i]; ++k)
+        if (needs_gradient_[inputs_[i][k]]) s.args.wants_operand_gradients |= 1u << k;
       if (!planned_) continue;
       s.layouts = (*layouts)[i];
       s.args.layouts = &s.layouts;
@@ -127,6 +124,198 @@ class executor {
     }
   }
 
+ protected:
+  // The graph: op i reads nodes inputs[i][0 .. count[i]); `needs_gradient[n]`, `readers[n]` of
+  // node n (graph_edges).
+  template <std::size_t N>
+  explicit executor_core(const graph_edges<N>& g)
+      : count_(g.count.begin(), g.count.end()),
+        inputs_(g.inputs.begin(), g.inputs.end()),
+        slots_(N),
+        vars_(N),
+        nodes_(N + 1),
+        grads_(N + 1),
+        grad_set_(N + 1),
+        own_(N + 1),
+        sum_stores_(N + 1) {
+    const auto needs = g.needs_gradient();
+    const auto readers = g.readers();
+    needs_gradient_.assign(needs.begin(), needs.end());
+    readers_.assign(readers.begin(), readers.end());
+  }
+
+  struct slot {
+    op_args<B> args;
+    op_layouts layouts{};
+    std::array<bool, max_op_variables> in_place{};
+    std::array<tensor, max_op_inputs> operands;
+    std::array<tensor, max_op_variables> variables;
+    tensor output, result_gradient;
+    std::array<tensor, max_op_variables> variable_gradients;
+    std::array<matrix, max_op_inputs> operand_stores, gradient_used_stores, gradient_in_stores;
+    std::array<matrix, max_op_variables> variable_stores, gradient_stores, gradient_var_stores,
+        gradient_copy_stores;
+    matrix output_store, result_gradient_store;
+  };
+
+  // Op i's operands and variables, resharded to the layouts it computes with (or as they are).
+  template <class Resharder>
+  void bring_arguments(std::size_t i, Resharder& reshard) {
+    slot& s = slots_[i];
+    for (std::size_t k = 0; k < count_[i]; ++k) {
+      const tensor& in = *nodes_[inputs_[i][k]];
+      if (!planned_) {
+        s.args.operands[k] = &in;
+        continue;
+      }
+      s.operands[k] = reshard(in, s.layouts.operands[k], s.operand_stores[k], "operand");
+      s.args.operands[k] = &s.operands[k];
+    }
+    for (std::size_t v = 0; v < vars_[i].size() && v < max_op_variables; ++v) {
+      const tensor& value = vars_[i][v]->value;
+      if (!planned_) {
+        s.args.variables[v] = &value;
+        continue;
+      }
+      s.variables[v] = reshard(value, s.layouts.variables[v], s.variable_stores[v], "variable");
+      s.args.variables[v] = &s.variables[v];
+    }
+  }
+
+  // Where op i's backward writes its variables' gradients.
+  template <class Resharder>
+  op_grads<B> gradient_targets(std::size_t i, Resharder& reshard) {
+    slot& s = slots_[i];
+    op_grads<B> g;
+    const std::size_t nv = std::min(vars_[i].size(), max_op_variables);
+    for (std::size_t v = 0; v < nv; ++v) {
+      variable<B>& var = *vars_[i][v];
+      if (!var.trainable) continue;
+      g.wanted |= static_cast<std::uint8_t>(1u << v);
+      if (!planned_ || var.reduced_in_bucket || s.in_place[v]) {
+        g.variables[v] = var.gradient;
+        continue;
+      }
+      s.variable_gradients[v] =
+          reshard.make(var.value.global_shape(), s.layouts.variable_gradients[v],
+                       s.gradient_stores[v], "variable_gradient");
+      g.variables[v] = s.variable_gradients[v].local();
+    }
+    return g;
+  }
+
+  // After op i's backward: its variables' gradients to their layouts and handed on, its
+  // operands' gradients to their inputs' layouts and summed into them.
+  template <class Resharder>
+  void after_backward(std::size_t i, const op_gradients<B>& d, Resharder& reshard,
+                      const variables_ready& on_op) {
+    slot& s = slots_[i];
+    const std::size_t nv = std::min(vars_[i].size(), max_op_variables);
+    for (std::size_t v = 0; planned_ && v < nv; ++v) {
+      variable<B>& var = *vars_[i][v];
+      if (!var.trainable || var.reduced_in_bucket || s.in_place[v]) continue;
+      tensor t = s.variable_gradients[v];
+      if ((s.layouts.gradients_through_variables >> v) & 1u)
+        t = reshard(t, s.layouts.variables[v], s.gradient_var_stores[v], "variable_gradient_used");
+      B::copy(
+          reshard(t, var.value.layout(), s.gradient_copy_stores[v], "variable_gradient").local(),
+          var.gradient);
+    }
+    on_op(std::span<variable<B>* const>(vars_[i]));
+    for (std::size_t k = 0; k < count_[i]; ++k) {
+      const std::size_t n = inputs_[i][k];
+      if (!((s.args.wants_operand_gradients >> k) & 1u) || d.operands[k].local().data() == nullptr)
+        continue;
+      tensor dx = d.operands[k];
+      if (planned_) {
+        dx = reshard(dx, s.layouts.operands[k], s.gradient_used_stores[k], "operand_gradient_used");
+        dx = reshard(dx, nodes_[n]->layout().without_partial(), s.gradient_in_stores[k],
+                     "operand_gradient");
+      }
+      // The same memory given to two operands (an add passes its gradient to each): every
+      // copy but the first gets its own, since a reader may change its gradient in place.
+      for (std::size_t j = 0; j < k; ++j)
+        if (d.operands[j].local().data() == dx.local().data()) {
+          matrix own = sized<B>(s.gradient_in_stores[k], B::rows(dx.local()), B::cols(dx.local()),
+                                "operand_gradient");
+          B::copy(dx.local(), own);
+          dx = dx.like(own);
+          break;
+        }
+      accumulate(n, dx);
+    }
+  }
+
+  // The gradient of node n: the first contribution as it is, the next ones summed into it.
+  void accumulate(std::size_t n, const tensor& g) {
+    if (!grad_set_[n]) {
+      grads_[n] = g;
+      grad_set_[n] = true;
+      return;
+    }
+    if (readers_[n] > 1 && !own_[n]) {
+      // The first contribution may be another op's buffer: sum into a buffer of the node's own.
+      matrix own = sized<B>(sum_stores_[n], B::rows(g.local()), B::cols(g.local()), "gradient_sum");
+      B::add(grads_[n].local(), g.local(), own);
+      grads_[n] = grads_[n].like(own);
+      own_[n] = true;
+      return;
+    }
+    B::add(grads_[n].local(), g.local(), grads_[n].local());
+  }
+
+  // Starts a backward pass from the gradient of the output (node N).
+  void start_backward(const matrix& dy) {
+    std::fill(grad_set_.begin(), grad_set_.end(), false);
+    std::fill(own_.begin(), own_.end(), false);
+    const std::size_t n = grads_.size() - 1;
+    grads_[n] = nodes_[n]->like(dy);
+    grad_set_[n] = true;
+  }
+
+  std::vector<std::uint8_t> count_;
+  std::vector<std::array<std::uint8_t, max_op_inputs>> inputs_;
+  std::vector<bool> needs_gradient_;
+  std::vector<std::size_t> readers_;
+  bool planned_ = false;
+  std::vector<slot> slots_;
+  std::vector<std::vector<variable<B>*>> vars_;
+  std::vector<const tensor*> nodes_;
+  std::vector<tensor> grads_;
+  std::vector<bool> grad_set_, own_;
+  std::vector<matrix> sum_stores_;
+};
+
+// A model's executor: its ops' own parts, each instantiated for its op, around the core.
+template <class B, graph_edges Graph, class... Ops>
+class executor : public executor_core<B> {
+  using core = executor_core<B>;
+  static constexpr std::size_t N = sizeof...(Ops);
+  static constexpr auto needs_gradient = Graph.needs_gradient();
+  using core::grad_set_;
+  using core::grads_;
+  using core::nodes_;
+  using core::planned_;
+  using core::slots_;
+  using core::vars_;
+
+ public:
+  using matrix = typename B::matrix;
+  using tensor = basic_dtensor<B>;
+  using ops_tuple = std::tuple<typename Ops::template runtime<B>...>;
+
+  executor() : core(Graph) {}
+
+  // Each op's variables, in the order its rule lists them (the op's own).
+  void bind(const ops_tuple& ops) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((vars_[I].assign(op_variables<B>(std::get<I>(ops)).begin(),
+                        op_variables<B>(std::get<I>(ops)).end())),
+       ...);
+    }
+    (std::make_index_sequence<N>{});
+  }
+
   // Forward from the model's input (this device's block of the batch); returns the output.
   template <class Resharder>
   const tensor& forward(ops_tuple& ops, const tensor& input, const pass_context& c,
@@ -145,52 +334,22 @@ class executor {
   template <class Resharder, class OnOp>
   void backward(ops_tuple& ops, const matrix& dy, const pass_context& c, Resharder& reshard,
                 OnOp&& on_op) {
-    grad_set_.fill(false);
-    own_.fill(false);
-    grads_[N] = nodes_[N]->like(dy);
-    grad_set_[N] = true;
+    using F = std::remove_reference_t<OnOp>;
+    const typename core::variables_ready ready{
+        const_cast<void*>(static_cast<const void*>(&on_op)),
+        [](void* f, std::span<variable<B>* const> v) { (*static_cast<F*>(f))(v); }};
+    this->start_backward(dy);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (backward_op<N - 1 - I>(std::get<N - 1 - I>(ops), c, reshard, on_op), ...);
+      (backward_op<N - 1 - I>(std::get<N - 1 - I>(ops), c, reshard, ready), ...);
     }
     (std::make_index_sequence<N>{});
   }
 
  private:
-  struct slot {
-    op_args<B> args;
-    op_layouts layouts{};
-    std::array<bool, max_op_variables> in_place{};
-    std::array<tensor, max_op_inputs> operands;
-    std::array<tensor, max_op_variables> variables;
-    tensor output, result_gradient;
-    std::array<tensor, max_op_variables> variable_gradients;
-    std::array<matrix, max_op_inputs> operand_stores, gradient_used_stores, gradient_in_stores;
-    std::array<matrix, max_op_variables> variable_stores, gradient_stores, gradient_var_stores,
-        gradient_copy_stores;
-    matrix output_store, result_gradient_store;
-  };
-
   template <std::size_t I, class Op, class Resharder>
   void forward_op(Op& op, const pass_context& c, Resharder& reshard) {
-    slot& s = slots_[I];
-    for (std::size_t k = 0; k < Graph.count[I]; ++k) {
-      const tensor& in = *nodes_[Graph.inputs[I][k]];
-      if (!planned_) {
-        s.args.operands[k] = &in;
-        continue;
-      }
-      s.operands[k] = reshard(in, s.layouts.operands[k], s.operand_stores[k], "operand");
-      s.args.operands[k] = &s.operands[k];
-    }
-    for (std::size_t v = 0; v < vars_[I].size() && v < max_op_variables; ++v) {
-      const tensor& value = vars_[I][v]->value;
-      if (!planned_) {
-        s.args.variables[v] = &value;
-        continue;
-      }
-      s.variables[v] = reshard(value, s.layouts.variables[v], s.variable_stores[v], "variable");
-      s.args.variables[v] = &s.variables[v];
-    }
+    auto& s = slots_[I];
+    this->bring_arguments(I, reshard);
     const tensor& result = op.forward(s.args, c, reshard);
     if (s.args.whole) {
       nodes_[I + 1] = &result;
@@ -201,10 +360,11 @@ class executor {
     nodes_[I + 1] = &s.output;
   }
 
-  template <std::size_t I, class Op, class Resharder, class OnOp>
-  void backward_op(Op& op, const pass_context& c, Resharder& reshard, OnOp& on_op) {
+  template <std::size_t I, class Op, class Resharder>
+  void backward_op(Op& op, const pass_context& c, Resharder& reshard,
+                   const typename core::variables_ready& on_op) {
     if constexpr (needs_gradient[I + 1]) {
-      slot& s = slots_[I];
+      auto& s = slots_[I];
       if (!grad_set_[I + 1]) return;  // nothing downstream reads this op's output
       matrix dy = grads_[I + 1].local();
       if (planned_ && !s.args.whole) {
@@ -214,89 +374,13 @@ class executor {
                                     s.result_gradient_store, "output_gradient");
         dy = s.result_gradient.local();
       }
-      op_grads<B> g;
-      const std::size_t nv = std::min(vars_[I].size(), max_op_variables);
-      for (std::size_t v = 0; v < nv; ++v) {
-        variable<B>& var = *vars_[I][v];
-        if (!var.trainable) continue;
-        g.wanted |= static_cast<std::uint8_t>(1u << v);
-        if (!planned_ || var.reduced_in_bucket || s.in_place[v]) {
-          g.variables[v] = var.gradient;
-          continue;
-        }
-        s.variable_gradients[v] =
-            reshard.make(var.value.global_shape(), s.layouts.variable_gradients[v],
-                         s.gradient_stores[v], "variable_gradient");
-        g.variables[v] = s.variable_gradients[v].local();
-      }
-      op_gradients<B> d = op.backward(s.args, dy, g, c, reshard);
-      for (std::size_t v = 0; planned_ && v < nv; ++v) {
-        variable<B>& var = *vars_[I][v];
-        if (!var.trainable || var.reduced_in_bucket || s.in_place[v]) continue;
-        tensor t = s.variable_gradients[v];
-        if ((s.layouts.gradients_through_variables >> v) & 1u)
-          t = reshard(t, s.layouts.variables[v], s.gradient_var_stores[v],
-                      "variable_gradient_used");
-        B::copy(
-            reshard(t, var.value.layout(), s.gradient_copy_stores[v], "variable_gradient").local(),
-            var.gradient);
-      }
-      on_op(std::span<variable<B>* const>(vars_[I]));
-      for (std::size_t k = 0; k < Graph.count[I]; ++k) {
-        const std::size_t n = Graph.inputs[I][k];
-        if (!((s.args.wants_operand_gradients >> k) & 1u) ||
-            d.operands[k].local().data() == nullptr)
-          continue;
-        tensor dx = d.operands[k];
-        if (planned_) {
-          dx = reshard(dx, s.layouts.operands[k], s.gradient_used_stores[k],
-                       "operand_gradient_used");
-          dx = reshard(dx, nodes_[n]->layout().without_partial(), s.gradient_in_stores[k],
-                       "operand_gradient");
-        }
-        // The same memory given to two operands (an add passes its gradient to each): every
-        // copy but the first gets its own, since a reader may change its gradient in place.
-        for (std::size_t j = 0; j < k; ++j)
-          if (d.operands[j].local().data() == dx.local().data()) {
-            matrix own = sized<B>(s.gradient_in_stores[k], B::rows(dx.local()), B::cols(dx.local()),
-                                  "operand_gradient");
-            B::copy(dx.local(), own);
-            dx = dx.like(own);
-            break;
-          }
-        accumulate(n, dx);
-      }
+      const op_grads<B> g = this->gradient_targets(I, reshard);
+      const op_gradients<B> d = op.backward(s.args, dy, g, c, reshard);
+      this->after_backward(I, d, reshard, on_op);
     } else {
       (void)op, (void)c, (void)reshard, (void)on_op;
     }
   }
-
-  // The gradient of node n: the first contribution as it is, the next ones summed into it.
-  void accumulate(std::size_t n, const tensor& g) {
-    if (!grad_set_[n]) {
-      grads_[n] = g;
-      grad_set_[n] = true;
-      return;
-    }
-    if (readers[n] > 1 && !own_[n]) {
-      // The first contribution may be another op's buffer: sum into a buffer of the node's own.
-      matrix own = sized<B>(sum_stores_[n], B::rows(g.local()), B::cols(g.local()), "gradient_sum");
-      B::add(grads_[n].local(), g.local(), own);
-      grads_[n] = grads_[n].like(own);
-      own_[n] = true;
-      return;
-    }
-    B::add(grads_[n].local(), g.local(), grads_[n].local());
-  }
-
-  bool planned_ = false;
-  std::array<slot, N> slots_{};
-  std::array<std::vector<variable<B>*>, N> vars_{};
-  std::array<const tensor*, N + 1> nodes_{};
-  std::array<tensor, N + 1> grads_{};
-  std::array<bool, N + 1> grad_set_{};
-  std::array<bool, N + 1> own_{};
-  std::array<matrix, N + 1> sum_stores_{};
 };
 
 }  // namespace tessel
