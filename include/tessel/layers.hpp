@@ -3,5 +3,6 @@
 
 #include "layers/dense.hpp"
 #include "layers/elementwise.hpp"
+#include "layers/layer_normalization.hpp"
 #include "layers/merge.hpp"
 #include "layers/plans.hpp"

@@ -1,6 +1,6 @@
 // Functional models distributed equal one device: a residual block (dense, dense, add with the
 // block's input, relu, dense), the same block after a layer (whose output's gradient sums the
-// block's and the join's) and two branches joined by concatenate, each trained 20 steps
+// block's and the join's), layer normalization after a layer split by columns, and two branches joined by concatenate, each trained 20 steps
 // (RMSprop, and Adam) under data_parallel on every process of the job, and, on 4 processes,
 // under model_parallel on a 2x2 mesh: the residual block's pair of dense layers split as a
 // Megatron pair (column- then row-parallel, its output a partial sum the add completes), the
@@ -41,6 +41,13 @@ using inner_out =
 template <class Dist>
 using inner_residual = functional<Dist, x, inner_out>;
 
+// Layer normalization after a layer whose output is split by features: the rule gathers the
+// features it normalizes together.
+using normalized_out = dense<4, {.activation = "softmax", .name = "head"}>::on<
+    layer_normalization<{.name = "ln"}>::on<dense<64, {.activation = "relu", .name = "d1"}>::on<x>>>;
+template <class Dist>
+using normalized = functional<Dist, x, normalized_out>;
+
 using mesh_2x2 = device_mesh<axis<"data", 2>, axis<"model", 2>>;
 using residual_map = layout_map<mesh_2x2, rule<"d1/kernel", none, "model">,
                                 rule<"d1/bias", "model">, rule<"d2/kernel", "model", none>>;
@@ -60,7 +67,11 @@ int main(int argc, char** argv) {
                                                                  d.y);
     compare<inner_residual<data_parallel<>>, inner_residual<one_device>>(
         "inner residual block, data_parallel", d.x, d.y);
+    compare<normalized<data_parallel<>>, normalized<one_device>>(
+        "layer normalization, data_parallel", d.x, d.y, "adam");
     if (num_processes() == 4) {
+      compare<normalized<model_parallel<residual_map, "data">>, normalized<one_device>>(
+          "layer normalization after d1 split by columns on 2x2", d.x, d.y, "adam");
       compare<inner_residual<model_parallel<residual_map, "data">>, inner_residual<one_device>>(
           "inner residual block on 2x2", d.x, d.y);
       compare<residual<model_parallel<residual_map, "data">>, residual<one_device>>(

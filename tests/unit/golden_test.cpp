@@ -522,3 +522,37 @@ TEST_CASE("golden: a residual join of a layer's output that another layer reads 
   tessel::basic_functional<B, tessel::one_device, x, y> model("inner_residual");
   check_functional(model, m);
 }
+
+TEST_CASE("golden: layer normalization forward and gradients, 2-D and 3-D inputs",
+          "[golden][layers]") {
+  using namespace tessel::layers;
+  const json all = load("layer_normalization.json");
+  CHECK(all["keras_default_epsilon"].get<double>() == layer_normalization_args{}.epsilon);
+  REQUIRE(all["cases"].size() == 2);
+  for (const json& c : all["cases"]) {
+    const std::string name = "LayerNormalization " + c["name"].get<std::string>();
+    REQUIRE(c["epsilon"].get<double>() == layer_normalization_args{}.epsilon);
+    const auto xs = shape_of(c["x"]);
+    tessel::shape_value in{};
+    in.rank = xs.size() - 1;
+    for (std::size_t d = 0; d + 1 < xs.size(); ++d) in.extents[d] = xs[d + 1];
+    lone_layer<layer_normalization<>> ln(in, in);
+    REQUIRE(ln.vars.size() == 2);
+    CHECK(ln.vars[0].path.ends_with("/gamma"));
+    CHECK(ln.vars[1].path.ends_with("/beta"));
+    CHECK(ln.vars[0].numpy() == std::vector<float>(xs.back(), 1.0f));  // Keras's initializers
+    CHECK(ln.vars[1].numpy() == std::vector<float>(xs.back(), 0.0f));
+    ln.vars[0].assign(values(c["gamma"]));
+    ln.vars[1].assign(values(c["beta"]));
+    const matrix x = device(c["x"]);
+    tessel::pass_context ctx{.training = true};
+    check_close(tessel::call_forward(ln.rt, tessel::batch_block<B>(x), ctx).local(), c["y"],
+                name + " y");
+    // The gradients of sum(y * w): dy = w.
+    const matrix dy = device(c["w"]);
+    check_close(tessel::call_backward(ln.rt, tessel::batch_block<B>(x), dy, true, ctx), c["dx"],
+                name + " dx");
+    check_close(ln.vars[0].gradient, c["dgamma"], name + " dgamma");
+    check_close(ln.vars[1].gradient, c["dbeta"], name + " dbeta");
+  }
+}

@@ -255,6 +255,25 @@ struct cuda {
     cuda_kernels::add(in(a), in(b), mut(out), stream());
     launched();
   }
+  static void layer_normalization(const matrix& x, std::size_t features, const matrix& gamma,
+                                  bool has_gamma, const matrix& beta, bool has_beta,
+                                  float epsilon, const matrix& xhat, const matrix& inv,
+                                  const matrix& y) {
+    cuda_kernels::layer_normalization(in(x), features, gamma.data(), has_gamma, beta.data(),
+                                      has_beta, epsilon, mut(xhat), inv.data(), mut(y), stream());
+    launched();
+  }
+  static void layer_normalization_backward(const matrix& dy, const matrix& xhat,
+                                           const matrix& inv, std::size_t features,
+                                           const matrix& gamma, bool has_gamma, const matrix& dx,
+                                           bool want_dx, const matrix& dgamma, bool want_dgamma,
+                                           const matrix& dbeta, bool want_dbeta) {
+    cuda_kernels::layer_normalization_backward(in(dy), in(xhat), inv.data(), features,
+                                               gamma.data(), has_gamma, mut(dx), want_dx,
+                                               dgamma.data(), want_dgamma, dbeta.data(),
+                                               want_dbeta, stream());
+    launched();
+  }
   static void copy_columns(const matrix& src, std::size_t src_first, const matrix& dst,
                            std::size_t dst_first, std::size_t count) {
     cuda_kernels::copy_columns(in(src), src_first, mut(dst), dst_first, count, stream());

@@ -42,6 +42,13 @@ void activation_backward_bias(activation_kind a, cmat y, cmat dy, mat dz, float*
 void column_sums(cmat in, float* out, cudaStream_t s);
 void scale_shift(cmat in, mat out, float scale, float offset, cudaStream_t s);
 void add(cmat a, cmat b, mat out, cudaStream_t s);
+void layer_normalization(cmat x, std::size_t n, const float* gamma, bool has_gamma,
+                         const float* beta, bool has_beta, float epsilon, mat xhat, float* inv,
+                         mat y, cudaStream_t s);
+void layer_normalization_backward(cmat dy, cmat xhat, const float* inv, std::size_t n,
+                                  const float* gamma, bool has_gamma, mat dx, bool want_dx,
+                                  float* dgamma, bool want_dgamma, float* dbeta, bool want_dbeta,
+                                  cudaStream_t s);
 void copy_columns(cmat src, std::size_t src_first, mat dst, std::size_t dst_first,
                   std::size_t count, cudaStream_t s);
 void dropout(cmat in, mat out, const random::stream& st, float rate, std::uint64_t first_row,

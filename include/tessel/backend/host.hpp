@@ -603,6 +603,82 @@ struct host {
       for (std::size_t k = k0 * block; k < std::min(n, (k0 + 1) * block); ++k) po[k] = pa[k] + pb[k];
     });
   }
+  // Layer normalization of each run of `features` consecutive values (a sample's last axis), as
+  // Keras computes it: inv = 1 / sqrt(var + epsilon), y = x * (inv * gamma) + (beta - mean *
+  // inv * gamma). Keeps xhat = (x - mean) * inv and inv (one per run) for the backward pass.
+  static void layer_normalization(const matrix& x, std::size_t features, const matrix& gamma,
+                                  bool has_gamma, const matrix& beta, bool has_beta,
+                                  float epsilon, const matrix& xhat, const matrix& inv,
+                                  const matrix& y) {
+    const float* px = x.data();
+    const float* pg = gamma.data();
+    const float* pb = beta.data();
+    float* ph = xhat.data();
+    float* pi = inv.data();
+    float* py = y.data();
+    const std::size_t n = features;
+    for_rows("tessel::layer_normalization", x.size() / n, n, [=](std::size_t r) {
+      const float* xr = px + r * n;
+      double sum = 0;
+      for (std::size_t j = 0; j < n; ++j) sum += xr[j];
+      const auto mean = static_cast<float>(sum / static_cast<double>(n));
+      double squares = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        const double d = static_cast<double>(xr[j]) - mean;
+        squares += d * d;
+      }
+      const auto var = static_cast<float>(squares / static_cast<double>(n));
+      const float iv = 1.0f / std::sqrt(var + epsilon);
+      pi[r] = iv;
+      for (std::size_t j = 0; j < n; ++j) {
+        const float a = has_gamma ? iv * pg[j] : iv;
+        const float b = (has_beta ? pb[j] : 0.0f) - mean * a;
+        py[r * n + j] = xr[j] * a + b;
+        ph[r * n + j] = (xr[j] - mean) * iv;
+      }
+    });
+  }
+  // Its gradients from dy: gamma's (the column sums of dy * xhat), beta's (of dy), and x's,
+  // inv * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma; each where asked.
+  static void layer_normalization_backward(const matrix& dy, const matrix& xhat,
+                                           const matrix& inv, std::size_t features,
+                                           const matrix& gamma, bool has_gamma, const matrix& dx,
+                                           bool want_dx, const matrix& dgamma, bool want_dgamma,
+                                           const matrix& dbeta, bool want_dbeta) {
+    const float* pd = dy.data();
+    const float* ph = xhat.data();
+    const float* pi = inv.data();
+    const float* pg = gamma.data();
+    float* px = dx.data();
+    float* pdg = dgamma.data();
+    float* pdb = dbeta.data();
+    const std::size_t n = features, runs = xhat.size() / features;
+    if (want_dgamma || want_dbeta)
+      for_rows("tessel::layer_normalization_backward_variables", n, runs, [=](std::size_t j) {
+        double sg = 0, sb = 0;
+        for (std::size_t r = 0; r < runs; ++r) {
+          sg += static_cast<double>(pd[r * n + j]) * ph[r * n + j];
+          sb += pd[r * n + j];
+        }
+        if (want_dgamma) pdg[j] = static_cast<float>(sg);
+        if (want_dbeta) pdb[j] = static_cast<float>(sb);
+      });
+    if (!want_dx) return;
+    for_rows("tessel::layer_normalization_backward", runs, n, [=](std::size_t r) {
+      double m1 = 0, m2 = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        const float g = has_gamma ? pd[r * n + j] * pg[j] : pd[r * n + j];
+        m1 += g;
+        m2 += static_cast<double>(g) * ph[r * n + j];
+      }
+      const auto mean_g = static_cast<float>(m1 / static_cast<double>(n));
+      const auto mean_gh = static_cast<float>(m2 / static_cast<double>(n));
+      for (std::size_t j = 0; j < n; ++j) {
+        const float g = has_gamma ? pd[r * n + j] * pg[j] : pd[r * n + j];
+        px[r * n + j] = pi[r] * (g - mean_g - ph[r * n + j] * mean_gh);
+      }
+    });
+  }
   // Columns [src_first, src_first + count) of src into columns [dst_first, ...) of dst, every
   // row (a concatenation and its gradient).
   static void copy_columns(const matrix& src, std::size_t src_first, const matrix& dst,

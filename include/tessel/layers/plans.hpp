@@ -5,3 +5,4 @@
 #include "plan/dense.hpp"
 #include "plan/elementwise.hpp"
 #include "plan/merge.hpp"
+#include "plan/normalization.hpp"
