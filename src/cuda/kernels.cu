@@ -141,6 +141,68 @@ __global__ void add_kernel(cmat a, cmat b, mat out) {
     out.p[i * out.ld + j] = a.p[i * a.ld + j] + b.p[i * b.ld + j];
   }
 }
+// Layer normalization: one thread per run of `n` values (a sample's last axis), the host's sums
+// in double.
+__global__ void layer_normalization_kernel(cmat x, std::size_t n, const float* gamma,
+                                           bool has_gamma, const float* beta, bool has_beta,
+                                           float epsilon, mat xhat, float* inv, mat y) {
+  const std::size_t per_row = x.cols / n;
+  TESSEL_GRID_STRIDE(r, x.rows * per_row) {
+    const std::size_t i = r / per_row, c0 = (r % per_row) * n;
+    const float* xr = x.p + i * x.ld + c0;
+    double sum = 0;
+    for (std::size_t j = 0; j < n; ++j) sum += xr[j];
+    const auto mean = static_cast<float>(sum / static_cast<double>(n));
+    double squares = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const double d = static_cast<double>(xr[j]) - mean;
+      squares += d * d;
+    }
+    const float iv = 1.0f / sqrtf(static_cast<float>(squares / static_cast<double>(n)) + epsilon);
+    inv[r] = iv;
+    for (std::size_t j = 0; j < n; ++j) {
+      const float a = has_gamma ? iv * gamma[j] : iv;
+      const float b = (has_beta ? beta[j] : 0.0f) - mean * a;
+      y.p[i * y.ld + c0 + j] = xr[j] * a + b;
+      xhat.p[i * xhat.ld + c0 + j] = (xr[j] - mean) * iv;
+    }
+  }
+}
+__global__ void layer_normalization_variables_kernel(cmat dy, cmat xhat, std::size_t n,
+                                                     float* dgamma, bool want_dgamma,
+                                                     float* dbeta, bool want_dbeta) {
+  const std::size_t per_row = dy.cols / n, runs = dy.rows * per_row;
+  TESSEL_GRID_STRIDE(j, n) {
+    double sg = 0, sb = 0;
+    for (std::size_t r = 0; r < runs; ++r) {
+      const std::size_t i = r / per_row, c = (r % per_row) * n + j;
+      sg += static_cast<double>(dy.p[i * dy.ld + c]) * xhat.p[i * xhat.ld + c];
+      sb += dy.p[i * dy.ld + c];
+    }
+    if (want_dgamma) dgamma[j] = static_cast<float>(sg);
+    if (want_dbeta) dbeta[j] = static_cast<float>(sb);
+  }
+}
+__global__ void layer_normalization_backward_kernel(cmat dy, cmat xhat, const float* inv,
+                                                    std::size_t n, const float* gamma,
+                                                    bool has_gamma, mat dx) {
+  const std::size_t per_row = dy.cols / n;
+  TESSEL_GRID_STRIDE(r, dy.rows * per_row) {
+    const std::size_t i = r / per_row, c0 = (r % per_row) * n;
+    double m1 = 0, m2 = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const float g = has_gamma ? dy.p[i * dy.ld + c0 + j] * gamma[j] : dy.p[i * dy.ld + c0 + j];
+      m1 += g;
+      m2 += static_cast<double>(g) * xhat.p[i * xhat.ld + c0 + j];
+    }
+    const auto mean_g = static_cast<float>(m1 / static_cast<double>(n));
+    const auto mean_gh = static_cast<float>(m2 / static_cast<double>(n));
+    for (std::size_t j = 0; j < n; ++j) {
+      const float g = has_gamma ? dy.p[i * dy.ld + c0 + j] * gamma[j] : dy.p[i * dy.ld + c0 + j];
+      dx.p[i * dx.ld + c0 + j] = inv[r] * (g - mean_g - xhat.p[i * xhat.ld + c0 + j] * mean_gh);
+    }
+  }
+}
 __global__ void copy_columns_kernel(cmat src, std::size_t src_first, mat dst,
                                     std::size_t dst_first, std::size_t count) {
   TESSEL_GRID_STRIDE(k, dst.rows * count) {
@@ -476,6 +538,27 @@ void scale_shift(cmat in, mat out, float scale, float offset, cudaStream_t s) {
 void add(cmat a, cmat b, mat out, cudaStream_t s) {
   if (empty(out.rows, out.cols)) return;
   add_kernel<<<blocks_for(out.rows * out.cols), threads, 0, s>>>(a, b, out);
+}
+void layer_normalization(cmat x, std::size_t n, const float* gamma, bool has_gamma,
+                         const float* beta, bool has_beta, float epsilon, mat xhat, float* inv,
+                         mat y, cudaStream_t s) {
+  const std::size_t runs = x.rows * (x.cols / n);
+  if (runs == 0) return;
+  layer_normalization_kernel<<<blocks_for(runs), threads, 0, s>>>(x, n, gamma, has_gamma, beta,
+                                                                  has_beta, epsilon, xhat, inv, y);
+}
+void layer_normalization_backward(cmat dy, cmat xhat, const float* inv, std::size_t n,
+                                  const float* gamma, bool has_gamma, mat dx, bool want_dx,
+                                  float* dgamma, bool want_dgamma, float* dbeta, bool want_dbeta,
+                                  cudaStream_t s) {
+  const std::size_t runs = dy.rows * (dy.cols / n);
+  if (runs == 0) return;
+  if (want_dgamma || want_dbeta)
+    layer_normalization_variables_kernel<<<blocks_for(n), threads, 0, s>>>(
+        dy, xhat, n, dgamma, want_dgamma, dbeta, want_dbeta);
+  if (want_dx)
+    layer_normalization_backward_kernel<<<blocks_for(runs), threads, 0, s>>>(dy, xhat, inv, n,
+                                                                           gamma, has_gamma, dx);
 }
 void copy_columns(cmat src, std::size_t src_first, mat dst, std::size_t dst_first,
                   std::size_t count, cudaStream_t s) {
