@@ -22,7 +22,7 @@ namespace losses {
 // logits the row max too).
 struct mean_squared_error {
   static constexpr std::string_view name = "mean_squared_error";
-  constexpr loss_kind plan_kind() const noexcept { return loss_kind::mean_squared_error; }
+  constexpr loss_kind plan_kind() const noexcept { return loss_kind::elementwise; }
 };
 struct sparse_categorical_crossentropy {
   bool from_logits = false;
@@ -39,6 +39,15 @@ struct categorical_crossentropy {
   }
 };
 
+// Keras's BinaryCrossentropy: each output a probability (clipped to [epsilon, 1 - epsilon]) or,
+// with from_logits, a logit; the mean over the last axis per sample. Element-wise, as squared
+// error is.
+struct binary_crossentropy {
+  bool from_logits = false;
+  static constexpr std::string_view name = "binary_crossentropy";
+  constexpr loss_kind plan_kind() const noexcept { return loss_kind::elementwise; }
+};
+
 }  // namespace losses
 
 // What compile() accepts as a loss: one of the loss objects, or its Keras name.
@@ -46,10 +55,12 @@ class loss_spec {
  public:
   using value_type = std::variant<losses::mean_squared_error,
                                   losses::sparse_categorical_crossentropy,
-                                  losses::categorical_crossentropy>;
+                                  losses::categorical_crossentropy,
+                                  losses::binary_crossentropy>;
   loss_spec(losses::mean_squared_error l) : value_(l) {}                 // NOLINT
   loss_spec(losses::sparse_categorical_crossentropy l) : value_(l) {}    // NOLINT
   loss_spec(losses::categorical_crossentropy l) : value_(l) {}           // NOLINT
+  loss_spec(losses::binary_crossentropy l) : value_(l) {}                // NOLINT
   loss_spec(const char* name) : loss_spec(std::string_view(name)) {}     // NOLINT
   loss_spec(std::string_view name) : value_(from_name(name)) {}          // NOLINT
 
@@ -74,9 +85,11 @@ class loss_spec {
       return losses::sparse_categorical_crossentropy{};
     if (n == "categorical_crossentropy" || n == "CategoricalCrossentropy")
       return losses::categorical_crossentropy{};
+    if (n == "binary_crossentropy" || n == "BinaryCrossentropy")
+      return losses::binary_crossentropy{};
     throw value_error("Could not interpret loss identifier: " + std::string(n) +
-                      ". Use mean_squared_error (mse), sparse_categorical_crossentropy or "
-                      "categorical_crossentropy.");
+                      ". Use mean_squared_error (mse), sparse_categorical_crossentropy, "
+                      "categorical_crossentropy or binary_crossentropy.");
   }
   value_type value_;
 };
@@ -108,6 +121,9 @@ void loss_and_gradient(const loss_spec& loss, const basic_dtensor<B>& pred_block
         using L = std::decay_t<decltype(l)>;
         if constexpr (std::is_same_v<L, losses::mean_squared_error>) {
           B::mean_squared_error(pred, targets, grad, grad_scale, sums, slot);
+        } else if constexpr (std::is_same_v<L, losses::binary_crossentropy>) {
+          B::binary_crossentropy(pred, targets, grad, grad_scale, l.from_logits, epsilon, sums,
+                                 slot);
         } else if constexpr (std::is_same_v<L, losses::sparse_categorical_crossentropy>) {
           if (l.from_logits)
             B::softmax_cross_entropy(pred, labels, targets, grad, grad_scale, sums, slot);
@@ -151,6 +167,9 @@ void split_loss_and_gradient(const loss_spec& loss, const basic_dtensor<B>& pred
         const typename B::index_vector& lab = sparse ? labels : no_labels;
         if constexpr (std::is_same_v<L, losses::mean_squared_error>) {
           B::mean_squared_error(pred, targets, grad, grad_scale, sums, slot, g[last]);
+        } else if constexpr (std::is_same_v<L, losses::binary_crossentropy>) {
+          B::binary_crossentropy(pred, targets, grad, grad_scale, l.from_logits, epsilon, sums,
+                                 slot, g[last]);
         } else if (l.from_logits) {
           split_exp_rows<B>(pred, grad, axes, st, reduce);
           B::target_terms(pred, lab, col0, targets, st.max, st.terms);

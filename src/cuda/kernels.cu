@@ -280,6 +280,44 @@ __global__ void mse_kernel(cmat pred, cmat targets, mat grad, float grad_scale, 
   const double total = block_sum(acc);
   if (threadIdx.x == 0) *out = total;
 }
+__global__ void binary_crossentropy_kernel(cmat pred, cmat targets, mat grad, float grad_scale,
+                                           bool from_logits, float epsilon, float inv_n,
+                                           double* out) {
+  double acc = 0.0;
+  for (std::size_t i = threadIdx.x; i < pred.rows; i += blockDim.x) {
+    float s = 0.0f;
+    for (std::size_t j = 0; j < pred.cols; ++j) {
+      const float t = targets.p[i * targets.ld + j], z = pred.p[i * pred.ld + j];
+      float g = 0.0f;
+      if (from_logits) {
+        const float soft = log1pf(expf(-fabsf(z)));
+        s += -t * (-(fmaxf(-z, 0.0f) + soft)) - (1.0f - t) * (-(fmaxf(z, 0.0f) + soft));
+        g = grad_scale * (1.0f / (1.0f + expf(-z)) - t) * inv_n;
+      } else {
+        const bool clipped = z < epsilon || z > 1.0f - epsilon;
+        const float p = fminf(fmaxf(z, epsilon), 1.0f - epsilon);
+        s += -(t * logf(p) + (1.0f - t) * logf(1.0f - p));
+        g = clipped ? 0.0f : grad_scale * (-t / p + (1.0f - t) / (1.0f - p)) * inv_n;
+      }
+      grad.p[i * grad.ld + j] = g;
+    }
+    acc += static_cast<double>(s * inv_n);
+  }
+  const double total = block_sum(acc);
+  if (threadIdx.x == 0) *out = total;
+}
+__global__ void mean_absolute_error_kernel(cmat pred, cmat targets, double* out) {
+  const float inv_n = 1.0f / static_cast<float>(pred.cols);
+  double acc = 0.0;
+  for (std::size_t i = threadIdx.x; i < pred.rows; i += blockDim.x) {
+    float s = 0.0f;
+    for (std::size_t j = 0; j < pred.cols; ++j)
+      s += fabsf(pred.p[i * pred.ld + j] - targets.p[i * targets.ld + j]);
+    acc += static_cast<double>(s * inv_n);
+  }
+  const double total = block_sum(acc);
+  if (threadIdx.x == 0) *out = total;
+}
 __global__ void argmax_equal_kernel(cmat pred, const std::int32_t* labels, cmat targets,
                                     double* out) {
   double acc = 0.0;
@@ -588,6 +626,15 @@ void mean_squared_error(cmat pred, cmat targets, mat grad, float grad_scale, std
                         double* out, cudaStream_t s) {
   const float inv_n = 1.0f / static_cast<float>(classes != 0 ? classes : pred.cols);
   mse_kernel<<<1, threads, 0, s>>>(pred, targets, grad, grad_scale, inv_n, out);
+}
+void binary_crossentropy(cmat pred, cmat targets, mat grad, float grad_scale, bool from_logits,
+                         float epsilon, std::size_t classes, double* out, cudaStream_t s) {
+  const float inv_n = 1.0f / static_cast<float>(classes != 0 ? classes : pred.cols);
+  binary_crossentropy_kernel<<<1, threads, 0, s>>>(pred, targets, grad, grad_scale, from_logits,
+                                                   epsilon, inv_n, out);
+}
+void mean_absolute_error(cmat pred, cmat targets, double* out, cudaStream_t s) {
+  mean_absolute_error_kernel<<<1, threads, 0, s>>>(pred, targets, out);
 }
 void count_argmax_equal(cmat pred, const std::int32_t* labels, cmat targets, double* out,
                         cudaStream_t s) {

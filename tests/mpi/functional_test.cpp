@@ -1,12 +1,12 @@
 // Functional models distributed equal one device: a residual block (dense, dense, add with the
 // block's input, relu, dense), the same block after a layer (whose output's gradient sums the
-// block's and the join's), layer normalization after a layer split by columns, and two branches joined by concatenate, each trained 20 steps
-// (RMSprop, and Adam) under data_parallel on every process of the job, and, on 4 processes,
-// under model_parallel on a 2x2 mesh: the residual block's pair of dense layers split as a
-// Megatron pair (column- then row-parallel, its output a partial sum the add completes), the
-// branches' kernels split by columns (their outputs gathered by the concatenate). Losses,
-// accuracy, every weight, predictions and evaluate against one device; the collectives of a
-// further step are the plan's.
+// block's and the join's), layer normalization after a layer split by columns, and two branches
+// joined by concatenate, each trained 20 steps (RMSprop, and Adam) under data_parallel on every
+// process of the job, and, on 4 processes, under model_parallel on a 2x2 mesh: the residual block's
+// pair of dense layers split as a Megatron pair (column- then row-parallel, its output a partial
+// sum the add completes), the branches' kernels split by columns (their outputs gathered by the
+// concatenate). Losses, accuracy, every weight, predictions and evaluate against one device; the
+// collectives of a further step are the plan's.
 #include <tessel/tessel.hpp>
 
 #include "compare_models.hpp"
@@ -43,14 +43,23 @@ using inner_residual = functional<Dist, x, inner_out>;
 
 // Layer normalization after a layer whose output is split by features: the rule gathers the
 // features it normalizes together.
-using normalized_out = dense<4, {.activation = "softmax", .name = "head"}>::on<
-    layer_normalization<{.name = "ln"}>::on<dense<64, {.activation = "relu", .name = "d1"}>::on<x>>>;
+using normalized_out = dense<4, {.activation = "softmax", .name = "head"}>::on<layer_normalization<{
+    .name = "ln"}>::on<dense<64, {.activation = "relu", .name = "d1"}>::on<x>>>;
 template <class Dist>
 using normalized = functional<Dist, x, normalized_out>;
+
+// Logits whose classes stay split over "model" on 2x2: binary cross-entropy on logits sums each
+// device's own elements (an element-wise loss).
+using logits_out = dense<4, {.name = "head"}>::on<relu<"relu">::on<add<"add">::on<x, h>>>;
+template <class Dist>
+using residual_logits = functional<Dist, x, logits_out>;
 
 using mesh_2x2 = device_mesh<axis<"data", 2>, axis<"model", 2>>;
 using residual_map = layout_map<mesh_2x2, rule<"d1/kernel", none, "model">,
                                 rule<"d1/bias", "model">, rule<"d2/kernel", "model", none>>;
+using split_head_map = layout_map<mesh_2x2, rule<"d1/kernel", none, "model">,
+                                  rule<"d1/bias", "model">, rule<"d2/kernel", "model", none>,
+                                  rule<"head/kernel", none, "model">, rule<"head/bias", "model">>;
 using branches_map = layout_map<mesh_2x2, rule<"a/kernel", none, "model">, rule<"a/bias", "model">,
                                 rule<"b/kernel", none, "model">, rule<"b/bias", "model">>;
 }  // namespace
@@ -69,7 +78,29 @@ int main(int argc, char** argv) {
         "inner residual block, data_parallel", d.x, d.y);
     compare<normalized<data_parallel<>>, normalized<one_device>>(
         "layer normalization, data_parallel", d.x, d.y, "adam");
+    compare<residual<data_parallel<>>, residual<one_device>>(
+        "residual block, binary_crossentropy, data_parallel", d.x, d.y, "adam",
+        losses::binary_crossentropy{});
     if (num_processes() == 4) {
+      {
+        // A metric that sums whole rows over classes split across devices is refused, on every
+        // process, with what to do.
+        residual_logits<model_parallel<split_head_map, "data">> m;
+        m.compile({.optimizer = "sgd", .loss = "mse", .metrics = {"mae"}});
+        std::string message;
+        try {
+          m.train_on_batch(data::slice_rows(d.x, 0, 16), data::slice_rows(d.y, 0, 16));
+        } catch (const value_error& e) {
+          message = e.what();
+        }
+        tessel::testing::check(
+            message.find("Metric mae sums whole rows, but the output's classes are split across "
+                         "devices") != std::string::npos,
+            "mae over split classes is refused: " + message);
+      }
+      compare<residual_logits<model_parallel<split_head_map, "data">>, residual_logits<one_device>>(
+          "residual block, binary_crossentropy on logits split over 'model' on 2x2", d.x, d.y,
+          "rmsprop", losses::binary_crossentropy{.from_logits = true});
       compare<normalized<model_parallel<residual_map, "data">>, normalized<one_device>>(
           "layer normalization after d1 split by columns on 2x2", d.x, d.y, "adam");
       compare<inner_residual<model_parallel<residual_map, "data">>, inner_residual<one_device>>(

@@ -556,3 +556,72 @@ TEST_CASE("golden: layer normalization forward and gradients, 2-D and 3-D inputs
     check_close(ln.vars[1].gradient, c["dbeta"], name + " dbeta");
   }
 }
+
+TEST_CASE("golden: binary cross-entropy on probabilities (clipped) and on logits",
+          "[golden][losses]") {
+  const json g = load("binary_crossentropy.json");
+  REQUIRE(g["cases"].size() == 5);
+  for (const json& c : g["cases"]) {
+    const std::string name = c["name"];
+    INFO("case " << name);
+    REQUIRE(c["label_smoothing"].get<double>() == 0.0);
+    const matrix pred = device(c["y_pred"]);
+    const matrix targets = device(c["y_true"]);
+    const std::size_t rows = pred.extent(0), cols = pred.extent(1);
+    const tessel::loss_spec loss =
+        tessel::losses::binary_crossentropy{.from_logits = c["from_logits"].get<bool>()};
+    matrix grad = B::make_matrix("grad", rows, cols);
+    const double total = tessel::loss_and_gradient<B>(loss, pred, B::index_vector(), targets,
+                                                      grad, 1.0f / static_cast<float>(rows));
+    check_close({static_cast<float>(total / static_cast<double>(rows))},
+                {c["loss_value"].get<float>()}, name + " loss");
+    check_close(grad, c["grad_y_pred"], name + " gradient");
+  }
+  CHECK(tessel::loss_spec("binary_crossentropy").name() == "binary_crossentropy");
+  CHECK(tessel::loss_spec("BinaryCrossentropy").plan_kind() == tessel::loss_kind::elementwise);
+}
+
+TEST_CASE("golden: mean absolute error, a metric that is not an accuracy", "[golden][metrics]") {
+  const json g = load("mean_absolute_error.json")["metric"];
+  const tessel::metrics::metric_spec m = tessel::metrics::mean_absolute_error{};
+  CHECK(!m.takes_argmax());
+  CHECK(!m.increases());
+  CHECK(tessel::metrics::resolve_metric("mae", false).kind ==
+        tessel::metrics::metric_kind::mean_absolute_error);
+  tessel::metrics::mean mean("mean_absolute_error");
+  const B::sums sums = B::make_sums("mae", 1);
+  REQUIRE(g["batches"].size() == 2);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const json& b = g["batches"][k];
+    const matrix pred = device(b["y_pred"]);
+    m.local_sum<B>(pred, B::index_vector(), device(b["y_true"]), sums, 0);
+    double sum = 0.0;
+    B::download(sums, std::span<double>(&sum, 1));
+    const auto rows = static_cast<double>(pred.extent(0));
+    mean.update_state(sum / rows, rows);
+    check_close({static_cast<float>(mean.result())}, {g["results"][k].get<float>()},
+                "MeanAbsoluteError after batch " + std::to_string(k + 1));
+  }
+  // Compiled in a model: its logs, from the model's own predictions, and early stopping's mode.
+  using namespace tessel::layers;
+  model_on<input<3>, dense<3>> model;
+  model.compile("sgd", "mse", {"mae"});
+  const json& b = g["batches"][0];
+  const tessel::array<float> x = to_array(b["y_pred"]), y = to_array(b["y_true"]);
+  const tessel::array<float> p = model.predict(x);
+  double expected = 0.0;
+  for (std::size_t i = 0; i < p.size(); ++i) expected += std::fabs(p.values[i] - y.values[i]);
+  expected /= static_cast<double>(p.size());
+  const tessel::logs l = model.evaluate(x, y, 32, 0);
+  check_close({static_cast<float>(*tessel::find_log(l, "mae"))}, {static_cast<float>(expected)},
+              "evaluate mae");
+  CHECK(model.metric_increases("mae") == std::optional<bool>(false));
+  CHECK(model.metric_increases("missing") == std::nullopt);
+  // With a loss on integer labels there are no target vectors to compare with.
+  model_on<input<3>, dense<3>> sparse_model;
+  sparse_model.compile("sgd", "sparse_categorical_crossentropy", {"mae"});
+  const tessel::array<std::int32_t> labels({4}, {0, 1, 2, 1});
+  CHECK_THROWS_WITH(sparse_model.train_on_batch(x, labels),
+                    Catch::Contains("Metric mae takes target vectors of the output's shape, but "
+                                    "the loss sparse_categorical_crossentropy takes integer labels"));
+}

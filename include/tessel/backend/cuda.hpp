@@ -323,6 +323,18 @@ struct cuda {
                                      out.data() + slot, stream());
     launched();
   }
+  static void binary_crossentropy(const matrix& pred, const matrix& targets, const matrix& grad,
+                                  float grad_scale, bool from_logits, float epsilon,
+                                  const sums& out, std::size_t slot, std::size_t classes = 0) {
+    cuda_kernels::binary_crossentropy(in(pred), in(targets), mut(grad), grad_scale, from_logits,
+                                      epsilon, classes, out.data() + slot, stream());
+    launched();
+  }
+  static void mean_absolute_error(const matrix& pred, const matrix& targets, const sums& out,
+                                  std::size_t slot) {
+    cuda_kernels::mean_absolute_error(in(pred), in(targets), out.data() + slot, stream());
+    launched();
+  }
   static void count_argmax_equal(const matrix& pred, const index_vector& labels,
                                  const matrix& targets, const sums& out, std::size_t slot) {
     cuda_kernels::count_argmax_equal(in(pred), labels_of(labels), in(targets), out.data() + slot,

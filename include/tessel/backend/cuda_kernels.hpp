@@ -61,6 +61,9 @@ void crossentropy_on_probabilities(cmat probs, const std::int32_t* labels, cmat 
                                    cudaStream_t s);
 void softmax_cross_entropy(cmat logits, const std::int32_t* labels, cmat targets, mat grad,
                            float grad_scale, double* out, cudaStream_t s);
+void binary_crossentropy(cmat pred, cmat targets, mat grad, float grad_scale, bool from_logits,
+                         float epsilon, std::size_t classes, double* out, cudaStream_t s);
+void mean_absolute_error(cmat pred, cmat targets, double* out, cudaStream_t s);
 void mean_squared_error(cmat pred, cmat targets, mat grad, float grad_scale, std::size_t classes,
                         double* out, cudaStream_t s);
 void count_argmax_equal(cmat pred, const std::int32_t* labels, cmat targets, double* out,

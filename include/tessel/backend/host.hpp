@@ -788,7 +788,57 @@ struct host {
         Kokkos::subview(out, slot));
   }
 
+  // Binary cross-entropy (Keras's, the JAX backend's arithmetic): each element a probability,
+  // clipped to [epsilon, 1 - epsilon] (its gradient 0 where clipped), or a logit (-t log
+  // sigmoid(z) - (1 - t) log sigmoid(-z)); the sum over rows of each row's mean over `classes`
+  // (its columns when 0) into out(slot), d/dpred * grad_scale into grad.
+  static void binary_crossentropy(const matrix& pred, const matrix& targets, const matrix& grad,
+                                  float grad_scale, bool from_logits, float epsilon,
+                                  const sums& out, std::size_t slot, std::size_t classes = 0) {
+    const std::size_t n = pred.extent(1);
+    const float inv_n = 1.0f / static_cast<float>(classes ? classes : n);
+    Kokkos::parallel_reduce(
+        "tessel::binary_crossentropy", policy(pred.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, double& acc) {
+          float s = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) {
+            const float t = targets(i, j), z = pred(i, j);
+            if (from_logits) {
+              // log sigmoid(z) = -(max(-z, 0) + log1p(exp(-|z|))), and of -z likewise.
+              const float soft = std::log1p(std::exp(-std::fabs(z)));
+              const float log_sig = -(std::max(-z, 0.0f) + soft);
+              const float log_sig_neg = -(std::max(z, 0.0f) + soft);
+              s += -t * log_sig - (1.0f - t) * log_sig_neg;
+              const float sig = 1.0f / (1.0f + std::exp(-z));
+              grad(i, j) = grad_scale * (sig - t) * inv_n;
+            } else {
+              const bool clipped = z < epsilon || z > 1.0f - epsilon;
+              const float p = std::min(std::max(z, epsilon), 1.0f - epsilon);
+              s += -(t * std::log(p) + (1.0f - t) * std::log(1.0f - p));
+              grad(i, j) = clipped ? 0.0f : grad_scale * (-t / p + (1.0f - t) / (1.0f - p)) * inv_n;
+            }
+          }
+          acc += static_cast<double>(s * inv_n);
+        },
+        Kokkos::subview(out, slot));
+  }
+
   // ---- metrics --------------------------------------------------------------------------------
+  // The sum over rows of each row's mean |pred - targets| (Keras's MeanAbsoluteError), into
+  // out(slot).
+  static void mean_absolute_error(const matrix& pred, const matrix& targets, const sums& out,
+                                  std::size_t slot) {
+    const std::size_t n = pred.extent(1);
+    const float inv_n = 1.0f / static_cast<float>(n);
+    Kokkos::parallel_reduce(
+        "tessel::mean_absolute_error", policy(pred.extent(0)),
+        KOKKOS_LAMBDA(std::size_t i, double& acc) {
+          float s = 0.0f;
+          for (std::size_t j = 0; j < n; ++j) s += std::fabs(pred(i, j) - targets(i, j));
+          acc += static_cast<double>(s * inv_n);
+        },
+        Kokkos::subview(out, slot));
+  }
   // The rows whose arg-max (first maximum, as NumPy) equals the label / the target's arg-max,
   // counted into out(slot).
   static void count_argmax_equal(const matrix& pred, const index_vector& labels,

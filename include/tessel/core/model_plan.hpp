@@ -27,11 +27,14 @@ namespace tessel {
 // layers/plan/dense.hpp, flatten's, dropout's and the activations' in
 // layers/plan/elementwise.hpp, add's in layers/plan/merge.hpp; a new layer brings its own.
 
-// The loss as the planner sees it: squared error (element-wise), cross-entropy on logits (a
-// log-softmax: row max and row sum) or on probabilities (Keras normalises each row by its sum).
+// The loss as the planner sees it: one summed element by element (squared error, binary
+// cross-entropy: over a split class dimension each device sums its own elements), cross-entropy
+// on logits (a log-softmax: row max and row sum) or on probabilities (Keras normalises each row
+// by its sum).
 enum class loss_kind : std::uint8_t {
   none,
-  mean_squared_error,
+  elementwise,
+  mean_squared_error = elementwise,  // the name it had when it was the only one
   softmax_cross_entropy,
   crossentropy
 };

@@ -126,7 +126,7 @@ class trainer : public Model, public model_base {
   bool is_chief() const override { return Model::is_chief(); }
   std::optional<bool> metric_increases(std::string_view name) const override {
     for (const auto& m : metrics_)
-      if (m.name == name) return true;  // the accuracies
+      if (m.name == name) return m.increases();
     return std::nullopt;
   }
 
@@ -444,11 +444,12 @@ class trainer : public Model, public model_base {
   loss_kind plan_loss() const { return loss_ ? loss_->plan_kind() : loss_kind::none; }
   // The loss step carries the loss sum and one count per metric, as doubles (two floats each).
   std::size_t loss_values() const { return 2 * (1 + metrics_.size()); }
-  // The model as the planner sees it with the compiled loss and metrics (every metric is an
-  // accuracy: it takes the output's arg-max).
+  // The model as the planner sees it with the compiled loss and metrics (an accuracy takes the
+  // output's arg-max: over split classes each row's is reduced).
   model_desc described() const {
     model_desc d = Model::describe(plan_loss(), loss_values());
-    d.argmax_metrics = !metrics_.empty();
+    d.argmax_metrics =
+        std::any_of(metrics_.begin(), metrics_.end(), [](const auto& m) { return m.takes_argmax(); });
     return d;
   }
   // Progress output comes from the process at device 0 only.
@@ -673,11 +674,16 @@ class trainer : public Model, public model_base {
     const matrix& out = output.local();
     const bool split = !metrics_.empty() && splits_classes(output);
     for (std::size_t i = 0; i < metrics_.size(); ++i) {
-      const bool sparse = metrics_[i].kind == metrics::metric_kind::sparse_categorical_accuracy;
-      if (sparse) require_sparse(metrics_[i]);
+      const metrics::metric_spec& m = metrics_[i];
+      if (m.sparse_labels()) require_sparse(m);
+      else if (!m.takes_argmax()) require_targets(m);
+      if (split && !m.takes_argmax())
+        throw value_error("Metric " + m.name +
+                          " sums whole rows, but the output's classes are split across devices; "
+                          "lay the last layer's output out with its classes whole (a "
+                          "\"<layer>/output\" rule with None last)");
       if (split) continue;
-      B::count_argmax_equal(out, sparse ? labels_ : typename B::index_vector(), targets_, sums_,
-                            i + 1);
+      m.template local_sum<B>(out, labels_, targets_, sums_, i + 1);
     }
     scalars_.resize(metrics_.size() + 1);
     B::download(sums_, std::span<double>(scalars_));
@@ -708,6 +714,13 @@ class trainer : public Model, public model_base {
         counted_once = counted_once && this->resharding().coordinates()[step.axis] == 0;
     for (std::size_t i = 0; i < metrics_.size(); ++i)
       scalars_[i + 1] = counted_once ? static_cast<double>(equal) : 0.0;
+  }
+  void require_targets(const metrics::metric_spec& m) const {
+    if (loss_->sparse_labels())
+      throw value_error("Metric " + m.name + " takes target vectors of the output's shape, but "
+                        "the loss " + std::string(loss_->name()) +
+                        " takes integer labels; use a loss on target vectors (one-hot encode the "
+                        "labels with to_categorical).");
   }
   void require_sparse(const metrics::metric_spec& m) const {
     if (!loss_->sparse_labels())
