@@ -34,7 +34,7 @@ with open(results) as f:
         name, batch, seconds, acc = fields
         runs[(name, int(batch))].append(float(seconds))
         accuracy[(name, int(batch))] = float(acc)
-labels = {"tessel": "tessel", "before": "tessel before issue 12", "keras": "Keras 3 (JAX, CPU)",
+labels = {"tessel": "tessel", "before": "tessel, earlier build", "keras": "Keras 3 (JAX, CPU)",
           "torch": "PyTorch (eager, CPU)", "sgemm": "raw sgemm (OpenBLAS), same GEMMs"}
 names = [n for n in ("tessel", "before", "keras", "torch") if any(k[0] == n for k in runs)]
 batches = sorted({b for _, b in runs})

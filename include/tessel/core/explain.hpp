@@ -27,7 +27,8 @@ inline std::string pad(std::string s, std::size_t w) {
 }  // namespace detail
 
 // What a step moves, as `explain` names it: "input" (operand k > 0: "input k"), "output", their
-// gradients, a variable by its leaf ("kernel", "bias gradient"), a statistic ("row max"), "loss".
+// gradients, a variable by the last part of its path (with " gradient" for its gradient), a
+// statistic ("row max"), "loss".
 inline std::string step_name(const model_plan& p, const planned_step& s) {
   auto operand = [&] { return s.index == 0 ? std::string("input") : "input " + std::to_string(s.index); };
   auto leaf = [&] {

@@ -5,6 +5,7 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
 #include "../backend/default.hpp"
 #include "../comm/dimension.hpp"
@@ -15,6 +16,21 @@
 #include "../tensor/dtensor.hpp"
 
 namespace tessel {
+
+// The values of `t`'s block (row-major, as the block is stored) out of its tensor's global
+// values: all of them when `t` is replicated.
+template <class B>
+std::vector<float> block_of(const basic_dtensor<B>& t, std::span<const float> global) {
+  if (t.size() == global.size()) return {global.begin(), global.end()};
+  const block& b = t.shard();
+  const shape_value& g = t.global_shape();
+  std::vector<float> out(t.size());
+  comm::detail::copy_block<float>(std::span<const std::size_t>(g.extents.data(), g.rank),
+                                  std::span<const std::size_t>(b.offset.extents.data(), g.rank),
+                                  std::span<const std::size_t>(b.extent.extents.data(), g.rank),
+                                  global.data(), out.data(), true);
+  return out;
+}
 
 // This process's block of `x` under `layout` on the mesh `pm` binds: a sharded tensor of x's
 // global shape, in the backend's memory. x's rank must be the layout's, and each dimension must
@@ -32,13 +48,7 @@ basic_dtensor<B> distribute_tensor(const array<float>& x, const layout_value& la
   std::array<std::size_t, max_mesh_rank> coords{};
   for (std::size_t a = 0; a < ProcessMesh::rank; ++a) coords[a] = pm.coordinates()[a];
   basic_dtensor<B> t(global, layout, pm.shape(), coords, "distributed");
-  const block& b = t.shard();
-  std::vector<float> local(t.size());
-  comm::detail::copy_block<float>(
-      std::span<const std::size_t>(global.extents.data(), global.rank),
-      std::span<const std::size_t>(b.offset.extents.data(), global.rank),
-      std::span<const std::size_t>(b.extent.extents.data(), global.rank), x.values.data(),
-      local.data(), true);
+  const std::vector<float> local = block_of(t, std::span<const float>(x.values));
   B::upload(std::span<const float>(local), t.local());
   return t;
 }

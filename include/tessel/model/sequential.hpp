@@ -30,6 +30,7 @@
 #include "../layers/layer.hpp"
 #include "../runtime/process_mesh.hpp"
 #include "../runtime/reshard.hpp"
+#include "distribute.hpp"
 #include "executor.hpp"
 #include "graph.hpp"
 #include "summary.hpp"
@@ -344,7 +345,7 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
     for (auto& v : vars_) {
       std::vector<float> values = w[i].values;
       pm_.broadcast_from_device_0(std::span<float>(values));
-      v.assign(block_values(v, values));
+      v.assign(block_of(v.value, std::span<const float>(values)));
       ++i;
     }
   }
@@ -377,20 +378,20 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   // ---- summary -------------------------------------------------------------------------------
   std::string summary_text() const {
     std::vector<summary_row> rows;
-    std::size_t index = 0;
     // A functional model lists its input first; one that is not a chain says what each layer
     // reads (Keras's "Connected to", `name[node][tensor]`).
     constexpr bool connections = Graph::functional && !graph_.is_chain();
     auto node_name = [](std::size_t n) {
       return n == 0 ? std::string("input_layer") : std::string(layer_infos[n - 1].name.view());
     };
-    auto add = [&](std::string_view name, std::string_view cls, const shape_value& out,
-                   std::size_t params) {
+    // Node n: the model's input (0) or layer n - 1.
+    auto add = [&](std::size_t n, std::string_view name, std::string_view cls,
+                   const shape_value& out, std::size_t params) {
       summary_row r;
       if (connections) {
-        if (index == 0) r.connected_to = "-";
-        for (std::size_t k = 0; index > 0 && k < graph_.count[index - 1]; ++k)
-          r.connected_to += (k ? ", " : "") + node_name(graph_.inputs[index - 1][k]) + "[0][0]";
+        if (n == 0) r.connected_to = "-";
+        for (std::size_t k = 0; n > 0 && k < graph_.count[n - 1]; ++k)
+          r.connected_to += (k ? ", " : "") + node_name(graph_.inputs[n - 1][k]) + "[0][0]";
       }
       r.layer = std::string(name) + " (" + std::string(cls) + ")";
       r.output_shape = "(None" + [&] {
@@ -404,14 +405,10 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
           r.layouts.push_back(v.path.substr(name.size() + 1) + " " +
                               to_string(v.value.layout(), pm_.shape()));
       rows.push_back(std::move(r));
-      ++index;
     };
-    if constexpr (Graph::functional)
-      add("input_layer", "InputLayer", input_shape, 0);
-    else
-      index = 1;
+    if constexpr (Graph::functional) add(0, "input_layer", "InputLayer", input_shape, 0);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (add(layer_infos[I].name.view(), Layers::class_name, layer_infos[I].output,
+      (add(I + 1, layer_infos[I].name.view(), Layers::class_name, layer_infos[I].output,
            Layers::param_count(layer_infos[I].input)),
        ...);
     }
@@ -532,18 +529,6 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
     const model_plan p = plan_model(Dist::value, pm.shape(), describe(), batch);
     if (!p.ok) throw value_error(tessel::explain(p, describe()));
     return p.layouts;
-  }
-  // This device's block of a variable's global values (row-major).
-  static std::vector<float> block_values(const variable<B>& v, const std::vector<float>& global) {
-    if (v.value.size() == v.size()) return global;
-    const block& b = v.value.shard();
-    const shape_value& g = v.value.global_shape();
-    std::vector<float> out(v.value.size());
-    comm::detail::copy_block<float>(std::span<const std::size_t>(g.extents.data(), g.rank),
-                                    std::span<const std::size_t>(b.offset.extents.data(), g.rank),
-                                    std::span<const std::size_t>(b.extent.extents.data(), g.rank),
-                                    global.data(), out.data(), true);
-    return out;
   }
   // Rows [first, first + rows) of x.
   void upload_inputs(const array<float>& x, std::size_t first, std::size_t rows) {
