@@ -31,6 +31,11 @@ class mean {
   const std::string& name() const { return name_; }
   double total() const { return total_; }
   double count() const { return count_; }
+  // Sets the accumulators (a state written back: Keras's total and count variables).
+  void set_state(double total, double count) {
+    total_ = total;
+    count_ = count;
+  }
   // Adds another replica's partial sums (used to reduce a metric across devices).
   void merge(double total, double count) {
     total_ += total;

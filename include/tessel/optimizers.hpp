@@ -2,16 +2,19 @@
 // The hyperparameters are plain structs; `optimizer<B>` holds the state (slots, iterations).
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "backend/default.hpp"
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
+#include "state.hpp"
 
 namespace tessel {
 
@@ -64,45 +67,33 @@ class optimizer_spec {
 template <class B = default_backend>
 class optimizer {
  public:
-  explicit optimizer(optimizer_spec spec) : spec_(std::move(spec)) {}
+  explicit optimizer(optimizer_spec spec)
+      : spec_(std::move(spec)),
+        learning_rate_(std::visit([](const auto& o) { return o.learning_rate; }, spec_.value())) {}
 
   const optimizer_spec& spec() const { return spec_; }
   std::size_t iterations() const { return iterations_; }
+  // The learning rate the next step uses (the spec's, unless a state set another).
+  double learning_rate() const { return learning_rate_; }
 
   // Creates the slots for these variables (Keras's optimizer.build); apply() calls it when needed.
   void build(const std::vector<variable<B>*>& vars) {
     if (!slots_.empty()) return;
+    const auto names = slot_names();
     for (variable<B>* v : vars) {
-      slot s;
-      auto add = [&](const char* what) {
-        std::string base = v->path;
-        for (char& c : base)
-          if (c == '/') c = '_';
+      slot s{};
+      for (std::size_t k = 0; k < names.size(); ++k) {
+        if (names[k] == nullptr) continue;
         variable<B>& x = state_.emplace_back();
-        x.path = std::string(prefix()) + "/" + base + "_" + what;
+        x.path = slot_path(v->path, names[k]);
         x.shape = v->shape;
         x.initializer = "zeros";
         x.trainable = false;
         // On the same shards as the variable: the block's shape, zeroed.
         x.value = v->value.like(
             B::make_zeros(x.path, B::rows(v->value.local()), B::cols(v->value.local())));
-        return &x;
-      };
-      std::visit(
-          [&](const auto& o) {
-            using O = std::decay_t<decltype(o)>;
-            if constexpr (std::is_same_v<O, optimizers::sgd>) {
-              if (o.momentum != 0.0) s.a = add("momentum");
-            } else if constexpr (std::is_same_v<O, optimizers::adam>) {
-              s.a = add("momentum");
-              s.b = add("velocity");
-            } else {
-              s.a = add("velocity");
-              if (o.momentum > 0.0) s.b = add("momentum");
-              if (o.centered) s.c = add("average_gradient");
-            }
-          },
-          spec_.value());
+        s[k] = &x;
+      }
       slots_.push_back(s);
     }
   }
@@ -115,7 +106,14 @@ class optimizer {
       throw value_error("optimizer.apply: built for " + std::to_string(slots_.size()) +
                         " variables, called with " + std::to_string(vars.size()) + ".");
     ++iterations_;
-    update_all(vars);
+    tensors_.clear();
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      auto local = [](const variable<B>* x) { return x ? x->value.local() : matrix(); };
+      const slot& s = slots_[i];
+      tensors_.push_back({vars[i]->value.local(), vars[i]->gradient, local(s[0]), local(s[1]),
+                          local(s[2])});
+    }
+    update(tensors_, iterations_, learning_rate_);
   }
 
   // The optimizer's own variables (slots), in creation order.
@@ -125,7 +123,83 @@ class optimizer {
     return out;
   }
 
+  // ---- the state as values (state.hpp) ---------------------------------------------------
+  // Keras's optimizer.variables: "<name>/iteration" (int64), "<name>/learning_rate" (float64),
+  // then copies of the slots in creation order ("adam/dense_kernel_momentum", ...). Build first.
+  state_list<B> state() const {
+    state_list<B> out;
+    out.push_back({std::string(prefix()) + "/iteration", {},
+                   static_cast<std::int64_t>(iterations_)});
+    out.push_back({std::string(prefix()) + "/learning_rate", {}, learning_rate_});
+    for (const auto& v : state_) out.push_back(state_of(v));
+    return out;
+  }
+  // Writes a state (as state() gives it) back: each value checked first, then assigned.
+  void set_state(const state_list<B>& values, std::string_view where = "set_state_tree") {
+    detail::check_state_list(state_view(), values, where, "optimizer_variables");
+    const std::int64_t it = values[0].integer();
+    if (it < 0)
+      throw value_error(std::string(where) + ": " + values[0].path + " is " + std::to_string(it) +
+                        "; an iteration count is at least 0.");
+    iterations_ = static_cast<std::size_t>(it);
+    learning_rate_ = values[1].real();
+    std::size_t i = 2;
+    for (auto& v : state_) B::copy(values[i++].tensor().local(), v.value.local());
+  }
+
+  // Keras's optimizer.stateless_apply(optimizer_variables, grads, trainable_variables): one step
+  // on copies, the arguments unchanged. `optimizer_variables` as state() gives them, `grads` one
+  // per trainable variable (its layout); returns the new trainable variables and the new
+  // optimizer variables, the iteration count one more. The arithmetic is apply()'s.
+  std::pair<state_list<B>, state_list<B>> stateless_apply(const state_list<B>& optimizer_variables,
+                                                          const state_list<B>& grads,
+                                                          const state_list<B>& trainable) const {
+    if (optimizer_variables.size() < 2 || optimizer_variables[0].path != std::string(prefix()) + "/iteration")
+      throw value_error("stateless_apply: optimizer_variables must start with '" +
+                        std::string(prefix()) +
+                        "/iteration'; pass the optimizer_variables of get_state_tree().");
+    if (grads.size() != trainable.size())
+      throw value_error("stateless_apply: " + std::to_string(grads.size()) +
+                        " gradients for " + std::to_string(trainable.size()) +
+                        " trainable variables; pass one gradient per trainable variable, in "
+                        "their order.");
+    state_list<B> new_trainable, new_state;
+    for (const auto& v : trainable) new_trainable.push_back({v.path, v.shape, copy_of(v.tensor(), v.path)});
+    for (const auto& v : optimizer_variables)
+      new_state.push_back(v.is_tensor() ? state_variable<B>{v.path, v.shape, copy_of(v.tensor(), v.path)} : v);
+    const std::int64_t it = new_state[0].integer() + 1;
+    new_state[0].value = it;
+    const double lr = new_state[1].real();
+    const auto names = slot_names();
+    std::vector<backend::update_tensors<matrix>> tensors;
+    for (std::size_t i = 0; i < trainable.size(); ++i) {
+      const state_variable<B>& g = grads[i];
+      const basic_dtensor<B>& w = new_trainable[i].tensor();
+      if (!g.is_tensor() || g.tensor().size() != w.size())
+        throw value_error("stateless_apply: grads[" + std::to_string(i) + "] ('" + g.path +
+                          "') does not match trainable_variables[" + std::to_string(i) + "] ('" +
+                          trainable[i].path + "'): pass the gradients value_and_grad returns.");
+      std::array<matrix, 3> s{};
+      for (std::size_t k = 0; k < names.size(); ++k) {
+        if (names[k] == nullptr) continue;
+        const std::string path = slot_path(trainable[i].path, names[k]);
+        const state_variable<B>* slot_value = new_state.find(path);
+        if (slot_value == nullptr)
+          throw value_error("stateless_apply: optimizer_variables has no '" + path +
+                            "' for trainable variable '" + trainable[i].path +
+                            "'; pass the optimizer_variables of get_state_tree().");
+        s[k] = slot_value->tensor().local();
+      }
+      tensors.push_back({w.local(), g.tensor().local(), s[0], s[1], s[2]});
+    }
+    update(tensors, static_cast<std::size_t>(it), lr);
+    return {std::move(new_trainable), std::move(new_state)};
+  }
+
  private:
+  using matrix = typename B::matrix;
+  using slot = std::array<variable<B>*, 3>;  // backend::update_tensors' slot_a, slot_b, slot_c
+
   std::string_view prefix() const {
     return std::visit(
         [](const auto& o) -> std::string_view {
@@ -136,46 +210,65 @@ class optimizer {
         },
         spec_.value());
   }
-  // The update of vars[i] with slots_[i], as one backend call over all of them.
-  void update_all(const std::vector<variable<B>*>& vars) {
-    using matrix = typename B::matrix;
-    const auto t = static_cast<double>(iterations_);
-    tensors_.clear();
-    for (std::size_t i = 0; i < vars.size(); ++i) {
-      const slot& s = slots_[i];
-      auto local = [](const variable<B>* x) { return x ? x->value.local() : matrix(); };
-      tensors_.push_back({vars[i]->value.local(), vars[i]->gradient, local(s.a), local(s.b),
-                          local(s.c)});
-    }
-    const std::span<const backend::update_tensors<matrix>> u(tensors_);
+  // The names of the slots a variable gets, as update_tensors' slot_a, slot_b, slot_c (nullptr:
+  // none), by the spec's arguments.
+  std::array<const char*, 3> slot_names() const {
+    return std::visit(
+        [](const auto& o) -> std::array<const char*, 3> {
+          using O = std::decay_t<decltype(o)>;
+          if constexpr (std::is_same_v<O, optimizers::sgd>)
+            return {o.momentum != 0.0 ? "momentum" : nullptr, nullptr, nullptr};
+          else if constexpr (std::is_same_v<O, optimizers::adam>)
+            return {"momentum", "velocity", nullptr};
+          else
+            return {"velocity", o.momentum > 0.0 ? "momentum" : nullptr,
+                    o.centered ? "average_gradient" : nullptr};
+        },
+        spec_.value());
+  }
+  // Keras's slot path: "adam/" + the variable's path with '/' as '_' + "_momentum".
+  std::string slot_path(const std::string& variable_path, const char* what) const {
+    std::string base = variable_path;
+    for (char& c : base)
+      if (c == '/') c = '_';
+    return std::string(prefix()) + "/" + base + "_" + what;
+  }
+  // state()'s entries over the slots themselves (no copies), to check a given state against.
+  state_list<B> state_view() const {
+    state_list<B> out;
+    out.push_back({std::string(prefix()) + "/iteration", {}, std::int64_t{0}});
+    out.push_back({std::string(prefix()) + "/learning_rate", {}, 0.0});
+    for (const auto& v : state_) out.push_back({v.path, v.shape, v.value});
+    return out;
+  }
+  // The update of every entry of `u` in one backend call, at step `t` (counted from 1).
+  void update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
+              double learning_rate) const {
+    const auto t = static_cast<double>(t_count);
     std::visit(
         [&](const auto& o) {
           using O = std::decay_t<decltype(o)>;
           if constexpr (std::is_same_v<O, optimizers::sgd>) {
-            B::sgd_update(u, static_cast<float>(o.learning_rate), static_cast<float>(o.momentum),
+            B::sgd_update(u, static_cast<float>(learning_rate), static_cast<float>(o.momentum),
                           o.nesterov);
           } else if constexpr (std::is_same_v<O, optimizers::adam>) {
-            const double alpha = o.learning_rate * std::sqrt(1.0 - std::pow(o.beta_2, t)) /
+            const double alpha = learning_rate * std::sqrt(1.0 - std::pow(o.beta_2, t)) /
                                  (1.0 - std::pow(o.beta_1, t));
             B::adam_update(u, static_cast<float>(alpha), static_cast<float>(o.beta_1),
                            static_cast<float>(o.beta_2), static_cast<float>(o.epsilon));
           } else {
-            B::rmsprop_update(u, static_cast<float>(o.learning_rate), static_cast<float>(o.rho),
+            B::rmsprop_update(u, static_cast<float>(learning_rate), static_cast<float>(o.rho),
                               static_cast<float>(o.momentum), static_cast<float>(o.epsilon),
                               o.centered);
           }
         },
         spec_.value());
   }
-  struct slot {
-    variable<B>* a = nullptr;
-    variable<B>* b = nullptr;
-    variable<B>* c = nullptr;
-  };
   optimizer_spec spec_;
+  double learning_rate_;
   variable_store<B> state_;
   std::vector<slot> slots_;
-  std::vector<backend::update_tensors<typename B::matrix>> tensors_;  // reused every step
+  std::vector<backend::update_tensors<matrix>> tensors_;  // reused every step
   std::size_t iterations_ = 0;
 };
 

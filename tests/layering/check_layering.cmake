@@ -30,6 +30,7 @@ set(group_layers.hpp 5)
 set(group_losses.hpp 5)
 set(group_metrics.hpp 5)
 set(group_optimizers.hpp 5)
+set(group_state.hpp 5)
 set(group_tessel.hpp 10)
 
 # The group of a path relative to ROOT/tessel ("comm/watchdog.hpp", "losses.hpp").

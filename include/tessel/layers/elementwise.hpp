@@ -101,6 +101,8 @@ struct dropout : stateless_layer {
   static constexpr std::string_view class_name = "Dropout";
   static constexpr std::string_view base_name = "dropout";
   static constexpr name_string given_name = Args.name;
+  // It draws from the model's random stream: the model's state holds the stream's counter.
+  static constexpr bool draws_random = true;
   template <class... In>
   using on = node<dropout, In...>;
   static constexpr op_desc plan_op(std::string_view name) { return dropout_op(name); }

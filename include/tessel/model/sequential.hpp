@@ -32,6 +32,7 @@
 #include "../runtime/reshard.hpp"
 #include "distribute.hpp"
 #include "executor.hpp"
+#include "../state.hpp"
 #include "graph.hpp"
 #include "summary.hpp"
 
@@ -79,6 +80,13 @@ constexpr std::size_t mismatch_of(const shape_value* in, std::size_t n) {
     return L::mismatch(in, n);
   else
     return n;
+}
+template <class L>
+constexpr bool draws_random_of() {
+  if constexpr (requires { L::draws_random; })
+    return L::draws_random;
+  else
+    return false;
 }
 template <class L>
 constexpr shape_value output_of(const shape_value* in, std::size_t n) {
@@ -375,6 +383,72 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   std::uint64_t training_step() const { return pass_.step; }
   void set_training_step(std::uint64_t step) { pass_.step = step; }
 
+  // ---- the state as values (state.hpp) ---------------------------------------------------
+  // Whether a layer draws random numbers (dropout): the model's state then holds the random
+  // stream's counter, as Keras's holds its seed generator's state.
+  static constexpr bool draws_random = (detail::draws_random_of<Layers>() || ...);
+  // Keras's path of that counter (the one seed generator every random layer of the model draws
+  // from, each layer from its own stream of it).
+  static constexpr std::string_view seed_generator_path = "seed_generator/seed_generator_state";
+  // Copies of the trainable variables' values, in Keras's order.
+  state_list<B> trainable_state() const { return state_where(true, true); }
+  // Copies of the non-trainable variables' values, then the random stream's counter (an int64
+  // scalar) when a layer draws random numbers.
+  state_list<B> non_trainable_state() const { return state_where(false, true); }
+  // Writes values back into the model (Keras's variable.assign over the lists): each checked
+  // against the model's variable of the same place (path, dtype, shape, layout) on every
+  // process before anything changes.
+  void assign_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
+                    std::string_view where = "set_state_tree") {
+    detail::on_every_process(pm_, "assigning state", [&] {
+      detail::check_state_list(state_where(true, false), trainable, where, "trainable_variables");
+      detail::check_state_list(state_where(false, false), non_trainable, where,
+                               "non_trainable_variables");
+    });
+    auto assign = [&](const state_list<B>& values, bool trainable_group) {
+      std::size_t i = 0;
+      for (auto& v : vars_)
+        if (v.trainable == trainable_group) B::copy(values[i++].tensor().local(), v.value.local());
+      if (!trainable_group && draws_random)
+        pass_.step = static_cast<std::uint64_t>(values[i].integer());
+    };
+    assign(trainable, true);
+    assign(non_trainable, false);
+  }
+  // Runs `f` with the model's variables standing for `trainable` and `non_trainable` (their
+  // storage, not copies: f must not write them) and the random stream's counter at theirs; the
+  // model's own values are back when f returns or throws. What f reads of the model's state
+  // (non_trainable_state()) is the state it ran with, as f left it.
+  template <class F>
+  decltype(auto) with_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
+                            std::string_view where, F&& f) {
+    detail::on_every_process(pm_, "checking a state", [&] {
+      detail::check_state_list(state_where(true, false), trainable, where, "trainable_variables");
+      detail::check_state_list(state_where(false, false), non_trainable, where,
+                               "non_trainable_variables");
+    });
+    std::vector<tensor> own;
+    own.reserve(vars_.size());
+    std::size_t t = 0, n = 0;
+    for (auto& v : vars_) {
+      own.push_back(v.value);
+      v.value = (v.trainable ? trainable[t++] : non_trainable[n++]).tensor();
+    }
+    const std::uint64_t own_step = pass_.step;
+    if constexpr (draws_random) pass_.step = static_cast<std::uint64_t>(non_trainable[n].integer());
+    struct restore {
+      graph_model* m;
+      std::vector<tensor>* own;
+      std::uint64_t step;
+      ~restore() {
+        std::size_t i = 0;
+        for (auto& v : m->vars_) v.value = (*own)[i++];
+        m->pass_.step = step;
+      }
+    } guard{this, &own, own_step};
+    return f();
+  }
+
   // ---- summary -------------------------------------------------------------------------------
   std::string summary_text() const {
     std::vector<summary_row> rows;
@@ -537,6 +611,18 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
     B::upload(
         std::span<const float>(x.values).subspan(first * input_features, rows * input_features),
         input_rows_);
+  }
+  // The trainable (or non-trainable) variables as state variables: copies of their values, or
+  // (copy false) the model's own tensors, to check a given state against; the non-trainable
+  // group ends with the random stream's counter when a layer draws random numbers.
+  state_list<B> state_where(bool trainable, bool copy) const {
+    state_list<B> out;
+    for (const auto& v : vars_)
+      if (v.trainable == trainable)
+        out.push_back(copy ? state_of(v) : state_variable<B>{v.path, v.shape, v.value});
+    if (!trainable && draws_random)
+      out.push_back({std::string(seed_generator_path), {}, static_cast<std::int64_t>(pass_.step)});
+    return out;
   }
   template <class P>
   std::vector<variable<B>*> pointers(P pred) {

@@ -69,6 +69,10 @@ concept trainable_model =
       m.backward(dy, [](std::span<variable<typename M::backend>* const>) {});
       m.set_training_step(m.training_step() + 1);
       m.resharding();  // the planned steps' executor: row reductions of split classes
+      // the state as values (state.hpp)
+      { cm.trainable_state() } -> std::same_as<state_list<typename M::backend>>;
+      { cm.non_trainable_state() } -> std::same_as<state_list<typename M::backend>>;
+      m.assign_state(cm.trainable_state(), cm.non_trainable_state());
     };
 
 // A batch size as the caller wrote it: any integer type converts to it with its sign, so that -1
@@ -237,6 +241,116 @@ class trainer : public Model, public model_base {
     apply_gradients();
     return metric_logs();
   }
+
+  // ---- the training state as one value, and Keras's stateless pieces (state.hpp) --------
+  // Keras's get_state_tree(): copies of the trainable and non-trainable variables (the random
+  // stream's counter last), the optimizer's variables (built here if no step has built them) and
+  // the metric accumulators ("loss/total", "loss/count", then each metric's), each with its path.
+  // Before compile() the optimizer and metric groups are empty.
+  state_tree<B> get_state_tree() {
+    state_tree<B> t{this->trainable_state(), this->non_trainable_state(), {}, {}};
+    if (!loss_) return t;
+    optimizer_state_->build(this->trainable_variables());
+    t.optimizer_variables = optimizer_state_->state();
+    auto add = [&](const metrics::mean& m) {
+      t.metrics_variables.push_back({m.name() + "/total", {}, m.total()});
+      t.metrics_variables.push_back({m.name() + "/count", {}, m.count()});
+    };
+    add(loss_tracker_);
+    for (const auto& m : metric_means_) add(m);
+    return t;
+  }
+  // Keras's set_state_tree(): writes a state back into the model, its optimizer and its
+  // metrics. Every group is checked against the model's (paths, dtypes, shapes, layouts) before
+  // anything changes; a group that is empty is left as it is.
+  void set_state_tree(const state_tree<B>& t) {
+    const bool optimizer = !t.optimizer_variables.empty(), metrics = !t.metrics_variables.empty();
+    if ((optimizer || metrics) && !loss_)
+      throw value_error("set_state_tree: the state has optimizer or metric variables, but the "
+                        "model is not compiled; call compile() as for the state's model first.");
+    detail::on_every_process(pm(), "set_state_tree", [&] {
+      if (optimizer) {
+        optimizer_state_->build(this->trainable_variables());
+        detail::check_state_list(optimizer_state_->state(), t.optimizer_variables,
+                                 "set_state_tree", "optimizer_variables");
+      }
+      if (metrics) detail::check_state_list(get_state_tree().metrics_variables,
+                                            t.metrics_variables, "set_state_tree",
+                                            "metrics_variables");
+    });
+    this->assign_state(t.trainable_variables, t.non_trainable_variables);
+    if (optimizer) optimizer_state_->set_state(t.optimizer_variables);
+    if (metrics) {
+      std::size_t i = 0;
+      auto set = [&](metrics::mean& m) {
+        m.set_state(t.metrics_variables[i].real(), t.metrics_variables[i + 1].real());
+        i += 2;
+      };
+      set(loss_tracker_);
+      for (auto& m : metric_means_) set(m);
+    }
+  }
+
+  // Keras's model.stateless_call(trainable_variables, non_trainable_variables, x, training): the
+  // model's output on x with these values, and the non-trainable values after the call (the
+  // random stream's counter one more after a training call); the model's own state unchanged.
+  // x is the global batch: the output is this process's block of it, a sharded tensor.
+  struct stateless_call_result {
+    basic_dtensor<B> y_pred;
+    state_list<B> non_trainable_variables;
+  };
+  stateless_call_result stateless_call(const state_list<B>& trainable,
+                                       const state_list<B>& non_trainable, const array<float>& x,
+                                       bool training = false) {
+    if (x.rows() == 0)
+      throw value_error("stateless_call: x has no samples (shape " + shape_to_string(x.shape) +
+                        "); pass at least one.");
+    this->check_input_shape(x);
+    return this->with_state(trainable, non_trainable, "stateless_call", [&] {
+      const shard s = shard_of(x.rows());
+      stateless_call_result r{
+          copy_of(this->forward_rows(x, 0, s.first, s.local, s.global, training), "y_pred"), {}};
+      if (training) this->set_training_step(this->training_step() + 1);
+      r.non_trainable_variables = this->non_trainable_state();
+      return r;
+    });
+  }
+  // The value and gradient of the compiled loss with these values (Keras's
+  // compute_loss_and_updates under jax.value_and_grad, has_aux): the batch's mean loss, the
+  // gradient of every trainable variable (its path and layout; under data_parallel reduced over
+  // the batch axis, as train_on_batch's), and the non-trainable values after the training call.
+  // The model's state and the compiled metrics are unchanged. x and y are the global batch.
+  struct value_and_grad_result {
+    double loss = 0;
+    state_list<B> grads;
+    state_list<B> non_trainable_variables;
+  };
+  template <class Y>
+  value_and_grad_result value_and_grad(const state_list<B>& trainable,
+                                       const state_list<B>& non_trainable, const array<float>& x,
+                                       const array<Y>& y) {
+    require_compiled("value_and_grad");
+    const metrics::mean loss_tracker = loss_tracker_;
+    const std::vector<metrics::mean> means = metric_means_;
+    struct restore_metrics {
+      trainer* t;
+      const metrics::mean& loss;
+      const std::vector<metrics::mean>& means;
+      ~restore_metrics() {
+        t->loss_tracker_ = loss;
+        t->metric_means_ = means;
+      }
+    } guard{this, loss_tracker, means};
+    return this->with_state(trainable, non_trainable, "value_and_grad", [&] {
+      value_and_grad_result r;
+      r.loss = compute_loss_and_gradients(x, y);
+      for (variable<B>* v : this->trainable_variables())
+        r.grads.push_back({v->path, v->shape, copy_of(v->value.like(v->gradient), v->path)});
+      r.non_trainable_variables = this->non_trainable_state();
+      return r;
+    });
+  }
+
   logs metric_logs() const {
     logs l{{"loss", loss_tracker_.result()}};
     for (const auto& m : metric_means_) l.emplace_back(m.name(), m.result());
