@@ -6,6 +6,7 @@
 //   shuffle-seed   a dataset shuffled with seed 1, 2 on the last process
 //   batch-size     batch(8), batch(16) on the last process
 //   loss           compiled with a different loss on the last process
+//   loss-argument  binary cross-entropy on logits, on probabilities on the last process
 //   call           the last process calls evaluate where the others call fit
 //   predict        predict on 40 rows, 48 on the last process
 //   custom-loop    train_on_batch on a batch of 8, 16 on the last process
@@ -54,6 +55,12 @@ int run(const std::string& mode) {
   }
   dp_t m;
   compile(m, last && mode == "loss");
+  if (mode == "loss-argument") {
+    m.compile("sgd", tessel::losses::binary_crossentropy{.from_logits = !last});
+    tessel::array<float> y({n, 3});
+    m.fit(features(n), y, {.batch_size = 8, .epochs = 1, .verbose = 0});
+    return 0;
+  }
   if (mode == "shuffle-seed" || mode == "batch-size") {
     const auto ds = tessel::from_tensor_slices(features(n), labels(n))
                         .shuffle(64, last && mode == "shuffle-seed" ? 2 : 1)

@@ -547,8 +547,15 @@ class trainer : public Model, public model_base {
           if constexpr (requires { o.epsilon; }) optimizer.value(o.epsilon);
         },
         optimizer_state_->spec().value());
+    // Every argument of the loss (from_logits), not only its kind: binary cross-entropy on
+    // logits and on probabilities plan alike and differ in every value.
     hasher loss;
-    loss.text(loss_->name()).value(static_cast<int>(loss_->plan_kind()));
+    std::visit(
+        [&](const auto& l) {
+          loss.text(l.name).value(static_cast<int>(l.plan_kind()));
+          if constexpr (requires { l.from_logits; }) loss.value(l.from_logits);
+        },
+        loss_->value());
     return {fact::fingerprint("the model (its type)", model_fingerprint()),
             fact::fingerprint("the compiled loss", loss.result()),
             fact::fingerprint("the compiled metrics", metrics.result()),
