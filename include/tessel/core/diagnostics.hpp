@@ -91,6 +91,12 @@ TESSEL_DIAGNOSTIC(std::size_t Unused, sequential_needs_an_input,
                   "tessel::sequential: the first entry must be layers::input<...> giving the "
                   "shape of one sample, like keras.Input(shape=(784,))");
 
+// models of many layers
+TESSEL_DIAGNOSTIC(std::size_t Layers COMMA std::size_t MaxOps, model_has_more_layers_than_max_ops,
+                  "tessel: the model has more layers than the planner's arrays hold (see the two "
+                  "counts above); define TESSEL_MAX_OPS (default 32, at most 254) larger, the "
+                  "same in every translation unit");
+
 // functional models
 TESSEL_DIAGNOSTIC(fixed_string Layer COMMA std::size_t Count, layer_called_on_wrong_number_of_inputs,
                   "tessel::functional: this layer is called on a number of inputs it does not "

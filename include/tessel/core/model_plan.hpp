@@ -59,7 +59,21 @@ constexpr void plan_without_rule(layer_planner&, const op_desc&) noexcept {}
 inline constexpr plan_rule no_rule{&plan_without_rule, ""};
 }  // namespace detail
 
-inline constexpr std::size_t max_op_inputs = 4;
+// The size of the planner's arrays, fixed when the program compiles (the plan is a constant
+// expression, so its arrays have a size): the inputs of one op and the ops of one model. Define
+// TESSEL_MAX_OP_INPUTS or TESSEL_MAX_OPS before including tessel, the same in every translation
+// unit of a program (CMake: target_compile_definitions), for more; larger values cost compile
+// time in every model.
+#ifndef TESSEL_MAX_OP_INPUTS
+#define TESSEL_MAX_OP_INPUTS 4
+#endif
+#ifndef TESSEL_MAX_OPS
+#define TESSEL_MAX_OPS 32
+#endif
+inline constexpr std::size_t max_op_inputs = TESSEL_MAX_OP_INPUTS;
+// (An op's operands needing gradients are bits of a 32-bit mask.)
+static_assert(max_op_inputs >= 2 && max_op_inputs <= 32,
+              "tessel: TESSEL_MAX_OP_INPUTS must be 2 to 32");
 
 // A layer as a node of the model's graph. Its parameters (units, activation, ...) live in its own
 // type, whose rule (one instance per set of parameters) knows them: the core sees none.
@@ -72,7 +86,9 @@ struct op_desc {
   std::uint8_t input_count = 0;
 };
 
-inline constexpr std::size_t max_ops = 32;
+inline constexpr std::size_t max_ops = TESSEL_MAX_OPS;
+// A node is numbered in one byte (0 the model's input, i + 1 op i).
+static_assert(max_ops >= 1 && max_ops <= 254, "tessel: TESSEL_MAX_OPS must be 1 to 254");
 
 // A model as the planner sees it: a graph of layers in topological order (each reads only the
 // model's input or layers before it); the last layer's output is the model's output, where the
@@ -96,7 +112,8 @@ struct model_desc {
 template <std::size_t N>
 constexpr model_desc describe_model(const shape_value& input, const std::array<op_desc, N>& ops,
                                     loss_kind loss = loss_kind::none) noexcept {
-  static_assert(N <= max_ops, "tessel: at most 32 layers in one planned model");
+  static_assert(N <= max_ops, "tessel: more layers than TESSEL_MAX_OPS (default 32) in one "
+                              "planned model; define TESSEL_MAX_OPS larger");
   model_desc m{input, {}, N, loss};
   for (std::size_t i = 0; i < N; ++i) m.ops[i] = ops[i];
   return m;
@@ -196,7 +213,8 @@ struct op_layouts {
   std::uint8_t gradients_through_variables = 0;
 };
 
-inline constexpr std::size_t max_planned_steps = 160;
+// Five steps per op (160 at the default TESSEL_MAX_OPS): a plan that needs more is refused.
+inline constexpr std::size_t max_planned_steps = 5 * max_ops;
 inline constexpr std::size_t max_variables = 2 * max_ops;
 
 struct model_plan {

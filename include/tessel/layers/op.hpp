@@ -44,7 +44,7 @@ struct op_args {
   std::array<const basic_dtensor<B>*, max_op_inputs> operands{};  // as the op computes with them
   std::array<const basic_dtensor<B>*, max_op_variables> variables{};  // its variables, likewise
   std::size_t operand_count = 1;
-  std::uint8_t wants_operand_gradients = 1;  // bit k: operand k's gradient is needed
+  std::uint32_t wants_operand_gradients = 1;  // bit k: operand k's gradient is needed
   // The layouts the plan chose for this op; null where the op runs on its local blocks as they
   // come (one device, data parallelism: nothing is resharded around it).
   const op_layouts* layouts = nullptr;

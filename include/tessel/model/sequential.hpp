@@ -223,7 +223,8 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   static_assert(detail::is_distribution<Dist>,
                 "tessel: a model's distribution must be one_device, data_parallel<...> or "
                 "model_parallel<...>");
-  static_assert(sizeof...(Layers) <= max_ops, "tessel: at most 32 layers in one model");
+  static_assert(require<sizeof...(Layers) <= max_ops,
+                        diagnostic::model_has_more_layers_than_max_ops<sizeof...(Layers), max_ops>>);
 
  public:
   using backend = B;
