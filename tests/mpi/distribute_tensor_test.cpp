@@ -13,6 +13,7 @@
 namespace {
 using namespace tessel;
 using tessel::testing::check;
+using tessel::testing::error_of;
 
 // The values of rows [r0, r0 + nr) and columns [c0, c0 + nc) of x (rank 2).
 std::vector<float> slice(const array<float>& x, std::size_t r0, std::size_t nr, std::size_t c0,
@@ -27,15 +28,6 @@ std::vector<float> host(const basic_dtensor<B>& t) {
   std::vector<float> v(t.size());
   B::download(t.local(), std::span<float>(v));
   return v;
-}
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <tessel/runtime/world.hpp>
 #include <vector>
@@ -36,6 +37,16 @@ inline double rel(const std::vector<float>& a, const std::vector<float>& b) {
     scale = std::max(scale, std::abs(static_cast<double>(b[i])));
   }
   return diff / scale;
+}
+// The message of what f throws ("" when it throws nothing).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 // "<program> on N processes: C checks per process, F failed"; the exit code (0: none failed).
 inline int finish(const char* program) {

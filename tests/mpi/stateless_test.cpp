@@ -15,6 +15,7 @@ namespace {
 using namespace tessel;
 using namespace tessel::layers;
 using tessel::testing::check;
+using tessel::testing::error_of;
 
 array<float> features(std::size_t rows, std::size_t cols, std::size_t salt) {
   array<float> x({rows, cols});
@@ -47,15 +48,6 @@ bool same_list(const state_list<B>& a, const state_list<B>& b) {
     if (a[i].dtype() == "float64" && a[i].real() != b[i].real()) return false;
   }
   return true;
-}
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
