@@ -126,17 +126,15 @@ class optimizer {
   // ---- the state as values (state.hpp) ---------------------------------------------------
   // Keras's optimizer.variables: "<name>/iteration" (int64), "<name>/learning_rate" (float64),
   // then copies of the slots in creation order ("adam/dense_kernel_momentum", ...). Build first.
-  state_list<B> state() const {
-    state_list<B> out;
-    out.push_back({std::string(prefix()) + "/iteration", {},
-                   static_cast<std::int64_t>(iterations_)});
-    out.push_back({std::string(prefix()) + "/learning_rate", {}, learning_rate_});
-    for (const auto& v : state_) out.push_back(state_of(v));
-    return out;
+  state_list<B> state() const { return entries(true); }
+  // Checks values against state()'s entries (path, dtype, shape, layout), naming the first that
+  // differs.
+  void check_state(const state_list<B>& values, std::string_view where = "set_state_tree") const {
+    detail::check_state_list(entries(false), values, where, "optimizer_variables");
   }
   // Writes a state (as state() gives it) back: each value checked first, then assigned.
   void set_state(const state_list<B>& values, std::string_view where = "set_state_tree") {
-    detail::check_state_list(state_view(), values, where, "optimizer_variables");
+    check_state(values, where);
     const std::int64_t it = values[0].integer();
     if (it < 0)
       throw value_error(std::string(where) + ": " + values[0].path + " is " + std::to_string(it) +
@@ -233,12 +231,15 @@ class optimizer {
       if (c == '/') c = '_';
     return std::string(prefix()) + "/" + base + "_" + what;
   }
-  // state()'s entries over the slots themselves (no copies), to check a given state against.
-  state_list<B> state_view() const {
+  // The iteration, the learning rate, then the slots: copies of their values, or (copy false)
+  // the slots' own tensors, to check a given state against.
+  state_list<B> entries(bool copy) const {
     state_list<B> out;
-    out.push_back({std::string(prefix()) + "/iteration", {}, std::int64_t{0}});
-    out.push_back({std::string(prefix()) + "/learning_rate", {}, 0.0});
-    for (const auto& v : state_) out.push_back({v.path, v.shape, v.value});
+    out.push_back({std::string(prefix()) + "/iteration", {},
+                   static_cast<std::int64_t>(iterations_)});
+    out.push_back({std::string(prefix()) + "/learning_rate", {}, learning_rate_});
+    for (const auto& v : state_)
+      out.push_back(copy ? state_of(v) : state_variable<B>{v.path, v.shape, v.value});
     return out;
   }
   // The update of every entry of `u` in one backend call, at step `t` (counted from 1).

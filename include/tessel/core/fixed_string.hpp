@@ -46,7 +46,7 @@ fixed_string(const char (&)[N]) -> fixed_string<N>;
 inline constexpr std::size_t max_name_length = 31;
 using name_string = fixed_string<max_name_length + 1>;
 
-// Concatenation of two compile-time strings ("d1" + "/kernel").
+// Concatenation of two compile-time strings ("d1" + "/output").
 template <fixed_string A, fixed_string B>
 inline constexpr auto concat = [] {
   constexpr std::size_t a = A.size(), b = B.size();

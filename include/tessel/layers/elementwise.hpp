@@ -121,7 +121,7 @@ struct dropout : stateless_layer {
       const tensor& x = *a.operands[0];
       if (!ctx.training || Rate == 0.0) return x;
       key_ = columns_of(x);
-      y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "dropout"));
+      y_ = sized_like<B>(x, y_store_, "dropout");
       B::dropout(x.local(), y_.local(), stream(ctx), static_cast<float>(Rate), key_.first_row,
                  key_.first_col, key_.global_cols);
       return y_;
@@ -193,7 +193,7 @@ struct activation_layer : stateless_layer {
     template <class Reduce>
     const tensor& forward(const op_args<B>& a, const pass_context&, Reduce& reduce) {
       const tensor& x = *a.operands[0];
-      y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "activation"));
+      y_ = sized_like<B>(x, y_store_, "activation");
       B::copy(x.local(), y_.local());
       if (splits(y_, reduce))
         split_softmax_forward(y_, stats_, reduce);
@@ -259,7 +259,7 @@ struct rescaling : stateless_layer {
     template <class Reduce>
     const tensor& forward(const op_args<B>& a, const pass_context&, Reduce&) {
       const tensor& x = *a.operands[0];
-      y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "rescaling"));
+      y_ = sized_like<B>(x, y_store_, "rescaling");
       B::scale_shift(x.local(), y_.local(), static_cast<float>(Scale),
                      static_cast<float>(Args.offset));
       return y_;

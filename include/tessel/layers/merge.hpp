@@ -49,7 +49,7 @@ struct add : merge_layer {
     template <class Reduce>
     const tensor& forward(const op_args<B>& a, const pass_context&, Reduce&) {
       const tensor& x = *a.operands[0];
-      y_ = x.like(sized<B>(y_store_, B::rows(x.local()), B::cols(x.local()), "add"));
+      y_ = sized_like<B>(x, y_store_, "add");
       B::add(x.local(), a.operands[1]->local(), y_.local());
       for (std::size_t k = 2; k < a.operand_count; ++k)
         B::add(y_.local(), a.operands[k]->local(), y_.local());

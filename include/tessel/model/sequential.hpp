@@ -401,11 +401,7 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   // process before anything changes.
   void assign_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
                     std::string_view where = "set_state_tree") {
-    detail::on_every_process(pm_, "assigning state", [&] {
-      detail::check_state_list(state_where(true, false), trainable, where, "trainable_variables");
-      detail::check_state_list(state_where(false, false), non_trainable, where,
-                               "non_trainable_variables");
-    });
+    check_state(trainable, non_trainable, where);
     auto assign = [&](const state_list<B>& values, bool trainable_group) {
       std::size_t i = 0;
       for (auto& v : vars_)
@@ -423,11 +419,7 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   template <class F>
   decltype(auto) with_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
                             std::string_view where, F&& f) {
-    detail::on_every_process(pm_, "checking a state", [&] {
-      detail::check_state_list(state_where(true, false), trainable, where, "trainable_variables");
-      detail::check_state_list(state_where(false, false), non_trainable, where,
-                               "non_trainable_variables");
-    });
+    check_state(trainable, non_trainable, where);
     std::vector<tensor> own;
     own.reserve(vars_.size());
     std::size_t t = 0, n = 0;
@@ -612,6 +604,15 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
     B::upload(
         std::span<const float>(x.values).subspan(first * input_features, rows * input_features),
         input_rows_);
+  }
+  // Checks given values against the model's variables, on every process before any changes.
+  void check_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
+                   std::string_view where) const {
+    detail::on_every_process(pm_, "checking a state", [&] {
+      detail::check_state_list(state_where(true, false), trainable, where, "trainable_variables");
+      detail::check_state_list(state_where(false, false), non_trainable, where,
+                               "non_trainable_variables");
+    });
   }
   // The trainable (or non-trainable) variables as state variables: copies of their values, or
   // (copy false) the model's own tensors, to check a given state against; the non-trainable

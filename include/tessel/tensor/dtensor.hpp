@@ -132,6 +132,14 @@ typename B::matrix sized(typename B::matrix& store, std::size_t rows, std::size_
   return B::row_range(store, 0, rows);
 }
 
+// A tensor of x's shape, layout and block over `store` (kept at its largest size, as `sized`):
+// the output of an op that maps x element by element.
+template <class B>
+basic_dtensor<B> sized_like(const basic_dtensor<B>& x, typename B::matrix& store,
+                            const char* label) {
+  return x.like(sized<B>(store, B::rows(x.local()), B::cols(x.local()), label));
+}
+
 // A block of rows [first_row, first_row + rows) of a batch of `global_rows` samples (at least
 // first_row + rows), every feature whole, over the matrix `m` (rows x features): how a layer is
 // called alone, and how a batch's rows enter a model on one device.

@@ -252,12 +252,7 @@ class trainer : public Model, public model_base {
     if (!loss_) return t;
     optimizer_state_->build(this->trainable_variables());
     t.optimizer_variables = optimizer_state_->state();
-    auto add = [&](const metrics::mean& m) {
-      t.metrics_variables.push_back({m.name() + "/total", {}, m.total()});
-      t.metrics_variables.push_back({m.name() + "/count", {}, m.count()});
-    };
-    add(loss_tracker_);
-    for (const auto& m : metric_means_) add(m);
+    t.metrics_variables = metrics_state();
     return t;
   }
   // Keras's set_state_tree(): writes a state back into the model, its optimizer and its
@@ -271,12 +266,11 @@ class trainer : public Model, public model_base {
     detail::on_every_process(pm(), "set_state_tree", [&] {
       if (optimizer) {
         optimizer_state_->build(this->trainable_variables());
-        detail::check_state_list(optimizer_state_->state(), t.optimizer_variables,
-                                 "set_state_tree", "optimizer_variables");
+        optimizer_state_->check_state(t.optimizer_variables);
       }
-      if (metrics) detail::check_state_list(get_state_tree().metrics_variables,
-                                            t.metrics_variables, "set_state_tree",
-                                            "metrics_variables");
+      if (metrics)
+        detail::check_state_list(metrics_state(), t.metrics_variables, "set_state_tree",
+                                 "metrics_variables");
     });
     this->assign_state(t.trainable_variables, t.non_trainable_variables);
     if (optimizer) optimizer_state_->set_state(t.optimizer_variables);
@@ -523,6 +517,17 @@ class trainer : public Model, public model_base {
 
  private:
   const mesh_binding& pm() const noexcept { return this->mesh(); }
+  // The metric accumulators as state: "loss/total", "loss/count", then each metric's.
+  state_list<B> metrics_state() const {
+    state_list<B> out;
+    auto add = [&](const metrics::mean& m) {
+      out.push_back({m.name() + "/total", {}, m.total()});
+      out.push_back({m.name() + "/count", {}, m.count()});
+    };
+    add(loss_tracker_);
+    for (const auto& m : metric_means_) add(m);
+    return out;
+  }
 
   // ---- what every process must hold alike (runtime/agreement.hpp) -----------------------------
   // Compared across the processes before a distributed fit, evaluate, predict or first
