@@ -1,16 +1,33 @@
 // metrics: Keras's metrics. `mean` is the running weighted average every other metric reduces to
-// (Keras's Mean / MeanMetricWrapper). A compiled metric (metric_spec) sums a per-sample value
-// over this device's rows into a slot of device memory (`local_sum`), and says whether it takes
-// the output's arg-max (the accuracies: over classes split across devices the trainer reduces
-// each row's arg-max first) and whether a larger value is better (early stopping's mode): the
-// trainer asks nothing else of it, so a new metric is a new kind here and its kernel.
+// (Keras's Mean / MeanMetricWrapper).
+//
+// A metric is any type with
+//   - `name`, a string (the key of its logs);
+//   - `local_sum<B>(const metric_call<B>&)`: the sum over this device's rows of its per-sample
+//     value, into a slot of the step's sums in device memory;
+// and, where they apply, the constants
+//   - `sparse_labels`: it takes integer labels, not target vectors;
+//   - `takes_argmax`: it counts rows whose arg-max is right (an accuracy: over classes split
+//     across devices the trainer counts them from each row's reduced arg-max);
+//   - `increases`: whether a larger value is better (early stopping's mode "auto");
+// and `get_config()`, its arguments as text. compile() takes any such type and the trainer asks
+// nothing else of a metric; the library's metrics below follow the same protocol.
 #pragma once
 
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
 #include <vector>
 
+#include "core/agreement.hpp"
+#include "core/diagnostics.hpp"
 #include "core/errors.hpp"
 
 namespace tessel::metrics {
@@ -47,91 +64,153 @@ class mean {
   double total_ = 0, count_ = 0;
 };
 
-enum class metric_kind { sparse_categorical_accuracy, categorical_accuracy, mean_absolute_error };
-
-// A metric named in compile(): its printed name and what it computes.
-struct metric_spec {
-  std::string name;
-  metric_kind kind;
-
-  // Whether it takes integer labels (else target vectors of the output's shape).
-  [[nodiscard]] bool sparse_labels() const {
-    return kind == metric_kind::sparse_categorical_accuracy;
-  }
-  // Whether it counts rows whose arg-max is right (the accuracies).
-  [[nodiscard]] bool takes_argmax() const { return kind != metric_kind::mean_absolute_error; }
-  // Whether a larger value is better (Keras's early stopping mode "auto").
-  [[nodiscard]] bool increases() const { return takes_argmax(); }
-  // The sum over this device's rows of the metric's per-sample value, into sums(slot). The rows
-  // must be whole (the accuracies over split classes are counted by the trainer from the
-  // reduced arg-max).
-  template <class B>
-  void local_sum(const typename B::matrix& pred, const typename B::index_vector& labels,
-                 const typename B::matrix& targets, const typename B::sums& sums,
-                 std::size_t slot) const {
-    switch (kind) {
-      case metric_kind::sparse_categorical_accuracy:
-        B::count_argmax_equal(pred, labels, targets, sums, slot);
-        break;
-      case metric_kind::categorical_accuracy:
-        B::count_argmax_equal(pred, typename B::index_vector(), targets, sums, slot);
-        break;
-      case metric_kind::mean_absolute_error:
-        B::mean_absolute_error(pred, targets, sums, slot);
-        break;
-    }
-  }
+// What a metric sums over: this device's block of the model's output (whole rows), the labels
+// (a sparse metric) or targets of its rows, and the slot of the step's sums, in device memory,
+// that takes the block's sum of per-sample values.
+template <class B>
+struct metric_call {
+  const typename B::matrix& pred;
+  const typename B::index_vector& labels;
+  const typename B::matrix& targets;
+  const typename B::sums& sums;
+  std::size_t slot;
 };
 
+template <class M, class B>
+concept metric_for = requires(const M& m, const metric_call<B>& c) {
+  { std::string_view(m.name) };
+  m.template local_sum<B>(c);
+};
+
+// keras.metrics.SparseCategoricalAccuracy: the rows whose arg-max is the label.
 struct sparse_categorical_accuracy {
   std::string name = "sparse_categorical_accuracy";
-  operator metric_spec() const {
-    return {name, metric_kind::sparse_categorical_accuracy};
-  }  // NOLINT
+  static constexpr bool sparse_labels = true, takes_argmax = true, increases = true;
+  template <class B>
+  void local_sum(const metric_call<B>& c) const {
+    B::count_argmax_equal(c.pred, c.labels, c.targets, c.sums, c.slot);
+  }
 };
+// keras.metrics.CategoricalAccuracy: the rows whose arg-max is the target's.
 struct categorical_accuracy {
   std::string name = "categorical_accuracy";
-  operator metric_spec() const { return {name, metric_kind::categorical_accuracy}; }  // NOLINT
+  static constexpr bool takes_argmax = true, increases = true;
+  template <class B>
+  void local_sum(const metric_call<B>& c) const {
+    B::count_argmax_equal(c.pred, typename B::index_vector(), c.targets, c.sums, c.slot);
+  }
 };
 // keras.metrics.MeanAbsoluteError: the mean over samples of each sample's mean |y_pred - y_true|.
 struct mean_absolute_error {
   std::string name = "mean_absolute_error";
-  operator metric_spec() const { return {name, metric_kind::mean_absolute_error}; }  // NOLINT
+  static constexpr bool increases = false;
+  template <class B>
+  void local_sum(const metric_call<B>& c) const {
+    B::mean_absolute_error(c.pred, c.targets, c.sums, c.slot);
+  }
+};
+
+// A compiled metric on backend B: any metric type (the library's or the user's) behind one
+// interface. Copies share the metric, which does not change.
+template <class B>
+class metric_function {
+ public:
+  template <class M>
+    requires metric_for<M, B>
+  metric_function(M metric)  // NOLINT: a metric object converts, as Keras's compile takes one
+      : impl_(std::make_shared<const holder<M>>(std::move(metric))) {}
+
+  const std::string& name() const noexcept { return impl_->name; }
+  // Whether it takes integer labels (else target vectors of the output's shape).
+  bool sparse_labels() const noexcept { return impl_->sparse; }
+  // Whether it counts rows whose arg-max is right (an accuracy: over classes split across
+  // devices the trainer counts them from each row's reduced arg-max).
+  bool takes_argmax() const noexcept { return impl_->argmax; }
+  // Whether a larger value is better (early stopping's mode "auto"); none when the metric does
+  // not say (Keras then asks for a mode).
+  std::optional<bool> increases() const noexcept { return impl_->increases; }
+  // What every process must hold alike: the metric's type, name and arguments.
+  std::uint64_t fingerprint() const noexcept { return impl_->fingerprint; }
+  template <class M>
+  bool is() const noexcept {
+    return dynamic_cast<const holder<M>*>(impl_.get()) != nullptr;
+  }
+  // The sum over this device's rows (whole rows) of the metric's per-sample value, into
+  // sums(slot).
+  void local_sum(const typename B::matrix& pred, const typename B::index_vector& labels,
+                 const typename B::matrix& targets, const typename B::sums& sums,
+                 std::size_t slot) const {
+    impl_->local_sum({pred, labels, targets, sums, slot});
+  }
+
+ private:
+  struct base {
+    std::string name;
+    bool sparse = false, argmax = false;
+    std::optional<bool> increases;
+    std::uint64_t fingerprint = 0;
+    virtual ~base() = default;
+    virtual void local_sum(const metric_call<B>& c) const = 0;
+  };
+  template <class M>
+  struct holder final : base {
+    M metric;
+    explicit holder(M m) : metric(std::move(m)) {
+      this->name = std::string(std::string_view(metric.name));
+      if constexpr (requires { M::sparse_labels; }) this->sparse = M::sparse_labels;
+      if constexpr (requires { M::takes_argmax; }) this->argmax = M::takes_argmax;
+      if constexpr (requires { M::increases; }) this->increases = M::increases;
+      hasher h;
+      h.text(typeid(M).name()).text(this->name);
+      if constexpr (requires { metric.get_config(); }) h.text(metric.get_config());
+      this->fingerprint = h.result();
+    }
+    void local_sum(const metric_call<B>& c) const override { metric.template local_sum<B>(c); }
+  };
+  std::shared_ptr<const base> impl_;
 };
 
 // A metric given by name. "accuracy"/"acc" resolves as Keras's compile() does, from the loss:
 // sparse (integer) labels give sparse_categorical_accuracy, target vectors categorical_accuracy;
 // the printed name stays "accuracy".
-inline metric_spec resolve_metric(std::string_view name, bool sparse_labels) {
-  if (name == "accuracy" || name == "acc")
-    return {std::string(name), sparse_labels ? metric_kind::sparse_categorical_accuracy
-                                             : metric_kind::categorical_accuracy};
-  if (name == "sparse_categorical_accuracy")
-    return {std::string(name), metric_kind::sparse_categorical_accuracy};
-  if (name == "categorical_accuracy") return {std::string(name), metric_kind::categorical_accuracy};
-  if (name == "mae" || name == "mean_absolute_error")
-    return {std::string(name), metric_kind::mean_absolute_error};
-  throw value_error("Could not interpret metric identifier: " + std::string(name) +
+template <class B>
+metric_function<B> resolve_metric(std::string_view name, bool sparse_labels) {
+  const std::string n(name);
+  if (name == "accuracy" || name == "acc") {
+    if (sparse_labels) return sparse_categorical_accuracy{n};
+    return categorical_accuracy{n};
+  }
+  if (name == "sparse_categorical_accuracy") return sparse_categorical_accuracy{n};
+  if (name == "categorical_accuracy") return categorical_accuracy{n};
+  if (name == "mae" || name == "mean_absolute_error") return mean_absolute_error{n};
+  throw value_error("Could not interpret metric identifier: " + n +
                     ". Use accuracy, sparse_categorical_accuracy, categorical_accuracy or "
-                    "mean_absolute_error (mae).");
+                    "mean_absolute_error (mae), or pass a metric object.");
 }
 
-// What compile() accepts in its metrics list: a metric object or a name.
+// What compile() accepts in its metrics list: a metric object or a name (resolved once the loss
+// is known).
+template <class B>
 class metric_arg {
  public:
-  metric_arg(const char* n) : name_(n) {}                                   // NOLINT
-  metric_arg(std::string n) : name_(std::move(n)) {}                        // NOLINT
-  metric_arg(sparse_categorical_accuracy m) : spec_(m), has_spec_(true) {}  // NOLINT
-  metric_arg(categorical_accuracy m) : spec_(m), has_spec_(true) {}         // NOLINT
-  metric_arg(mean_absolute_error m) : spec_(m), has_spec_(true) {}          // NOLINT
-  metric_spec resolve(bool sparse_labels) const {
-    return has_spec_ ? spec_ : resolve_metric(name_, sparse_labels);
+  metric_arg(const char* n) : name_(n) {}             // NOLINT
+  metric_arg(std::string n) : name_(std::move(n)) {}  // NOLINT
+  template <class M>
+    requires metric_for<M, B>
+  metric_arg(M m) : metric_(std::move(m)) {}  // NOLINT
+  // Anything else is a compile error naming its type.
+  template <class M>
+    requires(!metric_for<M, B> && !std::is_convertible_v<M, std::string>)
+  metric_arg(M) {  // NOLINT
+    static_assert(require<false, diagnostic::not_a_metric_on_this_backend<M, B>>);
+  }
+  metric_function<B> resolve(bool sparse_labels) const {
+    return metric_ ? *metric_ : resolve_metric<B>(name_, sparse_labels);
   }
 
  private:
   std::string name_;
-  metric_spec spec_{};
-  bool has_spec_ = false;
+  std::optional<metric_function<B>> metric_;
 };
 
 }  // namespace tessel::metrics

@@ -1256,6 +1256,92 @@ def make_mean_absolute_error(keras, jax):
     }
 
 
+def make_custom_loss(keras, jax):
+    """A loss and a metric that tessel's library does not have, written by the user in C++
+    (tests/unit/custom_loss_test.cpp): Keras's Huber loss and MeanSquaredError metric."""
+    import jax.numpy as jnp
+
+    rng = np.random.default_rng(12012)
+    yt = f32(rng.normal(size=(6, 3)) * 1.5)
+    yp = f32(rng.normal(size=(6, 3)) * 1.5)
+    d = np.abs(yp - yt)
+    assert np.any(d < 1.0) and np.any(d > 1.0) and np.all(np.abs(d - 1.0) > 1e-3)
+    huber = keras.losses.Huber(delta=1.0)
+    ytj = jnp.asarray(yt)
+    value, grad = jax.value_and_grad(lambda p: huber(ytj, p))(jnp.asarray(yp))
+
+    metric = keras.metrics.MeanSquaredError()
+    batches = [(yt[:4], yp[:4]), (yt[4:], yp[4:])]
+    results = []
+    for a, b in batches:
+        metric.update_state(a, b)
+        results.append(F32(metric.result()))
+
+    # Three Adam steps of a small regression model with the two.
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    x = f32(rng.normal(size=(8, 5)))
+    y = f32(rng.normal(size=(8, 3)) * 2.0)
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(5,)),
+            keras.layers.Dense(8, activation="relu", name="dense"),
+            keras.layers.Dense(3, name="dense_1"),
+        ]
+    )
+    init = [
+        f32(rng.normal(size=(5, 8)) * np.sqrt(2.0 / 5)),
+        f32(rng.normal(size=(8,)) * 0.1),
+        f32(rng.normal(size=(8, 3)) * np.sqrt(2.0 / 8)),
+        f32(rng.normal(size=(3,)) * 0.1),
+    ]
+    model.set_weights(init)
+    model.compile(
+        optimizer=keras.optimizers.Adam(learning_rate=0.01),
+        loss=keras.losses.Huber(delta=1.0),
+        metrics=[keras.metrics.MeanSquaredError()],
+    )
+    initial = weights_list(model)
+    steps = []
+    for _ in range(3):
+        ret = model.train_on_batch(x, y, return_dict=True)
+        steps.append(
+            {
+                "returned": [F32(ret["loss"]), F32(ret["mean_squared_error"])],
+                "weights": weights_list(model),
+            }
+        )
+    ev = model.evaluate(x, y, batch_size=len(x), verbose=0, return_dict=True)
+    pred = model.predict(x, batch_size=len(x), verbose=0)
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "loss: keras.losses.Huber(delta=1.0) (reduction sum_over_batch_size) on y_true, "
+            "y_pred (6x3; some |y_pred - y_true| below delta, some above); grad_y_pred = "
+            "d loss_value / d y_pred (jax.grad). metric: keras.metrics.MeanSquaredError(), "
+            "update_state on rows 0-3 then 4-5; results[k] = result() after batch k+1. model: "
+            "Input(5) -> Dense(8, relu) -> Dense(3), compiled with Adam(learning_rate=0.01), "
+            "Huber(delta=1.0) and [MeanSquaredError()]; steps[k].returned = train_on_batch's "
+            "[loss, mean_squared_error] on call k+1, steps[k].weights after the update; "
+            "evaluate and predict after the third step.",
+        ),
+        "loss": {"delta": 1.0, "y_true": arr(yt), "y_pred": arr(yp), "loss_value": F32(value),
+                 "grad_y_pred": arr(grad)},
+        "metric": {"batches": [{"y_true": arr(a), "y_pred": arr(b)} for a, b in batches],
+                   "results": results},
+        "model": {
+            "x": arr(x),
+            "y": arr(y),
+            "initial_weights": initial,
+            "returned_names": ["loss", "mean_squared_error"],
+            "steps": steps,
+            "evaluate": {k: F32(v) for k, v in ev.items()},
+            "predict": arr(pred),
+        },
+    }
+
+
 # --------------------------------------------------------------------------------------
 # 7. progress bars (run in child processes: stdout is a file, or a pseudo-terminal)
 # --------------------------------------------------------------------------------------
@@ -1461,6 +1547,7 @@ def main():
         ("layer_normalization", make_layer_normalization),
         ("binary_crossentropy", make_binary_crossentropy),
         ("mean_absolute_error", make_mean_absolute_error),
+        ("custom_loss", make_custom_loss),
     ]
     only = None
     if args.only is not None:

@@ -49,9 +49,11 @@ inline array<std::int32_t> argmax_labels(const array<float>& y) {
   return labels;
 }
 
-template <class Sharded, class Single, class Y>
+// `loss`: a Keras name, one of the library's losses, or a user's loss type.
+template <class Sharded, class Single, class Y, class Loss = loss_spec>
 void compare(const char* what, const array<float>& x_all, const array<Y>& y_all,
-             const char* optimizer = "rmsprop", loss_spec loss = "mse") {
+             const char* optimizer = "rmsprop", Loss given = "mse") {
+  const loss_function<typename Single::backend> loss(given);
   Sharded sharded;
   Single single;
   sharded.compile({.optimizer = optimizer, .loss = loss, .metrics = {"accuracy"}});

@@ -6,9 +6,12 @@
 // pair of dense layers split as a Megatron pair (column- then row-parallel, its output a partial
 // sum the add completes), the branches' kernels split by columns (their outputs gathered by the
 // concatenate). Losses, accuracy, every weight, predictions and evaluate against one device; the
-// collectives of a further step are the plan's.
+// collectives of a further step are the plan's. A user's loss (tests/support/user_losses.hpp's
+// Huber) trains so too, under data_parallel and over classes split on 2x2; a user's loss with no
+// form for split rows is refused there.
 #include <tessel/tessel.hpp>
 
+#include "../support/user_losses.hpp"
 #include "compare_models.hpp"
 #include "mpi_checks.hpp"
 
@@ -54,6 +57,18 @@ using logits_out = dense<4, {.name = "head"}>::on<relu<"relu">::on<add<"add">::o
 template <class Dist>
 using residual_logits = functional<Dist, x, logits_out>;
 
+// A user's cross-entropy with no form for split rows (no compute_split): refused over split
+// classes, with what to do.
+struct whole_row_crossentropy {
+  std::string name = "whole_row_crossentropy";
+  loss_kind plan_kind() const { return loss_kind::crossentropy; }
+  template <class B>
+  void compute(const loss_call<B>& c) const {
+    B::crossentropy_on_probabilities(c.local(), typename B::index_vector(), c.targets, c.grad,
+                                     c.grad_scale, epsilon, c.sums, c.slot);
+  }
+};
+
 using mesh_2x2 = device_mesh<axis<"data", 2>, axis<"model", 2>>;
 using residual_map = layout_map<mesh_2x2, rule<"d1/kernel", none, "model">,
                                 rule<"d1/bias", "model">, rule<"d2/kernel", "model", none>>;
@@ -81,6 +96,8 @@ int main(int argc, char** argv) {
     compare<residual<data_parallel<>>, residual<one_device>>(
         "residual block, binary_crossentropy, data_parallel", d.x, d.y, "adam",
         losses::binary_crossentropy{});
+    compare<residual_logits<data_parallel<>>, residual_logits<one_device>>(
+        "residual block, a user's Huber loss, data_parallel", d.x, d.y, "adam", user::huber{});
     if (num_processes() == 4) {
       {
         // A metric that sums whole rows over classes split across devices is refused, on every
@@ -98,9 +115,27 @@ int main(int argc, char** argv) {
                          "devices") != std::string::npos,
             "mae over split classes is refused: " + message);
       }
+      {
+        residual<model_parallel<split_head_map, "data">> m;
+        m.compile({.optimizer = "sgd", .loss = whole_row_crossentropy{}});
+        std::string message;
+        try {
+          m.train_on_batch(data::slice_rows(d.x, 0, 16), data::slice_rows(d.y, 0, 16));
+        } catch (const value_error& e) {
+          message = e.what();
+        }
+        tessel::testing::check(
+            message.find("whole_row_crossentropy: the output's classes are split across devices, "
+                         "and this loss has no form for split rows (compute_split)") !=
+                std::string::npos,
+            "a user's loss without a split form over split classes is refused: " + message);
+      }
       compare<residual_logits<model_parallel<split_head_map, "data">>, residual_logits<one_device>>(
           "residual block, binary_crossentropy on logits split over 'model' on 2x2", d.x, d.y,
           "rmsprop", losses::binary_crossentropy{.from_logits = true});
+      compare<residual_logits<model_parallel<split_head_map, "data">>, residual_logits<one_device>>(
+          "residual block, a user's Huber loss on logits split over 'model' on 2x2", d.x, d.y,
+          "adam", user::huber{});
       compare<normalized<model_parallel<residual_map, "data">>, normalized<one_device>>(
           "layer normalization after d1 split by columns on 2x2", d.x, d.y, "adam");
       compare<inner_residual<model_parallel<residual_map, "data">>, inner_residual<one_device>>(

@@ -583,18 +583,18 @@ TEST_CASE("golden: binary cross-entropy on probabilities (clipped) and on logits
 
 TEST_CASE("golden: mean absolute error, a metric that is not an accuracy", "[golden][metrics]") {
   const json g = load("mean_absolute_error.json")["metric"];
-  const tessel::metrics::metric_spec m = tessel::metrics::mean_absolute_error{};
+  const tessel::metrics::metric_function<B> m = tessel::metrics::mean_absolute_error{};
   CHECK(!m.takes_argmax());
-  CHECK(!m.increases());
-  CHECK(tessel::metrics::resolve_metric("mae", false).kind ==
-        tessel::metrics::metric_kind::mean_absolute_error);
+  CHECK(m.increases() == false);
+  CHECK(tessel::metrics::resolve_metric<B>("mae", false)
+            .is<tessel::metrics::mean_absolute_error>());
   tessel::metrics::mean mean("mean_absolute_error");
   const B::sums sums = B::make_sums("mae", 1);
   REQUIRE(g["batches"].size() == 2);
   for (std::size_t k = 0; k < 2; ++k) {
     const json& b = g["batches"][k];
     const matrix pred = device(b["y_pred"]);
-    m.local_sum<B>(pred, B::index_vector(), device(b["y_true"]), sums, 0);
+    m.local_sum(pred, B::index_vector(), device(b["y_true"]), sums, 0);
     double sum = 0.0;
     B::download(sums, std::span<double>(&sum, 1));
     const auto rows = static_cast<double>(pred.extent(0));

@@ -97,6 +97,16 @@ TESSEL_DIAGNOSTIC(std::size_t Layers COMMA std::size_t MaxOps, model_has_more_la
                   "counts above); define TESSEL_MAX_OPS (default 32, at most 254) larger, the "
                   "same in every translation unit");
 
+// losses and metrics
+TESSEL_DIAGNOSTIC(class Loss COMMA class Backend, not_a_loss_on_this_backend,
+                  "tessel: compile() was given a loss (see its type and the model's backend "
+                  "above) that is not one: a loss has a `name`, `plan_kind()` and "
+                  "`compute<B>(const loss_call<B>&)` for the model's backend B (losses.hpp)");
+TESSEL_DIAGNOSTIC(class Metric COMMA class Backend, not_a_metric_on_this_backend,
+                  "tessel: compile() was given a metric (see its type and the model's backend "
+                  "above) that is not one: a metric has a `name` and "
+                  "`local_sum<B>(const metric_call<B>&)` for the model's backend B (metrics.hpp)");
+
 // functional models
 TESSEL_DIAGNOSTIC(fixed_string Layer COMMA std::size_t Count, layer_called_on_wrong_number_of_inputs,
                   "tessel::functional: this layer is called on a number of inputs it does not "

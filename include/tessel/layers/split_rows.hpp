@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "../comm/concept.hpp"
@@ -36,6 +37,28 @@ struct row_statistics {
 
  private:
   matrix max_store_, sum_store_, terms_store_;
+};
+
+// Any `Reduce` (a model's resharder) behind one call, for code compiled once per backend rather
+// than once per mesh and communicator (a loss): reduce_rows(rows, axes, op) on a block's
+// per-row values. It refers to the reducer, which must outlive it.
+template <class B>
+class row_reducer {
+ public:
+  template <class Reduce>
+    requires(!std::is_same_v<std::remove_cvref_t<Reduce>, row_reducer>)
+  explicit row_reducer(Reduce& r) noexcept
+      : target_(const_cast<std::remove_const_t<Reduce>*>(&r)), call_([](void* t, const typename B::matrix& rows, std::uint32_t axes,
+                              comm::reduce_op op) {
+          static_cast<Reduce*>(t)->reduce_rows(rows, axes, op);
+        }) {}
+  void reduce_rows(const typename B::matrix& rows, std::uint32_t axes, comm::reduce_op op) const {
+    call_(target_, rows, axes, op);
+  }
+
+ private:
+  void* target_;
+  void (*call_)(void*, const typename B::matrix&, std::uint32_t, comm::reduce_op);
 };
 
 // dst = exp(src - the whole row's max) (dst may be src), with st.max and st.sum completed over

@@ -130,22 +130,24 @@ class trainer : public Model, public model_base {
   bool is_chief() const override { return Model::is_chief(); }
   std::optional<bool> metric_increases(std::string_view name) const override {
     for (const auto& m : metrics_)
-      if (m.name == name) return m.increases();
+      if (m.name() == name) return m.increases();
     return std::nullopt;
   }
 
   // ---- compile -------------------------------------------------------------------------------
   // compile()'s keyword arguments, with Keras's default optimizer.
+  // A loss or metric is one of the library's, its Keras name, or any type of the protocols in
+  // losses.hpp and metrics.hpp.
   struct compile_options {
     optimizer_spec optimizer = "rmsprop";
-    loss_spec loss = losses::mean_squared_error{};
-    std::vector<metrics::metric_arg> metrics = {};
+    loss_function<B> loss = losses::mean_squared_error{};
+    std::vector<metrics::metric_arg<B>> metrics = {};
   };
   void compile(compile_options o) {
     compile(std::move(o.optimizer), std::move(o.loss), std::move(o.metrics));
   }
-  void compile(optimizer_spec optimizer_, loss_spec loss,
-               std::vector<metrics::metric_arg> metric_list = {}) {
+  void compile(optimizer_spec optimizer_, loss_function<B> loss,
+               std::vector<metrics::metric_arg<B>> metric_list = {}) {
     optimizer_state_.emplace(std::move(optimizer_));
     loss_.emplace(std::move(loss));
     metrics_.clear();
@@ -153,7 +155,7 @@ class trainer : public Model, public model_base {
     metric_means_.assign(metrics_.size(), metrics::mean{});
     sums_ = B::make_sums("loss_and_metric_sums", 1 + metrics_.size());
     for (std::size_t i = 0; i < metrics_.size(); ++i)
-      metric_means_[i] = metrics::mean(metrics_[i].name);
+      metric_means_[i] = metrics::mean(metrics_[i].name());
     replan();
   }
 
@@ -541,7 +543,7 @@ class trainer : public Model, public model_base {
   // The model's type (its layers and distribution), and what compile() gave it.
   std::vector<fact> model_facts() const {
     hasher metrics, optimizer;
-    for (const auto& m : metrics_) metrics.text(m.name).value(static_cast<int>(m.kind));
+    for (const auto& m : metrics_) metrics.value(m.fingerprint());
     std::visit(
         [&](const auto& o) {
           optimizer.text(o.name).value(o.learning_rate);
@@ -552,17 +554,11 @@ class trainer : public Model, public model_base {
           if constexpr (requires { o.epsilon; }) optimizer.value(o.epsilon);
         },
         optimizer_state_->spec().value());
-    // Every argument of the loss (from_logits), not only its kind: binary cross-entropy on
-    // logits and on probabilities plan alike and differ in every value.
-    hasher loss;
-    std::visit(
-        [&](const auto& l) {
-          loss.text(l.name).value(static_cast<int>(l.plan_kind()));
-          if constexpr (requires { l.from_logits; }) loss.value(l.from_logits);
-        },
-        loss_->value());
+    // The loss's fingerprint holds its type and every argument (from_logits), not only its
+    // kind: binary cross-entropy on logits and on probabilities plan alike and differ in every
+    // value.
     return {fact::fingerprint("the model (its type)", model_fingerprint()),
-            fact::fingerprint("the compiled loss", loss.result()),
+            fact::fingerprint("the compiled loss", loss_->fingerprint()),
             fact::fingerprint("the compiled metrics", metrics.result()),
             fact::fingerprint("the compiled optimizer", optimizer.result())};
   }
@@ -800,16 +796,16 @@ class trainer : public Model, public model_base {
     const matrix& out = output.local();
     const bool split = !metrics_.empty() && splits_classes(output);
     for (std::size_t i = 0; i < metrics_.size(); ++i) {
-      const metrics::metric_spec& m = metrics_[i];
+      const metrics::metric_function<B>& m = metrics_[i];
       if (m.sparse_labels()) require_sparse(m);
       else if (!m.takes_argmax()) require_targets(m);
       if (split && !m.takes_argmax())
-        throw value_error("Metric " + m.name +
+        throw value_error("Metric " + m.name() +
                           " sums whole rows, but the output's classes are split across devices; "
                           "lay the last layer's output out with its classes whole (a "
                           "\"<layer>/output\" rule with None last)");
       if (split) continue;
-      m.template local_sum<B>(out, labels_, targets_, sums_, i + 1);
+      m.local_sum(out, labels_, targets_, sums_, i + 1);
     }
     scalars_.resize(metrics_.size() + 1);
     B::download(sums_, std::span<double>(scalars_));
@@ -841,16 +837,16 @@ class trainer : public Model, public model_base {
     for (std::size_t i = 0; i < metrics_.size(); ++i)
       scalars_[i + 1] = counted_once ? static_cast<double>(equal) : 0.0;
   }
-  void require_targets(const metrics::metric_spec& m) const {
+  void require_targets(const metrics::metric_function<B>& m) const {
     if (loss_->sparse_labels())
-      throw value_error("Metric " + m.name + " takes target vectors of the output's shape, but "
+      throw value_error("Metric " + m.name() + " takes target vectors of the output's shape, but "
                         "the loss " + std::string(loss_->name()) +
                         " takes integer labels; use a loss on target vectors (one-hot encode the "
                         "labels with to_categorical).");
   }
-  void require_sparse(const metrics::metric_spec& m) const {
+  void require_sparse(const metrics::metric_function<B>& m) const {
     if (!loss_->sparse_labels())
-      throw value_error("Metric " + m.name + " takes integer labels, but the loss " +
+      throw value_error("Metric " + m.name() + " takes integer labels, but the loss " +
                         std::string(loss_->name()) +
                         " takes target vectors; use "
                         "categorical_accuracy or \"accuracy\".");
@@ -968,8 +964,8 @@ class trainer : public Model, public model_base {
   std::vector<std::int32_t> host_labels_;
   std::vector<float> host_targets_;
   std::optional<optimizer<B>> optimizer_state_;
-  std::optional<loss_spec> loss_;
-  std::vector<metrics::metric_spec> metrics_;
+  std::optional<loss_function<B>> loss_;
+  std::vector<metrics::metric_function<B>> metrics_;
   metrics::mean loss_tracker_{"loss"};
   std::vector<metrics::mean> metric_means_;
   // distribution

@@ -1,0 +1,176 @@
+// A loss and a metric written outside the library, as a user writes them: Keras's Huber loss and
+// MeanSquaredError metric, which tessel does not have, each a type of the protocols in
+// losses.hpp and metrics.hpp with its own host kernel (Kokkos). compile() takes them as it takes
+// the library's; their values, a model's three Adam steps with them, evaluate and predict agree
+// with Keras 3 (tests/golden/custom_loss.json). Also what every process must hold alike, and the
+// refusals.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tessel/tessel.hpp>
+#include <vector>
+
+#include "user_losses.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using B = tessel::backend::host;
+
+json load() {
+  std::ifstream in(std::string(TESSEL_GOLDEN_DIR) + "/custom_loss.json");
+  REQUIRE(in.good());
+  return json::parse(in);
+}
+std::vector<float> values(const json& a) { return a.at("data").get<std::vector<float>>(); }
+tessel::array<float> to_array(const json& a) {
+  return {a.at("shape").get<std::vector<std::size_t>>(), values(a)};
+}
+B::matrix device(const json& a) {
+  const auto s = a.at("shape").get<std::vector<std::size_t>>();
+  B::matrix m = B::make_matrix("golden", s[0], s[1]);
+  B::upload(values(a), m);
+  return m;
+}
+// As golden_test.cpp: relative 1e-5 against |expected| + 0.1 * the array's largest |expected|,
+// and an absolute floor (1e-6 for weights after an update, as there).
+void check_close(const std::vector<float>& actual, const std::vector<float>& expected,
+                 const std::string& what, double abs_floor = 1e-7) {
+  REQUIRE(actual.size() == expected.size());
+  double scale = 0;
+  for (float e : expected) scale = std::max(scale, std::fabs(static_cast<double>(e)));
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    INFO(what << "[" << i << "]: tessel " << actual[i] << ", Keras " << expected[i]);
+    REQUIRE(std::fabs(actual[i] - expected[i]) <=
+            1e-5 * (std::fabs(expected[i]) + 0.1 * scale) + abs_floor);
+  }
+}
+double log_of(const tessel::logs& l, const std::string& key) {
+  const auto v = tessel::find_log(l, key);
+  REQUIRE(v.has_value());
+  return *v;
+}
+
+using namespace tessel::layers;
+using regression = tessel::basic_sequential<B, tessel::one_device, input<5>,
+                                            dense<8, {.activation = "relu"}>, dense<3>>;
+
+}  // namespace
+
+TEST_CASE("custom loss: a user's Huber loss, its value and gradient as Keras's",
+          "[custom][losses]") {
+  const json g = load()["loss"];
+  const B::matrix pred = device(g["y_pred"]), targets = device(g["y_true"]);
+  const std::size_t rows = pred.extent(0), cols = pred.extent(1);
+  B::matrix grad = B::make_matrix("grad", rows, cols);
+  const tessel::loss_function<B> loss = user::huber{.delta = g["delta"].get<float>()};
+  CHECK(loss.name() == "huber_loss");
+  CHECK(loss.plan_kind() == tessel::loss_kind::elementwise);
+  CHECK(!loss.sparse_labels());
+  CHECK(loss.is<user::huber>());
+  const double total = tessel::loss_and_gradient<B>(loss, pred, B::index_vector(), targets, grad,
+                                                    1.0f / static_cast<float>(rows));
+  check_close({static_cast<float>(total / static_cast<double>(rows))},
+              {g["loss_value"].get<float>()}, "Huber loss");
+  std::vector<float> host(rows * cols);
+  B::download(grad, host);
+  check_close(host, values(g["grad_y_pred"]), "Huber gradient");
+}
+
+TEST_CASE("custom metric: a user's MeanSquaredError, its running value as Keras's",
+          "[custom][metrics]") {
+  const json g = load()["metric"];
+  const tessel::metrics::metric_function<B> m = user::mean_squared_error_metric{};
+  CHECK(m.name() == "mean_squared_error");
+  CHECK(m.increases() == false);
+  CHECK(!m.takes_argmax());
+  CHECK(!m.sparse_labels());
+  tessel::metrics::mean mean(m.name());
+  const B::sums sums = B::make_sums("mse", 1);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const json& b = g["batches"][k];
+    const B::matrix pred = device(b["y_pred"]);
+    m.local_sum(pred, B::index_vector(), device(b["y_true"]), sums, 0);
+    double sum = 0.0;
+    B::download(sums, std::span<double>(&sum, 1));
+    const auto rows = static_cast<double>(pred.extent(0));
+    mean.update_state(sum / rows, rows);
+    check_close({static_cast<float>(mean.result())}, {g["results"][k].get<float>()},
+                "MeanSquaredError after batch " + std::to_string(k + 1));
+  }
+}
+
+TEST_CASE("custom loss and metric: compiled in a model, three Adam steps as Keras's",
+          "[custom][model]") {
+  const json g = load()["model"];
+  regression model;
+  model.compile(tessel::optimizers::adam{.learning_rate = 0.01}, user::huber{},
+                {user::mean_squared_error_metric{}});
+  std::vector<tessel::array<float>> w;
+  for (const json& v : g["initial_weights"]) w.push_back(to_array(v["value"]));
+  model.set_weights(w);
+  const tessel::array<float> x = to_array(g["x"]), y = to_array(g["y"]);
+  const auto names = g["returned_names"].get<std::vector<std::string>>();
+  REQUIRE(names == std::vector<std::string>{"loss", "mean_squared_error"});
+  for (std::size_t step = 0; step < 3; ++step) {
+    const json& s = g["steps"][step];
+    const tessel::logs l = model.train_on_batch(x, y);
+    for (std::size_t k = 0; k < names.size(); ++k)
+      check_close({static_cast<float>(log_of(l, names[k]))}, {s["returned"][k].get<float>()},
+                  "step " + std::to_string(step + 1) + " " + names[k]);
+    const auto now = model.get_weights();
+    for (std::size_t v = 0; v < now.size(); ++v)
+      check_close(now[v].values, values(s["weights"][v]["value"]),
+                  "step " + std::to_string(step + 1) + " " +
+                      s["weights"][v]["path"].get<std::string>(),
+                  1e-6);
+  }
+  const tessel::logs e = model.evaluate(x, y, 32, 0);
+  for (const auto& [k, v] : g["evaluate"].items())
+    check_close({static_cast<float>(log_of(e, k))}, {v.get<float>()}, "evaluate " + k);
+  check_close(model.predict(x).values, values(g["predict"]), "predict");
+  // Early stopping's mode "auto" follows the metric's own direction.
+  CHECK(model.metric_increases("mean_squared_error") == std::optional<bool>(false));
+  // The state tree names the metric's accumulators by its name.
+  bool found = false;
+  for (const auto& v : model.get_state_tree().metrics_variables)
+    found = found || v.path == "mean_squared_error/total";
+  CHECK(found);
+}
+
+TEST_CASE("custom loss: its arguments and type are what the processes compare",
+          "[custom][losses]") {
+  const tessel::loss_function<B> a = user::huber{.delta = 1.0f}, b = user::huber{.delta = 2.0f},
+                                  c = user::huber{.delta = 1.0f};
+  CHECK(a.fingerprint() == c.fingerprint());
+  CHECK(a.fingerprint() != b.fingerprint());
+  // The same name, another type: the library's squared error renamed is not the user's loss.
+  const tessel::loss_function<B> mse = tessel::losses::mean_squared_error{};
+  CHECK(mse.fingerprint() != a.fingerprint());
+  const tessel::loss_function<B> logits = tessel::losses::binary_crossentropy{.from_logits = true},
+                                  probabilities = tessel::losses::binary_crossentropy{};
+  CHECK(logits.fingerprint() != probabilities.fingerprint());
+  CHECK(tessel::loss_function<B>("mse").is<tessel::losses::mean_squared_error>());
+  const tessel::metrics::metric_function<B> m = user::mean_squared_error_metric{},
+                                           n = user::undirected_metric{};
+  CHECK(m.fingerprint() != n.fingerprint());
+}
+
+TEST_CASE("custom metric: one that does not say which way is better leaves early stopping's "
+          "mode to the user",
+          "[custom][metrics]") {
+  regression model;
+  model.compile("adam", user::huber{}, {user::undirected_metric{}});
+  CHECK(model.metric_increases("undirected") == std::nullopt);
+  const json g = load()["model"];
+  const tessel::array<float> x = to_array(g["x"]), y = to_array(g["y"]);
+  tessel::callbacks::early_stopping stop({.monitor = "undirected"});
+  CHECK_THROWS_WITH(model.fit(x, y, {.epochs = 2, .verbose = 0, .callbacks = {stop}}),
+                    Catch::Contains("EarlyStopping callback received monitor=undirected") &&
+                        Catch::Contains("Pass `mode='max'`"));
+  tessel::callbacks::early_stopping by_min({.monitor = "undirected", .mode = "min"});
+  CHECK_NOTHROW(model.fit(x, y, {.epochs = 2, .verbose = 0, .callbacks = {by_min}}));
+}
