@@ -3,12 +3,14 @@
 // order wherever an order decides the bits: a column sum adds its rows in row order, a row's
 // softmax and loss go along the row, and a sum over rows is reduced by one block in a fixed
 // order, so that a step gives the same bits every time it runs.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime.h>
 
 #include <tessel/backend/cuda_kernels.hpp>
+#include <tessel/backend/tensor_batches.hpp>
 
 namespace tessel::backend::cuda_kernels {
 namespace {
@@ -515,18 +517,18 @@ struct rmsprop_op {
 
 template <class Update>
 void launch_updates(const update_ptrs* u, std::size_t count, Update f, cudaStream_t s) {
-  for (std::size_t first = 0; first < count; first += tensors_per_launch) {
-    update_batch b{};
-    std::size_t n = 0, longest = 0;
-    for (std::size_t i = first; i < count && n < tensors_per_launch; ++i) {
-      if (u[i].n == 0) continue;
-      b.t[n++] = u[i];
-      longest = u[i].n > longest ? u[i].n : longest;
-    }
-    if (n == 0) continue;
-    const unsigned x = blocks_for((longest + 3) / 4);  // about 4 elements per thread
-    multi_tensor_kernel<<<dim3(x, static_cast<unsigned>(n)), threads, 0, s>>>(b, f);
-  }
+  tessel::backend::for_each_tensor_batch<tensors_per_launch>(
+      count, [u](std::size_t i) { return u[i].n; },
+      [&](const std::array<std::size_t, tensors_per_launch>& indices, std::size_t n) {
+        update_batch b{};
+        std::size_t longest = 0;
+        for (std::size_t k = 0; k < n; ++k) {
+          b.t[k] = u[indices[k]];
+          longest = b.t[k].n > longest ? b.t[k].n : longest;
+        }
+        const unsigned x = blocks_for((longest + 3) / 4);  // about 4 elements per thread
+        multi_tensor_kernel<<<dim3(x, static_cast<unsigned>(n)), threads, 0, s>>>(b, f);
+      });
 }
 
 bool empty(std::size_t rows, std::size_t cols) { return rows == 0 || cols == 0; }
