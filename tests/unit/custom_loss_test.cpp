@@ -7,47 +7,24 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tessel/tessel.hpp>
 #include <vector>
 
+#include "../support/golden.hpp"
 #include "user_losses.hpp"
 
 namespace {
 
 using json = nlohmann::json;
 using B = tessel::backend::host;
+using tessel::testing::golden::check_close;
+using tessel::testing::golden::to_array;
+using tessel::testing::golden::values;
 
-json load() {
-  std::ifstream in(std::string(TESSEL_GOLDEN_DIR) + "/custom_loss.json");
-  REQUIRE(in.good());
-  return json::parse(in);
-}
-std::vector<float> values(const json& a) { return a.at("data").get<std::vector<float>>(); }
-tessel::array<float> to_array(const json& a) {
-  return {a.at("shape").get<std::vector<std::size_t>>(), values(a)};
-}
-B::matrix device(const json& a) {
-  const auto s = a.at("shape").get<std::vector<std::size_t>>();
-  B::matrix m = B::make_matrix("golden", s[0], s[1]);
-  B::upload(values(a), m);
-  return m;
-}
-// As golden_test.cpp: relative 1e-5 against |expected| + 0.1 * the array's largest |expected|,
-// and an absolute floor (1e-6 for weights after an update, as there).
-void check_close(const std::vector<float>& actual, const std::vector<float>& expected,
-                 const std::string& what, double abs_floor = 1e-7) {
-  REQUIRE(actual.size() == expected.size());
-  double scale = 0;
-  for (float e : expected) scale = std::max(scale, std::fabs(static_cast<double>(e)));
-  for (std::size_t i = 0; i < actual.size(); ++i) {
-    INFO(what << "[" << i << "]: tessel " << actual[i] << ", Keras " << expected[i]);
-    REQUIRE(std::fabs(actual[i] - expected[i]) <=
-            1e-5 * (std::fabs(expected[i]) + 0.1 * scale) + abs_floor);
-  }
-}
+json load() { return tessel::testing::golden::load("custom_loss.json"); }
+B::matrix device(const json& a) { return tessel::testing::golden::device<B>(a); }
 double log_of(const tessel::logs& l, const std::string& key) {
   const auto v = tessel::find_log(l, key);
   REQUIRE(v.has_value());
@@ -88,19 +65,8 @@ TEST_CASE("custom metric: a user's MeanSquaredError, its running value as Keras'
   CHECK(m.increases() == false);
   CHECK(!m.takes_argmax());
   CHECK(!m.sparse_labels());
-  tessel::metrics::mean mean(m.name());
-  const B::sums sums = B::make_sums("mse", 1);
-  for (std::size_t k = 0; k < 2; ++k) {
-    const json& b = g["batches"][k];
-    const B::matrix pred = device(b["y_pred"]);
-    m.local_sum(pred, B::index_vector(), device(b["y_true"]), sums, 0);
-    double sum = 0.0;
-    B::download(sums, std::span<double>(&sum, 1));
-    const auto rows = static_cast<double>(pred.extent(0));
-    mean.update_state(sum / rows, rows);
-    check_close({static_cast<float>(mean.result())}, {g["results"][k].get<float>()},
-                "MeanSquaredError after batch " + std::to_string(k + 1));
-  }
+  REQUIRE(g["batches"].size() == 2);
+  tessel::testing::golden::check_running_metric(m, g, "MeanSquaredError");
 }
 
 TEST_CASE("custom loss and metric: compiled in a model, three Adam steps as Keras's",
@@ -126,7 +92,7 @@ TEST_CASE("custom loss and metric: compiled in a model, three Adam steps as Kera
       check_close(now[v].values, values(s["weights"][v]["value"]),
                   "step " + std::to_string(step + 1) + " " +
                       s["weights"][v]["path"].get<std::string>(),
-                  1e-6);
+                  1e-5, 1e-6);
   }
   const tessel::logs e = model.evaluate(x, y, 32, 0);
   for (const auto& [k, v] : g["evaluate"].items())

@@ -18,6 +18,8 @@
 #endif
 #include <vector>
 
+#include "../support/golden.hpp"
+
 namespace {
 
 using json = nlohmann::json;
@@ -32,52 +34,16 @@ using matrix = B::matrix;
 template <class... Entries>
 using model_on = tessel::basic_sequential<B, tessel::one_device, Entries...>;
 
-// The golden files: TESSEL_GOLDEN_DIR from the environment (a build carried to another machine,
-// scripts/gpu-bundle.sh), else the source tree's tests/golden.
-std::string golden_dir() {
-  const char* env = std::getenv("TESSEL_GOLDEN_DIR");
-  return env != nullptr && *env != '\0' ? env : TESSEL_GOLDEN_DIR;
-}
-json load(const std::string& name) {
-  const std::string path = golden_dir() + "/" + name;
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  return json::parse(in);
-}
-std::vector<float> values(const json& a) { return a.at("data").get<std::vector<float>>(); }
-std::vector<std::size_t> shape_of(const json& a) {
-  return a.at("shape").get<std::vector<std::size_t>>();
-}
-tessel::array<float> to_array(const json& a) { return {shape_of(a), values(a)}; }
-
-// Fails with the first element that differs, naming it.
-void check_close(const std::vector<float>& actual, const std::vector<float>& expected,
-                 const std::string& what, double rel = 1e-5, double abs_floor = 1e-7) {
-  REQUIRE(actual.size() == expected.size());
-  double scale = 0;
-  for (float e : expected) scale = std::max(scale, std::fabs(static_cast<double>(e)));
-  for (std::size_t i = 0; i < actual.size(); ++i) {
-    const double a = actual[i], e = expected[i];
-    INFO(what << "[" << i << "]: tessel " << a << ", Keras " << e);
-    REQUIRE(std::fabs(a - e) <= rel * (std::fabs(e) + 0.1 * scale) + abs_floor);
-  }
-}
+using tessel::testing::golden::check_close;
+using tessel::testing::golden::golden_dir;
+using tessel::testing::golden::load;
+using tessel::testing::golden::shape_of;
+using tessel::testing::golden::to_array;
+using tessel::testing::golden::values;
 void check_close(const matrix& m, const json& expected, const std::string& what) {
-  std::vector<float> host(m.size());
-  B::download(m, host);
-  check_close(host, values(expected), what);
+  tessel::testing::golden::check_close<B>(m, expected, what);
 }
-matrix device(const std::vector<float>& v, std::size_t rows, std::size_t cols) {
-  matrix m = B::make_matrix("golden", rows, cols);
-  B::upload(v, m);
-  return m;
-}
-matrix device(const json& a) {
-  const auto s = shape_of(a);
-  std::size_t cols = 1;
-  for (std::size_t i = 1; i < s.size(); ++i) cols *= s[i];
-  return device(values(a), s.empty() ? 1 : s[0], s.size() < 2 ? (s.empty() ? 1 : 1) : cols);
-}
+matrix device(const json& a) { return tessel::testing::golden::device<B>(a); }
 
 tessel::loss_spec loss_for(const std::string& name, bool sparse, bool logits) {
   if (name == "mse") return tessel::losses::mean_squared_error{};
@@ -588,20 +554,8 @@ TEST_CASE("golden: mean absolute error, a metric that is not an accuracy", "[gol
   CHECK(m.increases() == false);
   CHECK(tessel::metrics::resolve_metric<B>("mae", false)
             .is<tessel::metrics::mean_absolute_error>());
-  tessel::metrics::mean mean("mean_absolute_error");
-  const B::sums sums = B::make_sums("mae", 1);
   REQUIRE(g["batches"].size() == 2);
-  for (std::size_t k = 0; k < 2; ++k) {
-    const json& b = g["batches"][k];
-    const matrix pred = device(b["y_pred"]);
-    m.local_sum(pred, B::index_vector(), device(b["y_true"]), sums, 0);
-    double sum = 0.0;
-    B::download(sums, std::span<double>(&sum, 1));
-    const auto rows = static_cast<double>(pred.extent(0));
-    mean.update_state(sum / rows, rows);
-    check_close({static_cast<float>(mean.result())}, {g["results"][k].get<float>()},
-                "MeanAbsoluteError after batch " + std::to_string(k + 1));
-  }
+  tessel::testing::golden::check_running_metric(m, g, "MeanAbsoluteError");
   // Compiled in a model: its logs, from the model's own predictions, and early stopping's mode.
   using namespace tessel::layers;
   model_on<input<3>, dense<3>> model;
