@@ -162,9 +162,8 @@ class optimizer {
                         " trainable variables; pass one gradient per trainable variable, in "
                         "their order.");
     state_list<B> new_trainable, new_state;
-    for (const auto& v : trainable) new_trainable.push_back({v.path, v.shape, copy_of(v.tensor(), v.path)});
-    for (const auto& v : optimizer_variables)
-      new_state.push_back(v.is_tensor() ? state_variable<B>{v.path, v.shape, copy_of(v.tensor(), v.path)} : v);
+    for (const auto& v : trainable) new_trainable.push_back(copy_of(v));
+    for (const auto& v : optimizer_variables) new_state.push_back(copy_of(v));
     const std::int64_t it = new_state[0].integer() + 1;
     new_state[0].value = it;
     const double lr = new_state[1].real();
@@ -239,7 +238,7 @@ class optimizer {
                    static_cast<std::int64_t>(iterations_)});
     out.push_back({std::string(prefix()) + "/learning_rate", {}, learning_rate_});
     for (const auto& v : state_)
-      out.push_back(copy ? state_of(v) : state_variable<B>{v.path, v.shape, v.value});
+      out.push_back(state_of(v, copy));
     return out;
   }
   // The update of every entry of `u` in one backend call, at step `t` (counted from 1).

@@ -67,10 +67,16 @@ basic_dtensor<B> copy_of(const basic_dtensor<B>& t, const std::string& label) {
   return t.like(m);
 }
 
-// A model variable's value as a state variable (a copy).
+// A model variable's value as a state variable: a copy, or (copy false) the variable's own
+// tensor, to check a given state against.
 template <class B>
-state_variable<B> state_of(const variable<B>& v) {
-  return {v.path, v.shape, copy_of(v.value, v.path)};
+state_variable<B> state_of(const variable<B>& v, bool copy = true) {
+  return {v.path, v.shape, copy ? copy_of(v.value, v.path) : v.value};
+}
+// A state variable with its own storage: a tensor's values copied, a scalar as it is.
+template <class B>
+state_variable<B> copy_of(const state_variable<B>& v) {
+  return v.is_tensor() ? state_variable<B>{v.path, v.shape, copy_of(v.tensor(), v.path)} : v;
 }
 
 // A list of state variables in a fixed order (Keras's lists of variables), with lookup by path.

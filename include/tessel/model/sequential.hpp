@@ -621,7 +621,7 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
     state_list<B> out;
     for (const auto& v : vars_)
       if (v.trainable == trainable)
-        out.push_back(copy ? state_of(v) : state_variable<B>{v.path, v.shape, v.value});
+        out.push_back(state_of(v, copy));
     if (!trainable && draws_random)
       out.push_back({std::string(seed_generator_path), {}, static_cast<std::int64_t>(pass_.step)});
     return out;
