@@ -82,11 +82,11 @@ struct dense_params {
   activation_kind activation = activation_kind::linear;
 };
 
-template <dense_params P>
-constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
-  static_assert(P.units > 0, "dense: units must be positive");
-  constexpr std::size_t units = P.units;
-  constexpr bool use_bias = P.use_bias;
+// The rule, written once for every set of parameters (dense<P> below passes its own).
+constexpr void plan_dense(layer_planner& p, const op_desc& op,
+                          const dense_params& params) noexcept {
+  const std::size_t units = params.units;
+  const bool use_bias = params.use_bias;
   layout_value& layout = p.layout();
   shape_value& shape = p.shape();
   const bool needs_grad = p.needs_grad();
@@ -153,7 +153,7 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   if (!p.ok()) return;
   // A softmax activation over classes split across devices: its row reductions forward, and
   // backward its row sum first (the activation's gradient comes before the product's).
-  if constexpr (P.activation == activation_kind::softmax) {
+  if (params.activation == activation_kind::softmax) {
     softmax(p, best.out, ys);
     if (!p.ok()) return;
   }
@@ -177,6 +177,12 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   layout = best.out;
   shape = ys;
   p.needs_grad() = true;
+}
+
+template <dense_params P>
+constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
+  static_assert(P.units > 0, "dense: units must be positive");
+  plan_dense(p, op, P);
 }
 
 template <dense_params P>
