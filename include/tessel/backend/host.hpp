@@ -30,6 +30,7 @@
 #endif
 
 #include "../core/activations.hpp"
+#include "../core/compilation.hpp"
 #include "../random/philox.hpp"
 #include "interface.hpp"
 #include "thread_pool.hpp"
@@ -78,21 +79,384 @@ inline range share(std::size_t n, std::size_t part, std::size_t parts, std::size
 }
 
 // OpenBLAS's thread count, if the BLAS is OpenBLAS (else nothing happens).
-inline void set_blas_threads(int n) {
+TESSEL_INLINE void set_blas_threads(int n);
+
+// The process's thread pool, made on first use (after the runtime has told how many processes
+// share the machine); the BLAS then runs on one thread inside the pool's parts, and on the pool's
+// number only for the big GEMMs.
+TESSEL_INLINE std::unique_ptr<thread_pool>& pool_slot();
+TESSEL_INLINE thread_pool& pool();
+
+TESSEL_INLINE void blas_gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
+                             const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc,
+                             std::size_t m, std::size_t n, std::size_t k);
+
+// One part (rows of c) on the calling thread: a libxsmm kernel where there is one.
+TESSEL_INLINE void small_gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
+                              const float* b, std::size_t ldb, float beta, float* c,
+                              std::size_t ldc, std::size_t m, std::size_t n, std::size_t k);
+
+// dz = dy * f'(z) through y = f(z) on rows [i0, i1) and columns [j0, j1) (softmax: whole rows),
+// and, with db, db[j] = the sum of those rows of dz (row order). A plain function of pointers, so
+// that each case is one vectorised loop.
+TESSEL_INLINE void activation_backward_block(activation_kind a, const float* y, std::size_t ldy,
+                                             const float* dy, std::size_t lddy, float* dz,
+                                             std::size_t lddz, std::size_t i0, std::size_t i1,
+                                             std::size_t j0, std::size_t j1, float* db);
+
+// What a dense layer applies to the product as it is written (a fused epilogue): the bias (one
+// row, or none) and the activation, on `rows` rows of c.
+struct epilogue {
+  const float* bias = nullptr;
+  activation_kind activation = activation_kind::linear;
+};
+TESSEL_INLINE void apply_epilogue(const epilogue& e, float* c, std::size_t ldc, std::size_t rows,
+                                  std::size_t n);
+
+// `e`, if given, is applied to each block of rows by the thread that wrote it, while the rows are
+// in its cache.
+TESSEL_INLINE void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
+                        const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc,
+                        std::size_t m, std::size_t n, std::size_t k, const epilogue* e = nullptr);
+
+// Adam and RMSprop go over their variables in blocks of `update_block` elements, in two passes
+// per block: first the moments (multiply-adds only, so the loop streams its operands in from
+// L2/L3 as fast as the memory gives them), then the square roots and divisions on the block just
+// written, now in L1. In one pass the slow square roots and divisions hold back the loads behind
+// them: in training, with the state coming from L3, Adam over seeds/001's 269k parameters took
+// 102-112 us a step in one pass and 62-77 us in two (benchmarks/step_breakdown, interleaved). The
+// same operations on the same values: the same bits.
+inline constexpr std::size_t update_block = 512;
+
+// The optimizers' update loops are bound by square roots and divisions: compiled for the
+// baseline x86-64 (SSE2) they take 4x longer than with AVX-512, so they are built for several
+// instruction sets and the loader picks the best one the CPU has (GCC's function
+// multi-versioning; elsewhere, one portable version). The attribute is on their definitions
+// only: on a declaration GCC emits a resolver that names clones only the definition's
+// translation unit has.
+TESSEL_INLINE void adam_chunk(float* __restrict w, const float* __restrict g, float* __restrict m,
+                              float* __restrict v, std::size_t n, float alpha, float beta_1,
+                              float beta_2, float epsilon);
+TESSEL_INLINE void sgd_chunk(float* __restrict w, const float* __restrict g, float* __restrict m,
+                             std::size_t n, float lr, float momentum, bool nesterov);
+TESSEL_INLINE void rmsprop_chunk(float* __restrict w, const float* __restrict g,
+                                 float* __restrict vel, float* __restrict avg,
+                                 float* __restrict mom, std::size_t n, float lr, float rho,
+                                 float momentum, float epsilon);
+
+}  // namespace host_detail
+
+struct host {
+  static constexpr std::string_view device_kind = "cpu";
+  using execution_space = Kokkos::DefaultHostExecutionSpace;
+  using matrix = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
+  using index_vector = Kokkos::View<std::int32_t*, Kokkos::HostSpace>;
+  // The step's loss and metric sums, in the device's memory until the step ends (a GPU backend
+  // reads them back once per step, not once per loss and metric).
+  using sums = Kokkos::View<double*, Kokkos::HostSpace>;
+
+  static bool is_initialized() { return Kokkos::is_initialized(); }
+  static void initialize(int& argc, char** argv) {
+    if (!Kokkos::is_initialized()) Kokkos::initialize(argc, argv);
+  }
+  static void finalize() {
+    if (Kokkos::is_initialized()) Kokkos::finalize();
+  }
+  // This process is number local_rank of the local_size processes (devices) on its machine, as
+  // tessel::initialize finds from MPI. Each computes with its share of the cores (as torchrun
+  // sets OMP_NUM_THREADS): its thread pool (GEMMs, optimizer updates) has cores / local_size
+  // threads, or TESSEL_NUM_THREADS; the BLAS runs inside it.
+  static void place_on_node(int /*local_rank*/, int local_size) {
+    host_detail::processes_on_node() = static_cast<std::size_t>(std::max(local_size, 1));
+    host_detail::pool_slot().reset();
+    host_detail::pool();
+  }
+  // The threads this process computes with.
+  static std::size_t threads() { return host_detail::pool().size(); }
+
+  // Denormal floats flushed to zero (FTZ: results) and read as zero (DAZ: inputs) in this thread
+  // and in the BLAS's threads, as XLA runs by default and torch.set_flush_denormal(True) sets:
+  // an operation on a denormal takes some CPUs (Intel's) a hundred times longer, and training
+  // makes them (Adam's second moments, small gradients). OpenBLAS's threads start before main
+  // with the default mode and copy the mode of the thread that creates them, so they are shut
+  // down here and started again, from this thread, by the next BLAS call. Threads started later
+  // (the data prefetch) copy it from this one. Returns whether the CPU has the switch (x86).
+  static bool set_flush_denormal(bool on);
+  // Whether denormals are flushed in this thread.
+  static bool flushes_denormals() {
+#if defined(__SSE2__)
+    return (_mm_getcsr() & 0x8040u) == 0x8040u;
+#else
+    return false;
+#endif
+  }
+
+  // ---- memory -------------------------------------------------------------------------------
+  static matrix make_matrix(const std::string& label, std::size_t rows, std::size_t cols) {
+    return matrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), rows, cols);
+  }
+  static matrix make_zeros(const std::string& label, std::size_t rows, std::size_t cols) {
+    return matrix(label, rows, cols);
+  }
+  static index_vector make_indices(const std::string& label, std::size_t n) {
+    return index_vector(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
+  }
+  static sums make_sums(const std::string& label, std::size_t n) { return sums(label, n); }
+  // The one read-back of a step: every sum at once.
+  static void download(const sums& src, std::span<double> dst) {
+    std::copy(src.data(), src.data() + src.size(), dst.begin());
+  }
+  // A rows x cols matrix over the elements of `storage` from `offset` on, sharing its memory:
+  // the gradients of one bucket are views of the bucket's buffer.
+  static matrix alias(const matrix& storage, std::size_t offset, std::size_t rows,
+                      std::size_t cols) {
+    return matrix(storage.data() + offset, rows, cols);
+  }
+  // The memory the collectives read and write (host memory, for MPI).
+  static std::span<float> comm_span(const matrix& m) { return {m.data(), m.size()}; }
+  static std::size_t rows(const matrix& m) { return m.extent(0); }
+  static std::size_t cols(const matrix& m) { return m.extent(1); }
+  // Rows [begin, end) of m, sharing its memory.
+  static matrix row_range(const matrix& m, std::size_t begin, std::size_t end) {
+    return Kokkos::subview(m, Kokkos::make_pair(begin, end), Kokkos::ALL);
+  }
+  static void upload(std::span<const float> src, const matrix& dst) {
+    std::copy(src.begin(), src.end(), dst.data());
+  }
+  static void upload(std::span<const std::int32_t> src, const index_vector& dst) {
+    std::copy(src.begin(), src.end(), dst.data());
+  }
+  static void download(const matrix& src, std::span<float> dst) {
+    std::copy(src.data(), src.data() + src.size(), dst.begin());
+  }
+  static void fill(const matrix& m, float v) { Kokkos::deep_copy(m, v); }
+  static void copy(const matrix& src, const matrix& dst) { Kokkos::deep_copy(dst, src); }
+
+  // ---- dense algebra ------------------------------------------------------------------------
+  // c = alpha * op(a) * op(b) + beta * c.
+  // An empty contraction (a process holding no rows of a batch, whose kernel gradient is
+  // x^T * dy over zero rows) still gives beta * c: Kokkos Kernels returns early on such
+  // "degenerate" matrices and would leave c as it was.
+  static void gemm(bool trans_a, bool trans_b, float alpha, const matrix& a, const matrix& b,
+                   float beta, const matrix& c);
+  // Dense's forward in one pass over y: y = activation(x w + bias) (bias: one row, or empty),
+  // the bias and the activation applied to each block of rows by the thread whose GEMM wrote it.
+  static void gemm_bias_activation(const matrix& x, const matrix& w, const matrix& bias,
+                                   activation_kind a, const matrix& y);
+  // out[i, j] = row[0, j] for every i (the bias before the GEMM accumulates onto it).
+  static void broadcast_rows(const matrix& row, const matrix& out);
+  // out[0, j] = sum_i in[i, j] (a bias gradient). Blocks of columns, rows inside: unit-stride
+  // inner loops on row-major data, each column summed in row order whatever the threads.
+  static void column_sums(const matrix& in, const matrix& out);
+
+  // Dense's backward epilogue in one pass over dy: dz = dy * f'(z), written through y = f(z) (dz
+  // may be dy), and db = the column sums of dz (db empty: none). Large ones are split over the
+  // pool by blocks of columns (softmax, which needs whole rows, by rows when there is no bias):
+  // every column is still summed in row order, so the bits do not depend on the threads.
+  static void activation_backward_bias(activation_kind a, const matrix& y, const matrix& dy,
+                                       const matrix& dz, const matrix& db);
+
+  // ---- element-wise ---------------------------------------------------------------------------
+  // m = f(m), in place; softmax along each row.
+  static void activation_forward(activation_kind a, const matrix& m);
+  // dz = dy * f'(z), written through y = f(z); dz may be dy itself.
+  static void activation_backward(activation_kind a, const matrix& y, const matrix& dy,
+                                  const matrix& dz) {
+    activation_backward_bias(a, y, dy, dz, matrix());
+  }
+  // out = in * scale + offset (Rescaling), out may be in.
+  static void scale_shift(const matrix& in, const matrix& out, float scale, float offset);
+  // out = a + b, element-wise (out may be a or b): gradients that fan in to one tensor summed.
+  static void add(const matrix& a, const matrix& b, const matrix& out);
+  // Layer normalization of each run of `features` consecutive values (a sample's last axis), as
+  // Keras computes it: inv = 1 / sqrt(var + epsilon), y = x * (inv * gamma) + (beta - mean *
+  // inv * gamma). Keeps xhat = (x - mean) * inv and inv (one per run) for the backward pass.
+  static void layer_normalization(const matrix& x, std::size_t features, const matrix& gamma,
+                                  bool has_gamma, const matrix& beta, bool has_beta, float epsilon,
+                                  const matrix& xhat, const matrix& inv, const matrix& y);
+  // Its gradients from dy: gamma's (the column sums of dy * xhat), beta's (of dy), and x's,
+  // inv * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma; each where asked.
+  static void layer_normalization_backward(const matrix& dy, const matrix& xhat, const matrix& inv,
+                                           std::size_t features, const matrix& gamma,
+                                           bool has_gamma, const matrix& dx, bool want_dx,
+                                           const matrix& dgamma, bool want_dgamma,
+                                           const matrix& dbeta, bool want_dbeta);
+  // Columns [src_first, src_first + count) of src into columns [dst_first, ...) of dst, every
+  // row (a concatenation and its gradient).
+  static void copy_columns(const matrix& src, std::size_t src_first, const matrix& dst,
+                           std::size_t dst_first, std::size_t count);
+  // Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate). `in` is the
+  // block of the whole batch's activation (global_cols columns wide) that starts at row
+  // first_row and column first_col; the mask of its element (r, j) is drawn at that element's
+  // global row-major index, (first_row + r) * global_cols + first_col + j, so a shard draws the
+  // mask one device would, whether the rows (the batch) or the columns are split. Forward and
+  // backward call this with the same stream.
+  static void dropout(const matrix& in, const matrix& out, const random::stream& s, float rate,
+                      std::uint64_t first_row, std::uint64_t first_col, std::uint64_t global_cols);
+
+  // ---- losses: each writes the sum over rows of the per-sample loss into out(slot), in the
+  //      device's memory, and grad = grad_scale * d(per-sample loss)/d(prediction). ---------------
+  // Cross-entropy on probabilities, as Keras computes it: normalise each row to sum 1, clip to
+  // [eps, 1 - eps], then -sum(t * log). `labels` (sparse) or `targets` (one-hot), one of them.
+  static void crossentropy_on_probabilities(const matrix& probs, const index_vector& labels,
+                                            const matrix& targets, const matrix& grad,
+                                            float grad_scale, float eps, const sums& out,
+                                            std::size_t slot);
+  // Cross-entropy on logits through a stable log-softmax: -sum(t * log_softmax(z)); the
+  // gradient is softmax(z) * sum(t) - t. `labels` (sparse) or `targets` (one-hot), one of them.
+  static void softmax_cross_entropy(const matrix& logits, const index_vector& labels,
+                                    const matrix& targets, const matrix& grad, float grad_scale,
+                                    const sums& out, std::size_t slot);
+  // Per sample: mean over the last axis of (p - t)^2. `classes`: the length of that axis when
+  // `pred` holds only some of its columns (a class dimension split across devices; the sums are
+  // then partial), else 0.
+  static void mean_squared_error(const matrix& pred, const matrix& targets, const matrix& grad,
+                                 float grad_scale, const sums& out, std::size_t slot,
+                                 std::size_t classes = 0);
+
+  // Binary cross-entropy (Keras's, the JAX backend's arithmetic): each element a probability,
+  // clipped to [epsilon, 1 - epsilon] (its gradient 0 where clipped), or a logit (-t log
+  // sigmoid(z) - (1 - t) log sigmoid(-z)); the sum over rows of each row's mean over `classes`
+  // (its columns when 0) into out(slot), d/dpred * grad_scale into grad.
+  static void binary_crossentropy(const matrix& pred, const matrix& targets, const matrix& grad,
+                                  float grad_scale, bool from_logits, float epsilon,
+                                  const sums& out, std::size_t slot, std::size_t classes = 0);
+
+  // ---- metrics --------------------------------------------------------------------------------
+  // The sum over rows of each row's mean |pred - targets| (Keras's MeanAbsoluteError), into
+  // out(slot).
+  static void mean_absolute_error(const matrix& pred, const matrix& targets, const sums& out,
+                                  std::size_t slot);
+  // The rows whose arg-max (first maximum, as NumPy) equals the label / the target's arg-max,
+  // counted into out(slot).
+  static void count_argmax_equal(const matrix& pred, const index_vector& labels,
+                                 const matrix& targets, const sums& out, std::size_t slot);
+
+  // ---- a class dimension split across devices (vocab-parallel) -------------------------------
+  // Each kernel works on this device's columns of whole rows, starting at global column `col0`;
+  // the per-row statistics (rows x 1 or rows x 2 matrices) are completed by all_reduces over the
+  // devices that share the rows, between the calls.
+  // out(i) = max_j m(i, j)
+  static void row_max(const matrix& m, const matrix& out);
+  // out(i) = sum_j a(i, j) * b(i, j); with b empty, sum_j a(i, j).
+  static void row_dot(const matrix& a, const matrix& b, const matrix& out);
+  // dst = exp(src - mx(i)) (dst may be src); sum(i) = sum_j dst(i, j).
+  static void exp_rows(const matrix& src, const matrix& mx, const matrix& dst, const matrix& sum);
+  // m(i, j) *= 1 / s(i), as the whole-row softmax scales.
+  static void divide_rows(const matrix& m, const matrix& s);
+  // The softmax's gradient with the row sum of y * dy given: dz = y * (dy - dot(i)).
+  static void softmax_backward_rows(const matrix& y, const matrix& dy, const matrix& dot,
+                                    const matrix& dz);
+  // A cross-entropy on logits z: out(i) = (sum_j t(i, j) * (z(i, j) - mx(i)), sum_j t(i, j)),
+  // the targets `labels` (global class indices) or `targets` (this device's columns).
+  static void target_terms(const matrix& z, const index_vector& labels, std::size_t col0,
+                           const matrix& targets, const matrix& mx, const matrix& out);
+  // The cross-entropy on logits from the completed statistics: grad holds exp(z - mx) (from
+  // exp_rows), s the row sums, terms target_terms' sums. Per row: loss = sum(t) * log(s) -
+  // sum(t * (z - mx)) into out(slot), on every device of the row's group; grad = grad_scale *
+  // (exp(z - mx) / s * sum(t) - t).
+  static void split_softmax_cross_entropy(const matrix& grad, const index_vector& labels,
+                                          std::size_t col0, const matrix& targets, const matrix& s,
+                                          const matrix& terms, float grad_scale, const sums& out,
+                                          std::size_t slot);
+  // A cross-entropy on probabilities with the row sums s given (Keras normalises each row):
+  // grad = d(loss)/dq before the normalisation's correction, out(i) = (this device's part of
+  // the row's loss, its part of sum_k dL/dq_k * q_k).
+  static void crossentropy_terms(const matrix& probs, const index_vector& labels, std::size_t col0,
+                                 const matrix& targets, const matrix& s, float eps,
+                                 const matrix& grad, const matrix& out);
+  // Finishes it from the completed terms: grad = grad_scale * (grad - dot) / s; the rows' loss
+  // into out(slot).
+  static void split_crossentropy(const matrix& grad, const matrix& s, const matrix& terms,
+                                 float grad_scale, const sums& out, std::size_t slot);
+  // out(i) = (max_j m(i, j), col0 + its first j), the index as a float (exact below 2^24).
+  static void row_argmax(const matrix& m, std::size_t col0, const matrix& out);
+
+  // ---- optimizer updates (Keras 3's formulas), each over a list of variables ------------------
+  using updates = std::span<const update_tensors<matrix>>;
+  static void sgd_update(updates u, float lr, float momentum, bool nesterov);
+  // alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), computed by the caller.
+  static void adam_update(updates u, float alpha, float beta_1, float beta_2, float epsilon);
+  static void rmsprop_update(updates u, float lr, float rho, float momentum, float epsilon,
+                             bool centered);
+
+ private:
+  // Below this many elements an element-wise kernel runs on the calling thread (a job of the pool
+  // costs a few microseconds).
+  static constexpr std::size_t elementwise_parallel_min = 32768;
+  // f(i) for every i in [0, rows), each row costing about `row_cost` elements of work: Kokkos's
+  // parallel_for where Kokkos runs threads; where it is Serial (Debian's), the pool's threads
+  // take contiguous blocks of rows once the work is worth a job.
+  template <class F>
+  static void for_rows(const char* label, std::size_t rows, std::size_t row_cost, F f) {
+#if defined(KOKKOS_ENABLE_SERIAL)
+    if constexpr (std::is_same_v<execution_space, Kokkos::Serial>) {
+      thread_pool& p = host_detail::pool();
+      if (rows < 2 || rows * row_cost < elementwise_parallel_min || p.size() == 1) {
+        for (std::size_t i = 0; i < rows; ++i) f(i);
+        return;
+      }
+      p.run([&](std::size_t part, std::size_t parts) {
+        const auto [i0, i1] = host_detail::share(rows, part, parts);
+        for (std::size_t i = i0; i < i1; ++i) f(i);
+      });
+      return;
+    }
+#endif
+    Kokkos::parallel_for(label, policy(rows), f);
+  }
+  // f(t, begin, end) over every element of every tensor of u, in one job of the pool (one
+  // dispatch for all the variables of a step): each thread takes the same share of each tensor,
+  // [part n / parts, (part + 1) n / parts) at 16-element boundaries, which is the block of rows
+  // its GEMM part wrote into the gradient (a kernel gradient's rows are split the same way) and
+  // the same block every step (the slots stay in that core's cache); a tensor below
+  // small_tensor elements (a bias) goes whole to one thread, in turn. Below parallel_min
+  // elements in all, the caller does everything.
+  static constexpr std::size_t small_tensor = 4096, parallel_min = 16384;
+  template <class F>
+  static void for_shares(updates u, F f) {
+    std::size_t total = 0;
+    for (const auto& t : u) total += t.value.size();
+    thread_pool& p = host_detail::pool();
+    if (p.size() == 1 || total < parallel_min) {
+      for (const auto& t : u) f(t, 0, t.value.size());
+      return;
+    }
+    p.run([&](std::size_t part, std::size_t parts) {
+      std::size_t small = 0;
+      for (const auto& t : u) {
+        const std::size_t n = t.value.size();
+        if (n < small_tensor) {
+          if (small++ % parts == part && n > 0) f(t, 0, n);
+          continue;
+        }
+        const auto [b, e] = host_detail::share(n, part, parts, 16);
+        if (e > b) f(t, b, e);
+      }
+    });
+  }
+  static Kokkos::RangePolicy<execution_space> policy(std::size_t n) {
+    return Kokkos::RangePolicy<execution_space>(0, n);
+  }
+};
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace host_detail {
+
+TESSEL_INLINE void set_blas_threads(int n) {
   using set_threads_t = void (*)(int);
   static const auto set_threads =
       reinterpret_cast<set_threads_t>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
   if (set_threads != nullptr) set_threads(n);
 }
 
-// The process's thread pool, made on first use (after the runtime has told how many processes
-// share the machine); the BLAS then runs on one thread inside the pool's parts, and on the pool's
-// number only for the big GEMMs.
-inline std::unique_ptr<thread_pool>& pool_slot() {
+TESSEL_INLINE std::unique_ptr<thread_pool>& pool_slot() {
   static std::unique_ptr<thread_pool> p;
   return p;
 }
-inline thread_pool& pool() {
+
+TESSEL_INLINE thread_pool& pool() {
   auto& p = pool_slot();
   if (!p) {
     p = std::make_unique<thread_pool>(pool_threads());
@@ -101,9 +465,9 @@ inline thread_pool& pool() {
   return *p;
 }
 
-inline void blas_gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
-                      const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc,
-                      std::size_t m, std::size_t n, std::size_t k) {
+TESSEL_INLINE void blas_gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
+                             const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc,
+                             std::size_t m, std::size_t n, std::size_t k) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a,
               static_cast<int>(std::max<std::size_t>(lda, 1)), b,
@@ -111,10 +475,9 @@ inline void blas_gemm(bool ta, bool tb, float alpha, const float* a, std::size_t
               static_cast<int>(std::max<std::size_t>(ldc, 1)));
 }
 
-// One part (rows of c) on the calling thread: a libxsmm kernel where there is one.
-inline void small_gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
-                       const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc,
-                       std::size_t m, std::size_t n, std::size_t k) {
+TESSEL_INLINE void small_gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
+                              const float* b, std::size_t ldb, float beta, float* c,
+                              std::size_t ldc, std::size_t m, std::size_t n, std::size_t k) {
 #if defined(TESSEL_HAVE_LIBXSMM)
   if (alpha == 1.0f && (beta == 0.0f || beta == 1.0f)) {
     // Row-major c = op(a) op(b) is column-major c^T = op(b)^T op(a)^T.
@@ -132,13 +495,10 @@ inline void small_gemm(bool ta, bool tb, float alpha, const float* a, std::size_
   blas_gemm(ta, tb, alpha, a, lda, b, ldb, beta, c, ldc, m, n, k);
 }
 
-// dz = dy * f'(z) through y = f(z) on rows [i0, i1) and columns [j0, j1) (softmax: whole rows),
-// and, with db, db[j] = the sum of those rows of dz (row order). A plain function of pointers, so
-// that each case is one vectorised loop.
-inline void activation_backward_block(activation_kind a, const float* y, std::size_t ldy,
-                                      const float* dy, std::size_t lddy, float* dz,
-                                      std::size_t lddz, std::size_t i0, std::size_t i1,
-                                      std::size_t j0, std::size_t j1, float* db) {
+TESSEL_INLINE void activation_backward_block(activation_kind a, const float* y, std::size_t ldy,
+                                             const float* dy, std::size_t lddy, float* dz,
+                                             std::size_t lddz, std::size_t i0, std::size_t i1,
+                                             std::size_t j0, std::size_t j1, float* db) {
   const std::size_t n = j1 - j0;
   float* out = db != nullptr ? db + j0 : nullptr;
   if (out != nullptr) std::fill(out, out + n, 0.0f);
@@ -174,14 +534,8 @@ inline void activation_backward_block(activation_kind a, const float* y, std::si
   }
 }
 
-// What a dense layer applies to the product as it is written (a fused epilogue): the bias (one
-// row, or none) and the activation, on `rows` rows of c.
-struct epilogue {
-  const float* bias = nullptr;
-  activation_kind activation = activation_kind::linear;
-};
-inline void apply_epilogue(const epilogue& e, float* c, std::size_t ldc, std::size_t rows,
-                           std::size_t n) {
+TESSEL_INLINE void apply_epilogue(const epilogue& e, float* c, std::size_t ldc, std::size_t rows,
+                                  std::size_t n) {
   for (std::size_t i = 0; i < rows; ++i) {
     float* r = c + i * ldc;
     if (e.bias != nullptr)
@@ -210,11 +564,9 @@ inline void apply_epilogue(const epilogue& e, float* c, std::size_t ldc, std::si
   }
 }
 
-// `e`, if given, is applied to each block of rows by the thread that wrote it, while the rows are
-// in its cache.
-inline void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda, const float* b,
-                 std::size_t ldb, float beta, float* c, std::size_t ldc, std::size_t m,
-                 std::size_t n, std::size_t k, const epilogue* e = nullptr) {
+TESSEL_INLINE void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
+                        const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc,
+                        std::size_t m, std::size_t n, std::size_t k, const epilogue* e) {
   if (m == 0 || n == 0) return;
   thread_pool& p = pool();
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
@@ -302,30 +654,16 @@ inline void gemm(bool ta, bool tb, float alpha, const float* a, std::size_t lda,
   });
 }
 
-
-// The optimizers' update loops are bound by square roots and divisions: compiled for the
-// baseline x86-64 (SSE2) they take 4x longer than with AVX-512, so they are built for several
-// instruction sets and the loader picks the best one the CPU has (GCC's function
-// multi-versioning; elsewhere, one portable version).
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define TESSEL_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TESSEL_MULTIVERSION
 #endif
 
-// Adam and RMSprop go over their variables in blocks of `update_block` elements, in two passes
-// per block: first the moments (multiply-adds only, so the loop streams its operands in from
-// L2/L3 as fast as the memory gives them), then the square roots and divisions on the block just
-// written, now in L1. In one pass the slow square roots and divisions hold back the loads behind
-// them: in training, with the state coming from L3, Adam over seeds/001's 269k parameters took
-// 102-112 us a step in one pass and 62-77 us in two (benchmarks/step_breakdown, interleaved). The
-// same operations on the same values: the same bits.
-inline constexpr std::size_t update_block = 512;
-
-TESSEL_MULTIVERSION static void adam_chunk(float* __restrict w, const float* __restrict g,
-                                           float* __restrict m, float* __restrict v,
-                                           std::size_t n, float alpha, float beta_1,
-                                           float beta_2, float epsilon) {
+TESSEL_MULTIVERSION TESSEL_INLINE void adam_chunk(float* __restrict w, const float* __restrict g,
+                                                  float* __restrict m, float* __restrict v,
+                                                  std::size_t n, float alpha, float beta_1,
+                                                  float beta_2, float epsilon) {
   const float one_minus_b1 = 1.0f - beta_1, one_minus_b2 = 1.0f - beta_2;
   for (std::size_t b = 0; b < n; b += update_block) {
     const std::size_t e = std::min(n, b + update_block);
@@ -338,9 +676,9 @@ TESSEL_MULTIVERSION static void adam_chunk(float* __restrict w, const float* __r
   }
 }
 
-TESSEL_MULTIVERSION static void sgd_chunk(float* __restrict w, const float* __restrict g,
-                                          float* __restrict m, std::size_t n, float lr,
-                                          float momentum, bool nesterov) {
+TESSEL_MULTIVERSION TESSEL_INLINE void sgd_chunk(float* __restrict w, const float* __restrict g,
+                                                 float* __restrict m, std::size_t n, float lr,
+                                                 float momentum, bool nesterov) {
   if (m == nullptr) {
     for (std::size_t k = 0; k < n; ++k) w[k] -= lr * g[k];
   } else if (nesterov) {
@@ -356,10 +694,10 @@ TESSEL_MULTIVERSION static void sgd_chunk(float* __restrict w, const float* __re
   }
 }
 
-TESSEL_MULTIVERSION static void rmsprop_chunk(float* __restrict w, const float* __restrict g,
-                                              float* __restrict vel, float* __restrict avg,
-                                              float* __restrict mom, std::size_t n, float lr,
-                                              float rho, float momentum, float epsilon) {
+TESSEL_MULTIVERSION TESSEL_INLINE void rmsprop_chunk(float* __restrict w, const float* __restrict g,
+                                                     float* __restrict vel, float* __restrict avg,
+                                                     float* __restrict mom, std::size_t n, float lr,
+                                                     float rho, float momentum, float epsilon) {
   for (std::size_t b = 0; b < n; b += update_block) {
     const std::size_t e = std::min(n, b + update_block);
     for (std::size_t k = b; k < e; ++k) {
@@ -384,717 +722,533 @@ TESSEL_MULTIVERSION static void rmsprop_chunk(float* __restrict w, const float* 
 
 }  // namespace host_detail
 
-struct host {
-  static constexpr std::string_view device_kind = "cpu";
-  using execution_space = Kokkos::DefaultHostExecutionSpace;
-  using matrix = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
-  using index_vector = Kokkos::View<std::int32_t*, Kokkos::HostSpace>;
-  // The step's loss and metric sums, in the device's memory until the step ends (a GPU backend
-  // reads them back once per step, not once per loss and metric).
-  using sums = Kokkos::View<double*, Kokkos::HostSpace>;
-
-  static bool is_initialized() { return Kokkos::is_initialized(); }
-  static void initialize(int& argc, char** argv) {
-    if (!Kokkos::is_initialized()) Kokkos::initialize(argc, argv);
-  }
-  static void finalize() {
-    if (Kokkos::is_initialized()) Kokkos::finalize();
-  }
-  // This process is number local_rank of the local_size processes (devices) on its machine, as
-  // tessel::initialize finds from MPI. Each computes with its share of the cores (as torchrun
-  // sets OMP_NUM_THREADS): its thread pool (GEMMs, optimizer updates) has cores / local_size
-  // threads, or TESSEL_NUM_THREADS; the BLAS runs inside it.
-  static void place_on_node(int /*local_rank*/, int local_size) {
-    host_detail::processes_on_node() = static_cast<std::size_t>(std::max(local_size, 1));
-    host_detail::pool_slot().reset();
-    host_detail::pool();
-  }
-  // The threads this process computes with.
-  static std::size_t threads() { return host_detail::pool().size(); }
-
-  // Denormal floats flushed to zero (FTZ: results) and read as zero (DAZ: inputs) in this thread
-  // and in the BLAS's threads, as XLA runs by default and torch.set_flush_denormal(True) sets:
-  // an operation on a denormal takes some CPUs (Intel's) a hundred times longer, and training
-  // makes them (Adam's second moments, small gradients). OpenBLAS's threads start before main
-  // with the default mode and copy the mode of the thread that creates them, so they are shut
-  // down here and started again, from this thread, by the next BLAS call. Threads started later
-  // (the data prefetch) copy it from this one. Returns whether the CPU has the switch (x86).
-  static bool set_flush_denormal(bool on) {
+TESSEL_INLINE bool host::set_flush_denormal(bool on) {
 #if defined(__SSE2__)
-    constexpr unsigned ftz = 0x8000u, daz = 0x0040u;
-    const unsigned csr = _mm_getcsr();
-    _mm_setcsr(on ? (csr | ftz | daz) : (csr & ~(ftz | daz)));
-    using shutdown_t = int (*)();
-    if (auto shutdown =
-            reinterpret_cast<shutdown_t>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_")))
-      shutdown();
-    return true;
+  constexpr unsigned ftz = 0x8000u, daz = 0x0040u;
+  const unsigned csr = _mm_getcsr();
+  _mm_setcsr(on ? (csr | ftz | daz) : (csr & ~(ftz | daz)));
+  using shutdown_t = int (*)();
+  if (auto shutdown =
+          reinterpret_cast<shutdown_t>(dlsym(RTLD_DEFAULT, "blas_thread_shutdown_")))
+    shutdown();
+  return true;
 #else
-    (void)on;
-    return false;
+  (void)on;
+  return false;
 #endif
-  }
-  // Whether denormals are flushed in this thread.
-  static bool flushes_denormals() {
-#if defined(__SSE2__)
-    return (_mm_getcsr() & 0x8040u) == 0x8040u;
-#else
-    return false;
-#endif
-  }
+}
 
-  // ---- memory -------------------------------------------------------------------------------
-  static matrix make_matrix(const std::string& label, std::size_t rows, std::size_t cols) {
-    return matrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), rows, cols);
-  }
-  static matrix make_zeros(const std::string& label, std::size_t rows, std::size_t cols) {
-    return matrix(label, rows, cols);
-  }
-  static index_vector make_indices(const std::string& label, std::size_t n) {
-    return index_vector(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
-  }
-  static sums make_sums(const std::string& label, std::size_t n) { return sums(label, n); }
-  // The one read-back of a step: every sum at once.
-  static void download(const sums& src, std::span<double> dst) {
-    std::copy(src.data(), src.data() + src.size(), dst.begin());
-  }
-  // A rows x cols matrix over the elements of `storage` from `offset` on, sharing its memory:
-  // the gradients of one bucket are views of the bucket's buffer.
-  static matrix alias(const matrix& storage, std::size_t offset, std::size_t rows,
-                      std::size_t cols) {
-    return matrix(storage.data() + offset, rows, cols);
-  }
-  // The memory the collectives read and write (host memory, for MPI).
-  static std::span<float> comm_span(const matrix& m) { return {m.data(), m.size()}; }
-  static std::size_t rows(const matrix& m) { return m.extent(0); }
-  static std::size_t cols(const matrix& m) { return m.extent(1); }
-  // Rows [begin, end) of m, sharing its memory.
-  static matrix row_range(const matrix& m, std::size_t begin, std::size_t end) {
-    return Kokkos::subview(m, Kokkos::make_pair(begin, end), Kokkos::ALL);
-  }
-  static void upload(std::span<const float> src, const matrix& dst) {
-    std::copy(src.begin(), src.end(), dst.data());
-  }
-  static void upload(std::span<const std::int32_t> src, const index_vector& dst) {
-    std::copy(src.begin(), src.end(), dst.data());
-  }
-  static void download(const matrix& src, std::span<float> dst) {
-    std::copy(src.data(), src.data() + src.size(), dst.begin());
-  }
-  static void fill(const matrix& m, float v) { Kokkos::deep_copy(m, v); }
-  static void copy(const matrix& src, const matrix& dst) { Kokkos::deep_copy(dst, src); }
-
-  // ---- dense algebra ------------------------------------------------------------------------
-  // c = alpha * op(a) * op(b) + beta * c.
-  // An empty contraction (a process holding no rows of a batch, whose kernel gradient is
-  // x^T * dy over zero rows) still gives beta * c: Kokkos Kernels returns early on such
-  // "degenerate" matrices and would leave c as it was.
-  static void gemm(bool trans_a, bool trans_b, float alpha, const matrix& a, const matrix& b,
-                   float beta, const matrix& c) {
-    if ((trans_a ? a.extent(0) : a.extent(1)) == 0) {
-      if (beta == 0.0f) {
-        Kokkos::deep_copy(c, 0.0f);
-      } else {
-        const std::size_t n = c.extent(1);
-        Kokkos::parallel_for(
-            "tessel::gemm_scale", policy(c.extent(0)),
-            KOKKOS_LAMBDA(std::size_t i) {
-              for (std::size_t j = 0; j < n; ++j) c(i, j) *= beta;
-            });
-      }
-      return;
+TESSEL_INLINE void host::gemm(bool trans_a, bool trans_b, float alpha, const matrix& a,
+                              const matrix& b, float beta, const matrix& c) {
+  if ((trans_a ? a.extent(0) : a.extent(1)) == 0) {
+    if (beta == 0.0f) {
+      Kokkos::deep_copy(c, 0.0f);
+    } else {
+      const std::size_t n = c.extent(1);
+      Kokkos::parallel_for(
+          "tessel::gemm_scale", policy(c.extent(0)),
+          KOKKOS_LAMBDA(std::size_t i) {
+            for (std::size_t j = 0; j < n; ++j) c(i, j) *= beta;
+          });
     }
-    host_detail::gemm(trans_a, trans_b, alpha, a.data(), a.stride(0), b.data(), b.stride(0),
-                      beta, c.data(), c.stride(0), c.extent(0), c.extent(1),
-                      trans_a ? a.extent(0) : a.extent(1));
+    return;
   }
-  // Dense's forward in one pass over y: y = activation(x w + bias) (bias: one row, or empty),
-  // the bias and the activation applied to each block of rows by the thread whose GEMM wrote it.
-  static void gemm_bias_activation(const matrix& x, const matrix& w, const matrix& bias,
-                                   activation_kind a, const matrix& y) {
-    const host_detail::epilogue e{bias.extent(0) > 0 ? bias.data() : nullptr, a};
-    if (x.extent(1) == 0) {  // an empty contraction: the bias alone
-      fill(y, 0.0f);
-      host_detail::apply_epilogue(e, y.data(), y.stride(0), y.extent(0), y.extent(1));
-      return;
-    }
-    host_detail::gemm(false, false, 1.0f, x.data(), x.stride(0), w.data(), w.stride(0), 0.0f,
-                      y.data(), y.stride(0), y.extent(0), y.extent(1), x.extent(1), &e);
-  }
-  // out[i, j] = row[0, j] for every i (the bias before the GEMM accumulates onto it).
-  static void broadcast_rows(const matrix& row, const matrix& out) {
-    const std::size_t n = out.extent(1);
-    for_rows("tessel::broadcast_rows", out.extent(0), n, [=](std::size_t i) {
-      for (std::size_t j = 0; j < n; ++j) out(i, j) = row(0, j);
-    });
-  }
-  // out[0, j] = sum_i in[i, j] (a bias gradient). Blocks of columns, rows inside: unit-stride
-  // inner loops on row-major data, each column summed in row order whatever the threads.
-  static void column_sums(const matrix& in, const matrix& out) {
-    const std::size_t m = in.extent(0), n = in.extent(1);
-    constexpr std::size_t block = 256;
-    for_rows("tessel::column_sums", (n + block - 1) / block, m * block, [=](std::size_t b) {
-      const std::size_t j0 = b * block, j1 = std::min(n, j0 + block);
-      for (std::size_t j = j0; j < j1; ++j) out(0, j) = 0.0f;
-      for (std::size_t i = 0; i < m; ++i)
-        for (std::size_t j = j0; j < j1; ++j) out(0, j) += in(i, j);
-    });
-  }
+  host_detail::gemm(trans_a, trans_b, alpha, a.data(), a.stride(0), b.data(), b.stride(0),
+                    beta, c.data(), c.stride(0), c.extent(0), c.extent(1),
+                    trans_a ? a.extent(0) : a.extent(1));
+}
 
-  // Dense's backward epilogue in one pass over dy: dz = dy * f'(z), written through y = f(z) (dz
-  // may be dy), and db = the column sums of dz (db empty: none). Large ones are split over the
-  // pool by blocks of columns (softmax, which needs whole rows, by rows when there is no bias):
-  // every column is still summed in row order, so the bits do not depend on the threads.
-  static void activation_backward_bias(activation_kind a, const matrix& y, const matrix& dy,
-                                       const matrix& dz, const matrix& db) {
-    const std::size_t m = y.extent(0), n = y.extent(1);
-    const bool with_bias = db.extent(0) > 0;
-    float* out = with_bias ? db.data() : nullptr;
-    auto block = [&](std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) {
-      host_detail::activation_backward_block(a, y.data(), y.stride(0), dy.data(), dy.stride(0),
-                                             dz.data(), dz.stride(0), i0, i1, j0, j1, out);
-    };
-    thread_pool& p = host_detail::pool();
-    if (m * n < elementwise_parallel_min || p.size() == 1) return block(0, m, 0, n);
-    if (a == activation_kind::softmax) {
-      if (with_bias) return block(0, m, 0, n);
-      return p.run([&](std::size_t part, std::size_t parts) {
-        const auto [i0, i1] = host_detail::share(m, part, parts);
-        block(i0, i1, 0, n);
-      });
-    }
-    p.run([&](std::size_t part, std::size_t parts) {
-      const auto [j0, j1] = host_detail::share(n, part, parts, 16);
-      if (j1 > j0) block(0, m, j0, j1);
-    });
+TESSEL_INLINE void host::gemm_bias_activation(const matrix& x, const matrix& w, const matrix& bias,
+                                              activation_kind a, const matrix& y) {
+  const host_detail::epilogue e{bias.extent(0) > 0 ? bias.data() : nullptr, a};
+  if (x.extent(1) == 0) {  // an empty contraction: the bias alone
+    fill(y, 0.0f);
+    host_detail::apply_epilogue(e, y.data(), y.stride(0), y.extent(0), y.extent(1));
+    return;
   }
+  host_detail::gemm(false, false, 1.0f, x.data(), x.stride(0), w.data(), w.stride(0), 0.0f,
+                    y.data(), y.stride(0), y.extent(0), y.extent(1), x.extent(1), &e);
+}
 
-  // ---- element-wise ---------------------------------------------------------------------------
-  // m = f(m), in place; softmax along each row.
-  static void activation_forward(activation_kind a, const matrix& m) {
-    const host_detail::epilogue e{nullptr, a};
-    const std::size_t n = m.extent(1);
-    for_rows("tessel::activation_forward", m.extent(0), n, [&](std::size_t i) {
-      host_detail::apply_epilogue(e, &m(i, 0), m.stride(0), 1, n);
+TESSEL_INLINE void host::broadcast_rows(const matrix& row, const matrix& out) {
+  const std::size_t n = out.extent(1);
+  for_rows("tessel::broadcast_rows", out.extent(0), n, [=](std::size_t i) {
+    for (std::size_t j = 0; j < n; ++j) out(i, j) = row(0, j);
+  });
+}
+
+TESSEL_INLINE void host::column_sums(const matrix& in, const matrix& out) {
+  const std::size_t m = in.extent(0), n = in.extent(1);
+  constexpr std::size_t block = 256;
+  for_rows("tessel::column_sums", (n + block - 1) / block, m * block, [=](std::size_t b) {
+    const std::size_t j0 = b * block, j1 = std::min(n, j0 + block);
+    for (std::size_t j = j0; j < j1; ++j) out(0, j) = 0.0f;
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = j0; j < j1; ++j) out(0, j) += in(i, j);
+  });
+}
+
+TESSEL_INLINE void host::activation_backward_bias(activation_kind a, const matrix& y,
+                                                  const matrix& dy, const matrix& dz,
+                                                  const matrix& db) {
+  const std::size_t m = y.extent(0), n = y.extent(1);
+  const bool with_bias = db.extent(0) > 0;
+  float* out = with_bias ? db.data() : nullptr;
+  auto block = [&](std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) {
+    host_detail::activation_backward_block(a, y.data(), y.stride(0), dy.data(), dy.stride(0),
+                                           dz.data(), dz.stride(0), i0, i1, j0, j1, out);
+  };
+  thread_pool& p = host_detail::pool();
+  if (m * n < elementwise_parallel_min || p.size() == 1) return block(0, m, 0, n);
+  if (a == activation_kind::softmax) {
+    if (with_bias) return block(0, m, 0, n);
+    return p.run([&](std::size_t part, std::size_t parts) {
+      const auto [i0, i1] = host_detail::share(m, part, parts);
+      block(i0, i1, 0, n);
     });
   }
-  // dz = dy * f'(z), written through y = f(z); dz may be dy itself.
-  static void activation_backward(activation_kind a, const matrix& y, const matrix& dy,
-                                  const matrix& dz) {
-    activation_backward_bias(a, y, dy, dz, matrix());
-  }
-  // out = in * scale + offset (Rescaling), out may be in.
-  static void scale_shift(const matrix& in, const matrix& out, float scale, float offset) {
-    const float* pi = in.data();
-    float* po = out.data();
-    const std::size_t n = in.size(), block = 4096;
-    for_rows("tessel::scale_shift", (n + block - 1) / block, block, [=](std::size_t b) {
-      for (std::size_t k = b * block; k < std::min(n, (b + 1) * block); ++k)
-        po[k] = pi[k] * scale + offset;
-    });
-  }
-  // out = a + b, element-wise (out may be a or b): gradients that fan in to one tensor summed.
-  static void add(const matrix& a, const matrix& b, const matrix& out) {
-    const float* pa = a.data();
-    const float* pb = b.data();
-    float* po = out.data();
-    const std::size_t n = out.size(), block = 4096;
-    for_rows("tessel::add", (n + block - 1) / block, block, [=](std::size_t k0) {
-      for (std::size_t k = k0 * block; k < std::min(n, (k0 + 1) * block); ++k) po[k] = pa[k] + pb[k];
-    });
-  }
-  // Layer normalization of each run of `features` consecutive values (a sample's last axis), as
-  // Keras computes it: inv = 1 / sqrt(var + epsilon), y = x * (inv * gamma) + (beta - mean *
-  // inv * gamma). Keeps xhat = (x - mean) * inv and inv (one per run) for the backward pass.
-  static void layer_normalization(const matrix& x, std::size_t features, const matrix& gamma,
-                                  bool has_gamma, const matrix& beta, bool has_beta,
-                                  float epsilon, const matrix& xhat, const matrix& inv,
-                                  const matrix& y) {
-    const float* px = x.data();
-    const float* pg = gamma.data();
-    const float* pb = beta.data();
-    float* ph = xhat.data();
-    float* pi = inv.data();
-    float* py = y.data();
-    const std::size_t n = features;
-    for_rows("tessel::layer_normalization", x.size() / n, n, [=](std::size_t r) {
-      const float* xr = px + r * n;
-      double sum = 0;
-      for (std::size_t j = 0; j < n; ++j) sum += xr[j];
-      const auto mean = static_cast<float>(sum / static_cast<double>(n));
-      double squares = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        const double d = static_cast<double>(xr[j]) - mean;
-        squares += d * d;
+  p.run([&](std::size_t part, std::size_t parts) {
+    const auto [j0, j1] = host_detail::share(n, part, parts, 16);
+    if (j1 > j0) block(0, m, j0, j1);
+  });
+}
+
+TESSEL_INLINE void host::activation_forward(activation_kind a, const matrix& m) {
+  const host_detail::epilogue e{nullptr, a};
+  const std::size_t n = m.extent(1);
+  for_rows("tessel::activation_forward", m.extent(0), n, [&](std::size_t i) {
+    host_detail::apply_epilogue(e, &m(i, 0), m.stride(0), 1, n);
+  });
+}
+
+TESSEL_INLINE void host::scale_shift(const matrix& in, const matrix& out, float scale,
+                                     float offset) {
+  const float* pi = in.data();
+  float* po = out.data();
+  const std::size_t n = in.size(), block = 4096;
+  for_rows("tessel::scale_shift", (n + block - 1) / block, block, [=](std::size_t b) {
+    for (std::size_t k = b * block; k < std::min(n, (b + 1) * block); ++k)
+      po[k] = pi[k] * scale + offset;
+  });
+}
+
+TESSEL_INLINE void host::add(const matrix& a, const matrix& b, const matrix& out) {
+  const float* pa = a.data();
+  const float* pb = b.data();
+  float* po = out.data();
+  const std::size_t n = out.size(), block = 4096;
+  for_rows("tessel::add", (n + block - 1) / block, block, [=](std::size_t k0) {
+    for (std::size_t k = k0 * block; k < std::min(n, (k0 + 1) * block); ++k) po[k] = pa[k] + pb[k];
+  });
+}
+
+TESSEL_INLINE void host::layer_normalization(const matrix& x, std::size_t features,
+                                             const matrix& gamma, bool has_gamma,
+                                             const matrix& beta, bool has_beta, float epsilon,
+                                             const matrix& xhat, const matrix& inv,
+                                             const matrix& y) {
+  const float* px = x.data();
+  const float* pg = gamma.data();
+  const float* pb = beta.data();
+  float* ph = xhat.data();
+  float* pi = inv.data();
+  float* py = y.data();
+  const std::size_t n = features;
+  for_rows("tessel::layer_normalization", x.size() / n, n, [=](std::size_t r) {
+    const float* xr = px + r * n;
+    double sum = 0;
+    for (std::size_t j = 0; j < n; ++j) sum += xr[j];
+    const auto mean = static_cast<float>(sum / static_cast<double>(n));
+    double squares = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const double d = static_cast<double>(xr[j]) - mean;
+      squares += d * d;
+    }
+    const auto var = static_cast<float>(squares / static_cast<double>(n));
+    const float iv = 1.0f / std::sqrt(var + epsilon);
+    pi[r] = iv;
+    for (std::size_t j = 0; j < n; ++j) {
+      const float a = has_gamma ? iv * pg[j] : iv;
+      const float b = (has_beta ? pb[j] : 0.0f) - mean * a;
+      py[r * n + j] = xr[j] * a + b;
+      ph[r * n + j] = (xr[j] - mean) * iv;
+    }
+  });
+}
+
+TESSEL_INLINE void host::layer_normalization_backward(const matrix& dy, const matrix& xhat,
+                                                      const matrix& inv, std::size_t features,
+                                                      const matrix& gamma, bool has_gamma,
+                                                      const matrix& dx, bool want_dx,
+                                                      const matrix& dgamma, bool want_dgamma,
+                                                      const matrix& dbeta, bool want_dbeta) {
+  const float* pd = dy.data();
+  const float* ph = xhat.data();
+  const float* pi = inv.data();
+  const float* pg = gamma.data();
+  float* px = dx.data();
+  float* pdg = dgamma.data();
+  float* pdb = dbeta.data();
+  const std::size_t n = features, runs = xhat.size() / features;
+  if (want_dgamma || want_dbeta)
+    for_rows("tessel::layer_normalization_backward_variables", n, runs, [=](std::size_t j) {
+      double sg = 0, sb = 0;
+      for (std::size_t r = 0; r < runs; ++r) {
+        sg += static_cast<double>(pd[r * n + j]) * ph[r * n + j];
+        sb += pd[r * n + j];
       }
-      const auto var = static_cast<float>(squares / static_cast<double>(n));
-      const float iv = 1.0f / std::sqrt(var + epsilon);
-      pi[r] = iv;
-      for (std::size_t j = 0; j < n; ++j) {
-        const float a = has_gamma ? iv * pg[j] : iv;
-        const float b = (has_beta ? pb[j] : 0.0f) - mean * a;
-        py[r * n + j] = xr[j] * a + b;
-        ph[r * n + j] = (xr[j] - mean) * iv;
-      }
+      if (want_dgamma) pdg[j] = static_cast<float>(sg);
+      if (want_dbeta) pdb[j] = static_cast<float>(sb);
     });
-  }
-  // Its gradients from dy: gamma's (the column sums of dy * xhat), beta's (of dy), and x's,
-  // inv * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma; each where asked.
-  static void layer_normalization_backward(const matrix& dy, const matrix& xhat,
-                                           const matrix& inv, std::size_t features,
-                                           const matrix& gamma, bool has_gamma, const matrix& dx,
-                                           bool want_dx, const matrix& dgamma, bool want_dgamma,
-                                           const matrix& dbeta, bool want_dbeta) {
-    const float* pd = dy.data();
-    const float* ph = xhat.data();
-    const float* pi = inv.data();
-    const float* pg = gamma.data();
-    float* px = dx.data();
-    float* pdg = dgamma.data();
-    float* pdb = dbeta.data();
-    const std::size_t n = features, runs = xhat.size() / features;
-    if (want_dgamma || want_dbeta)
-      for_rows("tessel::layer_normalization_backward_variables", n, runs, [=](std::size_t j) {
-        double sg = 0, sb = 0;
-        for (std::size_t r = 0; r < runs; ++r) {
-          sg += static_cast<double>(pd[r * n + j]) * ph[r * n + j];
-          sb += pd[r * n + j];
+  if (!want_dx) return;
+  for_rows("tessel::layer_normalization_backward", runs, n, [=](std::size_t r) {
+    double m1 = 0, m2 = 0;
+    for (std::size_t j = 0; j < n; ++j) {
+      const float g = has_gamma ? pd[r * n + j] * pg[j] : pd[r * n + j];
+      m1 += g;
+      m2 += static_cast<double>(g) * ph[r * n + j];
+    }
+    const auto mean_g = static_cast<float>(m1 / static_cast<double>(n));
+    const auto mean_gh = static_cast<float>(m2 / static_cast<double>(n));
+    for (std::size_t j = 0; j < n; ++j) {
+      const float g = has_gamma ? pd[r * n + j] * pg[j] : pd[r * n + j];
+      px[r * n + j] = pi[r] * (g - mean_g - ph[r * n + j] * mean_gh);
+    }
+  });
+}
+
+TESSEL_INLINE void host::copy_columns(const matrix& src, std::size_t src_first, const matrix& dst,
+                                      std::size_t dst_first, std::size_t count) {
+  const float* ps = src.data();
+  float* pd = dst.data();
+  const std::size_t ls = cols(src), ld = cols(dst);
+  for_rows("tessel::copy_columns", rows(dst), count, [=](std::size_t i) {
+    std::copy_n(ps + i * ls + src_first, count, pd + i * ld + dst_first);
+  });
+}
+
+TESSEL_INLINE void host::dropout(const matrix& in, const matrix& out, const random::stream& s,
+                                 float rate, std::uint64_t first_row, std::uint64_t first_col,
+                                 std::uint64_t global_cols) {
+  const std::size_t n = in.extent(1);
+  const float keep_scale = 1.0f / (1.0f - rate);
+  for_rows("tessel::dropout", in.extent(0), n, [=, &s](std::size_t i) {
+    const std::uint64_t base = (first_row + i) * global_cols + first_col;
+    for (std::size_t j = 0; j < n; ++j)
+      out(i, j) = s.uniform(base + j) >= rate ? in(i, j) * keep_scale : 0.0f;
+  });
+}
+
+TESSEL_INLINE void host::crossentropy_on_probabilities(const matrix& probs,
+                                                       const index_vector& labels,
+                                                       const matrix& targets, const matrix& grad,
+                                                       float grad_scale, float eps, const sums& out,
+                                                       std::size_t slot) {
+  const std::size_t n = probs.extent(1);
+  const bool sparse = labels.extent(0) > 0;
+  Kokkos::parallel_reduce(
+      "tessel::xent_probabilities", policy(probs.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) {
+        float s = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) s += probs(i, j);
+        float loss = 0.0f, dot = 0.0f;  // dot = sum_k dL/dq_k * q_k
+        for (std::size_t j = 0; j < n; ++j) {
+          const float t = sparse ? (static_cast<std::size_t>(labels(i)) == j ? 1.0f : 0.0f)
+                                 : targets(i, j);
+          grad(i, j) = host_detail::crossentropy_term(t, probs(i, j), s, eps, loss, dot);
         }
-        if (want_dgamma) pdg[j] = static_cast<float>(sg);
-        if (want_dbeta) pdb[j] = static_cast<float>(sb);
-      });
-    if (!want_dx) return;
-    for_rows("tessel::layer_normalization_backward", runs, n, [=](std::size_t r) {
-      double m1 = 0, m2 = 0;
-      for (std::size_t j = 0; j < n; ++j) {
-        const float g = has_gamma ? pd[r * n + j] * pg[j] : pd[r * n + j];
-        m1 += g;
-        m2 += static_cast<double>(g) * ph[r * n + j];
-      }
-      const auto mean_g = static_cast<float>(m1 / static_cast<double>(n));
-      const auto mean_gh = static_cast<float>(m2 / static_cast<double>(n));
-      for (std::size_t j = 0; j < n; ++j) {
-        const float g = has_gamma ? pd[r * n + j] * pg[j] : pd[r * n + j];
-        px[r * n + j] = pi[r] * (g - mean_g - ph[r * n + j] * mean_gh);
-      }
-    });
-  }
-  // Columns [src_first, src_first + count) of src into columns [dst_first, ...) of dst, every
-  // row (a concatenation and its gradient).
-  static void copy_columns(const matrix& src, std::size_t src_first, const matrix& dst,
-                           std::size_t dst_first, std::size_t count) {
-    const float* ps = src.data();
-    float* pd = dst.data();
-    const std::size_t ls = cols(src), ld = cols(dst);
-    for_rows("tessel::copy_columns", rows(dst), count, [=](std::size_t i) {
-      std::copy_n(ps + i * ls + src_first, count, pd + i * ld + dst_first);
-    });
-  }
-  // Inverted dropout: keep with probability 1 - rate and scale by 1 / (1 - rate). `in` is the
-  // block of the whole batch's activation (global_cols columns wide) that starts at row
-  // first_row and column first_col; the mask of its element (r, j) is drawn at that element's
-  // global row-major index, (first_row + r) * global_cols + first_col + j, so a shard draws the
-  // mask one device would, whether the rows (the batch) or the columns are split. Forward and
-  // backward call this with the same stream.
-  static void dropout(const matrix& in, const matrix& out, const random::stream& s, float rate,
-                      std::uint64_t first_row, std::uint64_t first_col,
-                      std::uint64_t global_cols) {
-    const std::size_t n = in.extent(1);
-    const float keep_scale = 1.0f / (1.0f - rate);
-    for_rows("tessel::dropout", in.extent(0), n, [=, &s](std::size_t i) {
-      const std::uint64_t base = (first_row + i) * global_cols + first_col;
-      for (std::size_t j = 0; j < n; ++j)
-        out(i, j) = s.uniform(base + j) >= rate ? in(i, j) * keep_scale : 0.0f;
-    });
-  }
+        for (std::size_t j = 0; j < n; ++j) grad(i, j) = grad_scale * (grad(i, j) - dot) / s;
+        acc += static_cast<double>(loss);
+      },
+      Kokkos::subview(out, slot));
+}
 
-  // ---- losses: each writes the sum over rows of the per-sample loss into out(slot), in the
-  //      device's memory, and grad = grad_scale * d(per-sample loss)/d(prediction). ---------------
-  // Cross-entropy on probabilities, as Keras computes it: normalise each row to sum 1, clip to
-  // [eps, 1 - eps], then -sum(t * log). `labels` (sparse) or `targets` (one-hot), one of them.
-  static void crossentropy_on_probabilities(const matrix& probs, const index_vector& labels,
-                                              const matrix& targets, const matrix& grad,
-                                              float grad_scale, float eps, const sums& out,
-                                              std::size_t slot) {
-    const std::size_t n = probs.extent(1);
-    const bool sparse = labels.extent(0) > 0;
-    Kokkos::parallel_reduce(
-        "tessel::xent_probabilities", policy(probs.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          float s = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) s += probs(i, j);
-          float loss = 0.0f, dot = 0.0f;  // dot = sum_k dL/dq_k * q_k
-          for (std::size_t j = 0; j < n; ++j) {
-            const float t = sparse ? (static_cast<std::size_t>(labels(i)) == j ? 1.0f : 0.0f)
-                                   : targets(i, j);
-            grad(i, j) = host_detail::crossentropy_term(t, probs(i, j), s, eps, loss, dot);
-          }
-          for (std::size_t j = 0; j < n; ++j) grad(i, j) = grad_scale * (grad(i, j) - dot) / s;
-          acc += static_cast<double>(loss);
-        },
-        Kokkos::subview(out, slot));
-  }
-  // Cross-entropy on logits through a stable log-softmax: -sum(t * log_softmax(z)); the
-  // gradient is softmax(z) * sum(t) - t. `labels` (sparse) or `targets` (one-hot), one of them.
-  static void softmax_cross_entropy(const matrix& logits, const index_vector& labels,
-                                      const matrix& targets, const matrix& grad,
-                                      float grad_scale, const sums& out, std::size_t slot) {
-    const std::size_t n = logits.extent(1);
-    const bool sparse = labels.extent(0) > 0;
-    Kokkos::parallel_reduce(
-        "tessel::softmax_xent", policy(logits.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          auto target = [&](std::size_t j) {
-            return sparse ? (static_cast<std::size_t>(labels(i)) == j ? 1.0f : 0.0f)
-                          : targets(i, j);
-          };
-          float mx = -std::numeric_limits<float>::infinity();
-          for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, logits(i, j));
-          float s = 0.0f, tsum = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) {
-            s += std::exp(logits(i, j) - mx);
-            tsum += target(j);
-          }
-          const float log_s = std::log(s);
-          float loss = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) {
-            const float t = target(j);
-            loss -= t * (logits(i, j) - mx - log_s);
-            grad(i, j) = grad_scale * (std::exp(logits(i, j) - mx) / s * tsum - t);
-          }
-          acc += static_cast<double>(loss);
-        },
-        Kokkos::subview(out, slot));
-  }
-  // Per sample: mean over the last axis of (p - t)^2. `classes`: the length of that axis when
-  // `pred` holds only some of its columns (a class dimension split across devices; the sums are
-  // then partial), else 0.
-  static void mean_squared_error(const matrix& pred, const matrix& targets, const matrix& grad,
-                                 float grad_scale, const sums& out, std::size_t slot,
-                                 std::size_t classes = 0) {
-    const std::size_t n = pred.extent(1);
-    const float inv_n = 1.0f / static_cast<float>(classes ? classes : n);
-    Kokkos::parallel_reduce(
-        "tessel::mse", policy(pred.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          float s = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) {
-            const float d = pred(i, j) - targets(i, j);
-            s += d * d;
-            grad(i, j) = grad_scale * 2.0f * d * inv_n;
-          }
-          acc += static_cast<double>(s * inv_n);
-        },
-        Kokkos::subview(out, slot));
-  }
-
-  // Binary cross-entropy (Keras's, the JAX backend's arithmetic): each element a probability,
-  // clipped to [epsilon, 1 - epsilon] (its gradient 0 where clipped), or a logit (-t log
-  // sigmoid(z) - (1 - t) log sigmoid(-z)); the sum over rows of each row's mean over `classes`
-  // (its columns when 0) into out(slot), d/dpred * grad_scale into grad.
-  static void binary_crossentropy(const matrix& pred, const matrix& targets, const matrix& grad,
-                                  float grad_scale, bool from_logits, float epsilon,
-                                  const sums& out, std::size_t slot, std::size_t classes = 0) {
-    const std::size_t n = pred.extent(1);
-    const float inv_n = 1.0f / static_cast<float>(classes ? classes : n);
-    Kokkos::parallel_reduce(
-        "tessel::binary_crossentropy", policy(pred.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          float s = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) {
-            const float t = targets(i, j), z = pred(i, j);
-            if (from_logits) {
-              // log sigmoid(z) = -(max(-z, 0) + log1p(exp(-|z|))), and of -z likewise.
-              const float soft = std::log1p(std::exp(-std::fabs(z)));
-              const float log_sig = -(std::max(-z, 0.0f) + soft);
-              const float log_sig_neg = -(std::max(z, 0.0f) + soft);
-              s += -t * log_sig - (1.0f - t) * log_sig_neg;
-              const float sig = 1.0f / (1.0f + std::exp(-z));
-              grad(i, j) = grad_scale * (sig - t) * inv_n;
-            } else {
-              const bool clipped = z < epsilon || z > 1.0f - epsilon;
-              const float p = std::min(std::max(z, epsilon), 1.0f - epsilon);
-              s += -(t * std::log(p) + (1.0f - t) * std::log(1.0f - p));
-              grad(i, j) = clipped ? 0.0f : grad_scale * (-t / p + (1.0f - t) / (1.0f - p)) * inv_n;
-            }
-          }
-          acc += static_cast<double>(s * inv_n);
-        },
-        Kokkos::subview(out, slot));
-  }
-
-  // ---- metrics --------------------------------------------------------------------------------
-  // The sum over rows of each row's mean |pred - targets| (Keras's MeanAbsoluteError), into
-  // out(slot).
-  static void mean_absolute_error(const matrix& pred, const matrix& targets, const sums& out,
-                                  std::size_t slot) {
-    const std::size_t n = pred.extent(1);
-    const float inv_n = 1.0f / static_cast<float>(n);
-    Kokkos::parallel_reduce(
-        "tessel::mean_absolute_error", policy(pred.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          float s = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) s += std::fabs(pred(i, j) - targets(i, j));
-          acc += static_cast<double>(s * inv_n);
-        },
-        Kokkos::subview(out, slot));
-  }
-  // The rows whose arg-max (first maximum, as NumPy) equals the label / the target's arg-max,
-  // counted into out(slot).
-  static void count_argmax_equal(const matrix& pred, const index_vector& labels,
-                                 const matrix& targets, const sums& out, std::size_t slot) {
-    const std::size_t n = pred.extent(1);
-    const bool sparse = labels.extent(0) > 0;
-    Kokkos::parallel_reduce(
-        "tessel::argmax_equal", policy(pred.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          std::size_t best = 0, want = 0;
-          for (std::size_t j = 1; j < n; ++j)
-            if (pred(i, j) > pred(i, best)) best = j;
-          if (sparse) {
-            want = static_cast<std::size_t>(labels(i));
-          } else {
-            for (std::size_t j = 1; j < n; ++j)
-              if (targets(i, j) > targets(i, want)) want = j;
-          }
-          acc += best == want ? 1.0 : 0.0;
-        },
-        Kokkos::subview(out, slot));
-  }
-
-  // ---- a class dimension split across devices (vocab-parallel) -------------------------------
-  // Each kernel works on this device's columns of whole rows, starting at global column `col0`;
-  // the per-row statistics (rows x 1 or rows x 2 matrices) are completed by all_reduces over the
-  // devices that share the rows, between the calls.
-  // out(i) = max_j m(i, j)
-  static void row_max(const matrix& m, const matrix& out) {
-    const std::size_t n = m.extent(1);
-    Kokkos::parallel_for(
-        "tessel::row_max", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          float mx = -std::numeric_limits<float>::infinity();
-          for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, m(i, j));
-          out(i, 0) = mx;
-        });
-  }
-  // out(i) = sum_j a(i, j) * b(i, j); with b empty, sum_j a(i, j).
-  static void row_dot(const matrix& a, const matrix& b, const matrix& out) {
-    const std::size_t n = a.extent(1);
-    const bool with_b = b.extent(0) > 0;
-    Kokkos::parallel_for(
-        "tessel::row_dot", policy(a.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          float s = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) s += with_b ? a(i, j) * b(i, j) : a(i, j);
-          out(i, 0) = s;
-        });
-  }
-  // dst = exp(src - mx(i)) (dst may be src); sum(i) = sum_j dst(i, j).
-  static void exp_rows(const matrix& src, const matrix& mx, const matrix& dst, const matrix& sum) {
-    const std::size_t n = src.extent(1);
-    Kokkos::parallel_for(
-        "tessel::exp_rows", policy(src.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          float s = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) s += (dst(i, j) = std::exp(src(i, j) - mx(i, 0)));
-          sum(i, 0) = s;
-        });
-  }
-  // m(i, j) *= 1 / s(i), as the whole-row softmax scales.
-  static void divide_rows(const matrix& m, const matrix& s) {
-    const std::size_t n = m.extent(1);
-    Kokkos::parallel_for(
-        "tessel::divide_rows", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          const float inv = 1.0f / s(i, 0);
-          for (std::size_t j = 0; j < n; ++j) m(i, j) *= inv;
-        });
-  }
-  // The softmax's gradient with the row sum of y * dy given: dz = y * (dy - dot(i)).
-  static void softmax_backward_rows(const matrix& y, const matrix& dy, const matrix& dot,
-                                    const matrix& dz) {
-    const std::size_t n = y.extent(1);
-    Kokkos::parallel_for(
-        "tessel::softmax_backward_rows", policy(y.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          for (std::size_t j = 0; j < n; ++j) dz(i, j) = y(i, j) * (dy(i, j) - dot(i, 0));
-        });
-  }
-  // A cross-entropy on logits z: out(i) = (sum_j t(i, j) * (z(i, j) - mx(i)), sum_j t(i, j)),
-  // the targets `labels` (global class indices) or `targets` (this device's columns).
-  static void target_terms(const matrix& z, const index_vector& labels, std::size_t col0,
-                           const matrix& targets, const matrix& mx, const matrix& out) {
-    const std::size_t n = z.extent(1);
-    const bool sparse = labels.extent(0) > 0;
-    Kokkos::parallel_for(
-        "tessel::target_terms", policy(z.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          float tz = 0.0f, ts = 0.0f;
-          if (sparse) {
-            const auto c = static_cast<std::size_t>(labels(i));
-            if (c >= col0 && c < col0 + n) {
-              tz = z(i, c - col0) - mx(i, 0);
-              ts = 1.0f;
-            }
-          } else {
-            for (std::size_t j = 0; j < n; ++j) {
-              tz += targets(i, j) * (z(i, j) - mx(i, 0));
-              ts += targets(i, j);
-            }
-          }
-          out(i, 0) = tz;
-          out(i, 1) = ts;
-        });
-  }
-  // The cross-entropy on logits from the completed statistics: grad holds exp(z - mx) (from
-  // exp_rows), s the row sums, terms target_terms' sums. Per row: loss = sum(t) * log(s) -
-  // sum(t * (z - mx)) into out(slot), on every device of the row's group; grad = grad_scale *
-  // (exp(z - mx) / s * sum(t) - t).
-  static void split_softmax_cross_entropy(const matrix& grad, const index_vector& labels,
-                                          std::size_t col0, const matrix& targets,
-                                          const matrix& s, const matrix& terms, float grad_scale,
-                                          const sums& out, std::size_t slot) {
-    const std::size_t n = grad.extent(1);
-    const bool sparse = labels.extent(0) > 0;
-    Kokkos::parallel_reduce(
-        "tessel::split_softmax_xent", policy(grad.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          const float tsum = terms(i, 1);
-          const float inv = 1.0f / s(i, 0);
-          for (std::size_t j = 0; j < n; ++j) {
-            const float t = sparse ? (static_cast<std::size_t>(labels(i)) == col0 + j ? 1.0f : 0.0f)
-                                   : targets(i, j);
-            grad(i, j) = grad_scale * (grad(i, j) * inv * tsum - t);
-          }
-          acc += static_cast<double>(tsum * std::log(s(i, 0)) - terms(i, 0));
-        },
-        Kokkos::subview(out, slot));
-  }
-  // A cross-entropy on probabilities with the row sums s given (Keras normalises each row):
-  // grad = d(loss)/dq before the normalisation's correction, out(i) = (this device's part of
-  // the row's loss, its part of sum_k dL/dq_k * q_k).
-  static void crossentropy_terms(const matrix& probs, const index_vector& labels,
-                                 std::size_t col0, const matrix& targets, const matrix& s,
-                                 float eps, const matrix& grad, const matrix& out) {
-    const std::size_t n = probs.extent(1);
-    const bool sparse = labels.extent(0) > 0;
-    Kokkos::parallel_for(
-        "tessel::crossentropy_terms", policy(probs.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          float loss = 0.0f, dot = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) {
-            const float t = sparse ? (static_cast<std::size_t>(labels(i)) == col0 + j ? 1.0f : 0.0f)
-                                   : targets(i, j);
-            grad(i, j) = host_detail::crossentropy_term(t, probs(i, j), s(i, 0), eps, loss, dot);
-          }
-          out(i, 0) = loss;
-          out(i, 1) = dot;
-        });
-  }
-  // Finishes it from the completed terms: grad = grad_scale * (grad - dot) / s; the rows' loss
-  // into out(slot).
-  static void split_crossentropy(const matrix& grad, const matrix& s, const matrix& terms,
-                                 float grad_scale, const sums& out, std::size_t slot) {
-    const std::size_t n = grad.extent(1);
-    Kokkos::parallel_reduce(
-        "tessel::split_crossentropy", policy(grad.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          for (std::size_t j = 0; j < n; ++j)
-            grad(i, j) = grad_scale * (grad(i, j) - terms(i, 1)) / s(i, 0);
-          acc += static_cast<double>(terms(i, 0));
-        },
-        Kokkos::subview(out, slot));
-  }
-  // out(i) = (max_j m(i, j), col0 + its first j), the index as a float (exact below 2^24).
-  static void row_argmax(const matrix& m, std::size_t col0, const matrix& out) {
-    const std::size_t n = m.extent(1);
-    Kokkos::parallel_for(
-        "tessel::row_argmax", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-          std::size_t best = 0;
-          for (std::size_t j = 1; j < n; ++j)
-            if (m(i, j) > m(i, best)) best = j;
-          out(i, 0) = m(i, best);
-          out(i, 1) = static_cast<float>(col0 + best);
-        });
-  }
-
-  // ---- optimizer updates (Keras 3's formulas), each over a list of variables ------------------
-  using updates = std::span<const update_tensors<matrix>>;
-  static void sgd_update(updates u, float lr, float momentum, bool nesterov) {
-    for_shares(u, [=](const update_tensors<matrix>& t, std::size_t b, std::size_t e) {
-      host_detail::sgd_chunk(t.value.data() + b, t.gradient.data() + b,
-                             momentum != 0.0f ? t.slot_a.data() + b : nullptr, e - b, lr,
-                             momentum, nesterov);
-    });
-  }
-  // alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t), computed by the caller.
-  static void adam_update(updates u, float alpha, float beta_1, float beta_2, float epsilon) {
-    for_shares(u, [=](const update_tensors<matrix>& t, std::size_t b, std::size_t e) {
-      host_detail::adam_chunk(t.value.data() + b, t.gradient.data() + b, t.slot_a.data() + b,
-                              t.slot_b.data() + b, e - b, alpha, beta_1, beta_2, epsilon);
-    });
-  }
-  static void rmsprop_update(updates u, float lr, float rho, float momentum, float epsilon,
-                             bool centered) {
-    for_shares(u, [=](const update_tensors<matrix>& t, std::size_t b, std::size_t e) {
-      host_detail::rmsprop_chunk(t.value.data() + b, t.gradient.data() + b, t.slot_a.data() + b,
-                                 centered ? t.slot_c.data() + b : nullptr,
-                                 momentum > 0.0f ? t.slot_b.data() + b : nullptr, e - b, lr, rho,
-                                 momentum, epsilon);
-    });
-  }
-
- private:
-  // Below this many elements an element-wise kernel runs on the calling thread (a job of the pool
-  // costs a few microseconds).
-  static constexpr std::size_t elementwise_parallel_min = 32768;
-  // f(i) for every i in [0, rows), each row costing about `row_cost` elements of work: Kokkos's
-  // parallel_for where Kokkos runs threads; where it is Serial (Debian's), the pool's threads
-  // take contiguous blocks of rows once the work is worth a job.
-  template <class F>
-  static void for_rows(const char* label, std::size_t rows, std::size_t row_cost, F f) {
-#if defined(KOKKOS_ENABLE_SERIAL)
-    if constexpr (std::is_same_v<execution_space, Kokkos::Serial>) {
-      thread_pool& p = host_detail::pool();
-      if (rows < 2 || rows * row_cost < elementwise_parallel_min || p.size() == 1) {
-        for (std::size_t i = 0; i < rows; ++i) f(i);
-        return;
-      }
-      p.run([&](std::size_t part, std::size_t parts) {
-        const auto [i0, i1] = host_detail::share(rows, part, parts);
-        for (std::size_t i = i0; i < i1; ++i) f(i);
-      });
-      return;
-    }
-#endif
-    Kokkos::parallel_for(label, policy(rows), f);
-  }
-  // f(t, begin, end) over every element of every tensor of u, in one job of the pool (one
-  // dispatch for all the variables of a step): each thread takes the same share of each tensor,
-  // [part n / parts, (part + 1) n / parts) at 16-element boundaries, which is the block of rows
-  // its GEMM part wrote into the gradient (a kernel gradient's rows are split the same way) and
-  // the same block every step (the slots stay in that core's cache); a tensor below
-  // small_tensor elements (a bias) goes whole to one thread, in turn. Below parallel_min
-  // elements in all, the caller does everything.
-  static constexpr std::size_t small_tensor = 4096, parallel_min = 16384;
-  template <class F>
-  static void for_shares(updates u, F f) {
-    std::size_t total = 0;
-    for (const auto& t : u) total += t.value.size();
-    thread_pool& p = host_detail::pool();
-    if (p.size() == 1 || total < parallel_min) {
-      for (const auto& t : u) f(t, 0, t.value.size());
-      return;
-    }
-    p.run([&](std::size_t part, std::size_t parts) {
-      std::size_t small = 0;
-      for (const auto& t : u) {
-        const std::size_t n = t.value.size();
-        if (n < small_tensor) {
-          if (small++ % parts == part && n > 0) f(t, 0, n);
-          continue;
+TESSEL_INLINE void host::softmax_cross_entropy(const matrix& logits, const index_vector& labels,
+                                               const matrix& targets, const matrix& grad,
+                                               float grad_scale, const sums& out,
+                                               std::size_t slot) {
+  const std::size_t n = logits.extent(1);
+  const bool sparse = labels.extent(0) > 0;
+  Kokkos::parallel_reduce(
+      "tessel::softmax_xent", policy(logits.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) {
+        auto target = [&](std::size_t j) {
+          return sparse ? (static_cast<std::size_t>(labels(i)) == j ? 1.0f : 0.0f)
+                        : targets(i, j);
+        };
+        float mx = -std::numeric_limits<float>::infinity();
+        for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, logits(i, j));
+        float s = 0.0f, tsum = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) {
+          s += std::exp(logits(i, j) - mx);
+          tsum += target(j);
         }
-        const auto [b, e] = host_detail::share(n, part, parts, 16);
-        if (e > b) f(t, b, e);
-      }
-    });
-  }
-  static Kokkos::RangePolicy<execution_space> policy(std::size_t n) {
-    return Kokkos::RangePolicy<execution_space>(0, n);
-  }
-};
+        const float log_s = std::log(s);
+        float loss = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) {
+          const float t = target(j);
+          loss -= t * (logits(i, j) - mx - log_s);
+          grad(i, j) = grad_scale * (std::exp(logits(i, j) - mx) / s * tsum - t);
+        }
+        acc += static_cast<double>(loss);
+      },
+      Kokkos::subview(out, slot));
+}
+
+TESSEL_INLINE void host::mean_squared_error(const matrix& pred, const matrix& targets,
+                                            const matrix& grad, float grad_scale, const sums& out,
+                                            std::size_t slot, std::size_t classes) {
+  const std::size_t n = pred.extent(1);
+  const float inv_n = 1.0f / static_cast<float>(classes ? classes : n);
+  Kokkos::parallel_reduce(
+      "tessel::mse", policy(pred.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) {
+        float s = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) {
+          const float d = pred(i, j) - targets(i, j);
+          s += d * d;
+          grad(i, j) = grad_scale * 2.0f * d * inv_n;
+        }
+        acc += static_cast<double>(s * inv_n);
+      },
+      Kokkos::subview(out, slot));
+}
+
+TESSEL_INLINE void host::binary_crossentropy(const matrix& pred, const matrix& targets,
+                                             const matrix& grad, float grad_scale, bool from_logits,
+                                             float epsilon, const sums& out, std::size_t slot,
+                                             std::size_t classes) {
+  const std::size_t n = pred.extent(1);
+  const float inv_n = 1.0f / static_cast<float>(classes ? classes : n);
+  Kokkos::parallel_reduce(
+      "tessel::binary_crossentropy", policy(pred.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) {
+        float s = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) {
+          const float t = targets(i, j), z = pred(i, j);
+          if (from_logits) {
+            // log sigmoid(z) = -(max(-z, 0) + log1p(exp(-|z|))), and of -z likewise.
+            const float soft = std::log1p(std::exp(-std::fabs(z)));
+            const float log_sig = -(std::max(-z, 0.0f) + soft);
+            const float log_sig_neg = -(std::max(z, 0.0f) + soft);
+            s += -t * log_sig - (1.0f - t) * log_sig_neg;
+            const float sig = 1.0f / (1.0f + std::exp(-z));
+            grad(i, j) = grad_scale * (sig - t) * inv_n;
+          } else {
+            const bool clipped = z < epsilon || z > 1.0f - epsilon;
+            const float p = std::min(std::max(z, epsilon), 1.0f - epsilon);
+            s += -(t * std::log(p) + (1.0f - t) * std::log(1.0f - p));
+            grad(i, j) = clipped ? 0.0f : grad_scale * (-t / p + (1.0f - t) / (1.0f - p)) * inv_n;
+          }
+        }
+        acc += static_cast<double>(s * inv_n);
+      },
+      Kokkos::subview(out, slot));
+}
+
+TESSEL_INLINE void host::mean_absolute_error(const matrix& pred, const matrix& targets,
+                                             const sums& out, std::size_t slot) {
+  const std::size_t n = pred.extent(1);
+  const float inv_n = 1.0f / static_cast<float>(n);
+  Kokkos::parallel_reduce(
+      "tessel::mean_absolute_error", policy(pred.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) {
+        float s = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) s += std::fabs(pred(i, j) - targets(i, j));
+        acc += static_cast<double>(s * inv_n);
+      },
+      Kokkos::subview(out, slot));
+}
+
+TESSEL_INLINE void host::count_argmax_equal(const matrix& pred, const index_vector& labels,
+                                            const matrix& targets, const sums& out,
+                                            std::size_t slot) {
+  const std::size_t n = pred.extent(1);
+  const bool sparse = labels.extent(0) > 0;
+  Kokkos::parallel_reduce(
+      "tessel::argmax_equal", policy(pred.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) {
+        std::size_t best = 0, want = 0;
+        for (std::size_t j = 1; j < n; ++j)
+          if (pred(i, j) > pred(i, best)) best = j;
+        if (sparse) {
+          want = static_cast<std::size_t>(labels(i));
+        } else {
+          for (std::size_t j = 1; j < n; ++j)
+            if (targets(i, j) > targets(i, want)) want = j;
+        }
+        acc += best == want ? 1.0 : 0.0;
+      },
+      Kokkos::subview(out, slot));
+}
+
+TESSEL_INLINE void host::row_max(const matrix& m, const matrix& out) {
+  const std::size_t n = m.extent(1);
+  Kokkos::parallel_for(
+      "tessel::row_max", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+        float mx = -std::numeric_limits<float>::infinity();
+        for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, m(i, j));
+        out(i, 0) = mx;
+      });
+}
+
+TESSEL_INLINE void host::row_dot(const matrix& a, const matrix& b, const matrix& out) {
+  const std::size_t n = a.extent(1);
+  const bool with_b = b.extent(0) > 0;
+  Kokkos::parallel_for(
+      "tessel::row_dot", policy(a.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+        float s = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) s += with_b ? a(i, j) * b(i, j) : a(i, j);
+        out(i, 0) = s;
+      });
+}
+
+TESSEL_INLINE void host::exp_rows(const matrix& src, const matrix& mx, const matrix& dst,
+                                  const matrix& sum) {
+  const std::size_t n = src.extent(1);
+  Kokkos::parallel_for(
+      "tessel::exp_rows", policy(src.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+        float s = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) s += (dst(i, j) = std::exp(src(i, j) - mx(i, 0)));
+        sum(i, 0) = s;
+      });
+}
+
+TESSEL_INLINE void host::divide_rows(const matrix& m, const matrix& s) {
+  const std::size_t n = m.extent(1);
+  Kokkos::parallel_for(
+      "tessel::divide_rows", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+        const float inv = 1.0f / s(i, 0);
+        for (std::size_t j = 0; j < n; ++j) m(i, j) *= inv;
+      });
+}
+
+TESSEL_INLINE void host::softmax_backward_rows(const matrix& y, const matrix& dy, const matrix& dot,
+                                               const matrix& dz) {
+  const std::size_t n = y.extent(1);
+  Kokkos::parallel_for(
+      "tessel::softmax_backward_rows", policy(y.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+        for (std::size_t j = 0; j < n; ++j) dz(i, j) = y(i, j) * (dy(i, j) - dot(i, 0));
+      });
+}
+
+TESSEL_INLINE void host::target_terms(const matrix& z, const index_vector& labels, std::size_t col0,
+                                      const matrix& targets, const matrix& mx, const matrix& out) {
+  const std::size_t n = z.extent(1);
+  const bool sparse = labels.extent(0) > 0;
+  Kokkos::parallel_for(
+      "tessel::target_terms", policy(z.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+        float tz = 0.0f, ts = 0.0f;
+        if (sparse) {
+          const auto c = static_cast<std::size_t>(labels(i));
+          if (c >= col0 && c < col0 + n) {
+            tz = z(i, c - col0) - mx(i, 0);
+            ts = 1.0f;
+          }
+        } else {
+          for (std::size_t j = 0; j < n; ++j) {
+            tz += targets(i, j) * (z(i, j) - mx(i, 0));
+            ts += targets(i, j);
+          }
+        }
+        out(i, 0) = tz;
+        out(i, 1) = ts;
+      });
+}
+
+TESSEL_INLINE void host::split_softmax_cross_entropy(const matrix& grad, const index_vector& labels,
+                                                     std::size_t col0, const matrix& targets,
+                                                     const matrix& s, const matrix& terms,
+                                                     float grad_scale, const sums& out,
+                                                     std::size_t slot) {
+  const std::size_t n = grad.extent(1);
+  const bool sparse = labels.extent(0) > 0;
+  Kokkos::parallel_reduce(
+      "tessel::split_softmax_xent", policy(grad.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) {
+        const float tsum = terms(i, 1);
+        const float inv = 1.0f / s(i, 0);
+        for (std::size_t j = 0; j < n; ++j) {
+          const float t = sparse ? (static_cast<std::size_t>(labels(i)) == col0 + j ? 1.0f : 0.0f)
+                                 : targets(i, j);
+          grad(i, j) = grad_scale * (grad(i, j) * inv * tsum - t);
+        }
+        acc += static_cast<double>(tsum * std::log(s(i, 0)) - terms(i, 0));
+      },
+      Kokkos::subview(out, slot));
+}
+
+TESSEL_INLINE void host::crossentropy_terms(const matrix& probs, const index_vector& labels,
+                                            std::size_t col0, const matrix& targets,
+                                            const matrix& s, float eps, const matrix& grad,
+                                            const matrix& out) {
+  const std::size_t n = probs.extent(1);
+  const bool sparse = labels.extent(0) > 0;
+  Kokkos::parallel_for(
+      "tessel::crossentropy_terms", policy(probs.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+        float loss = 0.0f, dot = 0.0f;
+        for (std::size_t j = 0; j < n; ++j) {
+          const float t = sparse ? (static_cast<std::size_t>(labels(i)) == col0 + j ? 1.0f : 0.0f)
+                                 : targets(i, j);
+          grad(i, j) = host_detail::crossentropy_term(t, probs(i, j), s(i, 0), eps, loss, dot);
+        }
+        out(i, 0) = loss;
+        out(i, 1) = dot;
+      });
+}
+
+TESSEL_INLINE void host::split_crossentropy(const matrix& grad, const matrix& s,
+                                            const matrix& terms, float grad_scale, const sums& out,
+                                            std::size_t slot) {
+  const std::size_t n = grad.extent(1);
+  Kokkos::parallel_reduce(
+      "tessel::split_crossentropy", policy(grad.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) {
+        for (std::size_t j = 0; j < n; ++j)
+          grad(i, j) = grad_scale * (grad(i, j) - terms(i, 1)) / s(i, 0);
+        acc += static_cast<double>(terms(i, 0));
+      },
+      Kokkos::subview(out, slot));
+}
+
+TESSEL_INLINE void host::row_argmax(const matrix& m, std::size_t col0, const matrix& out) {
+  const std::size_t n = m.extent(1);
+  Kokkos::parallel_for(
+      "tessel::row_argmax", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+        std::size_t best = 0;
+        for (std::size_t j = 1; j < n; ++j)
+          if (m(i, j) > m(i, best)) best = j;
+        out(i, 0) = m(i, best);
+        out(i, 1) = static_cast<float>(col0 + best);
+      });
+}
+
+TESSEL_INLINE void host::sgd_update(updates u, float lr, float momentum, bool nesterov) {
+  for_shares(u, [=](const update_tensors<matrix>& t, std::size_t b, std::size_t e) {
+    host_detail::sgd_chunk(t.value.data() + b, t.gradient.data() + b,
+                           momentum != 0.0f ? t.slot_a.data() + b : nullptr, e - b, lr,
+                           momentum, nesterov);
+  });
+}
+
+TESSEL_INLINE void host::adam_update(updates u, float alpha, float beta_1, float beta_2,
+                                     float epsilon) {
+  for_shares(u, [=](const update_tensors<matrix>& t, std::size_t b, std::size_t e) {
+    host_detail::adam_chunk(t.value.data() + b, t.gradient.data() + b, t.slot_a.data() + b,
+                            t.slot_b.data() + b, e - b, alpha, beta_1, beta_2, epsilon);
+  });
+}
+
+TESSEL_INLINE void host::rmsprop_update(updates u, float lr, float rho, float momentum,
+                                        float epsilon, bool centered) {
+  for_shares(u, [=](const update_tensors<matrix>& t, std::size_t b, std::size_t e) {
+    host_detail::rmsprop_chunk(t.value.data() + b, t.gradient.data() + b, t.slot_a.data() + b,
+                               centered ? t.slot_c.data() + b : nullptr,
+                               momentum > 0.0f ? t.slot_b.data() + b : nullptr, e - b, lr, rho,
+                               momentum, epsilon);
+  });
+}
+
+#endif  // TESSEL_DEFINITIONS
 
 }  // namespace tessel::backend

@@ -27,6 +27,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "../core/compilation.hpp"
 #include "../core/environment.hpp"
 #include "../core/errors.hpp"
 
@@ -35,20 +36,10 @@ namespace tessel::backend {
 class thread_pool {
  public:
   // A pool of `threads` (the caller included: threads - 1 workers).
-  explicit thread_pool(std::size_t threads)
-      : size_(std::max<std::size_t>(threads, 1)),
-        claimed_(std::make_unique<std::atomic<bool>[]>(size_)) {
-    for (std::size_t i = 0; i < size_; ++i) claimed_[i].store(true);  // no job yet
-    for (std::size_t i = 1; i < size_; ++i) workers_.emplace_back([this, i] { work(i); });
-  }
+  explicit thread_pool(std::size_t threads);
   thread_pool(const thread_pool&) = delete;
   thread_pool& operator=(const thread_pool&) = delete;
-  ~thread_pool() {
-    stop_.store(true, std::memory_order_release);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-    generation_.notify_all();
-    for (auto& w : workers_) w.join();
-  }
+  ~thread_pool();
 
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
 
@@ -114,41 +105,8 @@ class thread_pool {
            !claimed_[part].exchange(true, std::memory_order_acq_rel);
   }
   // Runs `part` of the current job if no other thread has taken it; counts it for the caller.
-  void run_part(std::size_t part) {
-    if (!claim(part)) return;
-#if defined(__SSE2__)
-    if (_mm_getcsr() != csr_) _mm_setcsr(csr_);
-#endif
-    job_(part);
-    done_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  void work(std::size_t part) {
-    std::uint64_t seen = 0;
-    for (;;) {
-      // Wait for the next job spinning for about 50 microseconds (the next kernel of a step
-      // comes within that), yielding the core to any other runnable thread (the data prefetch)
-      // between short spins, then sleep until it comes.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-      std::uint64_t g = generation_.load(std::memory_order_acquire);
-      while (g == seen && std::chrono::steady_clock::now() < until) {
-        for (int i = 0; i < 32 && g == seen; ++i) {
-          spin_pause();
-          g = generation_.load(std::memory_order_acquire);
-        }
-        if (g == seen) std::this_thread::yield();
-        g = generation_.load(std::memory_order_acquire);
-      }
-      while (g == seen) {
-        generation_.wait(seen, std::memory_order_acquire);
-        g = generation_.load(std::memory_order_acquire);
-      }
-      seen = g;
-      if (stop_.load(std::memory_order_acquire)) return;
-      // Its own part first (the rows it wrote last time, still in its cache), then any other.
-      run_part(part);
-      for (std::size_t i = 1; i < size_; ++i) run_part(i);
-    }
-  }
+  void run_part(std::size_t part);
+  void work(std::size_t part);
 
   std::size_t size_;
   std::vector<std::thread> workers_;
@@ -169,12 +127,70 @@ inline std::size_t& processes_on_node() {
   static std::size_t n = 1;
   return n;
 }
-inline std::size_t pool_threads() {
+TESSEL_INLINE std::size_t pool_threads();
+}  // namespace host_detail
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE thread_pool::thread_pool(std::size_t threads)
+    : size_(std::max<std::size_t>(threads, 1)),
+      claimed_(std::make_unique<std::atomic<bool>[]>(size_)) {
+  for (std::size_t i = 0; i < size_; ++i) claimed_[i].store(true);  // no job yet
+  for (std::size_t i = 1; i < size_; ++i) workers_.emplace_back([this, i] { work(i); });
+}
+
+TESSEL_INLINE thread_pool::~thread_pool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+TESSEL_INLINE void thread_pool::run_part(std::size_t part) {
+  if (!claim(part)) return;
+#if defined(__SSE2__)
+  if (_mm_getcsr() != csr_) _mm_setcsr(csr_);
+#endif
+  job_(part);
+  done_.fetch_add(1, std::memory_order_acq_rel);
+}
+
+TESSEL_INLINE void thread_pool::work(std::size_t part) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    // Wait for the next job spinning for about 50 microseconds (the next kernel of a step
+    // comes within that), yielding the core to any other runnable thread (the data prefetch)
+    // between short spins, then sleep until it comes.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    std::uint64_t g = generation_.load(std::memory_order_acquire);
+    while (g == seen && std::chrono::steady_clock::now() < until) {
+      for (int i = 0; i < 32 && g == seen; ++i) {
+        spin_pause();
+        g = generation_.load(std::memory_order_acquire);
+      }
+      if (g == seen) std::this_thread::yield();
+      g = generation_.load(std::memory_order_acquire);
+    }
+    while (g == seen) {
+      generation_.wait(seen, std::memory_order_acquire);
+      g = generation_.load(std::memory_order_acquire);
+    }
+    seen = g;
+    if (stop_.load(std::memory_order_acquire)) return;
+    // Its own part first (the rows it wrote last time, still in its cache), then any other.
+    run_part(part);
+    for (std::size_t i = 1; i < size_; ++i) run_part(i);
+  }
+}
+
+namespace host_detail {
+TESSEL_INLINE std::size_t pool_threads() {
   if (const auto n = environment::num_threads()) return *n;
   if (const auto n = environment::blas_threads()) return *n;
   const std::size_t cores = std::max(1u, std::thread::hardware_concurrency());
   return std::max<std::size_t>(1, cores / std::max<std::size_t>(processes_on_node(), 1));
 }
 }  // namespace host_detail
+#endif  // TESSEL_DEFINITIONS
 
 }  // namespace tessel::backend

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "concept.hpp"
 #include "watchdog.hpp"
@@ -112,14 +113,7 @@ class communicator {
   // Takes ownership of `c` (freed on destruction) when `owned`. Collective over `c`'s processes
   // (they register with the watchdog together); `label` names the group in the watchdog's
   // message ("mesh axis 'batch'").
-  communicator(MPI_Comm c, bool owned, std::string_view label = "the world")
-      : comm_(c), owned_(owned) {
-    if (c != MPI_COMM_NULL) {
-      MPI_Comm_rank(c, &rank_);
-      MPI_Comm_size(c, &size_);
-      if (size_ > 1) channel_ = watchdog::instance().register_channel(c, std::string(label));
-    }
-  }
+  communicator(MPI_Comm c, bool owned, std::string_view label = "the world");
   communicator(communicator&& o) noexcept
       : comm_(std::exchange(o.comm_, MPI_COMM_NULL)),
         owned_(std::exchange(o.owned_, false)),
@@ -265,25 +259,9 @@ class communicator {
   [[nodiscard]] collective_tag tag(const char* op) const noexcept {
     return {op, channel_, watchdog::instance().enter(channel_)};
   }
-  void check_root(int root) const {
-    if (root < 0 || root >= size_)
-      throw value_error("tessel: broadcast from process " + std::to_string(root) + " of a group of " +
-                        std::to_string(size_) + "; the root must be in [0, " +
-                        std::to_string(size_) + ")");
-  }
-  void check_blocks(const char* what, std::size_t whole, std::size_t block) const {
-    if (whole != block * static_cast<std::size_t>(size_))
-      throw value_error(std::string("tessel: ") + what + " over " + std::to_string(size_) +
-                        " processes needs a buffer of " + std::to_string(size_) + " x " +
-                        std::to_string(block) + " elements; got " + std::to_string(whole));
-  }
-  void check_same(const char* what, std::size_t in, std::size_t out) const {
-    if (in != out || in % static_cast<std::size_t>(size_) != 0)
-      throw value_error(std::string("tessel: ") + what + " over " + std::to_string(size_) +
-                        " processes needs equal input and output sizes that divide by " +
-                        std::to_string(size_) + "; got " + std::to_string(in) + " and " +
-                        std::to_string(out));
-  }
+  void check_root(int root) const;
+  void check_blocks(const char* what, std::size_t whole, std::size_t block) const;
+  void check_same(const char* what, std::size_t in, std::size_t out) const;
   void release() noexcept {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -314,5 +292,38 @@ template <class Backend>
 struct communicator_of<Backend> {
   using type = typename Backend::communicator;
 };
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE communicator::communicator(MPI_Comm c, bool owned, std::string_view label)
+    : comm_(c), owned_(owned) {
+  if (c != MPI_COMM_NULL) {
+    MPI_Comm_rank(c, &rank_);
+    MPI_Comm_size(c, &size_);
+    if (size_ > 1) channel_ = watchdog::instance().register_channel(c, std::string(label));
+  }
+}
+TESSEL_INLINE void communicator::check_root(int root) const {
+  if (root < 0 || root >= size_)
+    throw value_error("tessel: broadcast from process " + std::to_string(root) + " of a group of " +
+                      std::to_string(size_) + "; the root must be in [0, " +
+                      std::to_string(size_) + ")");
+}
+TESSEL_INLINE void communicator::check_blocks(const char* what, std::size_t whole,
+                                              std::size_t block) const {
+  if (whole != block * static_cast<std::size_t>(size_))
+    throw value_error(std::string("tessel: ") + what + " over " + std::to_string(size_) +
+                      " processes needs a buffer of " + std::to_string(size_) + " x " +
+                      std::to_string(block) + " elements; got " + std::to_string(whole));
+}
+TESSEL_INLINE void communicator::check_same(const char* what, std::size_t in,
+                                            std::size_t out) const {
+  if (in != out || in % static_cast<std::size_t>(size_) != 0)
+    throw value_error(std::string("tessel: ") + what + " over " + std::to_string(size_) +
+                      " processes needs equal input and output sizes that divide by " +
+                      std::to_string(size_) + "; got " + std::to_string(in) + " and " +
+                      std::to_string(out));
+}
+#endif
 
 }  // namespace tessel::comm

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "concept.hpp"
 
@@ -23,11 +24,7 @@ inline std::size_t elements(std::span<const std::size_t> shape) {
   for (const std::size_t e : shape) n *= e;
   return n;
 }
-inline std::string shape_text(std::span<const std::size_t> shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
+TESSEL_INLINE std::string shape_text(std::span<const std::size_t> shape);
 // Copies between a dense block (row-major, of shape `extent`) and the part of a row-major tensor
 // of shape `whole` that starts at `offset`: out of the tensor (`from` is the tensor, `to` the
 // block) when `out_of_whole`, into it otherwise.
@@ -53,19 +50,9 @@ void copy_block(std::span<const std::size_t> whole, std::span<const std::size_t>
     }
   }
 }
-inline void check_dim(const char* what, std::span<const std::size_t> shape, std::size_t dim) {
-  if (dim >= shape.size())
-    throw value_error(std::string("tessel: ") + what + " on dimension " + std::to_string(dim) +
-                      " of a tensor of shape " + shape_text(shape) + ", which has " +
-                      std::to_string(shape.size()) + " dimensions");
-}
-inline void check_size(const char* what, const char* buffer, std::size_t got, std::size_t want,
-                       std::span<const std::size_t> shape) {
-  if (got != want)
-    throw value_error(std::string("tessel: ") + what + ": the " + buffer + " holds " +
-                      std::to_string(got) + " elements, but a tensor of shape " +
-                      shape_text(shape) + " has " + std::to_string(want));
-}
+TESSEL_INLINE void check_dim(const char* what, std::span<const std::size_t> shape, std::size_t dim);
+TESSEL_INLINE void check_size(const char* what, const char* buffer, std::size_t got,
+                              std::size_t want, std::span<const std::size_t> shape);
 }  // namespace detail
 
 // `out` (shape `local` with dimension `dim` n times larger, n = c.size()) = every process's `in`
@@ -150,5 +137,30 @@ void all_to_all_dim(const C& c, std::span<const std::size_t> local, std::size_t 
     detail::copy_block<T>(result, offset, piece, recv + q * block, out.data(), false);
   }
 }
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace detail {
+TESSEL_INLINE std::string shape_text(std::span<const std::size_t> shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+TESSEL_INLINE void check_dim(const char* what, std::span<const std::size_t> shape,
+                             std::size_t dim) {
+  if (dim >= shape.size())
+    throw value_error(std::string("tessel: ") + what + " on dimension " + std::to_string(dim) +
+                      " of a tensor of shape " + shape_text(shape) + ", which has " +
+                      std::to_string(shape.size()) + " dimensions");
+}
+TESSEL_INLINE void check_size(const char* what, const char* buffer, std::size_t got,
+                              std::size_t want, std::span<const std::size_t> shape) {
+  if (got != want)
+    throw value_error(std::string("tessel: ") + what + ": the " + buffer + " holds " +
+                      std::to_string(got) + " elements, but a tensor of shape " +
+                      shape_text(shape) + " has " + std::to_string(want));
+}
+}  // namespace detail
+#endif
 
 }  // namespace tessel::comm

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "../core/compilation.hpp"
+
 namespace tessel::comm::stall {
 
 // One process as the watchdog sees it.
@@ -56,7 +58,17 @@ struct snapshot {
 
 namespace detail {
 // "3", "0-6", "0, 2, 5-7": ranks in increasing order.
-inline std::string ranks_text(const std::vector<int>& sorted) {
+TESSEL_INLINE std::string ranks_text(const std::vector<int>& sorted);
+TESSEL_INLINE std::string seconds_text(double s, const char* format);
+}  // namespace detail
+
+// Why the job waits, as one message (without a trailing newline).
+TESSEL_INLINE std::string describe(const snapshot& s);
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace detail {
+TESSEL_INLINE std::string ranks_text(const std::vector<int>& sorted) {
   std::string out;
   for (std::size_t i = 0; i < sorted.size();) {
     std::size_t j = i;
@@ -68,15 +80,14 @@ inline std::string ranks_text(const std::vector<int>& sorted) {
   }
   return out;
 }
-inline std::string seconds_text(double s, const char* format) {
+TESSEL_INLINE std::string seconds_text(double s, const char* format) {
   char b[32];
   std::snprintf(b, sizeof b, format, s);
   return b;
 }
 }  // namespace detail
 
-// Why the job waits, as one message (without a trailing newline).
-inline std::string describe(const snapshot& s) {
+TESSEL_INLINE std::string describe(const snapshot& s) {
   const int n = static_cast<int>(s.processes.size());
   enum class why { none, stopped_inside, stopped, exited, leaving, elsewhere };
   std::vector<why> cause(s.processes.size(), why::none);
@@ -229,5 +240,6 @@ inline std::string describe(const snapshot& s) {
       "TESSEL_COLLECTIVE_TIMEOUT=<seconds> or tessel::set_collective_timeout.";
   return msg;
 }
+#endif
 
 }  // namespace tessel::comm::stall

@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/environment.hpp"
 #include "../core/errors.hpp"
 #include "stall.hpp"
@@ -85,59 +86,13 @@ class watchdog {
   }
   // Collective over MPI_COMM_WORLD: shares the counters of the processes of each machine and
   // starts the thread.
-  void start() {
-    if (running_) return;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
-    MPI_Comm node{};
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
-    int local_rank = 0, local_size = 0;
-    MPI_Comm_rank(node, &local_rank);
-    MPI_Comm_size(node, &local_size);
-    std::vector<int> world_of(static_cast<std::size_t>(local_size));
-    MPI_Allgather(&world_rank_, 1, MPI_INT, world_of.data(), 1, MPI_INT, node);
-    share_slots(node, local_size);
-    slots_.assign(static_cast<std::size_t>(world_size_), nullptr);
-    if (shared_ != nullptr) {
-      for (int l = 0; l < local_size; ++l)
-        slots_[static_cast<std::size_t>(world_of[static_cast<std::size_t>(l)])] = slot_at(l);
-      own_ = slot_at(local_rank);
-    } else {  // no shared memory: this process's state only, the others unknown
-      private_.fill(0);
-      own_ = private_.data();
-      slots_[static_cast<std::size_t>(world_rank_)] = own_;
-    }
-    word(own_, pid_word).store(static_cast<std::uint64_t>(::getpid()), std::memory_order_relaxed);
-    word(own_, flags_word).store(0, std::memory_order_relaxed);
-    MPI_Comm_free(&node);
-    running_ = true;
-    stop_ = false;
-    thread_ = std::thread([this] { run(); });
-  }
+  void start();
   // Before MPI_Finalize.
-  void stop() {
-    if (!running_) return;
-    stop_thread();
-    running_ = false;
-    own_ = nullptr;
-    slots_.clear();
-    channels_.clear();
-    if (shared_ != nullptr) munmap(shared_, shared_bytes_);
-    shared_ = nullptr;
-  }
+  void stop();
   [[nodiscard]] bool running() const noexcept { return running_; }
 
   // Seconds; 0 turns the watchdog off. Overrides TESSEL_COLLECTIVE_TIMEOUT.
-  void set_timeout(double seconds) {
-    if (!std::isfinite(seconds) || seconds < 0)
-      throw value_error(
-          "set_collective_timeout: the timeout must be a non-negative number of "
-          "seconds (0 for none), got " +
-          std::to_string(seconds));
-    timeout_set_ = true;
-    timeout_ns_.store(to_ns(seconds));
-    wake_.notify_all();
-  }
+  void set_timeout(double seconds);
   [[nodiscard]] double timeout() const noexcept {
     return static_cast<double>(timeout_ns_.load()) * 1e-9;
   }
@@ -145,35 +100,7 @@ class watchdog {
   // A communicator of `c`'s processes, described as `label` in messages ("mesh axis 'batch'").
   // Collective over `c`: its members agree on one channel. Returns -1 when not watching, or when
   // every channel is taken (its collectives are then timed, but who has not arrived is unknown).
-  int register_channel(MPI_Comm c, std::string label) {
-    if (!running_) return -1;
-    int proposed = static_cast<int>(channels_.size()), agreed = 0;
-    MPI_Allreduce(&proposed, &agreed, 1, MPI_INT, MPI_MAX, c);
-    stall::channel ch;
-    ch.label = std::move(label);
-    int size = 0;
-    MPI_Comm_size(c, &size);
-    MPI_Group group{}, world{};
-    MPI_Comm_group(c, &group);
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
-    std::vector<int> ranks(static_cast<std::size_t>(size));
-    for (int i = 0; i < size; ++i) ranks[static_cast<std::size_t>(i)] = i;
-    ch.members.resize(static_cast<std::size_t>(size));
-    MPI_Group_translate_ranks(group, size, ranks.data(), world, ch.members.data());
-    MPI_Group_free(&group);
-    MPI_Group_free(&world);
-    std::lock_guard lock(mutex_);
-    if (static_cast<std::size_t>(agreed) >= max_channels) return -1;
-    // Every row of a mesh axis agrees on the same channel; which row this process is in is
-    // published beside its counter, so that a report names the members of another's row.
-    const int lowest = *std::min_element(ch.members.begin(), ch.members.end());
-    word(own_, group_word + static_cast<std::size_t>(agreed))
-        .store(stall::group_key(lowest, size), std::memory_order_release);
-    if (channels_.size() <= static_cast<std::size_t>(agreed))
-      channels_.resize(static_cast<std::size_t>(agreed) + 1);
-    channels_[static_cast<std::size_t>(agreed)] = std::move(ch);
-    return agreed;
-  }
+  int register_channel(MPI_Comm c, std::string label);
 
   // This process enters a collective on `channel`: returns its number there (1, 2, ...).
   std::uint64_t enter(int channel) noexcept {
@@ -241,15 +168,7 @@ class watchdog {
   static std::int64_t to_ns(double seconds) {
     return static_cast<std::int64_t>(std::min(seconds, 1e9) * 1e9);
   }
-  void stop_thread() {
-    if (!thread_.joinable()) return;
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
+  void stop_thread();
 
   // One POSIX shared-memory segment per machine holds every local process's slot (an MPI
   // shared-memory window would do the same, but an open window adds its progress function to
@@ -258,44 +177,7 @@ class watchdog {
   // process, and every process removes the name as soon as all have mapped it, so that a job
   // that one of them ends at once (MPI_Abort after a failed check) leaves nothing behind: the
   // process that ends it has removed the name first.
-  void share_slots(MPI_Comm node, int local_size) {
-    int local_rank = 0;
-    MPI_Comm_rank(node, &local_rank);
-    std::uint64_t token = 0;
-    if (local_rank == 0)
-      token = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
-              static_cast<std::uint64_t>(::getpid());
-    MPI_Bcast(&token, 1, MPI_UINT64_T, 0, node);
-    segment_name_ = "/tessel-watchdog-" + std::to_string(token);
-    shared_bytes_ =
-        (header_words + static_cast<std::size_t>(local_size) * slot_words) * sizeof(std::uint64_t);
-    int fd = -1;
-    if (local_rank == 0) {
-      fd = ::shm_open(segment_name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(shared_bytes_)) != 0) {
-        ::close(fd);
-        ::shm_unlink(segment_name_.c_str());
-        fd = -1;
-      }
-    }
-    int created = local_rank == 0 ? (fd >= 0 ? 1 : 0) : 0;
-    MPI_Bcast(&created, 1, MPI_INT, 0, node);
-    if (created && local_rank != 0) fd = ::shm_open(segment_name_.c_str(), O_RDWR, 0600);
-    void* p = MAP_FAILED;
-    if (fd >= 0) {
-      p = ::mmap(nullptr, shared_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      ::close(fd);
-    }
-    int mapped = p != MAP_FAILED ? 1 : 0, everywhere = 0;
-    MPI_Allreduce(&mapped, &everywhere, 1, MPI_INT, MPI_MIN, node);  // all mapped (or not)
-    if (created) ::shm_unlink(segment_name_.c_str());                // the first call removes it
-    segment_name_.clear();
-    if (everywhere) {
-      shared_ = static_cast<std::uint64_t*>(p);  // zero-filled by ftruncate
-    } else if (p != MAP_FAILED) {
-      ::munmap(p, shared_bytes_);
-    }
-  }
+  void share_slots(MPI_Comm node, int local_size);
 
   // Whether this process reports the stall: the first of its machine whose wait times out
   // does; the others stay silent while its report and the abort that follows come.
@@ -307,99 +189,13 @@ class watchdog {
     return reporter.compare_exchange_strong(none, mine) || none == mine;
   }
 
-  void run() {
-    std::unique_lock lock(mutex_);
-    std::uint64_t seen = 0;    // the wait in progress at the last check
-    std::int64_t seen_at = 0;  // when this thread first saw it
-    while (!stop_) {
-      const std::int64_t t = timeout_ns_.load();
-      // Check often enough to end within a tenth of the timeout (at most once a second).
-      const auto tick = std::chrono::nanoseconds(
-          t > 0 ? std::clamp<std::int64_t>(t / 10, 10'000'000, 1'000'000'000) : 1'000'000'000);
-      wake_.wait_for(lock, tick, [&] { return stop_; });
-      if (stop_ || t <= 0) continue;
-      const std::uint64_t id = waiting_.load(std::memory_order_acquire);
-      if (id != seen) seen = id, seen_at = now_ns();
-      if (id == 0) continue;
-      const std::int64_t waited = now_ns() - seen_at;
-      if (waited < t) continue;
-      // Another process of the machine reports (and aborts the job): this one says nothing,
-      // unless that report has not ended the job after a grace period (its process died).
-      if (!claim_report() && waited < t + report_grace_ns) continue;
-      constexpr auto relaxed = std::memory_order_relaxed;
-      stall::snapshot s;
-      s.op = op_.load(relaxed);
-      s.channel = channel_.load(relaxed);
-      s.seq = seq_.load(relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (waiting_.load(relaxed) != id) continue;  // that wait ended while it was read
-      s.waited = static_cast<double>(waited) * 1e-9;
-      report(s);
-      std::fflush(nullptr);
-      MPI_Abort(MPI_COMM_WORLD, 124);
-      std::_Exit(124);
-    }
-  }
+  void run();
   static constexpr std::int64_t report_grace_ns = 30'000'000'000;
 
   // What /proc says of a process of this machine: stopped (T, t) or exited (gone, or Z).
-  static void read_process_state(std::uint64_t pid, stall::process& p) {
-    if (pid == 0) return;
-    const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-    std::FILE* f = std::fopen(path.c_str(), "r");
-    if (f == nullptr) {
-      p.exited = true;
-      return;
-    }
-    char buf[512];
-    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-    std::fclose(f);
-    buf[n] = '\0';
-    // "pid (comm) S ...": the state follows the last ')'.
-    const std::string_view text(buf, n);
-    const std::size_t close = text.rfind(')');
-    if (close == std::string_view::npos || close + 2 >= text.size()) return;
-    const char state = text[close + 2];
-    p.stopped = state == 'T' || state == 't';
-    p.exited = state == 'Z' || state == 'X';
-  }
+  static void read_process_state(std::uint64_t pid, stall::process& p);
 
-  void report(stall::snapshot& s) const {
-    s.reporter = world_rank_;
-    s.timeout = timeout();
-    s.channels = channels_;
-    // Channels another process of the machine has registered and this one has not.
-    std::size_t used = channels_.size();
-    for (std::uint64_t* slot : slots_)
-      for (std::size_t c = used; slot != nullptr && c < max_channels; ++c)
-        if (word(slot, group_word + c).load(std::memory_order_acquire) != 0) used = c + 1;
-    s.channels.resize(used, stall::channel{"a communicator of another process", {}});
-    s.processes.resize(static_cast<std::size_t>(world_size_));
-    for (int r = 0; r < world_size_; ++r) {
-      std::uint64_t* slot = slots_[static_cast<std::size_t>(r)];
-      if (slot == nullptr) continue;
-      stall::process& p = s.processes[static_cast<std::size_t>(r)];
-      p.known = true;
-      p.entered.resize(used);
-      p.group.resize(used);
-      for (std::size_t c = 0; c < used; ++c) {
-        p.entered[c] = word(slot, c).load(std::memory_order_acquire);
-        p.group[c] = word(slot, group_word + c).load(std::memory_order_acquire);
-      }
-      const std::uint64_t w = word(slot, wait_word).load(std::memory_order_acquire);
-      if (w != 0 && r != world_rank_) {
-        p.wait_channel = static_cast<int>(w & 0x7fffu) - 1;
-        p.wait_seq = w >> 16;
-      } else if (r == world_rank_) {
-        p.wait_channel = s.channel;
-        p.wait_seq = s.seq;
-      }
-      p.leaving = (word(slot, flags_word).load(std::memory_order_acquire) & leaving_flag) != 0;
-      if (r != world_rank_) read_process_state(word(slot, pid_word).load(), p);
-    }
-    const std::string msg = stall::describe(s) + "\n";
-    std::fputs(msg.c_str(), stderr);
-  }
+  void report(stall::snapshot& s) const;
 
   bool running_ = false;
   bool timeout_set_ = false;
@@ -436,5 +232,231 @@ class watched_wait {
   watched_wait(const watched_wait&) = delete;
   watched_wait& operator=(const watched_wait&) = delete;
 };
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE void watchdog::start() {
+  if (running_) return;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  MPI_Comm node{};
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
+  int local_rank = 0, local_size = 0;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  std::vector<int> world_of(static_cast<std::size_t>(local_size));
+  MPI_Allgather(&world_rank_, 1, MPI_INT, world_of.data(), 1, MPI_INT, node);
+  share_slots(node, local_size);
+  slots_.assign(static_cast<std::size_t>(world_size_), nullptr);
+  if (shared_ != nullptr) {
+    for (int l = 0; l < local_size; ++l)
+      slots_[static_cast<std::size_t>(world_of[static_cast<std::size_t>(l)])] = slot_at(l);
+    own_ = slot_at(local_rank);
+  } else {  // no shared memory: this process's state only, the others unknown
+    private_.fill(0);
+    own_ = private_.data();
+    slots_[static_cast<std::size_t>(world_rank_)] = own_;
+  }
+  word(own_, pid_word).store(static_cast<std::uint64_t>(::getpid()), std::memory_order_relaxed);
+  word(own_, flags_word).store(0, std::memory_order_relaxed);
+  MPI_Comm_free(&node);
+  running_ = true;
+  stop_ = false;
+  thread_ = std::thread([this] { run(); });
+}
+
+TESSEL_INLINE void watchdog::stop() {
+  if (!running_) return;
+  stop_thread();
+  running_ = false;
+  own_ = nullptr;
+  slots_.clear();
+  channels_.clear();
+  if (shared_ != nullptr) munmap(shared_, shared_bytes_);
+  shared_ = nullptr;
+}
+
+TESSEL_INLINE void watchdog::set_timeout(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0)
+    throw value_error(
+        "set_collective_timeout: the timeout must be a non-negative number of "
+        "seconds (0 for none), got " +
+        std::to_string(seconds));
+  timeout_set_ = true;
+  timeout_ns_.store(to_ns(seconds));
+  wake_.notify_all();
+}
+
+TESSEL_INLINE int watchdog::register_channel(MPI_Comm c, std::string label) {
+  if (!running_) return -1;
+  int proposed = static_cast<int>(channels_.size()), agreed = 0;
+  MPI_Allreduce(&proposed, &agreed, 1, MPI_INT, MPI_MAX, c);
+  stall::channel ch;
+  ch.label = std::move(label);
+  int size = 0;
+  MPI_Comm_size(c, &size);
+  MPI_Group group{}, world{};
+  MPI_Comm_group(c, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> ranks(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) ranks[static_cast<std::size_t>(i)] = i;
+  ch.members.resize(static_cast<std::size_t>(size));
+  MPI_Group_translate_ranks(group, size, ranks.data(), world, ch.members.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  std::lock_guard lock(mutex_);
+  if (static_cast<std::size_t>(agreed) >= max_channels) return -1;
+  // Every row of a mesh axis agrees on the same channel; which row this process is in is
+  // published beside its counter, so that a report names the members of another's row.
+  const int lowest = *std::min_element(ch.members.begin(), ch.members.end());
+  word(own_, group_word + static_cast<std::size_t>(agreed))
+      .store(stall::group_key(lowest, size), std::memory_order_release);
+  if (channels_.size() <= static_cast<std::size_t>(agreed))
+    channels_.resize(static_cast<std::size_t>(agreed) + 1);
+  channels_[static_cast<std::size_t>(agreed)] = std::move(ch);
+  return agreed;
+}
+
+TESSEL_INLINE void watchdog::stop_thread() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+TESSEL_INLINE void watchdog::share_slots(MPI_Comm node, int local_size) {
+  int local_rank = 0;
+  MPI_Comm_rank(node, &local_rank);
+  std::uint64_t token = 0;
+  if (local_rank == 0)
+    token = (std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}() ^
+            static_cast<std::uint64_t>(::getpid());
+  MPI_Bcast(&token, 1, MPI_UINT64_T, 0, node);
+  segment_name_ = "/tessel-watchdog-" + std::to_string(token);
+  shared_bytes_ =
+      (header_words + static_cast<std::size_t>(local_size) * slot_words) * sizeof(std::uint64_t);
+  int fd = -1;
+  if (local_rank == 0) {
+    fd = ::shm_open(segment_name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(shared_bytes_)) != 0) {
+      ::close(fd);
+      ::shm_unlink(segment_name_.c_str());
+      fd = -1;
+    }
+  }
+  int created = local_rank == 0 ? (fd >= 0 ? 1 : 0) : 0;
+  MPI_Bcast(&created, 1, MPI_INT, 0, node);
+  if (created && local_rank != 0) fd = ::shm_open(segment_name_.c_str(), O_RDWR, 0600);
+  void* p = MAP_FAILED;
+  if (fd >= 0) {
+    p = ::mmap(nullptr, shared_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+  }
+  int mapped = p != MAP_FAILED ? 1 : 0, everywhere = 0;
+  MPI_Allreduce(&mapped, &everywhere, 1, MPI_INT, MPI_MIN, node);  // all mapped (or not)
+  if (created) ::shm_unlink(segment_name_.c_str());                // the first call removes it
+  segment_name_.clear();
+  if (everywhere) {
+    shared_ = static_cast<std::uint64_t*>(p);  // zero-filled by ftruncate
+  } else if (p != MAP_FAILED) {
+    ::munmap(p, shared_bytes_);
+  }
+}
+
+TESSEL_INLINE void watchdog::run() {
+  std::unique_lock lock(mutex_);
+  std::uint64_t seen = 0;    // the wait in progress at the last check
+  std::int64_t seen_at = 0;  // when this thread first saw it
+  while (!stop_) {
+    const std::int64_t t = timeout_ns_.load();
+    // Check often enough to end within a tenth of the timeout (at most once a second).
+    const auto tick = std::chrono::nanoseconds(
+        t > 0 ? std::clamp<std::int64_t>(t / 10, 10'000'000, 1'000'000'000) : 1'000'000'000);
+    wake_.wait_for(lock, tick, [&] { return stop_; });
+    if (stop_ || t <= 0) continue;
+    const std::uint64_t id = waiting_.load(std::memory_order_acquire);
+    if (id != seen) seen = id, seen_at = now_ns();
+    if (id == 0) continue;
+    const std::int64_t waited = now_ns() - seen_at;
+    if (waited < t) continue;
+    // Another process of the machine reports (and aborts the job): this one says nothing,
+    // unless that report has not ended the job after a grace period (its process died).
+    if (!claim_report() && waited < t + report_grace_ns) continue;
+    constexpr auto relaxed = std::memory_order_relaxed;
+    stall::snapshot s;
+    s.op = op_.load(relaxed);
+    s.channel = channel_.load(relaxed);
+    s.seq = seq_.load(relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (waiting_.load(relaxed) != id) continue;  // that wait ended while it was read
+    s.waited = static_cast<double>(waited) * 1e-9;
+    report(s);
+    std::fflush(nullptr);
+    MPI_Abort(MPI_COMM_WORLD, 124);
+    std::_Exit(124);
+  }
+}
+
+TESSEL_INLINE void watchdog::read_process_state(std::uint64_t pid, stall::process& p) {
+  if (pid == 0) return;
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) {
+    p.exited = true;
+    return;
+  }
+  char buf[512];
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "pid (comm) S ...": the state follows the last ')'.
+  const std::string_view text(buf, n);
+  const std::size_t close = text.rfind(')');
+  if (close == std::string_view::npos || close + 2 >= text.size()) return;
+  const char state = text[close + 2];
+  p.stopped = state == 'T' || state == 't';
+  p.exited = state == 'Z' || state == 'X';
+}
+
+TESSEL_INLINE void watchdog::report(stall::snapshot& s) const {
+  s.reporter = world_rank_;
+  s.timeout = timeout();
+  s.channels = channels_;
+  // Channels another process of the machine has registered and this one has not.
+  std::size_t used = channels_.size();
+  for (std::uint64_t* slot : slots_)
+    for (std::size_t c = used; slot != nullptr && c < max_channels; ++c)
+      if (word(slot, group_word + c).load(std::memory_order_acquire) != 0) used = c + 1;
+  s.channels.resize(used, stall::channel{"a communicator of another process", {}});
+  s.processes.resize(static_cast<std::size_t>(world_size_));
+  for (int r = 0; r < world_size_; ++r) {
+    std::uint64_t* slot = slots_[static_cast<std::size_t>(r)];
+    if (slot == nullptr) continue;
+    stall::process& p = s.processes[static_cast<std::size_t>(r)];
+    p.known = true;
+    p.entered.resize(used);
+    p.group.resize(used);
+    for (std::size_t c = 0; c < used; ++c) {
+      p.entered[c] = word(slot, c).load(std::memory_order_acquire);
+      p.group[c] = word(slot, group_word + c).load(std::memory_order_acquire);
+    }
+    const std::uint64_t w = word(slot, wait_word).load(std::memory_order_acquire);
+    if (w != 0 && r != world_rank_) {
+      p.wait_channel = static_cast<int>(w & 0x7fffu) - 1;
+      p.wait_seq = w >> 16;
+    } else if (r == world_rank_) {
+      p.wait_channel = s.channel;
+      p.wait_seq = s.seq;
+    }
+    p.leaving = (word(slot, flags_word).load(std::memory_order_acquire) & leaving_flag) != 0;
+    if (r != world_rank_) read_process_state(word(slot, pid_word).load(), p);
+  }
+  const std::string msg = stall::describe(s) + "\n";
+  std::fputs(msg.c_str(), stderr);
+}
+#endif
 
 }  // namespace tessel::comm

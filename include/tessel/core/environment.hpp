@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "compilation.hpp"
 #include "errors.hpp"
 
 namespace tessel::environment {
@@ -38,40 +39,16 @@ inline constexpr std::size_t max_threads = 1024;
 
 namespace detail {
 // A whole decimal integer in [lo, hi], or nothing.
-inline std::optional<long> whole_number(std::string_view text, long lo, long hi) {
-  const std::string s(text);
-  // strtol would skip leading blanks and take a '+': "a whole number" is digits, or '-' digits.
-  if (s.empty() || !(std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-'))
-    return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(s.c_str(), &end, 10);
-  if (end == s.c_str() || *end != '\0' || errno == ERANGE || n < lo || n > hi) return std::nullopt;
-  return n;
-}
-inline std::string quoted(const char* variable, std::string_view value) {
-  return std::string(variable) + "='" + std::string(value) + "'";
-}
+TESSEL_INLINE std::optional<long> whole_number(std::string_view text, long lo, long hi);
+TESSEL_INLINE std::string quoted(const char* variable, std::string_view value);
 // A switch: "0" or "1"; anything else is an error naming the variable, then `advice`.
-inline bool zero_or_one(const char* variable, std::string_view text, const char* advice) {
-  if (text == "0") return false;
-  if (text == "1") return true;
-  throw value_error(quoted(variable, text) + " is neither 0 nor 1; " + advice);
-}
+TESSEL_INLINE bool zero_or_one(const char* variable, std::string_view text, const char* advice);
 inline const char* get(const char* variable) { return std::getenv(variable); }
 }  // namespace detail
 
 // ---- the parsers: a value's text to its setting ------------------------------------------------
 
-inline std::size_t parse_num_threads(std::string_view text) {
-  if (const auto n = detail::whole_number(text, 1, static_cast<long>(max_threads)))
-    return static_cast<std::size_t>(*n);
-  throw value_error(detail::quoted(num_threads_variable, text) +
-                    " is not a number of threads; set it to an integer from 1 to " +
-                    std::to_string(max_threads) +
-                    " (the threads each process computes with), or unset it to share the "
-                    "cores among the processes on the machine");
-}
+TESSEL_INLINE std::size_t parse_num_threads(std::string_view text);
 
 inline bool parse_flush_denormals(std::string_view text) {
   return detail::zero_or_one(flush_denormals_variable, text,
@@ -79,19 +56,7 @@ inline bool parse_flush_denormals(std::string_view text) {
                              "does) or 0 to keep them (IEEE gradual underflow), or unset it");
 }
 
-inline double parse_collective_timeout(std::string_view text) {
-  const std::string s(text);
-  char* end = nullptr;
-  errno = 0;
-  const double v = s.empty() ? std::nan("") : std::strtod(s.c_str(), &end);
-  const bool whole = end != nullptr && *end == '\0';
-  if (!whole || errno == ERANGE || !std::isfinite(v) || v < 0)
-    throw value_error(detail::quoted(collective_timeout_variable, text) +
-                      " is not a number of seconds; set it to how long a collective may wait "
-                      "before the job is aborted (for example 600 for 10 minutes, 0 for no "
-                      "timeout), or unset it");
-  return v;
-}
+TESSEL_INLINE double parse_collective_timeout(std::string_view text);
 
 inline bool parse_nccl(std::string_view text) {
   return detail::zero_or_one(nccl_variable, text,
@@ -120,7 +85,60 @@ inline std::optional<bool> nccl() {
 }
 // OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS, where one is an integer from 1 to max_threads (what
 // a job script sets for the BLAS, as torchrun sets OMP_NUM_THREADS); other values are theirs.
-inline std::optional<std::size_t> blas_threads() {
+TESSEL_INLINE std::optional<std::size_t> blas_threads();
+
+// Every bad value among tessel's variables, one message each (empty: all are good or unset).
+TESSEL_INLINE std::vector<std::string> problems();
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace detail {
+TESSEL_INLINE std::optional<long> whole_number(std::string_view text, long lo, long hi) {
+  const std::string s(text);
+  // strtol would skip leading blanks and take a '+': "a whole number" is digits, or '-' digits.
+  if (s.empty() || !(std::isdigit(static_cast<unsigned char>(s[0])) || s[0] == '-'))
+    return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(s.c_str(), &end, 10);
+  if (end == s.c_str() || *end != '\0' || errno == ERANGE || n < lo || n > hi) return std::nullopt;
+  return n;
+}
+TESSEL_INLINE std::string quoted(const char* variable, std::string_view value) {
+  return std::string(variable) + "='" + std::string(value) + "'";
+}
+TESSEL_INLINE bool zero_or_one(const char* variable, std::string_view text, const char* advice) {
+  if (text == "0") return false;
+  if (text == "1") return true;
+  throw value_error(quoted(variable, text) + " is neither 0 nor 1; " + advice);
+}
+}  // namespace detail
+
+TESSEL_INLINE std::size_t parse_num_threads(std::string_view text) {
+  if (const auto n = detail::whole_number(text, 1, static_cast<long>(max_threads)))
+    return static_cast<std::size_t>(*n);
+  throw value_error(detail::quoted(num_threads_variable, text) +
+                    " is not a number of threads; set it to an integer from 1 to " +
+                    std::to_string(max_threads) +
+                    " (the threads each process computes with), or unset it to share the "
+                    "cores among the processes on the machine");
+}
+
+TESSEL_INLINE double parse_collective_timeout(std::string_view text) {
+  const std::string s(text);
+  char* end = nullptr;
+  errno = 0;
+  const double v = s.empty() ? std::nan("") : std::strtod(s.c_str(), &end);
+  const bool whole = end != nullptr && *end == '\0';
+  if (!whole || errno == ERANGE || !std::isfinite(v) || v < 0)
+    throw value_error(detail::quoted(collective_timeout_variable, text) +
+                      " is not a number of seconds; set it to how long a collective may wait "
+                      "before the job is aborted (for example 600 for 10 minutes, 0 for no "
+                      "timeout), or unset it");
+  return v;
+}
+
+TESSEL_INLINE std::optional<std::size_t> blas_threads() {
   for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"})
     if (const char* v = detail::get(name))
       if (const auto n = detail::whole_number(v, 1, static_cast<long>(max_threads)))
@@ -128,8 +146,7 @@ inline std::optional<std::size_t> blas_threads() {
   return std::nullopt;
 }
 
-// Every bad value among tessel's variables, one message each (empty: all are good or unset).
-inline std::vector<std::string> problems() {
+TESSEL_INLINE std::vector<std::string> problems() {
   std::vector<std::string> out;
   auto check = [&](auto read) {
     try {
@@ -144,5 +161,6 @@ inline std::vector<std::string> problems() {
   check(nccl);
   return out;
 }
+#endif
 
 }  // namespace tessel::environment

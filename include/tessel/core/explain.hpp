@@ -6,18 +6,35 @@
 #include <cstddef>
 #include <string>
 
+#include "compilation.hpp"
 #include "model_plan.hpp"
 
 namespace tessel {
 
 namespace detail {
-inline std::string bytes_text(std::size_t b) {
+TESSEL_INLINE std::string bytes_text(std::size_t b);
+TESSEL_INLINE std::string pad(std::string s, std::size_t w);
+}  // namespace detail
+
+// What a step moves, as `explain` names it: "input" (operand k > 0: "input k"), "output", their
+// gradients, a variable by the last part of its path (with " gradient" for its gradient), a
+// statistic ("row max"), "loss".
+TESSEL_INLINE std::string step_name(const model_plan& p, const planned_step& s);
+
+// The plan as text: variables with their layouts and shards, each layer's output layout, and
+// every collective of a training step with its mesh axis and bytes.
+TESSEL_INLINE std::string explain(const model_plan& p, const model_desc& m);
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace detail {
+TESSEL_INLINE std::string bytes_text(std::size_t b) {
   if (b == unknown_bytes) return "?";
   if (b < 10 * 1024) return std::to_string(b) + " B";
   if (b < 10 * 1024 * 1024) return std::to_string((b + 512) / 1024) + " KiB";
   return std::to_string((b + 512 * 1024) / (1024 * 1024)) + " MiB";
 }
-inline std::string pad(std::string s, std::size_t w) {
+TESSEL_INLINE std::string pad(std::string s, std::size_t w) {
   // Pad by displayed characters: every byte that does not start a UTF-8 sequence continues one.
   std::size_t shown = 0;
   for (unsigned char c : s) shown += (c & 0xC0) != 0x80;
@@ -26,10 +43,7 @@ inline std::string pad(std::string s, std::size_t w) {
 }
 }  // namespace detail
 
-// What a step moves, as `explain` names it: "input" (operand k > 0: "input k"), "output", their
-// gradients, a variable by the last part of its path (with " gradient" for its gradient), a
-// statistic ("row max"), "loss".
-inline std::string step_name(const model_plan& p, const planned_step& s) {
+TESSEL_INLINE std::string step_name(const model_plan& p, const planned_step& s) {
   auto operand = [&] { return s.index == 0 ? std::string("input") : "input " + std::to_string(s.index); };
   auto leaf = [&] {
     if (s.index >= p.variable_count) return std::string("variable");
@@ -51,9 +65,7 @@ inline std::string step_name(const model_plan& p, const planned_step& s) {
   return "";
 }
 
-// The plan as text: variables with their layouts and shards, each layer's output layout, and
-// every collective of a training step with its mesh axis and bytes.
-inline std::string explain(const model_plan& p, const model_desc& m) {
+TESSEL_INLINE std::string explain(const model_plan& p, const model_desc& m) {
   using detail::pad;
   std::string s;
   s += "mesh " + to_string(p.mesh) + " (" + std::to_string(p.mesh.size()) + " devices), global batch " +
@@ -105,5 +117,6 @@ inline std::string explain(const model_plan& p, const model_desc& m) {
        detail::bytes_text(p.wire_bytes(phase::backward)) + " sent per device\n";
   return s;
 }
+#endif
 
 }  // namespace tessel

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "compilation.hpp"
 #include "diagnostics.hpp"
 #include "errors.hpp"
 #include "tensor_layout.hpp"
@@ -46,21 +47,7 @@ constexpr divisibility_check check_divisible(const layout_value& l, const mesh_v
 
 // Run-time check of a layout against a concrete mesh and shape, with a message that names the
 // dimension, its size, the axes and their size.
-inline void check_layout(const layout_value& l, const mesh_value& m, const shape_value& s) {
-  if (l.rank != s.rank)
-    throw value_error("tessel: a layout of rank " + std::to_string(l.rank) +
-                      " cannot lay out a tensor of rank " + std::to_string(s.rank) + " " +
-                      to_string(s) + "; give one entry (an axis name or none) per dimension");
-  for (std::size_t d = 0; d < l.rank; ++d) {
-    const std::size_t n = m.size_of(l.dims[d].mask());
-    if (s.extents[d] != dynamic_extent && s.extents[d] % n != 0)
-      throw value_error("tessel: dimension " + std::to_string(d) + " of size " +
-                        std::to_string(s.extents[d]) + " is sharded over mesh axis '" +
-                        std::string(axes_label(m, l.dims[d]).view()) + "' of size " +
-                        std::to_string(n) + ", which does not divide it; use a size divisible by " +
-                        std::to_string(n) + " or replicate the dimension (none)");
-  }
-}
+TESSEL_INLINE void check_layout(const layout_value& l, const mesh_value& m, const shape_value& s);
 
 namespace detail {
 // Not constexpr: reaching it in a constant expression makes the compiler stop there, naming it.
@@ -136,5 +123,24 @@ struct laid_out {
 
 template <class Layout, class Shape>
 inline constexpr shape_value local_shape_v = laid_out<Layout, Shape>::local_shape;
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE void check_layout(const layout_value& l, const mesh_value& m, const shape_value& s) {
+  if (l.rank != s.rank)
+    throw value_error("tessel: a layout of rank " + std::to_string(l.rank) +
+                      " cannot lay out a tensor of rank " + std::to_string(s.rank) + " " +
+                      to_string(s) + "; give one entry (an axis name or none) per dimension");
+  for (std::size_t d = 0; d < l.rank; ++d) {
+    const std::size_t n = m.size_of(l.dims[d].mask());
+    if (s.extents[d] != dynamic_extent && s.extents[d] % n != 0)
+      throw value_error("tessel: dimension " + std::to_string(d) + " of size " +
+                        std::to_string(s.extents[d]) + " is sharded over mesh axis '" +
+                        std::string(axes_label(m, l.dims[d]).view()) + "' of size " +
+                        std::to_string(n) + ", which does not divide it; use a size divisible by " +
+                        std::to_string(n) + " or replicate the dimension (none)");
+  }
+}
+#endif
 
 }  // namespace tessel

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "compilation.hpp"
 #include "device_mesh.hpp"
 #include "diagnostics.hpp"
 #include "shape.hpp"
@@ -115,44 +116,7 @@ struct layout_value {
 };
 
 // "('data', None)", "(('data', 'model'), None)", with " partial over ('model',)" when partial.
-inline std::string to_string(const layout_value& l, const mesh_value& m) {
-  // Built with append only: gcc 12 warns wrongly (-Wrestrict) on `"'" + std::string(...)`.
-  std::string s = "(";
-  auto quoted = [&](std::size_t a) {
-    s.push_back('\'');
-    s.append(m.names[a].view());
-    s.push_back('\'');
-  };
-  for (std::size_t i = 0; i < l.rank; ++i) {
-    if (i) s.append(", ");
-    const auto& d = l.dims[i];
-    if (d.count == 0) {
-      s.append("None");
-    } else if (d.count == 1) {
-      quoted(d.axes[0]);
-    } else {
-      s.push_back('(');
-      for (std::size_t k = 0; k < d.count; ++k) {
-        if (k) s.append(", ");
-        quoted(d.axes[k]);
-      }
-      s.push_back(')');
-    }
-  }
-  s.append(l.rank == 1 ? ",)" : ")");
-  if (l.partial) {
-    s.append(" partial over (");
-    bool first = true;
-    for (std::size_t a = 0; a < m.rank; ++a)
-      if (l.partial & (1u << a)) {
-        if (!first) s.append(", ");
-        quoted(a);
-        first = false;
-      }
-    s.push_back(')');
-  }
-  return s;
-}
+TESSEL_INLINE std::string to_string(const layout_value& l, const mesh_value& m);
 
 namespace detail {
 
@@ -225,5 +189,47 @@ inline constexpr bool is_tensor_layout = false;
 template <class M, dim_spec... S>
 inline constexpr bool is_tensor_layout<tensor_layout<M, S...>> = true;
 }  // namespace detail
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE std::string to_string(const layout_value& l, const mesh_value& m) {
+  // Built with append only: gcc 12 warns wrongly (-Wrestrict) on `"'" + std::string(...)`.
+  std::string s = "(";
+  auto quoted = [&](std::size_t a) {
+    s.push_back('\'');
+    s.append(m.names[a].view());
+    s.push_back('\'');
+  };
+  for (std::size_t i = 0; i < l.rank; ++i) {
+    if (i) s.append(", ");
+    const auto& d = l.dims[i];
+    if (d.count == 0) {
+      s.append("None");
+    } else if (d.count == 1) {
+      quoted(d.axes[0]);
+    } else {
+      s.push_back('(');
+      for (std::size_t k = 0; k < d.count; ++k) {
+        if (k) s.append(", ");
+        quoted(d.axes[k]);
+      }
+      s.push_back(')');
+    }
+  }
+  s.append(l.rank == 1 ? ",)" : ")");
+  if (l.partial) {
+    s.append(" partial over (");
+    bool first = true;
+    for (std::size_t a = 0; a < m.rank; ++a)
+      if (l.partial & (1u << a)) {
+        if (!first) s.append(", ");
+        quoted(a);
+        first = false;
+      }
+    s.push_back(')');
+  }
+  return s;
+}
+#endif
 
 }  // namespace tessel

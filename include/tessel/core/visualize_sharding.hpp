@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "compilation.hpp"
 #include "device_mesh.hpp"
 #include "errors.hpp"
 #include "shape.hpp"
@@ -20,8 +21,23 @@ namespace tessel {
 
 // The grid for a tensor of `shape` laid out by `layout` on `mesh` (sized): one cell per block,
 // labelled "<kind> d, e, ..." with the devices that hold it (replicas share a cell).
-inline std::string visualize_sharding(const shape_value& shape, const layout_value& layout,
-                                      const mesh_value& mesh, std::string_view kind = "CPU") {
+TESSEL_INLINE std::string visualize_sharding(const shape_value& shape, const layout_value& layout,
+                                             const mesh_value& mesh, std::string_view kind = "CPU");
+
+// The grid of a variable (or any value with a sharded `value`): its global shape and layout.
+template <class V>
+  requires requires(const V& v) {
+    v.value.global_shape();
+    v.value.layout();
+  }
+std::string visualize_sharding(const V& v, const mesh_value& mesh, std::string_view kind = "CPU") {
+  return visualize_sharding(v.value.global_shape(), v.value.layout(), mesh, kind);
+}
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE std::string visualize_sharding(const shape_value& shape, const layout_value& layout,
+                                             const mesh_value& mesh, std::string_view kind) {
   if (shape.rank < 1 || shape.rank > 2 || layout.rank != shape.rank)
     throw value_error("visualize_sharding draws 1-D and 2-D tensors; got shape " +
                       to_string(shape) + " with a layout of rank " + std::to_string(layout.rank) +
@@ -78,15 +94,6 @@ inline std::string visualize_sharding(const shape_value& shape, const layout_val
   }
   return out;
 }
-
-// The grid of a variable (or any value with a sharded `value`): its global shape and layout.
-template <class V>
-  requires requires(const V& v) {
-    v.value.global_shape();
-    v.value.layout();
-  }
-std::string visualize_sharding(const V& v, const mesh_value& mesh, std::string_view kind = "CPU") {
-  return visualize_sharding(v.value.global_shape(), v.value.layout(), mesh, kind);
-}
+#endif
 
 }  // namespace tessel

@@ -12,20 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 
 namespace tessel {
 
 // "(60000, 28, 28)", as NumPy prints a shape.
-inline std::string shape_to_string(const std::vector<std::size_t>& s) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(s[i]);
-  }
-  if (s.size() == 1) out += ",";
-  return out + ")";
-}
+TESSEL_INLINE std::string shape_to_string(const std::vector<std::size_t>& s);
 
 namespace detail {
 
@@ -40,20 +33,7 @@ constexpr std::optional<std::size_t> checked_multiply(std::size_t a, std::size_t
 // The product of the dimensions of `s`, or nothing where it does not fit a std::size_t. As in
 // NumPy, the dimensions other than 0 must multiply within range even when one is 0, so that every
 // part of a shape that has a count (a row, a block of rows) has a count that fits too.
-inline std::optional<std::size_t> checked_element_count(const std::vector<std::size_t>& s) {
-  std::size_t nonzero = 1;
-  bool empty = false;
-  for (const std::size_t d : s) {
-    if (d == 0) {
-      empty = true;
-      continue;
-    }
-    const std::optional<std::size_t> product = checked_multiply(nonzero, d);
-    if (!product) return std::nullopt;
-    nonzero = *product;
-  }
-  return empty ? 0 : nonzero;
-}
+TESSEL_INLINE std::optional<std::size_t> checked_element_count(const std::vector<std::size_t>& s);
 
 }  // namespace detail
 
@@ -61,17 +41,8 @@ inline std::optional<std::size_t> checked_element_count(const std::vector<std::s
 // that does not fit a 64-bit size throws value_error naming the shape (after `what`, when given),
 // where an unchecked product would wrap to a small number, even 0, and let an array that promises
 // more rows than it has pass every later check.
-inline std::size_t element_count(const std::vector<std::size_t>& s, std::string_view what = {}) {
-  if (const std::optional<std::size_t> count = detail::checked_element_count(s)) return *count;
-  const bool empty = std::find(s.begin(), s.end(), std::size_t{0}) != s.end();
-  throw value_error((what.empty() ? std::string{} : std::string(what) + ": ") + "shape " +
-                    shape_to_string(s) +
-                    (empty ? " has a dimension of 0, but its other dimensions multiply to more "
-                             "than a 64-bit size can count ("
-                           : " has more elements than a 64-bit size can count (") +
-                    std::to_string(std::numeric_limits<std::size_t>::max()) +
-                    "); a dimension is wrong: give each dimension its real size");
-}
+TESSEL_INLINE std::size_t element_count(const std::vector<std::size_t>& s,
+                                        std::string_view what = {});
 
 template <class T>
 struct array {
@@ -106,5 +77,51 @@ struct array {
   // Equal shapes and equal values (NumPy's array_equal).
   friend bool operator==(const array&, const array&) = default;
 };
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+
+TESSEL_INLINE std::string shape_to_string(const std::vector<std::size_t>& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(s[i]);
+  }
+  if (s.size() == 1) out += ",";
+  return out + ")";
+}
+
+namespace detail {
+
+TESSEL_INLINE std::optional<std::size_t> checked_element_count(const std::vector<std::size_t>& s) {
+  std::size_t nonzero = 1;
+  bool empty = false;
+  for (const std::size_t d : s) {
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    const std::optional<std::size_t> product = checked_multiply(nonzero, d);
+    if (!product) return std::nullopt;
+    nonzero = *product;
+  }
+  return empty ? 0 : nonzero;
+}
+
+}  // namespace detail
+
+TESSEL_INLINE std::size_t element_count(const std::vector<std::size_t>& s, std::string_view what) {
+  if (const std::optional<std::size_t> count = detail::checked_element_count(s)) return *count;
+  const bool empty = std::find(s.begin(), s.end(), std::size_t{0}) != s.end();
+  throw value_error((what.empty() ? std::string{} : std::string(what) + ": ") + "shape " +
+                    shape_to_string(s) +
+                    (empty ? " has a dimension of 0, but its other dimensions multiply to more "
+                             "than a 64-bit size can count ("
+                           : " has more elements than a 64-bit size can count (") +
+                    std::to_string(std::numeric_limits<std::size_t>::max()) +
+                    "); a dimension is wrong: give each dimension its real size");
+}
+
+#endif
 
 }  // namespace tessel

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "array.hpp"
 #include "file_access.hpp"
@@ -43,23 +44,45 @@ inline constexpr const char* file_names[4] = {"train-images-idx3-ubyte", "train-
                                               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 
 // "train-images-idx3-ubyte.gz, ... and t10k-labels-idx1-ubyte.gz".
-inline std::string file_list() {
+TESSEL_INLINE std::string file_list();
+
+TESSEL_INLINE std::string install_hint();
+
+// Shape and label range, checked so that a wrong file (MNIST digits' labels are fine, a random
+// IDX file is not) fails here and not as a confusing error inside fit.
+TESSEL_INLINE split load_split(const std::filesystem::path& images_path,
+                               const std::filesystem::path& labels_path);
+
+}  // namespace detail
+
+// ((x_train, y_train), (x_test, y_test)) as keras.datasets.fashion_mnist.load_data() returns them:
+// x_train (60000, 28, 28), y_train (60000,), x_test (10000, 28, 28), y_test (10000,), all uint8.
+// Reads NAME.gz, or NAME uncompressed, from data_directory(directory). Throws value_error naming
+// the path and what is wrong with it: files or a directory that are missing (with the package to
+// install and the environment variable), a directory that is not one, or a path the system
+// refuses (permission denied, with its text).
+TESSEL_INLINE std::pair<split, split> load_data(const std::filesystem::path& directory = {});
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+
+namespace detail {
+
+TESSEL_INLINE std::string file_list() {
   std::string files;
   for (std::size_t i = 0; i < 4; ++i)
     files += std::string(i ? (i == 3 ? " and " : ", ") : "") + file_names[i] + ".gz";
   return files;
 }
 
-inline std::string install_hint() {
+TESSEL_INLINE std::string install_hint() {
   return std::string(
              "Install Debian's package with `apt-get install dataset-fashion-mnist`, or set ") +
          directory_variable + " to a directory that holds " + file_list();
 }
 
-// Shape and label range, checked so that a wrong file (MNIST digits' labels are fine, a random
-// IDX file is not) fails here and not as a confusing error inside fit.
-inline split load_split(const std::filesystem::path& images_path,
-                        const std::filesystem::path& labels_path) {
+TESSEL_INLINE split load_split(const std::filesystem::path& images_path,
+                               const std::filesystem::path& labels_path) {
   split s{data::read_idx(images_path), data::read_idx(labels_path)};
   const auto& [images, labels] = s;
   if (images.rank() != 3 || images.shape[1] != 28 || images.shape[2] != 28) {
@@ -84,13 +107,7 @@ inline split load_split(const std::filesystem::path& images_path,
 
 }  // namespace detail
 
-// ((x_train, y_train), (x_test, y_test)) as keras.datasets.fashion_mnist.load_data() returns them:
-// x_train (60000, 28, 28), y_train (60000,), x_test (10000, 28, 28), y_test (10000,), all uint8.
-// Reads NAME.gz, or NAME uncompressed, from data_directory(directory). Throws value_error naming
-// the path and what is wrong with it: files or a directory that are missing (with the package to
-// install and the environment variable), a directory that is not one, or a path the system
-// refuses (permission denied, with its text).
-inline std::pair<split, split> load_data(const std::filesystem::path& directory = {}) {
+TESSEL_INLINE std::pair<split, split> load_data(const std::filesystem::path& directory) {
   const std::filesystem::path dir = data_directory(directory);
   const char* env = std::getenv(directory_variable);
   const bool from_env = directory.empty() && env != nullptr && *env != '\0';
@@ -146,5 +163,7 @@ inline std::pair<split, split> load_data(const std::filesystem::path& directory 
   }
   return {detail::load_split(paths[0], paths[1]), detail::load_split(paths[2], paths[3])};
 }
+
+#endif
 
 }  // namespace tessel::datasets::fashion_mnist

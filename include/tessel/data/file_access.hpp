@@ -8,6 +8,8 @@
 #include <system_error>
 #include <vector>
 
+#include "../core/compilation.hpp"
+
 namespace tessel::data {
 
 // What a path is expected to be.
@@ -39,7 +41,33 @@ struct path_access {
 namespace detail {
 
 // "a regular file": the kind of a file, as `ls -l` tells it.
-inline std::string kind_name(std::filesystem::file_type t) {
+TESSEL_INLINE std::string kind_name(std::filesystem::file_type t);
+
+// The path's ancestors and the path, from the root down: /a, /a/b, /a/b/c for a/b/c run in /.
+TESSEL_INLINE std::vector<std::filesystem::path> path_prefixes(const std::filesystem::path& path);
+
+// Which part of `path` caused `ec` (met looking at or opening it), as " (...)", or "" where the
+// system's text says it all: the directory this user may not search, the part of the path that is
+// a file where a directory was needed, the missing directory on the way.
+TESSEL_INLINE std::string cause_in_path(const std::filesystem::path& path, std::error_code ec,
+                                        bool writing);
+
+}  // namespace detail
+
+// Looks at `path` with std::filesystem::status and says whether it is there and of `kind`, and
+// if not, why, with the system's text for the error.
+TESSEL_INLINE path_access check_path(const std::filesystem::path& path, path_kind kind);
+
+// Why opening `path` failed with errno `error` (set by open, fopen or gzopen): the system's text
+// and, where it does not say it, the part of the path at fault.
+TESSEL_INLINE std::string open_failure(const std::filesystem::path& path, int error, bool writing);
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+
+namespace detail {
+
+TESSEL_INLINE std::string kind_name(std::filesystem::file_type t) {
   using std::filesystem::file_type;
   switch (t) {
     case file_type::regular:
@@ -61,8 +89,7 @@ inline std::string kind_name(std::filesystem::file_type t) {
   }
 }
 
-// The path's ancestors and the path, from the root down: /a, /a/b, /a/b/c for a/b/c run in /.
-inline std::vector<std::filesystem::path> path_prefixes(const std::filesystem::path& path) {
+TESSEL_INLINE std::vector<std::filesystem::path> path_prefixes(const std::filesystem::path& path) {
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(path, ec);
   if (ec) absolute = path;
@@ -76,11 +103,8 @@ inline std::vector<std::filesystem::path> path_prefixes(const std::filesystem::p
   return out;
 }
 
-// Which part of `path` caused `ec` (met looking at or opening it), as " (...)", or "" where the
-// system's text says it all: the directory this user may not search, the part of the path that is
-// a file where a directory was needed, the missing directory on the way.
-inline std::string cause_in_path(const std::filesystem::path& path, std::error_code ec,
-                                 bool writing) {
+TESSEL_INLINE std::string cause_in_path(const std::filesystem::path& path, std::error_code ec,
+                                        bool writing) {
   const std::vector<std::filesystem::path> parts = path_prefixes(path);
   if (ec == std::errc::permission_denied) {
     // The first part the system refuses to look at lies in a directory this user may not search.
@@ -119,9 +143,7 @@ inline std::string cause_in_path(const std::filesystem::path& path, std::error_c
 
 }  // namespace detail
 
-// Looks at `path` with std::filesystem::status and says whether it is there and of `kind`, and
-// if not, why, with the system's text for the error.
-inline path_access check_path(const std::filesystem::path& path, path_kind kind) {
+TESSEL_INLINE path_access check_path(const std::filesystem::path& path, path_kind kind) {
   using status = path_access::status;
   std::error_code ec;
   const std::filesystem::file_status st = std::filesystem::status(path, ec);
@@ -141,12 +163,12 @@ inline path_access check_path(const std::filesystem::path& path, path_kind kind)
   return {status::ok, {}, st.type()};
 }
 
-// Why opening `path` failed with errno `error` (set by open, fopen or gzopen): the system's text
-// and, where it does not say it, the part of the path at fault.
-inline std::string open_failure(const std::filesystem::path& path, int error, bool writing) {
+TESSEL_INLINE std::string open_failure(const std::filesystem::path& path, int error, bool writing) {
   if (error == 0) return "the system gave no reason";
   const std::error_code ec(error, std::generic_category());
   return ec.message() + detail::cause_in_path(path, ec, writing);
 }
+
+#endif
 
 }  // namespace tessel::data

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "array.hpp"
 #include "file_access.hpp"
@@ -29,37 +30,7 @@ namespace detail {
 // gzopen reads plain files too (gzdirect), so one code path serves .gz and uncompressed files.
 class gz_reader {
  public:
-  explicit gz_reader(const std::filesystem::path& path) : path_(path) {
-    const path_access access = check_path(path, path_kind::file);
-    if (access.missing()) {
-      std::error_code ec;
-      throw value_error("IDX file '" + path.string() +
-                        "' does not exist; check the path (relative paths start at the current "
-                        "directory, '" +
-                        std::filesystem::current_path(ec).string() + "')");
-    }
-    if (access.type == std::filesystem::file_type::directory) {
-      throw value_error("'" + path.string() +
-                        "' is a directory; pass the path of an IDX file inside it");
-    }
-    if (!access.ok()) {
-      throw value_error("IDX file '" + path.string() + "' " + access.reason +
-                        "; check the path and its permissions");
-    }
-    errno = 0;
-    file_ = gzopen(path.c_str(), "rb");
-    if (file_ == nullptr) {
-      const int error = errno;
-      throw value_error(
-          "cannot open IDX file '" + path.string() +
-          "': " + (error ? open_failure(path, error, false) : "zlib could not allocate its state") +
-          (error == EACCES || error == EPERM
-               ? "; change the permissions or run the program as a user who has them"
-               : ""));
-    }
-    // A larger buffer than zlib's 8 KiB default: the training images are 47 MB decompressed.
-    gzbuffer(file_, 1u << 17);
-  }
+  explicit gz_reader(const std::filesystem::path& path);
   gz_reader(const gz_reader&) = delete;
   gz_reader& operator=(const gz_reader&) = delete;
   ~gz_reader() {
@@ -67,44 +38,14 @@ class gz_reader {
   }
 
   // Reads up to n bytes; fewer only at the end of the data. A corrupt stream throws.
-  std::size_t read(void* dst, std::size_t n) {
-    std::size_t total = 0;
-    auto* out = static_cast<unsigned char*>(dst);
-    while (total < n) {
-      const auto chunk = static_cast<unsigned>(std::min<std::size_t>(n - total, INT_MAX / 2));
-      const int got = gzread(file_, out + total, chunk);
-      if (got < 0) {
-        int code = Z_OK;
-        const char* msg = gzerror(file_, &code);
-        throw value_error("IDX file '" + path_.string() + "' is corrupt (zlib: " + msg +
-                          "); download it again");
-      }
-      if (got == 0) break;
-      total += static_cast<std::size_t>(got);
-    }
-    read_ += total;
-    return total;
-  }
+  std::size_t read(void* dst, std::size_t n);
 
   // At the end of the data: a gzip stream must have ended cleanly, its CRC-32 and length
   // trailer read and matched. zlib reports a stream cut short (even by its 8-byte trailer
   // alone, when every data byte arrived) only through gzerror and gzclose, never as a failed
   // read: without this check a file whose trailer is gone and whose data has a flipped bit
   // would load with wrong values.
-  void finish() {
-    int code = Z_OK;
-    const std::string msg = gzerror(file_, &code);
-    const int closed = gzclose(std::exchange(file_, nullptr));
-    if (code == Z_BUF_ERROR || closed == Z_BUF_ERROR)
-      throw value_error("IDX file '" + path_.string() +
-                        "' is truncated: its gzip stream ends before its CRC-32 and length "
-                        "trailer, so its contents cannot be verified (zlib: " +
-                        (msg.empty() ? "unexpected end of file" : msg) + "); download it again");
-    if (code != Z_OK || closed != Z_OK)
-      throw value_error("IDX file '" + path_.string() + "' is corrupt (zlib: " +
-                        (msg.empty() ? "error " + std::to_string(closed) : msg) +
-                        "); download it again");
-  }
+  void finish();
 
   std::size_t bytes_read() const { return read_; }
   // Says how the byte counts in messages were measured.
@@ -119,7 +60,95 @@ class gz_reader {
 };
 
 // The IDX element types (third magic byte), for messages.
-inline const char* idx_type_name(unsigned code) {
+TESSEL_INLINE const char* idx_type_name(unsigned code);
+
+TESSEL_INLINE std::string hex_bytes(const unsigned char* b, std::size_t n);
+
+}  // namespace detail
+
+// Reads an IDX file of unsigned bytes (type code 0x08, as MNIST and Fashion-MNIST images and
+// labels are) into an array with the file's shape; gzip'd files (magic 1f 8b) are decompressed.
+// Throws value_error naming the file when it is missing, truncated, not IDX or of another type,
+// or when a gzip stream fails its CRC-32 and length check or ends before them.
+TESSEL_INLINE array<std::uint8_t> read_idx(const std::filesystem::path& path);
+
+// Writes a as an IDX file of unsigned bytes, gzip'd when the path ends in ".gz" (the form
+// read_idx and the MNIST distributions use). Throws value_error when a dimension does not fit
+// the format (rank <= 255, each dimension < 2^32) or the file cannot be written.
+TESSEL_INLINE void write_idx(const std::filesystem::path& path, const array<std::uint8_t>& a);
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+
+namespace detail {
+
+TESSEL_INLINE gz_reader::gz_reader(const std::filesystem::path& path) : path_(path) {
+  const path_access access = check_path(path, path_kind::file);
+  if (access.missing()) {
+    std::error_code ec;
+    throw value_error("IDX file '" + path.string() +
+                      "' does not exist; check the path (relative paths start at the current "
+                      "directory, '" +
+                      std::filesystem::current_path(ec).string() + "')");
+  }
+  if (access.type == std::filesystem::file_type::directory) {
+    throw value_error("'" + path.string() +
+                      "' is a directory; pass the path of an IDX file inside it");
+  }
+  if (!access.ok()) {
+    throw value_error("IDX file '" + path.string() + "' " + access.reason +
+                      "; check the path and its permissions");
+  }
+  errno = 0;
+  file_ = gzopen(path.c_str(), "rb");
+  if (file_ == nullptr) {
+    const int error = errno;
+    throw value_error(
+        "cannot open IDX file '" + path.string() +
+        "': " + (error ? open_failure(path, error, false) : "zlib could not allocate its state") +
+        (error == EACCES || error == EPERM
+             ? "; change the permissions or run the program as a user who has them"
+             : ""));
+  }
+  // A larger buffer than zlib's 8 KiB default: the training images are 47 MB decompressed.
+  gzbuffer(file_, 1u << 17);
+}
+
+TESSEL_INLINE std::size_t gz_reader::read(void* dst, std::size_t n) {
+  std::size_t total = 0;
+  auto* out = static_cast<unsigned char*>(dst);
+  while (total < n) {
+    const auto chunk = static_cast<unsigned>(std::min<std::size_t>(n - total, INT_MAX / 2));
+    const int got = gzread(file_, out + total, chunk);
+    if (got < 0) {
+      int code = Z_OK;
+      const char* msg = gzerror(file_, &code);
+      throw value_error("IDX file '" + path_.string() + "' is corrupt (zlib: " + msg +
+                        "); download it again");
+    }
+    if (got == 0) break;
+    total += static_cast<std::size_t>(got);
+  }
+  read_ += total;
+  return total;
+}
+
+TESSEL_INLINE void gz_reader::finish() {
+  int code = Z_OK;
+  const std::string msg = gzerror(file_, &code);
+  const int closed = gzclose(std::exchange(file_, nullptr));
+  if (code == Z_BUF_ERROR || closed == Z_BUF_ERROR)
+    throw value_error("IDX file '" + path_.string() +
+                      "' is truncated: its gzip stream ends before its CRC-32 and length "
+                      "trailer, so its contents cannot be verified (zlib: " +
+                      (msg.empty() ? "unexpected end of file" : msg) + "); download it again");
+  if (code != Z_OK || closed != Z_OK)
+    throw value_error("IDX file '" + path_.string() + "' is corrupt (zlib: " +
+                      (msg.empty() ? "error " + std::to_string(closed) : msg) +
+                      "); download it again");
+}
+
+TESSEL_INLINE const char* idx_type_name(unsigned code) {
   switch (code) {
     case 0x08:
       return "unsigned byte";
@@ -138,7 +167,7 @@ inline const char* idx_type_name(unsigned code) {
   }
 }
 
-inline std::string hex_bytes(const unsigned char* b, std::size_t n) {
+TESSEL_INLINE std::string hex_bytes(const unsigned char* b, std::size_t n) {
   std::string s;
   for (std::size_t i = 0; i < n; ++i) {
     char buf[4];
@@ -150,11 +179,7 @@ inline std::string hex_bytes(const unsigned char* b, std::size_t n) {
 
 }  // namespace detail
 
-// Reads an IDX file of unsigned bytes (type code 0x08, as MNIST and Fashion-MNIST images and
-// labels are) into an array with the file's shape; gzip'd files (magic 1f 8b) are decompressed.
-// Throws value_error naming the file when it is missing, truncated, not IDX or of another type,
-// or when a gzip stream fails its CRC-32 and length check or ends before them.
-inline array<std::uint8_t> read_idx(const std::filesystem::path& path) {
+TESSEL_INLINE array<std::uint8_t> read_idx(const std::filesystem::path& path) {
   detail::gz_reader in(path);
   const std::string name = "IDX file '" + path.string() + "'";
 
@@ -235,10 +260,7 @@ inline array<std::uint8_t> read_idx(const std::filesystem::path& path) {
   return out;
 }
 
-// Writes a as an IDX file of unsigned bytes, gzip'd when the path ends in ".gz" (the form
-// read_idx and the MNIST distributions use). Throws value_error when a dimension does not fit
-// the format (rank <= 255, each dimension < 2^32) or the file cannot be written.
-inline void write_idx(const std::filesystem::path& path, const array<std::uint8_t>& a) {
+TESSEL_INLINE void write_idx(const std::filesystem::path& path, const array<std::uint8_t>& a) {
   const std::string name = "write_idx: '" + path.string() + "'";
   if (a.shape.size() > 255) {
     throw value_error(name + ": IDX files hold at most 255 dimensions, the array has " +
@@ -276,5 +298,7 @@ inline void write_idx(const std::filesystem::path& path, const array<std::uint8_
   if (gzclose(f) != Z_OK || !ok)
     throw value_error(name + " could not be written completely (disk full?)");
 }
+
+#endif
 
 }  // namespace tessel::data

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "../core/compilation.hpp"
+
 namespace tessel {
 
 struct summary_row {
@@ -20,7 +22,28 @@ struct summary_row {
 
 namespace detail {
 // "200,960"
-inline std::string with_commas(std::size_t n) {
+TESSEL_INLINE std::string with_commas(std::size_t n);
+// keras.src.utils.summary_utils.readable_memory_size
+TESSEL_INLINE std::string readable_memory_size(double bytes);
+// Display width in terminal cells: count code points (all our characters are one cell wide).
+TESSEL_INLINE std::size_t cells(const std::string& s);
+TESSEL_INLINE std::string repeat(const std::string& s, std::size_t n);
+// Text in lines of at most `width` cells, broken at spaces as rich wraps a table cell.
+TESSEL_INLINE std::vector<std::string> wrap(const std::string& text, std::size_t width);
+TESSEL_INLINE std::string cell(const std::string& text, std::size_t width, bool right);
+}  // namespace detail
+
+// `connections`: the "Connected to" column of a functional model that is not a chain (Keras's
+// line_length 108), before the layout column.
+TESSEL_INLINE std::string format_summary(const std::string& model_name,
+                                         const std::vector<summary_row>& rows,
+                                         std::size_t trainable, std::size_t non_trainable,
+                                         bool connections = false);
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace detail {
+TESSEL_INLINE std::string with_commas(std::size_t n) {
   const std::string digits = std::to_string(n);
   std::string s;
   for (std::size_t i = 0; i < digits.size(); ++i) {
@@ -29,8 +52,7 @@ inline std::string with_commas(std::size_t n) {
   }
   return s;
 }
-// keras.src.utils.summary_utils.readable_memory_size
-inline std::string readable_memory_size(double bytes) {
+TESSEL_INLINE std::string readable_memory_size(double bytes) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
   for (const char* u : units) {
     if (bytes / 1024 < 1) {
@@ -44,19 +66,17 @@ inline std::string readable_memory_size(double bytes) {
   std::snprintf(buf, sizeof buf, "%.2f PB", bytes);
   return buf;
 }
-// Display width in terminal cells: count code points (all our characters are one cell wide).
-inline std::size_t cells(const std::string& s) {
+TESSEL_INLINE std::size_t cells(const std::string& s) {
   std::size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;
   return n;
 }
-inline std::string repeat(const std::string& s, std::size_t n) {
+TESSEL_INLINE std::string repeat(const std::string& s, std::size_t n) {
   std::string r;
   for (std::size_t i = 0; i < n; ++i) r += s;
   return r;
 }
-// Text in lines of at most `width` cells, broken at spaces as rich wraps a table cell.
-inline std::vector<std::string> wrap(const std::string& text, std::size_t width) {
+TESSEL_INLINE std::vector<std::string> wrap(const std::string& text, std::size_t width) {
   std::vector<std::string> lines;
   std::string line;
   std::size_t start = 0;
@@ -74,18 +94,17 @@ inline std::vector<std::string> wrap(const std::string& text, std::size_t width)
   lines.push_back(line);
   return lines;
 }
-inline std::string cell(const std::string& text, std::size_t width, bool right) {
+TESSEL_INLINE std::string cell(const std::string& text, std::size_t width, bool right) {
   const std::size_t w = cells(text);
   const std::string fill(width > w + 2 ? width - w - 2 : 0, ' ');
   return " " + (right ? fill + text : text + fill) + " ";
 }
 }  // namespace detail
 
-// `connections`: the "Connected to" column of a functional model that is not a chain (Keras's
-// line_length 108), before the layout column.
-inline std::string format_summary(const std::string& model_name,
-                                  const std::vector<summary_row>& rows, std::size_t trainable,
-                                  std::size_t non_trainable, bool connections = false) {
+TESSEL_INLINE std::string format_summary(const std::string& model_name,
+                                         const std::vector<summary_row>& rows,
+                                         std::size_t trainable, std::size_t non_trainable,
+                                         bool connections) {
   using detail::repeat;
   // Keras's widths for three columns at line_length 88 (four at 108), then the layout column.
   std::size_t layout_width = 24;
@@ -139,5 +158,6 @@ inline std::string format_summary(const std::string& model_name,
   out += totals("Non-trainable params: ", non_trainable);
   return out;
 }
+#endif
 
 }  // namespace tessel

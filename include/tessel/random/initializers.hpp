@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "philox.hpp"
 
@@ -23,13 +24,7 @@ inline fans compute_fans(std::size_t rows, std::size_t cols, std::size_t rank) {
   return {static_cast<double>(rows), static_cast<double>(cols)};
 }
 
-inline bool is_known(std::string_view name) {
-  for (std::string_view k : {"zeros", "ones", "glorot_uniform", "glorot_normal", "he_normal",
-                             "he_uniform", "random_normal", "random_uniform", "lecun_normal",
-                             "lecun_uniform"})
-    if (name == k) return true;
-  return false;
-}
+TESSEL_INLINE bool is_known(std::string_view name);
 
 namespace detail {
 // Element k of `out` takes the stream's values at global index `index(k)`: the one code path of
@@ -79,21 +74,42 @@ void draw(std::string_view name, const random::stream& s, const fans& f, std::sp
 
 // Fills `out` (the variable's values, row-major, `rows` x `cols`, of logical rank `rank`) with
 // element k taken from `s` at global index `first + k`.
-inline void fill(std::string_view name, const random::stream& s, std::size_t rows,
-                 std::size_t cols, std::size_t rank, std::span<float> out,
-                 std::uint64_t first = 0) {
-  detail::draw(name, s, compute_fans(rows, cols, rank), out,
-               [first](std::size_t k) { return first + k; });
-}
+TESSEL_INLINE void fill(std::string_view name, const random::stream& s, std::size_t rows,
+                        std::size_t cols, std::size_t rank, std::span<float> out,
+                        std::uint64_t first = 0);
 
 // Fills `out` with the block of a variable of global shape `global` that starts at `offset` and
 // spans `extent` (row-major within the block): each element takes the value at its global
 // row-major index, so a device that holds a shard of the variable draws exactly its slice of the
 // values one device would hold, whatever the sharding (JAX's threefry keyed by position does the
 // same). The fans are the global shape's.
-inline void fill_block(std::string_view name, const random::stream& s,
-                       std::span<const std::size_t> global, std::span<const std::size_t> offset,
-                       std::span<const std::size_t> extent, std::span<float> out) {
+TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
+                              std::span<const std::size_t> global,
+                              std::span<const std::size_t> offset,
+                              std::span<const std::size_t> extent, std::span<float> out);
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+
+TESSEL_INLINE bool is_known(std::string_view name) {
+  for (std::string_view k : {"zeros", "ones", "glorot_uniform", "glorot_normal", "he_normal",
+                             "he_uniform", "random_normal", "random_uniform", "lecun_normal",
+                             "lecun_uniform"})
+    if (name == k) return true;
+  return false;
+}
+
+TESSEL_INLINE void fill(std::string_view name, const random::stream& s, std::size_t rows,
+                        std::size_t cols, std::size_t rank, std::span<float> out,
+                        std::uint64_t first) {
+  detail::draw(name, s, compute_fans(rows, cols, rank), out,
+               [first](std::size_t k) { return first + k; });
+}
+
+TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
+                              std::span<const std::size_t> global,
+                              std::span<const std::size_t> offset,
+                              std::span<const std::size_t> extent, std::span<float> out) {
   const std::size_t rank = global.size();
   std::size_t count = 1;
   bool inside = offset.size() == rank && extent.size() == rank;
@@ -124,5 +140,7 @@ inline void fill_block(std::string_view name, const random::stream& s,
   detail::draw(name, s, compute_fans(rows, cols, rank), out,
                [&](std::size_t k) { return index_of[k]; });
 }
+
+#endif
 
 }  // namespace tessel::initializers

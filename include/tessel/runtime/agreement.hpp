@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../core/agreement.hpp"
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "world.hpp"
 
@@ -24,7 +25,24 @@ namespace tessel::runtime {
 inline constexpr std::size_t max_facts = 60;
 
 namespace detail {
-inline std::string fact_value_text(const fact& f, std::uint64_t v) {
+TESSEL_INLINE std::string fact_value_text(const fact& f, std::uint64_t v);
+TESSEL_INLINE std::string processes_text(const std::vector<int>& ranks);
+
+// The message for the gathered words: `words` per process, each [the call's hash, the count of
+// facts, the facts' values...]. Empty when every process holds the same.
+TESSEL_INLINE std::string disagreement(std::string_view where, std::span<const fact> facts,
+                                       std::span<const std::uint64_t> all, std::size_t words,
+                                       int processes);
+}  // namespace detail
+
+// Collective over every process of the job (runtime::world()); nothing to do on one process.
+// Throws collective_value_error on every process when a fact differs.
+TESSEL_INLINE void require_agreement(std::string_view where, std::span<const fact> facts);
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace detail {
+TESSEL_INLINE std::string fact_value_text(const fact& f, std::uint64_t v) {
   switch (f.shown) {
     case fact::kind::number:
       return std::to_string(v);
@@ -35,18 +53,16 @@ inline std::string fact_value_text(const fact& f, std::uint64_t v) {
   }
   return {};
 }
-inline std::string processes_text(const std::vector<int>& ranks) {
+TESSEL_INLINE std::string processes_text(const std::vector<int>& ranks) {
   std::string out = ranks.size() == 1 ? "process " : "processes ";
   for (std::size_t i = 0; i < ranks.size(); ++i)
     out += (i ? ", " : "") + std::to_string(ranks[i]);
   return out;
 }
 
-// The message for the gathered words: `words` per process, each [the call's hash, the count of
-// facts, the facts' values...]. Empty when every process holds the same.
-inline std::string disagreement(std::string_view where, std::span<const fact> facts,
-                                std::span<const std::uint64_t> all, std::size_t words,
-                                int processes) {
+TESSEL_INLINE std::string disagreement(std::string_view where, std::span<const fact> facts,
+                                       std::span<const std::uint64_t> all, std::size_t words,
+                                       int processes) {
   auto at = [&](int p, std::size_t i) { return all[static_cast<std::size_t>(p) * words + i]; };
   // Group the processes by what they hold at word i: value -> processes.
   auto groups = [&](std::size_t i) {
@@ -98,9 +114,7 @@ inline std::string disagreement(std::string_view where, std::span<const fact> fa
 }
 }  // namespace detail
 
-// Collective over every process of the job (runtime::world()); nothing to do on one process.
-// Throws collective_value_error on every process when a fact differs.
-inline void require_agreement(std::string_view where, std::span<const fact> facts) {
+TESSEL_INLINE void require_agreement(std::string_view where, std::span<const fact> facts) {
   const comm::communicator& all = world();
   if (all.size() <= 1) return;
   const std::size_t n = std::min(facts.size(), max_facts);
@@ -114,5 +128,6 @@ inline void require_agreement(std::string_view where, std::span<const fact> fact
       detail::disagreement(where, facts.first(n), gathered, words, all.size());
   if (!msg.empty()) throw collective_value_error(msg);
 }
+#endif
 
 }  // namespace tessel::runtime

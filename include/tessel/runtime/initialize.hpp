@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../backend/default.hpp"
+#include "../core/compilation.hpp"
 #include "../core/environment.hpp"
 #include "world.hpp"
 
@@ -42,17 +43,7 @@ inline bool flush_denormals_from_environment() {
 // exit() on one process of a multi-process job while its guard is open (glibc's on_exit gives
 // the status): the others would wait for it in their next collective until the timeout, so the
 // job ends now, with a message naming the process and its exit code.
-inline void exit_while_open(int status, void*) {
-  const world_state& w = state();
-  if (!w.guard_open || !w.mpi || w.size <= 1) return;
-  std::fprintf(stderr,
-               "tessel: process %d of %d called exit(%d) while its tessel::initialize guard was "
-               "open, so the other processes would wait for it in their next collective; ending "
-               "the job. Let every process return from main (their guards end together), or end "
-               "the job on an error with guard.fail(e).\n",
-               w.rank, w.size, status);
-  abort_job(status != 0 ? status : 1);
-}
+TESSEL_INLINE void exit_while_open(int status, void*);
 }  // namespace runtime
 
 class initialize {
@@ -83,37 +74,10 @@ class initialize {
   // return, so that the guard still finalizes normally. An error every process raised alike
   // (collective_value_error: processes that feed different data) is printed once, by process 0,
   // and every process returns 1: the job ends without an abort.
-  int fail(const std::exception& e) const {
-    if (num_processes() > 1) {
-      if (dynamic_cast<const collective_value_error*>(&e) != nullptr) {
-        if (process_id() == 0) std::fprintf(stderr, "error: %s\n", e.what());
-        std::fflush(nullptr);
-        runtime::world().barrier();  // every process has it (the timeout names one that has not)
-        return 1;
-      }
-      std::fprintf(stderr, "error (process %d of %d): %s\n", process_id(), num_processes(),
-                   e.what());
-      runtime::abort_job(1);
-    }
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  int fail(const std::exception& e) const;
 
  private:
-  [[noreturn]] static void on_terminate() {
-    if (const std::exception_ptr e = std::current_exception()) {
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& x) {
-        std::fprintf(stderr, "error (process %d of %d): uncaught exception: %s\n", process_id(),
-                     num_processes(), x.what());
-      } catch (...) {
-        std::fprintf(stderr, "error (process %d of %d): uncaught exception\n", process_id(),
-                     num_processes());
-      }
-    }
-    runtime::abort_job(1);
-  }
+  [[noreturn]] static void on_terminate();
   void start(int& argc, char**& argv, const initialize_options& o) {
     if (o.collective_timeout) set_collective_timeout(*o.collective_timeout);
     // Every variable tessel reads, checked before anything runs, on one process as on many: a
@@ -157,15 +121,64 @@ class initialize {
   // watchdog's report names it and says so, and waits for them at a barrier. That wait is not
   // timed here: another process may still have work to do outside any collective (writing
   // results), and is not an error.
-  void leave() {
-    runtime::world_state& w = runtime::state();
-    w.guard_open = false;
-    if (!w.mpi || w.size <= 1) return;
-    comm::watchdog::instance().mark_leaving();
-    runtime::world().barrier("the barrier where every process's guard ends", false);
-  }
+  void leave();
   bool owns_world_ = false;
   bool owns_backend_ = false;
 };
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace runtime {
+TESSEL_INLINE void exit_while_open(int status, void*) {
+  const world_state& w = state();
+  if (!w.guard_open || !w.mpi || w.size <= 1) return;
+  std::fprintf(stderr,
+               "tessel: process %d of %d called exit(%d) while its tessel::initialize guard was "
+               "open, so the other processes would wait for it in their next collective; ending "
+               "the job. Let every process return from main (their guards end together), or end "
+               "the job on an error with guard.fail(e).\n",
+               w.rank, w.size, status);
+  abort_job(status != 0 ? status : 1);
+}
+}  // namespace runtime
+
+TESSEL_INLINE int initialize::fail(const std::exception& e) const {
+  if (num_processes() > 1) {
+    if (dynamic_cast<const collective_value_error*>(&e) != nullptr) {
+      if (process_id() == 0) std::fprintf(stderr, "error: %s\n", e.what());
+      std::fflush(nullptr);
+      runtime::world().barrier();  // every process has it (the timeout names one that has not)
+      return 1;
+    }
+    std::fprintf(stderr, "error (process %d of %d): %s\n", process_id(), num_processes(), e.what());
+    runtime::abort_job(1);
+  }
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 1;
+}
+
+[[noreturn]] TESSEL_INLINE void initialize::on_terminate() {
+  if (const std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      std::fprintf(stderr, "error (process %d of %d): uncaught exception: %s\n", process_id(),
+                   num_processes(), x.what());
+    } catch (...) {
+      std::fprintf(stderr, "error (process %d of %d): uncaught exception\n", process_id(),
+                   num_processes());
+    }
+  }
+  runtime::abort_job(1);
+}
+
+TESSEL_INLINE void initialize::leave() {
+  runtime::world_state& w = runtime::state();
+  w.guard_open = false;
+  if (!w.mpi || w.size <= 1) return;
+  comm::watchdog::instance().mark_leaving();
+  runtime::world().barrier("the barrier where every process's guard ends", false);
+}
+#endif
 
 }  // namespace tessel

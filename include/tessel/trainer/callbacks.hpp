@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "../data/array.hpp"
 #include "../data/file_access.hpp"
@@ -86,10 +87,7 @@ class history : public callback {
   std::vector<std::size_t> epoch;
   std::map<std::string, std::vector<double>> history;  // history.history["loss"]
   void on_train_begin(const logs&) override { epoch.clear(); }
-  void on_epoch_end(std::size_t e, const logs& l) override {
-    epoch.push_back(e);
-    for (const auto& [k, v] : l) history[k].push_back(v);
-  }
+  void on_epoch_end(std::size_t e, const logs& l) override;
 };
 
 namespace callbacks {
@@ -108,75 +106,18 @@ class early_stopping : public callback {
     std::size_t start_from_epoch = 0;
   };
   early_stopping() : early_stopping(options{}) {}
-  explicit early_stopping(options o) : o_(std::move(o)) {
-    if (o_.mode != "auto" && o_.mode != "min" && o_.mode != "max")
-      throw value_error("EarlyStopping mode " + o_.mode +
-                        " is unknown; use one of 'auto', 'min' or 'max'.");
-  }
+  explicit early_stopping(options o);
   std::size_t stopped_epoch = 0;
   std::size_t best_epoch = 0;
   std::optional<double> best;
   std::size_t wait = 0;
 
-  void on_train_begin(const logs&) override {
-    wait = 0;
-    stopped_epoch = 0;
-    best.reset();
-    best_weights_.clear();
-    best_epoch = 0;
-    increases_.reset();
-  }
-  void on_epoch_end(std::size_t epoch, const logs& l) override {
-    const std::optional<double> current = find_log(l, o_.monitor);
-    if (!current) {
-      std::string names;
-      for (const auto& [k, v] : l) names += (names.empty() ? "" : ",") + k;
-      std::cerr << "UserWarning: Early stopping conditioned on metric `" << o_.monitor
-                << "` which is not available. Available metrics are: " << names << "\n";
-      return;
-    }
-    if (epoch < o_.start_from_epoch) return;
-    if (!increases_) increases_ = direction();
-    if (o_.restore_best_weights && best_weights_.empty()) best_weights_ = model->get_weights();
-    ++wait;
-    if (improves(*current, best)) {
-      best = *current;
-      best_epoch = epoch;
-      if (o_.restore_best_weights) best_weights_ = model->get_weights();
-      if (!o_.baseline || improves(*current, o_.baseline)) wait = 0;
-      return;
-    }
-    if (wait >= o_.patience && epoch > 0) {
-      stopped_epoch = epoch;
-      model->stop_training = true;
-    }
-  }
-  void on_train_end(const logs&) override {
-    const bool chief = model->is_chief();  // on a distributed model, process 0 prints
-    if (stopped_epoch > 0 && o_.verbose > 0 && chief)
-      std::cout << "Epoch " << stopped_epoch + 1 << ": early stopping\n";
-    if (o_.restore_best_weights && !best_weights_.empty()) {
-      if (o_.verbose > 0 && chief)
-        std::cout << "Restoring model weights from the end of the best epoch: " << best_epoch + 1
-                  << ".\n";
-      model->set_weights(best_weights_);
-    }
-  }
+  void on_train_begin(const logs&) override;
+  void on_epoch_end(std::size_t epoch, const logs& l) override;
+  void on_train_end(const logs&) override;
 
  private:
-  bool direction() const {
-    if (o_.mode == "min") return false;
-    if (o_.mode == "max") return true;
-    std::string_view name = o_.monitor;
-    if (name.starts_with("val_")) name.remove_prefix(4);
-    if (name == "loss") return false;
-    if (auto up = model->metric_increases(name)) return *up;
-    throw value_error("EarlyStopping callback received monitor=" + o_.monitor +
-                      " but Keras isn't able to automatically determine whether that metric "
-                      "should be maximized or minimized. Pass `mode='max'` in order to do early "
-                      "stopping based on the highest metric value, or pass `mode='min'` in order "
-                      "to use the lowest value.");
-  }
+  bool direction() const;
   bool improves(double value, const std::optional<double>& reference) const {
     if (!reference) return true;
     const double delta = std::fabs(o_.min_delta) * (*increases_ ? 1.0 : -1.0);
@@ -190,36 +131,11 @@ class early_stopping : public callback {
 // keras.callbacks.TerminateOnNaN: stops training when a batch's loss is NaN or infinite.
 class terminate_on_nan : public callback {
  public:
-  void on_train_batch_end(std::size_t batch, const logs& l) override {
-    if (auto loss = find_log(l, "loss"); loss && (std::isnan(*loss) || std::isinf(*loss))) {
-      if (model->is_chief())
-        std::cout << "Batch " << batch << ": Invalid loss, terminating training\n";
-      model->stop_training = true;
-    }
-  }
+  void on_train_batch_end(std::size_t batch, const logs& l) override;
 };
 
 // Python's repr() of a float: the shortest text that reads back to the same double.
-inline std::string python_float_repr(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
-  std::string sci(buf, r.ptr);
-  const auto e = sci.find('e');
-  const int exp10 = std::stoi(sci.substr(e + 1));
-  if (exp10 < -4 || exp10 >= 16) {  // Python switches to exponent form here: 1e-05, 1e+16
-    std::string mant = sci.substr(0, e);
-    char sign = exp10 < 0 ? '-' : '+';
-    std::string digits = std::to_string(std::abs(exp10));
-    if (digits.size() < 2) digits = "0" + digits;
-    return mant + "e" + sign + digits;
-  }
-  r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
-  std::string fixed(buf, r.ptr);
-  if (fixed.find('.') == std::string::npos) fixed += ".0";
-  return fixed;
-}
+TESSEL_INLINE std::string python_float_repr(double v);
 
 // keras.callbacks.CSVLogger: one row per epoch, "epoch" then the logs in sorted order. On a
 // distributed model only the chief process (device 0) writes: the logs are global, the same on
@@ -228,44 +144,8 @@ class csv_logger : public callback {
  public:
   explicit csv_logger(std::string filename, std::string separator = ",", bool append = false)
       : filename_(std::move(filename)), sep_(std::move(separator)), append_(append) {}
-  void on_train_begin(const logs&) override {
-    if (model != nullptr && !model->is_chief()) return;
-    bool header = true;
-    if (append_) {
-      std::ifstream in(filename_);
-      header = !(in && in.peek() != std::ifstream::traits_type::eof());
-    }
-    errno = 0;
-    file_.open(filename_, append_ ? std::ios::app : std::ios::trunc);
-    if (!file_) {
-      const int error = errno;
-      throw runtime_error("CSVLogger: cannot open '" + filename_ +
-                          "' for writing: " + data::open_failure(filename_, error, true) +
-                          ". Give it the path of a file in a directory that exists and that "
-                          "the user running this program may write in.");
-    }
-    write_header_ = header;
-    keys_.clear();
-  }
-  void on_epoch_end(std::size_t epoch, const logs& l) override {
-    if (!file_.is_open()) return;
-    const logs sorted = sorted_logs(l);
-    if (keys_.empty())
-      for (const auto& [k, v] : sorted) keys_.push_back(k);
-    if (write_header_) {
-      file_ << "epoch";
-      for (const auto& k : keys_) file_ << sep_ << k;
-      file_ << "\n";
-      write_header_ = false;
-    }
-    file_ << epoch;
-    for (const auto& k : keys_) {
-      auto v = find_log(sorted, k);
-      file_ << sep_ << (v ? python_float_repr(*v) : std::string("NA"));
-    }
-    file_ << "\n";
-    file_.flush();
-  }
+  void on_train_begin(const logs&) override;
+  void on_epoch_end(std::size_t epoch, const logs& l) override;
   void on_train_end(const logs&) override { file_.close(); }
 
  private:
@@ -317,4 +197,153 @@ class lambda_callback : public callback {
 };
 
 }  // namespace callbacks
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE void history::on_epoch_end(std::size_t e, const logs& l) {
+  epoch.push_back(e);
+  for (const auto& [k, v] : l) history[k].push_back(v);
+}
+
+namespace callbacks {
+
+TESSEL_INLINE early_stopping::early_stopping(options o) : o_(std::move(o)) {
+  if (o_.mode != "auto" && o_.mode != "min" && o_.mode != "max")
+    throw value_error("EarlyStopping mode " + o_.mode +
+                      " is unknown; use one of 'auto', 'min' or 'max'.");
+}
+
+TESSEL_INLINE void early_stopping::on_train_begin(const logs&) {
+  wait = 0;
+  stopped_epoch = 0;
+  best.reset();
+  best_weights_.clear();
+  best_epoch = 0;
+  increases_.reset();
+}
+
+TESSEL_INLINE void early_stopping::on_epoch_end(std::size_t epoch, const logs& l) {
+  const std::optional<double> current = find_log(l, o_.monitor);
+  if (!current) {
+    std::string names;
+    for (const auto& [k, v] : l) names += (names.empty() ? "" : ",") + k;
+    std::cerr << "UserWarning: Early stopping conditioned on metric `" << o_.monitor
+              << "` which is not available. Available metrics are: " << names << "\n";
+    return;
+  }
+  if (epoch < o_.start_from_epoch) return;
+  if (!increases_) increases_ = direction();
+  if (o_.restore_best_weights && best_weights_.empty()) best_weights_ = model->get_weights();
+  ++wait;
+  if (improves(*current, best)) {
+    best = *current;
+    best_epoch = epoch;
+    if (o_.restore_best_weights) best_weights_ = model->get_weights();
+    if (!o_.baseline || improves(*current, o_.baseline)) wait = 0;
+    return;
+  }
+  if (wait >= o_.patience && epoch > 0) {
+    stopped_epoch = epoch;
+    model->stop_training = true;
+  }
+}
+
+TESSEL_INLINE void early_stopping::on_train_end(const logs&) {
+  const bool chief = model->is_chief();  // on a distributed model, process 0 prints
+  if (stopped_epoch > 0 && o_.verbose > 0 && chief)
+    std::cout << "Epoch " << stopped_epoch + 1 << ": early stopping\n";
+  if (o_.restore_best_weights && !best_weights_.empty()) {
+    if (o_.verbose > 0 && chief)
+      std::cout << "Restoring model weights from the end of the best epoch: " << best_epoch + 1
+                << ".\n";
+    model->set_weights(best_weights_);
+  }
+}
+
+TESSEL_INLINE bool early_stopping::direction() const {
+  if (o_.mode == "min") return false;
+  if (o_.mode == "max") return true;
+  std::string_view name = o_.monitor;
+  if (name.starts_with("val_")) name.remove_prefix(4);
+  if (name == "loss") return false;
+  if (auto up = model->metric_increases(name)) return *up;
+  throw value_error("EarlyStopping callback received monitor=" + o_.monitor +
+                    " but Keras isn't able to automatically determine whether that metric "
+                    "should be maximized or minimized. Pass `mode='max'` in order to do early "
+                    "stopping based on the highest metric value, or pass `mode='min'` in order "
+                    "to use the lowest value.");
+}
+
+TESSEL_INLINE void terminate_on_nan::on_train_batch_end(std::size_t batch, const logs& l) {
+  if (auto loss = find_log(l, "loss"); loss && (std::isnan(*loss) || std::isinf(*loss))) {
+    if (model->is_chief())
+      std::cout << "Batch " << batch << ": Invalid loss, terminating training\n";
+    model->stop_training = true;
+  }
+}
+
+TESSEL_INLINE std::string python_float_repr(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);
+  const auto e = sci.find('e');
+  const int exp10 = std::stoi(sci.substr(e + 1));
+  if (exp10 < -4 || exp10 >= 16) {  // Python switches to exponent form here: 1e-05, 1e+16
+    std::string mant = sci.substr(0, e);
+    char sign = exp10 < 0 ? '-' : '+';
+    std::string digits = std::to_string(std::abs(exp10));
+    if (digits.size() < 2) digits = "0" + digits;
+    return mant + "e" + sign + digits;
+  }
+  r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  std::string fixed(buf, r.ptr);
+  if (fixed.find('.') == std::string::npos) fixed += ".0";
+  return fixed;
+}
+
+TESSEL_INLINE void csv_logger::on_train_begin(const logs&) {
+  if (model != nullptr && !model->is_chief()) return;
+  bool header = true;
+  if (append_) {
+    std::ifstream in(filename_);
+    header = !(in && in.peek() != std::ifstream::traits_type::eof());
+  }
+  errno = 0;
+  file_.open(filename_, append_ ? std::ios::app : std::ios::trunc);
+  if (!file_) {
+    const int error = errno;
+    throw runtime_error("CSVLogger: cannot open '" + filename_ +
+                        "' for writing: " + data::open_failure(filename_, error, true) +
+                        ". Give it the path of a file in a directory that exists and that "
+                        "the user running this program may write in.");
+  }
+  write_header_ = header;
+  keys_.clear();
+}
+
+TESSEL_INLINE void csv_logger::on_epoch_end(std::size_t epoch, const logs& l) {
+  if (!file_.is_open()) return;
+  const logs sorted = sorted_logs(l);
+  if (keys_.empty())
+    for (const auto& [k, v] : sorted) keys_.push_back(k);
+  if (write_header_) {
+    file_ << "epoch";
+    for (const auto& k : keys_) file_ << sep_ << k;
+    file_ << "\n";
+    write_header_ = false;
+  }
+  file_ << epoch;
+  for (const auto& k : keys_) {
+    auto v = find_log(sorted, k);
+    file_ << sep_ << (v ? python_float_repr(*v) : std::string("NA"));
+  }
+  file_ << "\n";
+  file_.flush();
+}
+
+}  // namespace callbacks
+#endif
+
 }  // namespace tessel

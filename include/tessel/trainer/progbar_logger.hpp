@@ -32,6 +32,7 @@
 #include <string>
 #include <utility>
 
+#include "../core/compilation.hpp"
 #include "tessel/trainer/logs.hpp"
 #include "tessel/trainer/progbar.hpp"
 
@@ -61,13 +62,7 @@ class progbar_logger {
   // From here on, test events belong to validation inside fit and print nothing.
   void on_train_begin() { called_in_fit_ = true; }
 
-  void on_epoch_begin(std::size_t epoch) {
-    reset_progbar();
-    maybe_init_progbar();
-    if (verbose_ != 0 && epochs_ > 1) {
-      out() << "Epoch " << epoch + 1 << "/" << epochs_ << "\n" << std::flush;
-    }
-  }
+  void on_epoch_begin(std::size_t epoch);
 
   // `batch` is the 0-based index of the batch just done.
   void on_train_batch_end(std::size_t batch, const logs& batch_logs) {
@@ -116,19 +111,7 @@ class progbar_logger {
     progbar_.reset();
   }
 
-  void maybe_init_progbar() {
-    if (progbar_) return;
-    progbar_.emplace(progbar_options{.target = target_,
-                                     .width = 20,
-                                     .verbose = verbose_,
-                                     .interval = 0.05,
-                                     .stateful_metrics = std::nullopt,
-                                     .stateless_metrics = std::set<std::string>{},
-                                     .unit_name = "step",
-                                     .out = io_.out,
-                                     .clock = io_.clock,
-                                     .dynamic_display = io_.dynamic_display});
-  }
+  void maybe_init_progbar();
 
   void update_progbar(std::size_t batch, const logs& batch_logs) {
     maybe_init_progbar();
@@ -136,15 +119,7 @@ class progbar_logger {
     if (verbose_ == 1) progbar_->update(seen_, batch_logs, false);
   }
 
-  void finalize_progbar(const logs& final_logs) {
-    // Keras would fail on a finalize with no bar; start one so the call is harmless.
-    maybe_init_progbar();
-    if (!target_) {
-      target_ = seen_;
-      progbar_->set_target(target_);
-    }
-    progbar_->update(*target_, final_logs, true);
-  }
+  void finalize_progbar(const logs& final_logs);
 
   int verbose_;
   std::size_t epochs_;
@@ -154,5 +129,40 @@ class progbar_logger {
   std::optional<progbar> progbar_;
   bool called_in_fit_ = false;
 };
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE void progbar_logger::on_epoch_begin(std::size_t epoch) {
+  reset_progbar();
+  maybe_init_progbar();
+  if (verbose_ != 0 && epochs_ > 1) {
+    out() << "Epoch " << epoch + 1 << "/" << epochs_ << "\n" << std::flush;
+  }
+}
+
+TESSEL_INLINE void progbar_logger::maybe_init_progbar() {
+  if (progbar_) return;
+  progbar_.emplace(progbar_options{.target = target_,
+                                   .width = 20,
+                                   .verbose = verbose_,
+                                   .interval = 0.05,
+                                   .stateful_metrics = std::nullopt,
+                                   .stateless_metrics = std::set<std::string>{},
+                                   .unit_name = "step",
+                                   .out = io_.out,
+                                   .clock = io_.clock,
+                                   .dynamic_display = io_.dynamic_display});
+}
+
+TESSEL_INLINE void progbar_logger::finalize_progbar(const logs& final_logs) {
+  // Keras would fail on a finalize with no bar; start one so the call is harmless.
+  maybe_init_progbar();
+  if (!target_) {
+    target_ = seen_;
+    progbar_->set_target(target_);
+  }
+  progbar_->update(*target_, final_logs, true);
+}
+#endif
 
 }  // namespace tessel

@@ -1,0 +1,26 @@
+// How tessel's non-template functions are compiled (the report texts, the data readers, the
+// progress bar, the watchdog, the host kernels): in every translation unit that uses them, or
+// once, in a library.
+//
+// - Headers only (the default, target tessel::tessel): each is an inline function, defined in
+//   its header.
+// - Compiled once (target tessel::compiled, which defines TESSEL_SEPARATE_COMPILATION for its
+//   users): each header declares them, and src/tessel.cpp defines them (TESSEL_SOURCE). A
+//   program with one executable per mesh (examples/model_parallel) compiles them once instead of
+//   once per executable. Templates and constexpr functions stay in the headers either way.
+//
+// A header writes such a function as a declaration, `TESSEL_INLINE std::string f(int x);`, and
+// its definition in a block `#if TESSEL_DEFINITIONS ... #endif` at its end.
+#pragma once
+
+#if defined(TESSEL_SEPARATE_COMPILATION)
+#define TESSEL_INLINE
+#if defined(TESSEL_SOURCE)
+#define TESSEL_DEFINITIONS 1
+#else
+#define TESSEL_DEFINITIONS 0
+#endif
+#else
+#define TESSEL_INLINE inline
+#define TESSEL_DEFINITIONS 1
+#endif

@@ -1,0 +1,34 @@
+// tessel::compiled: the library's non-template functions, compiled once (core/compilation.hpp).
+// Each header below defines its share in its `#if TESSEL_DEFINITIONS` block; a program linked
+// with this library compiles with TESSEL_SEPARATE_COMPILATION and sees only their declarations.
+// (tests/layering checks that every header with such a block is listed here.)
+#if !defined(TESSEL_SEPARATE_COMPILATION) || !defined(TESSEL_SOURCE)
+#error "compile src/tessel.cpp with -DTESSEL_SEPARATE_COMPILATION -DTESSEL_SOURCE (CMake's tessel::compiled does)"
+#endif
+
+#include <tessel/backend/host.hpp>
+#include <tessel/backend/thread_pool.hpp>
+#include <tessel/comm/communicator.hpp>
+#include <tessel/comm/dimension.hpp>
+#include <tessel/comm/stall.hpp>
+#include <tessel/comm/watchdog.hpp>
+#include <tessel/core/environment.hpp>
+#include <tessel/core/explain.hpp>
+#include <tessel/core/shard.hpp>
+#include <tessel/core/tensor_layout.hpp>
+#include <tessel/core/visualize_sharding.hpp>
+#include <tessel/data/array.hpp>
+#include <tessel/data/fashion_mnist.hpp>
+#include <tessel/data/file_access.hpp>
+#include <tessel/data/idx.hpp>
+#include <tessel/model/summary.hpp>
+#include <tessel/random/initializers.hpp>
+#include <tessel/runtime/agreement.hpp>
+#include <tessel/runtime/initialize.hpp>
+#include <tessel/runtime/world.hpp>
+#include <tessel/trainer/callbacks.hpp>
+#include <tessel/trainer/logs.hpp>
+#include <tessel/trainer/progbar.hpp>
+#include <tessel/trainer/progbar_logger.hpp>
+#include <tessel/tessel.hpp>
+#include <tessel/state.hpp>

@@ -1,0 +1,26 @@
+# Every header with a `#if TESSEL_DEFINITIONS` block (core/compilation.hpp) is included by name
+# in src/tessel.cpp, so that tessel::compiled defines what the headers declare. Without it, a
+# program linked with tessel::compiled fails to link on the first function the header moved.
+# ROOT: the include directory; SOURCE: the library's source file.
+file(GLOB_RECURSE headers RELATIVE ${ROOT} ${ROOT}/tessel/*.hpp)
+file(READ ${SOURCE} source)
+set(missing "")
+set(count 0)
+foreach(h IN LISTS headers)
+  file(STRINGS ${ROOT}/${h} block REGEX "^#if TESSEL_DEFINITIONS$")
+  if(NOT block)
+    continue()
+  endif()
+  math(EXPR count "${count} + 1")
+  string(FIND "${source}" "#include <${h}>" at)
+  if(at EQUAL -1)
+    string(APPEND missing "\n  ${h} has definitions but ${SOURCE} does not include <${h}>: add it")
+  endif()
+endforeach()
+if(missing)
+  message(FATAL_ERROR "tessel::compiled would miss definitions:${missing}")
+endif()
+if(count EQUAL 0)
+  message(FATAL_ERROR "no header under ${ROOT} has a `#if TESSEL_DEFINITIONS` block")
+endif()
+message(STATUS "${count} headers with definitions, each included by ${SOURCE}")
