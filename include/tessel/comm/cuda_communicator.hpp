@@ -7,7 +7,9 @@
 //   one device, "Duplicate GPU detected"), GPUs NCCL cannot reach, or TESSEL_NCCL=0. A span in
 //   GPU memory is copied into page-locked host memory once the process's stream has computed it,
 //   reduced or gathered there by MPI (comm::communicator, with its watchdog), and copied back
-//   when the collective completes (at wait(), or at a test() that finds it done).
+//   when the collective completes (at wait(), or at a test() that finds it done): comm/staging.hpp,
+//   with page-locked buffers and cudaMemcpy as its memory (tested on host memory in
+//   tests/mpi/staging_test.cpp).
 // A span in host memory (the step's loss and metric sums) goes to MPI as it is on either path.
 #pragma once
 
@@ -29,6 +31,7 @@
 #include "communicator.hpp"
 #include "concept.hpp"
 #include "nccl.hpp"
+#include "staging.hpp"
 
 namespace tessel::backend {
 struct cuda;  // backend/cuda.hpp; named here for communicator_of alone
@@ -86,37 +89,41 @@ class pinned_pool : public std::enable_shared_from_this<pinned_pool> {
   std::vector<std::pair<void*, std::size_t>> free_;
 };
 
-// What a staged collective copies back to the GPU when it completes.
-struct copy_back {
-  std::shared_ptr<void> host;  // the staging buffer (kept until the copy is done)
-  void* device = nullptr;
-  std::size_t bytes = 0;
-  void run() {
-    if (device == nullptr || bytes == 0) return;
+// The staged path's memory (comm/staging.hpp): GPU memory, page-locked host buffers, and copies
+// on the process's stream once it has computed the data.
+struct device_memory {
+  std::shared_ptr<pinned_pool> pool = std::make_shared<pinned_pool>();
+  bool on_device(const void* p) const { return cuda_staging::on_device(p); }
+  std::shared_ptr<void> acquire(std::size_t bytes) { return pool->acquire(bytes); }
+  void to_host(void* host, const void* device, std::size_t bytes) {
+    copy(host, device, bytes, cudaMemcpyDeviceToHost, "cudaMemcpyAsync (collective input to the host)");
+  }
+  void to_device(void* device, const void* host, std::size_t bytes) {
+    copy(device, host, bytes, cudaMemcpyHostToDevice,
+         "cudaMemcpyAsync (collective result to the GPU)");
+  }
+
+ private:
+  static void copy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind,
+                   const char* what) {
     const cudaStream_t s = backend::cuda_detail::stream();
-    backend::cuda_detail::check(
-        cudaMemcpyAsync(device, host.get(), bytes, cudaMemcpyHostToDevice, s),
-        "cudaMemcpyAsync (collective result to the GPU)");
+    backend::cuda_detail::check(cudaMemcpyAsync(to, from, bytes, kind, s), what);
     backend::cuda_detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-    device = nullptr;
-    host.reset();
   }
 };
 
 }  // namespace cuda_staging
 
-// A non-blocking collective of cuda_communicator: an MPI request and the copy back to the GPU,
-// or (NCCL) the event that ends the collective on NCCL's stream.
+// A non-blocking collective of cuda_communicator: a staged MPI collective (comm/staging.hpp), or
+// (NCCL) the event that ends the collective on NCCL's stream.
 class cuda_request {
  public:
   cuda_request() = default;
-  cuda_request(request r, cuda_staging::copy_back back)
-      : r_(std::move(r)), back_(std::move(back)) {}
+  explicit cuda_request(staging::request<cuda_staging::device_memory> r) : r_(std::move(r)) {}
   cuda_request(const nccl_group* g, cudaEvent_t done, const char* op)
       : group_(g), done_(done), op_(op) {}
   cuda_request(cuda_request&& o) noexcept
       : r_(std::move(o.r_)),
-        back_(std::exchange(o.back_, {})),
         group_(std::exchange(o.group_, nullptr)),
         done_(std::exchange(o.done_, nullptr)),
         op_(o.op_) {}
@@ -124,7 +131,6 @@ class cuda_request {
     if (this != &o) {
       finish_quietly();
       r_ = std::move(o.r_);
-      back_ = std::exchange(o.back_, {});
       group_ = std::exchange(o.group_, nullptr);
       done_ = std::exchange(o.done_, nullptr);
       op_ = o.op_;
@@ -141,7 +147,6 @@ class cuda_request {
       return;
     }
     r_.wait();
-    back_.run();
   }
   bool test() {
     if (done_ != nullptr) {
@@ -149,12 +154,10 @@ class cuda_request {
       group_->wait(std::exchange(done_, nullptr), op_);  // complete: checks and orders the stream
       return true;
     }
-    if (!r_.test()) return false;
-    back_.run();
-    return true;
+    return r_.test();
   }
   [[nodiscard]] bool pending() const noexcept {
-    return done_ != nullptr || r_.pending() || back_.device != nullptr;
+    return done_ != nullptr || r_.pending();
   }
 
  private:
@@ -165,8 +168,7 @@ class cuda_request {
     } catch (...) {
     }
   }
-  request r_;
-  cuda_staging::copy_back back_;
+  staging::request<cuda_staging::device_memory> r_;
   const nccl_group* group_ = nullptr;
   cudaEvent_t done_ = nullptr;
   const char* op_ = "";
@@ -207,9 +209,7 @@ class cuda_communicator {
     if (!mpi_.uses_mpi() || data.empty()) return;
     if (auto* g = nccl_for(data.data()))
       return g->wait(g->all_reduce(data.data(), data.data(), data.size(), op), "all_reduce");
-    staged<T> s(*this, data);
-    mpi_.all_reduce(s.host(), op);
-    s.back.run();
+    staged().all_reduce(data, op);
   }
   // The others are their non-blocking forms, waited for.
   template <class T>
@@ -236,34 +236,29 @@ class cuda_communicator {
     if (auto* g = nccl_for(data.data()))
       return request(g, g->all_reduce(data.data(), data.data(), data.size(), reduce_op::sum),
                      "all_reduce");
-    staged<T> s(*this, data);
-    return request(mpi_.iall_reduce(s.host()), std::move(s.back));
+    return request(staged().iall_reduce(data));
   }
   template <class T>
   [[nodiscard]] request iall_gather(std::span<const T> in, std::span<T> out) const {
     if (!mpi_.uses_mpi()) return local_copy(in, out), request{};
     if (auto* g = nccl_for(in.data(), out.data()); g && out.size() == in.size() * size())
       return request(g, g->all_gather(in.data(), out.data(), in.size()), "all_gather");
-    const std::span<const T> hin = stage_in(in);
-    staged<T> s(*this, out, false);
-    return request(mpi_.iall_gather(hin, s.host()), std::move(s.back));
+    return request(staged().iall_gather(in, out));
   }
   template <class T>
   [[nodiscard]] request ireduce_scatter(std::span<const T> in, std::span<T> out) const {
     if (!mpi_.uses_mpi()) return local_copy(in, out), request{};
     if (auto* g = nccl_for(in.data(), out.data()); g && in.size() == out.size() * size())
       return request(g, g->reduce_scatter(in.data(), out.data(), out.size()), "reduce_scatter");
-    const std::span<const T> hin = stage_in(in);
-    staged<T> s(*this, out, false);
-    return request(mpi_.ireduce_scatter(hin, s.host()), std::move(s.back));
+    return request(staged().ireduce_scatter(in, out));
   }
   template <class T>
   [[nodiscard]] request ibroadcast(std::span<T> data, int root = 0) const {
-    if (!mpi_.uses_mpi() || data.empty()) return request(mpi_.ibroadcast(data, root), {});
+    if (!mpi_.uses_mpi() || data.empty())
+      return request(staging::request<cuda_staging::device_memory>(mpi_.ibroadcast(data, root), {}));
     if (auto* g = nccl_for(data.data()); g && root >= 0 && root < size())
       return request(g, g->broadcast(data.data(), data.size(), root), "broadcast");
-    staged<T> s(*this, data);
-    return request(mpi_.ibroadcast(s.host(), root), std::move(s.back));
+    return request(staged().ibroadcast(data, root));
   }
   template <class T>
   [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {
@@ -271,39 +266,13 @@ class cuda_communicator {
     if (auto* g = nccl_for(in.data(), out.data());
         g && in.size() == out.size() && in.size() % static_cast<std::size_t>(size()) == 0)
       return request(g, g->all_to_all(in.data(), out.data(), in.size() / size()), "all_to_all");
-    const std::span<const T> hin = stage_in(in);
-    staged<T> s(*this, out, false);
-    return request(mpi_.iall_to_all(hin, s.host()), std::move(s.back));
+    return request(staged().iall_to_all(in, out));
   }
 
  private:
-  // `data` on the host as MPI sees it: itself, or a staging buffer holding its values (`load`)
-  // whose contents go back to `data` when back.run() is called.
-  template <class T>
-  struct staged {
-    std::span<T> data;
-    cuda_staging::copy_back back;
-    staged(const cuda_communicator& c, std::span<T> d, bool load = true) : data(d) {
-      if (!cuda_staging::on_device(d.data())) return;
-      back = {c.pool().acquire(d.size_bytes()), d.data(), d.size_bytes()};
-      if (load) c.to_host(back.host.get(), d.data(), d.size_bytes());
-    }
-    std::span<T> host() const {
-      return back.device == nullptr ? data
-                                    : std::span<T>(static_cast<T*>(back.host.get()), data.size());
-    }
-  };
-  // A device input copied into a staging buffer that lives until the next staged input; a host
-  // input as it is. Held in `inputs_` because MPI reads it until the collective completes.
-  template <class T>
-  std::span<const T> stage_in(std::span<const T> in) const {
-    if (!cuda_staging::on_device(in.data())) return in;
-    std::shared_ptr<void> h = pool().acquire(in.size_bytes());
-    to_host(h.get(), in.data(), in.size_bytes());
-    const std::lock_guard lock(state_->mutex);
-    state_->inputs.push_back(h);
-    if (state_->inputs.size() > 64) state_->inputs.erase(state_->inputs.begin());
-    return {static_cast<const T*>(h.get()), in.size()};
+  // The MPI path on host copies of GPU memory.
+  staging::collectives<cuda_staging::device_memory> staged() const {
+    return {mpi_, state_->memory};
   }
   // Host and device spans alike, without MPI (a group of one).
   template <class T>
@@ -315,18 +284,10 @@ class cuda_communicator {
         "cudaMemcpyAsync (collective of one process)");
     wait_for_stream();
   }
-  // Waits for the kernels that compute the data, then copies it to the host.
-  void to_host(void* host, const void* device, std::size_t bytes) const {
-    const cudaStream_t s = backend::cuda_detail::stream();
-    backend::cuda_detail::check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s),
-                                "cudaMemcpyAsync (collective input to the host)");
-    backend::cuda_detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  }
   static void wait_for_stream() {
     backend::cuda_detail::check(cudaStreamSynchronize(backend::cuda_detail::stream()),
                                 "cudaStreamSynchronize");
   }
-  cuda_staging::pinned_pool& pool() const { return *state_->pool; }
 #if defined(TESSEL_HAVE_NCCL)
   // The NCCL group when this group has one and every span is in GPU memory (sizes the MPI path
   // would refuse go there, for its error).
@@ -368,9 +329,7 @@ class cuda_communicator {
 #endif
 
   struct state {
-    std::shared_ptr<cuda_staging::pinned_pool> pool = std::make_shared<cuda_staging::pinned_pool>();
-    std::mutex mutex;
-    std::vector<std::shared_ptr<void>> inputs;
+    cuda_staging::device_memory memory;
 #if defined(TESSEL_HAVE_NCCL)
     std::unique_ptr<nccl_group> nccl;
 #endif
