@@ -266,6 +266,7 @@ def main():
     runs = {"torch": lambda: torch_runs(args, data, False),
             "compile": lambda: torch_runs(args, data, True),
             "jax": lambda: jax_run(args, data)}
+    failed = []
     for name, run in runs.items():
         if args.only in (None, name):
             try:
@@ -274,6 +275,9 @@ def main():
                 print(f"FAILED {name}: {type(e).__name__}: {e}", flush=True)
                 if args.only:
                     raise
+                failed.append(name)
+    # A framework that failed fails the run (its figures are missing), after the others ran.
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -216,6 +216,18 @@ TEST_CASE("cuda: dense's fused forward and backward for every activation", "[gpu
   D::gemm_bias_activation(xn.d, wn.d, bn.d, activation_kind::relu, yn.d);
   REQUIRE(std::isnan(host_values(yn.h)[5]));
   check_equal(yn, "relu of NaN");
+  // Linear and ReLU ran through cuBLASLt (a plan that fails falls back to a GEMM and a kernel
+  // with the same results, which would hide it), on row ranges too (plans of their alignment).
+  auto& ctx = tessel::backend::cuda_detail::ctx();
+  for (activation_kind a : {activation_kind::linear, activation_kind::relu}) {
+    const std::size_t fused = ctx.fused_dense, unfused = ctx.unfused_dense;
+    both xf(32, 24, 40), wf(24, 12, 41), bf(1, 12, 42), yf(32, 12, 43);
+    D::gemm_bias_activation(xf.d, wf.d, bf.d, a, yf.d);
+    D::gemm_bias_activation(D::row_range(xf.d, 5, 29), wf.d, bf.d, a, D::row_range(yf.d, 3, 27));
+    D::gemm_bias_activation(D::row_range(xf.d, 1, 9), wf.d, bf.d, a, D::row_range(yf.d, 1, 9));
+    CHECK(ctx.fused_dense == fused + 3);
+    CHECK(ctx.unfused_dense == unfused);
+  }
   both y(30, 8, 20), bias(1, 8, 21);
   H::broadcast_rows(bias.h, y.h);
   D::broadcast_rows(bias.d, y.d);

@@ -214,22 +214,29 @@ struct cuda {
         "cublasSgemm");
   }
   // Dense's forward: y = activation(x w + bias) (bias: one row, or empty). Linear and ReLU
-  // layers take one cuBLASLt call with the bias and the ReLU in its epilogue
-  // (cuda_detail::lt_dense); the others, or a shape cuBLASLt refuses, a GEMM then one kernel.
+  // layers take one cuBLASLt call with the bias in its epilogue (cuda_detail::lt_dense), then
+  // ReLU's body (backend/gemm_plans.hpp); the others, or a shape cuBLASLt refuses, a GEMM then
+  // one kernel.
   static void gemm_bias_activation(const matrix& x, const matrix& w, const matrix& bias,
                                    activation_kind a, const matrix& y) {
     const std::size_t m = y.extent(0), n = y.extent(1), k = x.extent(1);
-    const bool fused = a == activation_kind::linear || a == activation_kind::relu;
-    if (fused && m > 0 && n > 0 && k > 0) {
-      cuda_detail::context& c = cuda_detail::ctx();
-      if (c.dense.run(x.data(), x.stride(0), w.data(), w.stride(0),
-                      bias.extent(0) > 0 ? bias.data() : nullptr, a == activation_kind::relu,
-                      y.data(), y.stride(0), m, n, k, c.allow_tf32, c.stream))
-        return;
+    const bool has_bias = bias.extent(0) > 0;
+    const gemm_plans::dense_choice choice = gemm_plans::choose_dense(has_bias, a);
+    cuda_detail::context& c = cuda_detail::ctx();
+    if (choice.fused && m > 0 && n > 0 && k > 0 &&
+        c.dense.run(x.data(), x.stride(0), w.data(), w.stride(0), has_bias ? bias.data() : nullptr,
+                    choice.gemm_epilogue, y.data(), y.stride(0), m, n, k, c.allow_tf32,
+                    c.stream)) {
+      ++c.fused_dense;
+      if (choice.activation_after) {
+        cuda_kernels::bias_activation(nullptr, a, mut(y), stream());
+        launched();
+      }
+      return;
     }
+    ++c.unfused_dense;
     gemm(false, false, 1.0f, x, w, 0.0f, y);
-    cuda_kernels::bias_activation(bias.extent(0) > 0 ? bias.data() : nullptr, a, mut(y),
-                                  stream());
+    cuda_kernels::bias_activation(has_bias ? bias.data() : nullptr, a, mut(y), stream());
     launched();
   }
 

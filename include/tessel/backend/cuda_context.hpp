@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../core/errors.hpp"
+#include "gemm_plans.hpp"
 
 namespace tessel::backend {
 
@@ -96,10 +97,11 @@ class upload_ring {
   std::size_t next_ = 0;
 };
 
-// Dense's forward through cuBLASLt with the bias and ReLU in the GEMM's epilogue (one kernel
-// instead of a GEMM and an epilogue kernel): row-major y (m x n) = x (m x k) w (k x n) is
+// Dense's forward through cuBLASLt with the bias in the GEMM's epilogue (one kernel instead of a
+// GEMM and a bias kernel; ReLU runs after it: backend/gemm_plans.hpp says why): row-major y (m x n) = x (m x k) w (k x n) is
 // column-major y^T = w^T x^T, where the bias is a per-row vector of y^T, what cuBLASLt's bias
-// epilogue adds. One plan (descriptors and the heuristic's algorithm) per shape, kept; a shape
+// epilogue adds. One plan (descriptors and the heuristic's algorithm, chosen for the pointers'
+// alignment) per shape and alignment, kept; a shape
 // cuBLASLt finds no algorithm for, or a call it fails, returns false for the caller's fallback
 // (cublasSgemm, then the epilogue kernel).
 class lt_dense {
@@ -110,10 +112,10 @@ class lt_dense {
   lt_dense& operator=(const lt_dense&) = delete;
   ~lt_dense() { release(); }
 
-  // y = epilogue(x w + bias); bias null: none. relu: the ReLU after the bias.
+  // y = x w (+ bias, with epilogue::bias).
   bool run(const float* x, std::size_t ldx, const float* w, std::size_t ldw, const float* bias,
-           bool relu, float* y, std::size_t ldy, std::size_t m, std::size_t n, std::size_t k,
-           bool tf32, cudaStream_t stream) {
+           gemm_plans::epilogue e, float* y, std::size_t ldy, std::size_t m, std::size_t n,
+           std::size_t k, bool tf32, cudaStream_t stream) {
     if (disabled_) return false;
     if (handle_ == nullptr) {
       if (cublasLtCreate(&handle_) != CUBLAS_STATUS_SUCCESS ||
@@ -123,7 +125,7 @@ class lt_dense {
         return false;
       }
     }
-    const key want{m, n, k, ldx, ldw, ldy, bias != nullptr, relu, tf32};
+    const key want = gemm_plans::make_key(x, ldx, w, ldw, y, ldy, m, n, k, e, tf32);
     plan* p = nullptr;
     for (plan& q : plans_)
       if (q.k == want) p = &q;
@@ -137,7 +139,7 @@ class lt_dense {
         return false;
       }
     }
-    if (bias != nullptr &&
+    if (e == gemm_plans::epilogue::bias &&
         cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                        sizeof bias) != CUBLAS_STATUS_SUCCESS)
       return false;
@@ -155,11 +157,7 @@ class lt_dense {
   }
 
  private:
-  struct key {
-    std::size_t m, n, k, ldx, ldw, ldy;
-    bool bias, relu, tf32;
-    bool operator==(const key&) const = default;
-  };
+  using key = gemm_plans::key;
   struct plan {
     key k{};
     cublasLtMatmulDesc_t desc = nullptr;
@@ -171,10 +169,9 @@ class lt_dense {
     const cublasComputeType_t compute = k.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     if (cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
       return false;
-    const cublasLtEpilogue_t e = k.bias ? (k.relu ? CUBLASLT_EPILOGUE_RELU_BIAS
-                                                  : CUBLASLT_EPILOGUE_BIAS)
-                                        : (k.relu ? CUBLASLT_EPILOGUE_RELU
-                                                  : CUBLASLT_EPILOGUE_DEFAULT);
+    const cublasLtEpilogue_t e = k.gemm_epilogue == gemm_plans::epilogue::bias
+                                     ? CUBLASLT_EPILOGUE_BIAS
+                                     : CUBLASLT_EPILOGUE_DEFAULT;
     // Column-major: A = w^T (n x k, ld ldw), B = x^T (k x m, ld ldx), C = y^T (n x m, ld ldy).
     if (cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e) !=
             CUBLAS_STATUS_SUCCESS ||
@@ -190,9 +187,18 @@ class lt_dense {
     const std::size_t ws = workspace_bytes;
     cublasLtMatmulHeuristicResult_t found{};
     int count = 0;
+    // The algorithm must work at the pointers' alignment (A = w, B = x, C = D = y).
+    auto align = [&](cublasLtMatmulPreferenceAttributes_t attr, std::uint32_t bytes) {
+      return cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes) ==
+             CUBLAS_STATUS_SUCCESS;
+    };
     const bool ok =
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                              sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+        align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_w) &&
+        align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_x) &&
+        align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_y) &&
+        align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_y) &&
         cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &found,
                                        &count) == CUBLAS_STATUS_SUCCESS &&
         count > 0;
@@ -228,6 +234,9 @@ struct context {
   bool allow_tf32 = false;
   upload_ring uploads;
   lt_dense dense;
+  // Dense forwards run through cuBLASLt (fused) and through its fallback, a GEMM then the bias
+  // and activation kernel (which a failing cuBLASLt plan would hide: the GPU tests check these).
+  std::size_t fused_dense = 0, unfused_dense = 0;
 
   context() {
     int count = 0;
