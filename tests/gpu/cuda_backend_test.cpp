@@ -495,3 +495,20 @@ TEST_CASE("cuda: NCCL on one rank: every collective on GPU memory, and the abort
   }
 #endif
 }
+
+TEST_CASE("cuda: a matrix that outlives the GPU context is freed without its stream", "[gpu]") {
+  // The end of the initialize guard destroys the context and its stream; a tensor kept past it
+  // must not queue its free on the destroyed stream.
+  D::matrix kept = D::make_matrix("kept", 64, 64);
+  D::fill(kept, 1.0f);
+  tessel::backend::cuda_detail::ctx();  // the context exists
+  REQUIRE(cudaStreamSynchronize(tessel::backend::cuda_detail::stream()) == cudaSuccess);
+  tessel::backend::cuda_detail::context_slot().reset();
+  kept = D::matrix();  // the last view goes: cudaFree, not cudaFreeAsync on a dead stream
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  // The next use makes a new context, as the next test does.
+  D::matrix again = D::make_matrix("again", 8, 8);
+  D::fill(again, 2.0f);
+  REQUIRE(cudaStreamSynchronize(tessel::backend::cuda_detail::stream()) == cudaSuccess);
+}

@@ -286,15 +286,22 @@ inline context& ctx() {
 }
 
 // Device memory from the stream-ordered pool, given back in stream order when the last view of
-// it goes.
+// it goes: on the process's stream as it is then. One that outlives the context (a tensor kept
+// past the initialize guard, whose end destroys the stream) is freed by cudaFree, which waits
+// for the device, rather than queued on a destroyed stream.
+inline void free_device(void* p) noexcept {
+  if (const std::unique_ptr<context>& c = context_slot())
+    cudaFreeAsync(p, c->stream);
+  else
+    cudaFree(p);
+}
 template <class T>
 std::shared_ptr<T> allocate(std::size_t n) {
   if (n == 0) return {};
   context& c = ctx();
   void* p = nullptr;
   check(cudaMallocAsync(&p, n * sizeof(T), c.stream), "cudaMallocAsync");
-  cudaStream_t s = c.stream;
-  return std::shared_ptr<T>(static_cast<T*>(p), [s](T* q) { cudaFreeAsync(q, s); });
+  return std::shared_ptr<T>(static_cast<T*>(p), [](T* q) { free_device(q); });
 }
 // The process's stream: every kernel, copy and GEMM of the backend is queued on it.
 inline cudaStream_t stream() { return ctx().stream; }
