@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <tessel/backend/cuda_kernels.hpp>
+#include <tessel/backend/kernel_bodies.hpp>
 #include <tessel/backend/tensor_batches.hpp>
 
 namespace tessel::backend::cuda_kernels {
@@ -27,14 +28,7 @@ unsigned blocks_for(std::size_t n) {
   for (std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; k < (n); \
        k += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
-__device__ float activate(activation_kind a, float x) {
-  switch (a) {
-    case activation_kind::relu: return x > 0.0f || isnan(x) ? x : 0.0f;
-    case activation_kind::sigmoid: return 1.0f / (1.0f + expf(-x));
-    case activation_kind::tanh: return tanhf(x);
-    default: return x;
-  }
-}
+using kernel_bodies::activate;
 
 // Thread 0 of the block gets the sum of every thread's `v` (a fixed tree: the same bits each
 // run), in shared memory of `threads` doubles.
@@ -55,16 +49,8 @@ __device__ float target_of(const std::int32_t* labels, cmat t, std::size_t i, st
   return t.p[i * t.ld + j];
 }
 
-// One class of a cross-entropy on probabilities (host_detail::crossentropy_term).
-__device__ float crossentropy_term(float t, float p, float s, float eps, float& loss, float& dot) {
-  const float q = p / s;
-  const float c = fminf(fmaxf(q, eps), 1.0f - eps);
-  loss -= t * logf(c);
-  const float inside = (q >= eps && q <= 1.0f - eps) ? 1.0f : 0.0f;
-  const float dq = -t / c * inside;
-  dot += dq * q;
-  return dq;
-}
+// One class of a cross-entropy on probabilities (the host backend's, written once).
+using kernel_bodies::crossentropy_term;
 
 // ---- memory and element-wise ------------------------------------------------------------------
 
@@ -143,31 +129,16 @@ __global__ void add_kernel(cmat a, cmat b, mat out) {
     out.p[i * out.ld + j] = a.p[i * a.ld + j] + b.p[i * b.ld + j];
   }
 }
-// Layer normalization: one thread per run of `n` values (a sample's last axis), the host's sums
-// in double.
+// Layer normalization: one thread per run of `n` values (a sample's last axis), the host's body.
 __global__ void layer_normalization_kernel(cmat x, std::size_t n, const float* gamma,
                                            bool has_gamma, const float* beta, bool has_beta,
                                            float epsilon, mat xhat, float* inv, mat y) {
   const std::size_t per_row = x.cols / n;
   TESSEL_GRID_STRIDE(r, x.rows * per_row) {
     const std::size_t i = r / per_row, c0 = (r % per_row) * n;
-    const float* xr = x.p + i * x.ld + c0;
-    double sum = 0;
-    for (std::size_t j = 0; j < n; ++j) sum += xr[j];
-    const auto mean = static_cast<float>(sum / static_cast<double>(n));
-    double squares = 0;
-    for (std::size_t j = 0; j < n; ++j) {
-      const double d = static_cast<double>(xr[j]) - mean;
-      squares += d * d;
-    }
-    const float iv = 1.0f / sqrtf(static_cast<float>(squares / static_cast<double>(n)) + epsilon);
-    inv[r] = iv;
-    for (std::size_t j = 0; j < n; ++j) {
-      const float a = has_gamma ? iv * gamma[j] : iv;
-      const float b = (has_beta ? beta[j] : 0.0f) - mean * a;
-      y.p[i * y.ld + c0 + j] = xr[j] * a + b;
-      xhat.p[i * xhat.ld + c0 + j] = (xr[j] - mean) * iv;
-    }
+    inv[r] = kernel_bodies::layer_normalization_row(
+        x.p + i * x.ld + c0, n, has_gamma ? gamma : nullptr, has_beta ? beta : nullptr, epsilon,
+        y.p + i * y.ld + c0, xhat.p + i * xhat.ld + c0);
   }
 }
 __global__ void layer_normalization_variables_kernel(cmat dy, cmat xhat, std::size_t n,
@@ -469,27 +440,18 @@ struct sgd_op {
   float lr, momentum;
   bool nesterov;
   __device__ void operator()(const update_ptrs& t, std::size_t k) const {
-    const float g = t.gradient[k];
-    if (t.slot_a == nullptr) {
-      t.value[k] -= lr * g;
-    } else if (nesterov) {
-      t.slot_a[k] = momentum * t.slot_a[k] - lr * g;
-      t.value[k] += momentum * t.slot_a[k] - lr * g;
-    } else {
-      t.slot_a[k] = momentum * t.slot_a[k] - lr * g;
-      t.value[k] += t.slot_a[k];
-    }
+    kernel_bodies::sgd(t.value[k], t.gradient[k], t.slot_a == nullptr ? nullptr : &t.slot_a[k], lr,
+                       momentum, nesterov);
   }
 };
 struct adam_op {
   float alpha, beta_1, beta_2, epsilon;
   __device__ void operator()(const update_ptrs& t, std::size_t k) const {
-    const float g = t.gradient[k];
-    const float m = t.slot_a[k] + (g - t.slot_a[k]) * (1.0f - beta_1);
-    const float v = t.slot_b[k] + (g * g - t.slot_b[k]) * (1.0f - beta_2);
+    float m = t.slot_a[k], v = t.slot_b[k];
+    kernel_bodies::adam_moments(t.gradient[k], m, v, 1.0f - beta_1, 1.0f - beta_2);
     t.slot_a[k] = m;
     t.slot_b[k] = v;
-    t.value[k] -= alpha * m / (sqrtf(v) + epsilon);
+    t.value[k] -= kernel_bodies::adam_step(m, v, alpha, epsilon);
   }
 };
 // slot_a the velocity, slot_b the momentum (or null), slot_c the average gradient (or null).
@@ -497,15 +459,9 @@ struct rmsprop_op {
   float lr, rho, momentum, epsilon;
   __device__ void operator()(const update_ptrs& t, std::size_t k) const {
     const float g = t.gradient[k];
-    const float vel = rho * t.slot_a[k] + (1.0f - rho) * g * g;
-    t.slot_a[k] = vel;
-    float denominator = vel + epsilon;
-    if (t.slot_c != nullptr) {
-      const float avg = rho * t.slot_c[k] + (1.0f - rho) * g;
-      t.slot_c[k] = avg;
-      denominator = vel - avg * avg + epsilon;
-    }
-    const float increment = lr * g / sqrtf(denominator);
+    float* average = t.slot_c == nullptr ? nullptr : &t.slot_c[k];
+    kernel_bodies::rmsprop_averages(g, t.slot_a[k], average, rho);
+    const float increment = kernel_bodies::rmsprop_increment(g, t.slot_a[k], average, lr, epsilon);
     if (t.slot_b != nullptr) {
       t.slot_b[k] = momentum * t.slot_b[k] + increment;
       t.value[k] -= t.slot_b[k];

@@ -33,24 +33,15 @@
 #include "../core/compilation.hpp"
 #include "../random/philox.hpp"
 #include "interface.hpp"
+#include "kernel_bodies.hpp"
 #include "thread_pool.hpp"
 
 namespace tessel::backend {
 
 namespace host_detail {
 
-// One class of a cross-entropy on probabilities, as Keras computes it (the row normalised by its
-// sum s, clipped to [eps, 1 - eps]): adds -t log(clip(q)) to `loss` and dL/dq * q to `dot`, and
-// returns dL/dq (the clip passes no gradient).
-inline float crossentropy_term(float t, float p, float s, float eps, float& loss, float& dot) {
-  const float q = p / s;
-  const float c = std::min(std::max(q, eps), 1.0f - eps);
-  loss -= t * std::log(c);
-  const float inside = (q >= eps && q <= 1.0f - eps) ? 1.0f : 0.0f;
-  const float dq = -t / c * inside;
-  dot += dq * q;
-  return dq;
-}
+// One class of a cross-entropy on probabilities (written once for both backends).
+using kernel_bodies::crossentropy_term;
 
 // ---- GEMM -------------------------------------------------------------------------------------
 // Row-major c (m x n) = alpha * op(a) * op(b) + beta * c, by size, as measured on the 2-core
@@ -543,13 +534,13 @@ TESSEL_INLINE void apply_epilogue(const epilogue& e, float* c, std::size_t ldc, 
     switch (e.activation) {
       case activation_kind::linear: break;
       case activation_kind::relu:  // NaN stays NaN, as jax.nn.relu (max(x, 0)) gives it
-        for (std::size_t j = 0; j < n; ++j) r[j] = r[j] > 0.0f || std::isnan(r[j]) ? r[j] : 0.0f;
+        for (std::size_t j = 0; j < n; ++j) r[j] = kernel_bodies::relu(r[j]);
         break;
       case activation_kind::sigmoid:
-        for (std::size_t j = 0; j < n; ++j) r[j] = 1.0f / (1.0f + std::exp(-r[j]));
+        for (std::size_t j = 0; j < n; ++j) r[j] = kernel_bodies::sigmoid(r[j]);
         break;
       case activation_kind::tanh:
-        for (std::size_t j = 0; j < n; ++j) r[j] = std::tanh(r[j]);
+        for (std::size_t j = 0; j < n; ++j) r[j] = kernel_bodies::tanh(r[j]);
         break;
       case activation_kind::softmax: {
         float mx = -std::numeric_limits<float>::infinity();
@@ -569,7 +560,8 @@ TESSEL_INLINE void gemm(bool ta, bool tb, float alpha, const float* a, std::size
                         std::size_t m, std::size_t n, std::size_t k, const epilogue* e) {
   if (m == 0 || n == 0) return;
   thread_pool& p = pool();
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double flops =
+      2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   if (flops > big_gemm_flops) {
     set_blas_threads(static_cast<int>(p.size()));
     blas_gemm(ta, tb, alpha, a, lda, b, ldb, beta, c, ldc, m, n, k);
@@ -667,30 +659,23 @@ TESSEL_MULTIVERSION TESSEL_INLINE void adam_chunk(float* __restrict w, const flo
   const float one_minus_b1 = 1.0f - beta_1, one_minus_b2 = 1.0f - beta_2;
   for (std::size_t b = 0; b < n; b += update_block) {
     const std::size_t e = std::min(n, b + update_block);
-    for (std::size_t k = b; k < e; ++k) {
-      const float gk = g[k];
-      m[k] += (gk - m[k]) * one_minus_b1;
-      v[k] += (gk * gk - v[k]) * one_minus_b2;
-    }
-    for (std::size_t k = b; k < e; ++k) w[k] -= alpha * m[k] / (std::sqrt(v[k]) + epsilon);
+    for (std::size_t k = b; k < e; ++k)
+      kernel_bodies::adam_moments(g[k], m[k], v[k], one_minus_b1, one_minus_b2);
+    for (std::size_t k = b; k < e; ++k)
+      w[k] -= kernel_bodies::adam_step(m[k], v[k], alpha, epsilon);
   }
 }
 
 TESSEL_MULTIVERSION TESSEL_INLINE void sgd_chunk(float* __restrict w, const float* __restrict g,
                                                  float* __restrict m, std::size_t n, float lr,
                                                  float momentum, bool nesterov) {
+  // One loop per case, so that each vectorises (kernel_bodies::sgd's branches fold away).
   if (m == nullptr) {
-    for (std::size_t k = 0; k < n; ++k) w[k] -= lr * g[k];
+    for (std::size_t k = 0; k < n; ++k) kernel_bodies::sgd(w[k], g[k], nullptr, lr, 0.0f, false);
   } else if (nesterov) {
-    for (std::size_t k = 0; k < n; ++k) {
-      m[k] = momentum * m[k] - lr * g[k];
-      w[k] += momentum * m[k] - lr * g[k];
-    }
+    for (std::size_t k = 0; k < n; ++k) kernel_bodies::sgd(w[k], g[k], &m[k], lr, momentum, true);
   } else {
-    for (std::size_t k = 0; k < n; ++k) {
-      m[k] = momentum * m[k] - lr * g[k];
-      w[k] += m[k];
-    }
+    for (std::size_t k = 0; k < n; ++k) kernel_bodies::sgd(w[k], g[k], &m[k], lr, momentum, false);
   }
 }
 
@@ -700,14 +685,11 @@ TESSEL_MULTIVERSION TESSEL_INLINE void rmsprop_chunk(float* __restrict w, const 
                                                      float rho, float momentum, float epsilon) {
   for (std::size_t b = 0; b < n; b += update_block) {
     const std::size_t e = std::min(n, b + update_block);
+    for (std::size_t k = b; k < e; ++k)
+      kernel_bodies::rmsprop_averages(g[k], vel[k], avg ? &avg[k] : nullptr, rho);
     for (std::size_t k = b; k < e; ++k) {
-      const float gk = g[k];
-      vel[k] = rho * vel[k] + (1.0f - rho) * gk * gk;
-      if (avg) avg[k] = rho * avg[k] + (1.0f - rho) * gk;
-    }
-    for (std::size_t k = b; k < e; ++k) {
-      const float denominator = avg ? vel[k] - avg[k] * avg[k] + epsilon : vel[k] + epsilon;
-      const float increment = lr * g[k] / std::sqrt(denominator);
+      const float increment =
+          kernel_bodies::rmsprop_increment(g[k], vel[k], avg ? &avg[k] : nullptr, lr, epsilon);
       if (mom) {
         mom[k] = momentum * mom[k] + increment;
         w[k] -= mom[k];
@@ -855,24 +837,9 @@ TESSEL_INLINE void host::layer_normalization(const matrix& x, std::size_t featur
   float* py = y.data();
   const std::size_t n = features;
   for_rows("tessel::layer_normalization", x.size() / n, n, [=](std::size_t r) {
-    const float* xr = px + r * n;
-    double sum = 0;
-    for (std::size_t j = 0; j < n; ++j) sum += xr[j];
-    const auto mean = static_cast<float>(sum / static_cast<double>(n));
-    double squares = 0;
-    for (std::size_t j = 0; j < n; ++j) {
-      const double d = static_cast<double>(xr[j]) - mean;
-      squares += d * d;
-    }
-    const auto var = static_cast<float>(squares / static_cast<double>(n));
-    const float iv = 1.0f / std::sqrt(var + epsilon);
-    pi[r] = iv;
-    for (std::size_t j = 0; j < n; ++j) {
-      const float a = has_gamma ? iv * pg[j] : iv;
-      const float b = (has_beta ? pb[j] : 0.0f) - mean * a;
-      py[r * n + j] = xr[j] * a + b;
-      ph[r * n + j] = (xr[j] - mean) * iv;
-    }
+    pi[r] = kernel_bodies::layer_normalization_row(px + r * n, n, has_gamma ? pg : nullptr,
+                                                   has_beta ? pb : nullptr, epsilon, py + r * n,
+                                                   ph + r * n);
   });
 }
 
