@@ -243,11 +243,9 @@ __global__ void mse_kernel(cmat pred, cmat targets, mat grad, float grad_scale, 
   double acc = 0.0;
   for (std::size_t i = threadIdx.x; i < pred.rows; i += blockDim.x) {
     float s = 0.0f;
-    for (std::size_t j = 0; j < pred.cols; ++j) {
-      const float d = pred.p[i * pred.ld + j] - targets.p[i * targets.ld + j];
-      s += d * d;
-      grad.p[i * grad.ld + j] = grad_scale * 2.0f * d * inv_n;
-    }
+    for (std::size_t j = 0; j < pred.cols; ++j)
+      s += kernel_bodies::squared_error(pred.p[i * pred.ld + j], targets.p[i * targets.ld + j],
+                                        grad_scale, inv_n, grad.p[i * grad.ld + j]);
     acc += static_cast<double>(s * inv_n);
   }
   const double total = block_sum(acc);
@@ -259,21 +257,10 @@ __global__ void binary_crossentropy_kernel(cmat pred, cmat targets, mat grad, fl
   double acc = 0.0;
   for (std::size_t i = threadIdx.x; i < pred.rows; i += blockDim.x) {
     float s = 0.0f;
-    for (std::size_t j = 0; j < pred.cols; ++j) {
-      const float t = targets.p[i * targets.ld + j], z = pred.p[i * pred.ld + j];
-      float g = 0.0f;
-      if (from_logits) {
-        const float soft = log1pf(expf(-fabsf(z)));
-        s += -t * (-(fmaxf(-z, 0.0f) + soft)) - (1.0f - t) * (-(fmaxf(z, 0.0f) + soft));
-        g = grad_scale * (1.0f / (1.0f + expf(-z)) - t) * inv_n;
-      } else {
-        const bool clipped = z < epsilon || z > 1.0f - epsilon;
-        const float p = fminf(fmaxf(z, epsilon), 1.0f - epsilon);
-        s += -(t * logf(p) + (1.0f - t) * logf(1.0f - p));
-        g = clipped ? 0.0f : grad_scale * (-t / p + (1.0f - t) / (1.0f - p)) * inv_n;
-      }
-      grad.p[i * grad.ld + j] = g;
-    }
+    for (std::size_t j = 0; j < pred.cols; ++j)
+      s += kernel_bodies::binary_crossentropy(targets.p[i * targets.ld + j],
+                                              pred.p[i * pred.ld + j], from_logits, epsilon,
+                                              grad_scale, inv_n, grad.p[i * grad.ld + j]);
     acc += static_cast<double>(s * inv_n);
   }
   const double total = block_sum(acc);
@@ -285,7 +272,7 @@ __global__ void mean_absolute_error_kernel(cmat pred, cmat targets, double* out)
   for (std::size_t i = threadIdx.x; i < pred.rows; i += blockDim.x) {
     float s = 0.0f;
     for (std::size_t j = 0; j < pred.cols; ++j)
-      s += fabsf(pred.p[i * pred.ld + j] - targets.p[i * targets.ld + j]);
+      s += kernel_bodies::absolute_error(pred.p[i * pred.ld + j], targets.p[i * targets.ld + j]);
     acc += static_cast<double>(s * inv_n);
   }
   const double total = block_sum(acc);

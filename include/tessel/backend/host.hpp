@@ -971,11 +971,9 @@ TESSEL_INLINE void host::mean_squared_error(const matrix& pred, const matrix& ta
       "tessel::mse", policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) {
-          const float d = pred(i, j) - targets(i, j);
-          s += d * d;
-          grad(i, j) = grad_scale * 2.0f * d * inv_n;
-        }
+        for (std::size_t j = 0; j < n; ++j)
+          s += kernel_bodies::squared_error(pred(i, j), targets(i, j), grad_scale, inv_n,
+                                            grad(i, j));
         acc += static_cast<double>(s * inv_n);
       },
       Kokkos::subview(out, slot));
@@ -991,23 +989,9 @@ TESSEL_INLINE void host::binary_crossentropy(const matrix& pred, const matrix& t
       "tessel::binary_crossentropy", policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) {
-          const float t = targets(i, j), z = pred(i, j);
-          if (from_logits) {
-            // log sigmoid(z) = -(max(-z, 0) + log1p(exp(-|z|))), and of -z likewise.
-            const float soft = std::log1p(std::exp(-std::fabs(z)));
-            const float log_sig = -(std::max(-z, 0.0f) + soft);
-            const float log_sig_neg = -(std::max(z, 0.0f) + soft);
-            s += -t * log_sig - (1.0f - t) * log_sig_neg;
-            const float sig = 1.0f / (1.0f + std::exp(-z));
-            grad(i, j) = grad_scale * (sig - t) * inv_n;
-          } else {
-            const bool clipped = z < epsilon || z > 1.0f - epsilon;
-            const float p = std::min(std::max(z, epsilon), 1.0f - epsilon);
-            s += -(t * std::log(p) + (1.0f - t) * std::log(1.0f - p));
-            grad(i, j) = clipped ? 0.0f : grad_scale * (-t / p + (1.0f - t) / (1.0f - p)) * inv_n;
-          }
-        }
+        for (std::size_t j = 0; j < n; ++j)
+          s += kernel_bodies::binary_crossentropy(targets(i, j), pred(i, j), from_logits, epsilon,
+                                                  grad_scale, inv_n, grad(i, j));
         acc += static_cast<double>(s * inv_n);
       },
       Kokkos::subview(out, slot));
@@ -1021,7 +1005,8 @@ TESSEL_INLINE void host::mean_absolute_error(const matrix& pred, const matrix& t
       "tessel::mean_absolute_error", policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) s += std::fabs(pred(i, j) - targets(i, j));
+        for (std::size_t j = 0; j < n; ++j)
+          s += kernel_bodies::absolute_error(pred(i, j), targets(i, j));
         acc += static_cast<double>(s * inv_n);
       },
       Kokkos::subview(out, slot));

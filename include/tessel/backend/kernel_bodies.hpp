@@ -4,7 +4,8 @@
 // by g++ and by nvcc (as __host__ __device__ functions): plain C++17 arithmetic on floats, no
 // library beyond <cmath>, nothing nvcc's front end refuses.
 //
-// Written this way so far: the activations, one class of a cross-entropy on probabilities, layer
+// Written this way so far: the activations, the element terms of the losses (one class of a
+// cross-entropy on probabilities, squared error, binary cross-entropy, absolute error), layer
 // normalization's forward over one row, and the optimizers' updates of one element (SGD with
 // momentum and Nesterov, Adam, RMSprop).
 #pragma once
@@ -52,6 +53,36 @@ TESSEL_KERNEL_BODY float crossentropy_term(float t, float p, float s, float eps,
   const float dq = -t / c * inside;
   dot += dq * q;
   return dq;
+}
+
+// Squared error of one element: returns (p - t)^2 and sets g to its gradient, scaled by
+// grad_scale and 1/n.
+TESSEL_KERNEL_BODY float squared_error(float p, float t, float grad_scale, float inv_n, float& g) {
+  const float d = p - t;
+  g = grad_scale * 2.0f * d * inv_n;
+  return d * d;
+}
+// Absolute error of one element.
+TESSEL_KERNEL_BODY float absolute_error(float p, float t) { return std::fabs(p - t); }
+// Binary cross-entropy of one element, as Keras computes it: on logits z through log sigmoid
+// (-(max(-z, 0) + log1p(exp(-|z|))), stable for any z); on probabilities clipped to
+// [eps, 1 - eps] (the clip passes no gradient). Returns the term and sets g, scaled by
+// grad_scale and 1/n.
+TESSEL_KERNEL_BODY float binary_crossentropy(float t, float z, bool from_logits, float epsilon,
+                                             float grad_scale, float inv_n, float& g) {
+  if (from_logits) {
+    const float soft = std::log1p(std::exp(-std::fabs(z)));
+    const float log_sig = -((-z < 0.0f ? 0.0f : -z) + soft);     // std::max(-z, 0)
+    const float log_sig_neg = -((z < 0.0f ? 0.0f : z) + soft);   // std::max(z, 0)
+    const float sig = 1.0f / (1.0f + std::exp(-z));
+    g = grad_scale * (sig - t) * inv_n;
+    return -t * log_sig - (1.0f - t) * log_sig_neg;
+  }
+  const bool clipped = z < epsilon || z > 1.0f - epsilon;
+  const float low = z < epsilon ? epsilon : z;               // std::max(z, eps)
+  const float p = 1.0f - epsilon < low ? 1.0f - epsilon : low;  // std::min(low, 1 - eps)
+  g = clipped ? 0.0f : grad_scale * (-t / p + (1.0f - t) / (1.0f - p)) * inv_n;
+  return -(t * std::log(p) + (1.0f - t) * std::log(1.0f - p));
 }
 
 // ---- normalization ------------------------------------------------------------------------------
