@@ -88,25 +88,14 @@ __global__ void bias_softmax_kernel(const float* bias, mat y) {
 __global__ void activation_backward_kernel(activation_kind a, cmat y, cmat dy, mat dz) {
   TESSEL_GRID_STRIDE(k, dz.rows * dz.cols) {
     const std::size_t i = k / dz.cols, j = k % dz.cols;
-    const float yv = y.p[i * y.ld + j], g = dy.p[i * dy.ld + j];
-    float out = g;
-    switch (a) {
-      case activation_kind::relu: out = yv > 0.0f ? g : 0.0f; break;
-      case activation_kind::sigmoid: out = g * yv * (1.0f - yv); break;
-      case activation_kind::tanh: out = g * (1.0f - yv * yv); break;
-      default: break;
-    }
-    dz.p[i * dz.ld + j] = out;
+    dz.p[i * dz.ld + j] =
+        kernel_bodies::activation_gradient(a, y.p[i * y.ld + j], dy.p[i * dy.ld + j]);
   }
 }
 __global__ void softmax_backward_kernel(cmat y, cmat dy, mat dz) {
   TESSEL_GRID_STRIDE(i, dz.rows) {
-    const float* yr = y.p + i * y.ld;
-    const float* gr = dy.p + i * dy.ld;
-    float* zr = dz.p + i * dz.ld;
-    float dot = 0.0f;
-    for (std::size_t j = 0; j < dz.cols; ++j) dot += yr[j] * gr[j];
-    for (std::size_t j = 0; j < dz.cols; ++j) zr[j] = yr[j] * (gr[j] - dot);
+    kernel_bodies::softmax_gradient_row(y.p + i * y.ld, dy.p + i * dy.ld, dz.p + i * dz.ld,
+                                        dz.cols);
   }
 }
 // out[j] = sum over rows of in[i, j], in row order; one thread per column.

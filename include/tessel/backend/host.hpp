@@ -502,23 +502,17 @@ TESSEL_INLINE void activation_backward_block(activation_kind a, const float* y, 
         if (zr != gr) std::copy(gr, gr + n, zr);
         break;
       case activation_kind::relu:  // gr[j] read unconditionally: a select, not a branch
-        for (std::size_t j = 0; j < n; ++j) {
-          const float g = gr[j];
-          zr[j] = yr[j] > 0.0f ? g : 0.0f;
-        }
+        for (std::size_t j = 0; j < n; ++j) zr[j] = kernel_bodies::relu_gradient(yr[j], gr[j]);
         break;
       case activation_kind::sigmoid:
-        for (std::size_t j = 0; j < n; ++j) zr[j] = gr[j] * yr[j] * (1.0f - yr[j]);
+        for (std::size_t j = 0; j < n; ++j) zr[j] = kernel_bodies::sigmoid_gradient(yr[j], gr[j]);
         break;
       case activation_kind::tanh:
-        for (std::size_t j = 0; j < n; ++j) zr[j] = gr[j] * (1.0f - yr[j] * yr[j]);
+        for (std::size_t j = 0; j < n; ++j) zr[j] = kernel_bodies::tanh_gradient(yr[j], gr[j]);
         break;
-      case activation_kind::softmax: {  // j0 = 0, j1 = the row's length
-        float dot = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) dot += yr[j] * gr[j];
-        for (std::size_t j = 0; j < n; ++j) zr[j] = yr[j] * (gr[j] - dot);
+      case activation_kind::softmax:  // j0 = 0, j1 = the row's length
+        kernel_bodies::softmax_gradient_row(yr, gr, zr, n);
         break;
-      }
     }
     if (out != nullptr)
       for (std::size_t j = 0; j < n; ++j) out[j] += zr[j];

@@ -4,10 +4,10 @@
 // by g++ and by nvcc (as __host__ __device__ functions): plain C++17 arithmetic on floats, no
 // library beyond <cmath>, nothing nvcc's front end refuses.
 //
-// Written this way so far: the activations, the element terms of the losses (one class of a
-// cross-entropy on probabilities, squared error, binary cross-entropy, absolute error), layer
-// normalization's forward over one row, and the optimizers' updates of one element (SGD with
-// momentum and Nesterov, Adam, RMSprop).
+// Written this way so far: the activations and their gradients (softmax's over a row), the
+// element terms of the losses (one class of a cross-entropy on probabilities, squared error,
+// binary cross-entropy, absolute error), layer normalization's forward over one row, and the
+// optimizers' updates of one element (SGD with momentum and Nesterov, Adam, RMSprop).
 #pragma once
 
 #include <cmath>
@@ -36,6 +36,26 @@ TESSEL_KERNEL_BODY float activate(activation_kind a, float x) {
     case activation_kind::tanh: return tanh(x);
     default: return x;
   }
+}
+
+// The gradient of an element-wise activation from its output y and the output's gradient g.
+TESSEL_KERNEL_BODY float relu_gradient(float y, float g) { return y > 0.0f ? g : 0.0f; }
+TESSEL_KERNEL_BODY float sigmoid_gradient(float y, float g) { return g * y * (1.0f - y); }
+TESSEL_KERNEL_BODY float tanh_gradient(float y, float g) { return g * (1.0f - y * y); }
+TESSEL_KERNEL_BODY float activation_gradient(activation_kind a, float y, float g) {
+  switch (a) {
+    case activation_kind::relu: return relu_gradient(y, g);
+    case activation_kind::sigmoid: return sigmoid_gradient(y, g);
+    case activation_kind::tanh: return tanh_gradient(y, g);
+    default: return g;
+  }
+}
+// Softmax's gradient over one row of n: z = y (g - y . g).
+TESSEL_KERNEL_BODY void softmax_gradient_row(const float* y, const float* g, float* z,
+                                             std::size_t n) {
+  float dot = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) dot += y[j] * g[j];
+  for (std::size_t j = 0; j < n; ++j) z[j] = y[j] * (g[j] - dot);
 }
 
 // ---- losses ------------------------------------------------------------------------------------
