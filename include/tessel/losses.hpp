@@ -25,7 +25,6 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <typeinfo>
 #include <utility>
 #include <variant>
 
@@ -254,10 +253,7 @@ class loss_function {
       this->name = std::string(std::string_view(loss.name));
       this->kind = loss.plan_kind();
       if constexpr (requires { L::sparse_labels; }) this->sparse = L::sparse_labels;
-      hasher h;
-      h.text(typeid(L).name()).text(this->name).value(static_cast<int>(this->kind));
-      if constexpr (requires { loss.get_config(); }) h.text(loss.get_config());
-      this->fingerprint = h.result();
+      this->fingerprint = object_fingerprint(loss, this->name, static_cast<int>(this->kind));
     }
     void compute(const loss_call<B>& c) const override { loss.template compute<B>(c); }
     bool compute_split(const loss_call<B>& c, row_statistics<B>& st,

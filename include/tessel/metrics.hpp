@@ -22,7 +22,6 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -160,10 +159,7 @@ class metric_function {
       if constexpr (requires { M::sparse_labels; }) this->sparse = M::sparse_labels;
       if constexpr (requires { M::takes_argmax; }) this->argmax = M::takes_argmax;
       if constexpr (requires { M::increases; }) this->increases = M::increases;
-      hasher h;
-      h.text(typeid(M).name()).text(this->name);
-      if constexpr (requires { metric.get_config(); }) h.text(metric.get_config());
-      this->fingerprint = h.result();
+      this->fingerprint = object_fingerprint(metric, this->name);
     }
     void local_sum(const metric_call<B>& c) const override { metric.template local_sum<B>(c); }
   };

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <typeinfo>
 
 namespace tessel {
 
@@ -66,6 +67,17 @@ inline std::uint64_t shape_fingerprint(std::span<const std::size_t> shape) noexc
   hasher h;
   for (const std::size_t d : shape) h.value(d);
   return h.value(shape.size()).result();
+}
+
+// A configured object (a loss, a metric) as a fact's value: its type, its name, the numbers
+// `more` (a loss's kind), and its get_config() when it has one, hashed.
+template <class T, class... More>
+std::uint64_t object_fingerprint(const T& object, std::string_view name, More... more) {
+  hasher h;
+  h.text(typeid(T).name()).text(name);
+  (h.value(more), ...);
+  if constexpr (requires { object.get_config(); }) h.text(object.get_config());
+  return h.result();
 }
 
 }  // namespace tessel
