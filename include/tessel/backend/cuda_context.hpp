@@ -98,11 +98,11 @@ class upload_ring {
 };
 
 // Dense's forward through cuBLASLt with the bias in the GEMM's epilogue (one kernel instead of a
-// GEMM and a bias kernel; ReLU runs after it: backend/gemm_plans.hpp says why): row-major y (m x n) = x (m x k) w (k x n) is
-// column-major y^T = w^T x^T, where the bias is a per-row vector of y^T, what cuBLASLt's bias
-// epilogue adds. One plan (descriptors and the heuristic's algorithm, chosen for the pointers'
-// alignment) per shape and alignment, kept; a shape
-// cuBLASLt finds no algorithm for, or a call it fails, returns false for the caller's fallback
+// GEMM and a bias kernel; ReLU runs after it: backend/gemm_plans.hpp says why): row-major
+// y (m x n) = x (m x k) w (k x n) is column-major y^T = w^T x^T, where the bias is a per-row
+// vector of y^T, what cuBLASLt's bias epilogue adds. One plan (descriptors and the heuristic's
+// algorithm, chosen for the pointers' alignment) per shape and alignment, kept; a shape cuBLASLt
+// finds no algorithm for, or a call it fails, returns false for the caller's fallback
 // (cublasSgemm, then the epilogue kernel).
 class lt_dense {
  public:

@@ -96,7 +96,8 @@ struct device_memory {
   bool on_device(const void* p) const { return cuda_staging::on_device(p); }
   std::shared_ptr<void> acquire(std::size_t bytes) { return pool->acquire(bytes); }
   void to_host(void* host, const void* device, std::size_t bytes) {
-    copy(host, device, bytes, cudaMemcpyDeviceToHost, "cudaMemcpyAsync (collective input to the host)");
+    copy(host, device, bytes, cudaMemcpyDeviceToHost,
+         "cudaMemcpyAsync (collective input to the host)");
   }
   void to_device(void* device, const void* host, std::size_t bytes) {
     copy(device, host, bytes, cudaMemcpyHostToDevice,
@@ -255,7 +256,8 @@ class cuda_communicator {
   template <class T>
   [[nodiscard]] request ibroadcast(std::span<T> data, int root = 0) const {
     if (!mpi_.uses_mpi() || data.empty())
-      return request(staging::request<cuda_staging::device_memory>(mpi_.ibroadcast(data, root), {}));
+      return request(
+          staging::request<cuda_staging::device_memory>(mpi_.ibroadcast(data, root), {}));
     if (auto* g = nccl_for(data.data()); g && root >= 0 && root < size())
       return request(g, g->broadcast(data.data(), data.size(), root), "broadcast");
     return request(staged().ibroadcast(data, root));
