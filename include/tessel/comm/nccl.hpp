@@ -4,9 +4,9 @@
 // (with an event) for the compute stream's work that wrote its input, and the compute stream
 // waits (with an event) for the collective before anything reads its output, so the host never
 // blocks for it. Waiting for a collective from the host (a request's wait()) polls NCCL's
-// asynchronous errors: an error, or a wait longer than the collective timeout
-// (TESSEL_COLLECTIVE_TIMEOUT, comm/watchdog.hpp), aborts the communicator (ncclCommAbort) and ends
-// the job naming the process, as the MPI path's watchdog does; it never hangs.
+// asynchronous errors (comm/collective_poll.hpp): an error, or a wait longer than the collective
+// timeout (TESSEL_COLLECTIVE_TIMEOUT, comm/watchdog.hpp), aborts the communicator (ncclCommAbort)
+// and ends the job naming the process, as the MPI path's watchdog does; it never hangs.
 // Built where NCCL is found (TESSEL_HAVE_NCCL, set by the tessel::cuda target).
 #pragma once
 
@@ -21,11 +21,11 @@
 #include <functional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
 
 #include "../backend/cuda_context.hpp"
 #include "../core/errors.hpp"
+#include "collective_poll.hpp"
 #include "concept.hpp"
 #include "watchdog.hpp"
 
@@ -138,40 +138,44 @@ class nccl_group {
                                 "cudaStreamWaitEvent");
     cudaEventDestroy(done);
   }
-  // Waits on the host until the collective that `done` ends is complete, polling NCCL's
-  // asynchronous errors and the collective timeout; then finish(done).
+  // Waits on the host until the collective that `done` ends is complete, polling the event,
+  // NCCL's asynchronous errors and the collective timeout (comm/collective_poll.hpp); then
+  // finish(done). A failure aborts the communicator and ends the job (fail()).
   void wait(cudaEvent_t done, const char* op) const {
-    const double limit = watchdog::instance().timeout();
-    const auto start = std::chrono::steady_clock::now();
-    for (int polls = 0;; ++polls) {
-      const cudaError_t e = cudaEventQuery(done);
-      if (e == cudaSuccess) break;
-      if (e != cudaErrorNotReady) fail(op, std::string("CUDA: ") + cudaGetErrorString(e), false);
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress)
-        fail(op, ncclGetErrorString(async), false);
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (limit > 0 && waited > limit)
-        fail(op, "waited " + std::to_string(static_cast<long>(waited)) + " s (timeout " +
-                     std::to_string(static_cast<long>(limit)) + " s): a process stopped, hangs, "
-                     "or waits in another collective",
-             true);
-      if (polls > 1000) std::this_thread::yield();
+    const collective_poll::outcome o = collective_poll::wait(
+        [done](std::string& why) {
+          const cudaError_t e = cudaEventQuery(done);
+          if (e == cudaSuccess) return collective_poll::progress::done;
+          if (e == cudaErrorNotReady) return collective_poll::progress::pending;
+          why = std::string("CUDA: ") + cudaGetErrorString(e);
+          return collective_poll::progress::failed;
+        },
+        [this](std::string& why) {
+          ncclResult_t async = ncclSuccess;
+          const ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
+          if (r != ncclSuccess) async = r;
+          if (async == ncclSuccess || async == ncclInProgress) return false;
+          why = ncclGetErrorString(async);
+          return true;
+        },
+        watchdog::instance().timeout(),
+        [start = std::chrono::steady_clock::now()] {
+          return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        });
+    if (o.failed) {
+      cudaEventDestroy(done);
+      fail(op, o);
     }
     finish(done);
   }
   // Aborts the communicator and hands the message to on_failure() (which ends the job unless a
   // test replaced it; then the group is unusable).
-  void fail(const char* op, const std::string& why, bool timeout) const {
+  void fail(const char* op, const collective_poll::outcome& o) const {
     ncclCommAbort(comm_);
     comm_ = nullptr;
-    on_failure()("tessel: NCCL " + std::string(op) + " over " + label_ + " on process " +
-                     std::to_string(rank_) + " of " + std::to_string(size_) + ": " + why +
-                     ". Aborting the job.",
-                 timeout);
-    throw runtime_error("tessel: NCCL " + std::string(op) + " over " + label_ + " failed: " + why);
+    on_failure()(collective_poll::failure_message(op, label_, rank_, size_, o), o.timeout);
+    throw runtime_error("tessel: NCCL " + std::string(op) + " over " + label_ + " failed: " +
+                        o.why);
   }
 
  private:
@@ -188,7 +192,7 @@ class nccl_group {
     backend::cuda_detail::check(cudaStreamWaitEvent(stream_, ready, 0), "cudaStreamWaitEvent");
     cudaEventDestroy(ready);
     const ncclResult_t r = launch();
-    if (r != ncclSuccess && r != ncclInProgress) fail(op, ncclGetErrorString(r), false);
+    if (r != ncclSuccess && r != ncclInProgress) fail(op, {true, false, ncclGetErrorString(r)});
     backend::cuda_detail::check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
                                 "cudaEventCreate");
     backend::cuda_detail::check(cudaEventRecord(done, stream_), "cudaEventRecord");
