@@ -3,6 +3,13 @@
 // order wherever an order decides the bits: a column sum adds its rows in row order, a row's
 // softmax and loss go along the row, and a sum over rows is reduced by one block in a fixed
 // order, so that a step gives the same bits every time it runs.
+//
+// This file keeps only the launching: two kernel templates, for_each_kernel (f(k) for every k
+// in [0, n), grid-stride: an element, a row or a column per call) and block_sum_kernel (one
+// block's fixed-order sum of f(row) over the rows, for the losses and metrics), and the
+// optimizers' multi-tensor kernel. Each operation is a small functor whose __device__
+// operator() calls the arithmetic written once, for the host backend too, in
+// backend/kernel_bodies.hpp.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -16,6 +23,8 @@
 namespace tessel::backend::cuda_kernels {
 namespace {
 
+namespace kb = kernel_bodies;
+
 constexpr int threads = 256;
 
 // Blocks for n independent items, `threads` per block, at most 65535 x 8 (the loops stride).
@@ -28,11 +37,33 @@ unsigned blocks_for(std::size_t n) {
   for (std::size_t k = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; k < (n); \
        k += static_cast<std::size_t>(gridDim.x) * blockDim.x)
 
-using kernel_bodies::activate;
+// ---- the launchers -----------------------------------------------------------------------------
+
+// f(k) for every k in [0, n), grid-stride: an element, a row or a column per call.
+template <class F>
+__global__ void for_each_kernel(std::size_t n, F f) {
+  TESSEL_GRID_STRIDE(k, n) f(k);
+}
+template <class F>
+void for_each(std::size_t n, const F& f, cudaStream_t s) {
+  if (n > 0) for_each_kernel<<<blocks_for(n), threads, 0, s>>>(n, f);
+}
+
+// f(i, j) for every element of a rows x cols matrix, one thread per element.
+template <class F>
+struct elements {
+  std::size_t cols;
+  F f;
+  __device__ void operator()(std::size_t k) const { f(k / cols, k % cols); }
+};
+template <class F>
+void for_each_element(std::size_t rows, std::size_t cols, const F& f, cudaStream_t s) {
+  for_each(rows * cols, elements<F>{cols, f}, s);
+}
 
 // Thread 0 of the block gets the sum of every thread's `v` (a fixed tree: the same bits each
 // run), in shared memory of `threads` doubles.
-__device__ double block_sum(double v) {
+__device__ double block_total(double v) {
   __shared__ double part[threads];
   part[threadIdx.x] = v;
   __syncthreads();
@@ -42,6 +73,25 @@ __device__ double block_sum(double v) {
   }
   return part[0];
 }
+// *out = the sum of f(i) (a double) over the rows i in [0, n), by one block: thread t adds rows
+// t, t + threads, ... in turn, then block_total adds the threads' sums. The losses and metrics.
+template <class F>
+__global__ void block_sum_kernel(std::size_t n, F f, double* out) {
+  double acc = 0.0;
+  for (std::size_t i = threadIdx.x; i < n; i += blockDim.x) acc += f(i);
+  const double total = block_total(acc);
+  if (threadIdx.x == 0) *out = total;
+}
+template <class F>
+void block_sum(std::size_t n, const F& f, double* out, cudaStream_t s) {
+  block_sum_kernel<<<1, threads, 0, s>>>(n, f, out);
+}
+
+// Row i of a matrix, and element (i, j).
+__device__ float* row(const mat& m, std::size_t i) { return m.p + i * m.ld; }
+__device__ const float* row(const cmat& m, std::size_t i) { return m.p + i * m.ld; }
+__device__ float& at(const mat& m, std::size_t i, std::size_t j) { return m.p[i * m.ld + j]; }
+__device__ float at(const cmat& m, std::size_t i, std::size_t j) { return m.p[i * m.ld + j]; }
 
 __device__ float target_of(const std::int32_t* labels, cmat t, std::size_t i, std::size_t j,
                            std::size_t col0 = 0) {
@@ -49,31 +99,85 @@ __device__ float target_of(const std::int32_t* labels, cmat t, std::size_t i, st
   return t.p[i * t.ld + j];
 }
 
-// One class of a cross-entropy on probabilities (the host backend's, written once).
-using kernel_bodies::crossentropy_term;
+// ---- memory and element-wise: f(i, j) ----------------------------------------------------------
 
-// ---- memory and element-wise ------------------------------------------------------------------
-
-__global__ void fill_kernel(mat m, float v) {
-  TESSEL_GRID_STRIDE(k, m.rows * m.cols) m.p[k / m.cols * m.ld + k % m.cols] = v;
-}
-__global__ void scale_kernel(mat m, float beta) {
-  TESSEL_GRID_STRIDE(k, m.rows * m.cols) m.p[k / m.cols * m.ld + k % m.cols] *= beta;
-}
-__global__ void broadcast_rows_kernel(cmat row, mat out) {
-  TESSEL_GRID_STRIDE(k, out.rows * out.cols) out.p[k / out.cols * out.ld + k % out.cols] =
-      row.p[k % out.cols];
-}
-__global__ void bias_activation_kernel(const float* bias, activation_kind a, mat y) {
-  TESSEL_GRID_STRIDE(k, y.rows * y.cols) {
-    float& v = y.p[k / y.cols * y.ld + k % y.cols];
-    v = activate(a, bias != nullptr ? v + bias[k % y.cols] : v);
+struct fill_op {
+  mat m;
+  float v;
+  __device__ void operator()(std::size_t i, std::size_t j) const { at(m, i, j) = v; }
+};
+struct scale_op {
+  mat m;
+  float beta;
+  __device__ void operator()(std::size_t i, std::size_t j) const { at(m, i, j) *= beta; }
+};
+struct broadcast_rows_op {
+  cmat in;
+  mat out;
+  __device__ void operator()(std::size_t i, std::size_t j) const { at(out, i, j) = in.p[j]; }
+};
+struct bias_activation_op {
+  const float* bias;
+  activation_kind a;
+  mat y;
+  __device__ void operator()(std::size_t i, std::size_t j) const {
+    float& v = at(y, i, j);
+    v = kb::activate(a, bias != nullptr ? v + bias[j] : v);
   }
-}
-// Softmax along each row, one thread per row (host_detail::apply_epilogue's order).
-__global__ void bias_softmax_kernel(const float* bias, mat y) {
-  TESSEL_GRID_STRIDE(i, y.rows) {
-    float* r = y.p + i * y.ld;
+};
+struct activation_backward_op {
+  activation_kind a;
+  cmat y, dy;
+  mat dz;
+  __device__ void operator()(std::size_t i, std::size_t j) const {
+    at(dz, i, j) = kb::activation_gradient(a, at(y, i, j), at(dy, i, j));
+  }
+};
+struct scale_shift_op {
+  cmat in;
+  mat out;
+  float scale, offset;
+  __device__ void operator()(std::size_t i, std::size_t j) const {
+    at(out, i, j) = at(in, i, j) * scale + offset;
+  }
+};
+struct add_op {
+  cmat a, b;
+  mat out;
+  __device__ void operator()(std::size_t i, std::size_t j) const {
+    at(out, i, j) = at(a, i, j) + at(b, i, j);
+  }
+};
+struct copy_columns_op {
+  cmat src;
+  std::size_t src_first;
+  mat dst;
+  std::size_t dst_first;
+  __device__ void operator()(std::size_t i, std::size_t j) const {
+    at(dst, i, dst_first + j) = at(src, i, src_first + j);
+  }
+};
+struct dropout_op {
+  cmat in;
+  mat out;
+  random::stream st;
+  float rate;
+  std::uint64_t first_row, first_col, global_cols;
+  __device__ void operator()(std::size_t i, std::size_t j) const {
+    const float keep_scale = 1.0f / (1.0f - rate);
+    const std::uint64_t index = (first_row + i) * global_cols + first_col + j;
+    at(out, i, j) = st.uniform(index) >= rate ? at(in, i, j) * keep_scale : 0.0f;
+  }
+};
+
+// ---- rows, runs and columns: f(i) --------------------------------------------------------------
+
+// Softmax along row i (host_detail::apply_epilogue's order).
+struct bias_softmax_op {
+  const float* bias;
+  mat y;
+  __device__ void operator()(std::size_t i) const {
+    float* r = row(y, i);
     float mx = -INFINITY;
     for (std::size_t j = 0; j < y.cols; ++j) {
       if (bias != nullptr) r[j] += bias[j];
@@ -84,130 +188,112 @@ __global__ void bias_softmax_kernel(const float* bias, mat y) {
     const float inv = 1.0f / s;
     for (std::size_t j = 0; j < y.cols; ++j) r[j] *= inv;
   }
-}
-__global__ void activation_backward_kernel(activation_kind a, cmat y, cmat dy, mat dz) {
-  TESSEL_GRID_STRIDE(k, dz.rows * dz.cols) {
-    const std::size_t i = k / dz.cols, j = k % dz.cols;
-    dz.p[i * dz.ld + j] =
-        kernel_bodies::activation_gradient(a, y.p[i * y.ld + j], dy.p[i * dy.ld + j]);
+};
+struct softmax_backward_op {
+  cmat y, dy;
+  mat dz;
+  __device__ void operator()(std::size_t i) const {
+    kb::softmax_gradient_row(row(y, i), row(dy, i), row(dz, i), dz.cols);
   }
-}
-__global__ void softmax_backward_kernel(cmat y, cmat dy, mat dz) {
-  TESSEL_GRID_STRIDE(i, dz.rows) {
-    kernel_bodies::softmax_gradient_row(y.p + i * y.ld, dy.p + i * dy.ld, dz.p + i * dz.ld,
-                                        dz.cols);
-  }
-}
+};
 // out[j] = sum over rows of in[i, j], in row order; one thread per column.
-__global__ void column_sums_kernel(cmat in, float* out) {
-  TESSEL_GRID_STRIDE(j, in.cols) {
+struct column_sums_op {
+  cmat in;
+  float* out;
+  __device__ void operator()(std::size_t j) const {
     float s = 0.0f;
-    for (std::size_t i = 0; i < in.rows; ++i) s += in.p[i * in.ld + j];
+    for (std::size_t i = 0; i < in.rows; ++i) s += at(in, i, j);
     out[j] = s;
   }
-}
-__global__ void scale_shift_kernel(cmat in, mat out, float scale, float offset) {
-  TESSEL_GRID_STRIDE(k, out.rows * out.cols) {
-    const std::size_t i = k / out.cols, j = k % out.cols;
-    out.p[i * out.ld + j] = in.p[i * in.ld + j] * scale + offset;
-  }
-}
-__global__ void add_kernel(cmat a, cmat b, mat out) {
-  TESSEL_GRID_STRIDE(k, out.rows * out.cols) {
-    const std::size_t i = k / out.cols, j = k % out.cols;
-    out.p[i * out.ld + j] = a.p[i * a.ld + j] + b.p[i * b.ld + j];
-  }
-}
-// Layer normalization: one thread per run of `n` values (a sample's last axis), the host's body.
-__global__ void layer_normalization_kernel(cmat x, std::size_t n, const float* gamma,
-                                           bool has_gamma, const float* beta, bool has_beta,
-                                           float epsilon, mat xhat, float* inv, mat y) {
-  const std::size_t per_row = x.cols / n;
-  TESSEL_GRID_STRIDE(r, x.rows * per_row) {
+};
+// Layer normalization: one thread per run r of `n` values (a sample's last axis), `per_row` runs
+// to a row.
+struct layer_normalization_op {
+  cmat x;
+  std::size_t n, per_row;
+  const float* gamma;
+  const float* beta;
+  float epsilon;
+  mat xhat;
+  float* inv;
+  mat y;
+  __device__ void operator()(std::size_t r) const {
     const std::size_t i = r / per_row, c0 = (r % per_row) * n;
-    inv[r] = kernel_bodies::layer_normalization_row(
-        x.p + i * x.ld + c0, n, has_gamma ? gamma : nullptr, has_beta ? beta : nullptr, epsilon,
-        y.p + i * y.ld + c0, xhat.p + i * xhat.ld + c0);
+    inv[r] = kb::layer_normalization_row(row(x, i) + c0, n, gamma, beta, epsilon, row(y, i) + c0,
+                                         row(xhat, i) + c0);
   }
-}
-__global__ void layer_normalization_variables_kernel(cmat dy, cmat xhat, std::size_t n,
-                                                     float* dgamma, bool want_dgamma,
-                                                     float* dbeta, bool want_dbeta) {
-  const std::size_t per_row = dy.cols / n, runs = dy.rows * per_row;
-  TESSEL_GRID_STRIDE(j, n) {
+};
+// Its variables' gradients: one thread per feature j, over the runs in order.
+struct layer_normalization_variables_op {
+  cmat dy, xhat;
+  std::size_t n, per_row, runs;
+  float* dgamma;
+  float* dbeta;
+  __device__ void operator()(std::size_t j) const {
     double sg = 0, sb = 0;
     for (std::size_t r = 0; r < runs; ++r) {
       const std::size_t i = r / per_row, c = (r % per_row) * n + j;
-      sg += static_cast<double>(dy.p[i * dy.ld + c]) * xhat.p[i * xhat.ld + c];
-      sb += dy.p[i * dy.ld + c];
+      sg += static_cast<double>(at(dy, i, c)) * at(xhat, i, c);
+      sb += at(dy, i, c);
     }
-    if (want_dgamma) dgamma[j] = static_cast<float>(sg);
-    if (want_dbeta) dbeta[j] = static_cast<float>(sb);
+    if (dgamma != nullptr) dgamma[j] = static_cast<float>(sg);
+    if (dbeta != nullptr) dbeta[j] = static_cast<float>(sb);
   }
-}
-__global__ void layer_normalization_backward_kernel(cmat dy, cmat xhat, const float* inv,
-                                                    std::size_t n, const float* gamma,
-                                                    bool has_gamma, mat dx) {
-  const std::size_t per_row = dy.cols / n;
-  TESSEL_GRID_STRIDE(r, dy.rows * per_row) {
+};
+struct layer_normalization_backward_op {
+  cmat dy, xhat;
+  const float* inv;
+  std::size_t n, per_row;
+  const float* gamma;
+  mat dx;
+  __device__ void operator()(std::size_t r) const {
     const std::size_t i = r / per_row, c0 = (r % per_row) * n;
+    const float* d = row(dy, i) + c0;
+    const float* h = row(xhat, i) + c0;
     double m1 = 0, m2 = 0;
     for (std::size_t j = 0; j < n; ++j) {
-      const float g = has_gamma ? dy.p[i * dy.ld + c0 + j] * gamma[j] : dy.p[i * dy.ld + c0 + j];
+      const float g = gamma != nullptr ? d[j] * gamma[j] : d[j];
       m1 += g;
-      m2 += static_cast<double>(g) * xhat.p[i * xhat.ld + c0 + j];
+      m2 += static_cast<double>(g) * h[j];
     }
     const auto mean_g = static_cast<float>(m1 / static_cast<double>(n));
     const auto mean_gh = static_cast<float>(m2 / static_cast<double>(n));
     for (std::size_t j = 0; j < n; ++j) {
-      const float g = has_gamma ? dy.p[i * dy.ld + c0 + j] * gamma[j] : dy.p[i * dy.ld + c0 + j];
-      dx.p[i * dx.ld + c0 + j] = inv[r] * (g - mean_g - xhat.p[i * xhat.ld + c0 + j] * mean_gh);
+      const float g = gamma != nullptr ? d[j] * gamma[j] : d[j];
+      row(dx, i)[c0 + j] = inv[r] * (g - mean_g - h[j] * mean_gh);
     }
   }
-}
-__global__ void copy_columns_kernel(cmat src, std::size_t src_first, mat dst,
-                                    std::size_t dst_first, std::size_t count) {
-  TESSEL_GRID_STRIDE(k, dst.rows * count) {
-    const std::size_t i = k / count, j = k % count;
-    dst.p[i * dst.ld + dst_first + j] = src.p[i * src.ld + src_first + j];
-  }
-}
-__global__ void dropout_kernel(cmat in, mat out, random::stream st, float rate,
-                               std::uint64_t first_row, std::uint64_t first_col,
-                               std::uint64_t global_cols) {
-  const float keep_scale = 1.0f / (1.0f - rate);
-  TESSEL_GRID_STRIDE(k, out.rows * out.cols) {
-    const std::size_t i = k / out.cols, j = k % out.cols;
-    const std::uint64_t index = (first_row + i) * global_cols + first_col + j;
-    out.p[i * out.ld + j] = st.uniform(index) >= rate ? in.p[i * in.ld + j] * keep_scale : 0.0f;
-  }
-}
+};
 
-// ---- losses and metrics: one block, each thread its rows, then the block's fixed-order sum ----
+// ---- losses and metrics: each row's term, summed by block_sum ----------------------------------
 
-__global__ void xent_probabilities_kernel(cmat probs, const std::int32_t* labels, cmat targets,
-                                          mat grad, float grad_scale, float eps, double* out) {
-  double acc = 0.0;
-  for (std::size_t i = threadIdx.x; i < probs.rows; i += blockDim.x) {
-    const float* p = probs.p + i * probs.ld;
-    float* g = grad.p + i * grad.ld;
+struct xent_probabilities_op {
+  cmat probs;
+  const std::int32_t* labels;
+  cmat targets;
+  mat grad;
+  float grad_scale, eps;
+  __device__ double operator()(std::size_t i) const {
+    const float* p = row(probs, i);
+    float* g = row(grad, i);
     float s = 0.0f;
     for (std::size_t j = 0; j < probs.cols; ++j) s += p[j];
     float loss = 0.0f, dot = 0.0f;
     for (std::size_t j = 0; j < probs.cols; ++j)
-      g[j] = crossentropy_term(target_of(labels, targets, i, j), p[j], s, eps, loss, dot);
+      g[j] = kb::crossentropy_term(target_of(labels, targets, i, j), p[j], s, eps, loss, dot);
     for (std::size_t j = 0; j < probs.cols; ++j) g[j] = grad_scale * (g[j] - dot) / s;
-    acc += static_cast<double>(loss);
+    return static_cast<double>(loss);
   }
-  const double total = block_sum(acc);
-  if (threadIdx.x == 0) *out = total;
-}
-__global__ void softmax_xent_kernel(cmat logits, const std::int32_t* labels, cmat targets,
-                                    mat grad, float grad_scale, double* out) {
-  double acc = 0.0;
-  for (std::size_t i = threadIdx.x; i < logits.rows; i += blockDim.x) {
-    const float* z = logits.p + i * logits.ld;
-    float* g = grad.p + i * grad.ld;
+};
+struct softmax_xent_op {
+  cmat logits;
+  const std::int32_t* labels;
+  cmat targets;
+  mat grad;
+  float grad_scale;
+  __device__ double operator()(std::size_t i) const {
+    const float* z = row(logits, i);
+    float* g = row(grad, i);
     float mx = -INFINITY;
     for (std::size_t j = 0; j < logits.cols; ++j) mx = fmaxf(mx, z[j]);
     float s = 0.0f, tsum = 0.0f;
@@ -222,182 +308,194 @@ __global__ void softmax_xent_kernel(cmat logits, const std::int32_t* labels, cma
       loss -= t * (z[j] - mx - log_s);
       g[j] = grad_scale * (expf(z[j] - mx) / s * tsum - t);
     }
-    acc += static_cast<double>(loss);
+    return static_cast<double>(loss);
   }
-  const double total = block_sum(acc);
-  if (threadIdx.x == 0) *out = total;
-}
-__global__ void mse_kernel(cmat pred, cmat targets, mat grad, float grad_scale, float inv_n,
-                           double* out) {
-  double acc = 0.0;
-  for (std::size_t i = threadIdx.x; i < pred.rows; i += blockDim.x) {
+};
+struct mse_op {
+  cmat pred, targets;
+  mat grad;
+  float grad_scale, inv_n;
+  __device__ double operator()(std::size_t i) const {
     float s = 0.0f;
     for (std::size_t j = 0; j < pred.cols; ++j)
-      s += kernel_bodies::squared_error(pred.p[i * pred.ld + j], targets.p[i * targets.ld + j],
-                                        grad_scale, inv_n, grad.p[i * grad.ld + j]);
-    acc += static_cast<double>(s * inv_n);
+      s += kb::squared_error(at(pred, i, j), at(targets, i, j), grad_scale, inv_n, at(grad, i, j));
+    return static_cast<double>(s * inv_n);
   }
-  const double total = block_sum(acc);
-  if (threadIdx.x == 0) *out = total;
-}
-__global__ void binary_crossentropy_kernel(cmat pred, cmat targets, mat grad, float grad_scale,
-                                           bool from_logits, float epsilon, float inv_n,
-                                           double* out) {
-  double acc = 0.0;
-  for (std::size_t i = threadIdx.x; i < pred.rows; i += blockDim.x) {
+};
+struct binary_crossentropy_op {
+  cmat pred, targets;
+  mat grad;
+  float grad_scale;
+  bool from_logits;
+  float epsilon, inv_n;
+  __device__ double operator()(std::size_t i) const {
     float s = 0.0f;
     for (std::size_t j = 0; j < pred.cols; ++j)
-      s += kernel_bodies::binary_crossentropy(targets.p[i * targets.ld + j],
-                                              pred.p[i * pred.ld + j], from_logits, epsilon,
-                                              grad_scale, inv_n, grad.p[i * grad.ld + j]);
-    acc += static_cast<double>(s * inv_n);
+      s += kb::binary_crossentropy(at(targets, i, j), at(pred, i, j), from_logits, epsilon,
+                                   grad_scale, inv_n, at(grad, i, j));
+    return static_cast<double>(s * inv_n);
   }
-  const double total = block_sum(acc);
-  if (threadIdx.x == 0) *out = total;
-}
-__global__ void mean_absolute_error_kernel(cmat pred, cmat targets, double* out) {
-  const float inv_n = 1.0f / static_cast<float>(pred.cols);
-  double acc = 0.0;
-  for (std::size_t i = threadIdx.x; i < pred.rows; i += blockDim.x) {
+};
+struct mean_absolute_error_op {
+  cmat pred, targets;
+  float inv_n;
+  __device__ double operator()(std::size_t i) const {
     float s = 0.0f;
     for (std::size_t j = 0; j < pred.cols; ++j)
-      s += kernel_bodies::absolute_error(pred.p[i * pred.ld + j], targets.p[i * targets.ld + j]);
-    acc += static_cast<double>(s * inv_n);
+      s += kb::absolute_error(at(pred, i, j), at(targets, i, j));
+    return static_cast<double>(s * inv_n);
   }
-  const double total = block_sum(acc);
-  if (threadIdx.x == 0) *out = total;
-}
-__global__ void argmax_equal_kernel(cmat pred, const std::int32_t* labels, cmat targets,
-                                    double* out) {
-  double acc = 0.0;
-  for (std::size_t i = threadIdx.x; i < pred.rows; i += blockDim.x) {
-    const float* p = pred.p + i * pred.ld;
+};
+struct argmax_equal_op {
+  cmat pred;
+  const std::int32_t* labels;
+  cmat targets;
+  __device__ double operator()(std::size_t i) const {
+    const float* p = row(pred, i);
     std::size_t best = 0, want = 0;
     for (std::size_t j = 1; j < pred.cols; ++j)
       if (p[j] > p[best]) best = j;
     if (labels != nullptr) {
       want = static_cast<std::size_t>(labels[i]);
     } else {
-      const float* t = targets.p + i * targets.ld;
+      const float* t = row(targets, i);
       for (std::size_t j = 1; j < targets.cols; ++j)
         if (t[j] > t[want]) want = j;
     }
-    acc += best == want ? 1.0 : 0.0;
+    return best == want ? 1.0 : 0.0;
   }
-  const double total = block_sum(acc);
-  if (threadIdx.x == 0) *out = total;
-}
+};
 
-// ---- a class dimension split across devices: one thread per row ------------------------------
+// ---- a class dimension split across devices: one thread per row -------------------------------
 
-__global__ void row_max_kernel(cmat m, mat out) {
-  TESSEL_GRID_STRIDE(i, m.rows) {
+struct row_max_op {
+  cmat m;
+  mat out;
+  __device__ void operator()(std::size_t i) const {
     float mx = -INFINITY;
-    for (std::size_t j = 0; j < m.cols; ++j) mx = fmaxf(mx, m.p[i * m.ld + j]);
-    out.p[i * out.ld] = mx;
+    for (std::size_t j = 0; j < m.cols; ++j) mx = fmaxf(mx, at(m, i, j));
+    at(out, i, 0) = mx;
   }
-}
-__global__ void row_dot_kernel(cmat a, cmat b, mat out) {
-  TESSEL_GRID_STRIDE(i, a.rows) {
+};
+struct row_dot_op {
+  cmat a, b;
+  mat out;
+  __device__ void operator()(std::size_t i) const {
     float s = 0.0f;
     for (std::size_t j = 0; j < a.cols; ++j)
-      s += b.p != nullptr ? a.p[i * a.ld + j] * b.p[i * b.ld + j] : a.p[i * a.ld + j];
-    out.p[i * out.ld] = s;
+      s += b.p != nullptr ? at(a, i, j) * at(b, i, j) : at(a, i, j);
+    at(out, i, 0) = s;
   }
-}
-__global__ void exp_rows_kernel(cmat src, cmat mx, mat dst, mat sum) {
-  TESSEL_GRID_STRIDE(i, src.rows) {
+};
+struct exp_rows_op {
+  cmat src, mx;
+  mat dst, sum;
+  __device__ void operator()(std::size_t i) const {
     float s = 0.0f;
     for (std::size_t j = 0; j < src.cols; ++j)
-      s += (dst.p[i * dst.ld + j] = expf(src.p[i * src.ld + j] - mx.p[i * mx.ld]));
-    sum.p[i * sum.ld] = s;
+      s += (at(dst, i, j) = expf(at(src, i, j) - at(mx, i, 0)));
+    at(sum, i, 0) = s;
   }
-}
-__global__ void divide_rows_kernel(mat m, cmat sum) {
-  TESSEL_GRID_STRIDE(i, m.rows) {
-    const float inv = 1.0f / sum.p[i * sum.ld];
-    for (std::size_t j = 0; j < m.cols; ++j) m.p[i * m.ld + j] *= inv;
+};
+struct divide_rows_op {
+  mat m;
+  cmat sum;
+  __device__ void operator()(std::size_t i) const {
+    const float inv = 1.0f / at(sum, i, 0);
+    for (std::size_t j = 0; j < m.cols; ++j) at(m, i, j) *= inv;
   }
-}
-__global__ void softmax_backward_rows_kernel(cmat y, cmat dy, cmat dot, mat dz) {
-  TESSEL_GRID_STRIDE(i, y.rows) {
+};
+struct softmax_backward_rows_op {
+  cmat y, dy, dot;
+  mat dz;
+  __device__ void operator()(std::size_t i) const {
     for (std::size_t j = 0; j < y.cols; ++j)
-      dz.p[i * dz.ld + j] = y.p[i * y.ld + j] * (dy.p[i * dy.ld + j] - dot.p[i * dot.ld]);
+      at(dz, i, j) = at(y, i, j) * (at(dy, i, j) - at(dot, i, 0));
   }
-}
-__global__ void target_terms_kernel(cmat z, const std::int32_t* labels, std::size_t col0,
-                                    cmat targets, cmat mx, mat out) {
-  TESSEL_GRID_STRIDE(i, z.rows) {
+};
+struct target_terms_op {
+  cmat z;
+  const std::int32_t* labels;
+  std::size_t col0;
+  cmat targets, mx;
+  mat out;
+  __device__ void operator()(std::size_t i) const {
     float tz = 0.0f, ts = 0.0f;
-    const float m = mx.p[i * mx.ld];
+    const float m = at(mx, i, 0);
     if (labels != nullptr) {
       const auto c = static_cast<std::size_t>(labels[i]);
       if (c >= col0 && c < col0 + z.cols) {
-        tz = z.p[i * z.ld + (c - col0)] - m;
+        tz = at(z, i, c - col0) - m;
         ts = 1.0f;
       }
     } else {
       for (std::size_t j = 0; j < z.cols; ++j) {
-        const float t = targets.p[i * targets.ld + j];
-        tz += t * (z.p[i * z.ld + j] - m);
+        const float t = at(targets, i, j);
+        tz += t * (at(z, i, j) - m);
         ts += t;
       }
     }
-    out.p[i * out.ld] = tz;
-    out.p[i * out.ld + 1] = ts;
+    at(out, i, 0) = tz;
+    at(out, i, 1) = ts;
   }
-}
-__global__ void split_softmax_xent_kernel(mat grad, const std::int32_t* labels, std::size_t col0,
-                                          cmat targets, cmat sum, cmat terms, float grad_scale,
-                                          double* out) {
-  double acc = 0.0;
-  for (std::size_t i = threadIdx.x; i < grad.rows; i += blockDim.x) {
-    const float tsum = terms.p[i * terms.ld + 1];
-    const float inv = 1.0f / sum.p[i * sum.ld];
+};
+struct split_softmax_xent_op {
+  mat grad;
+  const std::int32_t* labels;
+  std::size_t col0;
+  cmat targets, sum, terms;
+  float grad_scale;
+  __device__ double operator()(std::size_t i) const {
+    const float tsum = at(terms, i, 1);
+    const float inv = 1.0f / at(sum, i, 0);
     for (std::size_t j = 0; j < grad.cols; ++j) {
-      float& g = grad.p[i * grad.ld + j];
+      float& g = at(grad, i, j);
       g = grad_scale * (g * inv * tsum - target_of(labels, targets, i, j, col0));
     }
-    acc += static_cast<double>(tsum * logf(sum.p[i * sum.ld]) - terms.p[i * terms.ld]);
+    return static_cast<double>(tsum * logf(at(sum, i, 0)) - at(terms, i, 0));
   }
-  const double total = block_sum(acc);
-  if (threadIdx.x == 0) *out = total;
-}
-__global__ void crossentropy_terms_kernel(cmat probs, const std::int32_t* labels,
-                                          std::size_t col0, cmat targets, cmat sum, float eps,
-                                          mat grad, mat out) {
-  TESSEL_GRID_STRIDE(i, probs.rows) {
+};
+struct crossentropy_terms_op {
+  cmat probs;
+  const std::int32_t* labels;
+  std::size_t col0;
+  cmat targets, sum;
+  float eps;
+  mat grad, out;
+  __device__ void operator()(std::size_t i) const {
     float loss = 0.0f, dot = 0.0f;
-    const float s = sum.p[i * sum.ld];
+    const float s = at(sum, i, 0);
     for (std::size_t j = 0; j < probs.cols; ++j)
-      grad.p[i * grad.ld + j] = crossentropy_term(target_of(labels, targets, i, j, col0),
-                                                  probs.p[i * probs.ld + j], s, eps, loss, dot);
-    out.p[i * out.ld] = loss;
-    out.p[i * out.ld + 1] = dot;
+      at(grad, i, j) = kb::crossentropy_term(target_of(labels, targets, i, j, col0),
+                                             at(probs, i, j), s, eps, loss, dot);
+    at(out, i, 0) = loss;
+    at(out, i, 1) = dot;
   }
-}
-__global__ void split_crossentropy_kernel(mat grad, cmat sum, cmat terms, float grad_scale,
-                                          double* out) {
-  double acc = 0.0;
-  for (std::size_t i = threadIdx.x; i < grad.rows; i += blockDim.x) {
+};
+struct split_crossentropy_op {
+  mat grad;
+  cmat sum, terms;
+  float grad_scale;
+  __device__ double operator()(std::size_t i) const {
     for (std::size_t j = 0; j < grad.cols; ++j) {
-      float& g = grad.p[i * grad.ld + j];
-      g = grad_scale * (g - terms.p[i * terms.ld + 1]) / sum.p[i * sum.ld];
+      float& g = at(grad, i, j);
+      g = grad_scale * (g - at(terms, i, 1)) / at(sum, i, 0);
     }
-    acc += static_cast<double>(terms.p[i * terms.ld]);
+    return static_cast<double>(at(terms, i, 0));
   }
-  const double total = block_sum(acc);
-  if (threadIdx.x == 0) *out = total;
-}
-__global__ void row_argmax_kernel(cmat m, std::size_t col0, mat out) {
-  TESSEL_GRID_STRIDE(i, m.rows) {
+};
+struct row_argmax_op {
+  cmat m;
+  std::size_t col0;
+  mat out;
+  __device__ void operator()(std::size_t i) const {
     std::size_t best = 0;
     for (std::size_t j = 1; j < m.cols; ++j)
-      if (m.p[i * m.ld + j] > m.p[i * m.ld + best]) best = j;
-    out.p[i * out.ld] = m.p[i * m.ld + best];
-    out.p[i * out.ld + 1] = static_cast<float>(col0 + best);
+      if (at(m, i, j) > at(m, i, best)) best = j;
+    at(out, i, 0) = at(m, i, best);
+    at(out, i, 1) = static_cast<float>(col0 + best);
   }
-}
+};
 
 // ---- optimizer updates: blockIdx.y picks the tensor, the x blocks stride over its elements ----
 
@@ -463,157 +561,142 @@ void launch_updates(const update_ptrs* u, std::size_t count, Update f, cudaStrea
       });
 }
 
-bool empty(std::size_t rows, std::size_t cols) { return rows == 0 || cols == 0; }
-
 }  // namespace
 
-// ---- the launchers ------------------------------------------------------------------------------
+// ---- the functions cuda_kernels.hpp declares ----------------------------------------------------
 
-void fill(mat m, float v, cudaStream_t s) {
-  if (empty(m.rows, m.cols)) return;
-  fill_kernel<<<blocks_for(m.rows * m.cols), threads, 0, s>>>(m, v);
-}
+void fill(mat m, float v, cudaStream_t s) { for_each_element(m.rows, m.cols, fill_op{m, v}, s); }
 void scale(mat c, float beta, cudaStream_t s) {
-  if (empty(c.rows, c.cols)) return;
-  scale_kernel<<<blocks_for(c.rows * c.cols), threads, 0, s>>>(c, beta);
+  for_each_element(c.rows, c.cols, scale_op{c, beta}, s);
 }
 void broadcast_rows(cmat row, mat out, cudaStream_t s) {
-  if (empty(out.rows, out.cols)) return;
-  broadcast_rows_kernel<<<blocks_for(out.rows * out.cols), threads, 0, s>>>(row, out);
+  for_each_element(out.rows, out.cols, broadcast_rows_op{row, out}, s);
 }
 void bias_activation(const float* bias, activation_kind a, mat y, cudaStream_t s) {
-  if (empty(y.rows, y.cols)) return;
+  if (y.cols == 0) return;
   if (a == activation_kind::softmax)
-    bias_softmax_kernel<<<blocks_for(y.rows), threads, 0, s>>>(bias, y);
+    for_each(y.rows, bias_softmax_op{bias, y}, s);
   else if (bias != nullptr || a != activation_kind::linear)
-    bias_activation_kernel<<<blocks_for(y.rows * y.cols), threads, 0, s>>>(bias, a, y);
+    for_each_element(y.rows, y.cols, bias_activation_op{bias, a, y}, s);
 }
 void column_sums(cmat in, float* out, cudaStream_t s) {
-  if (in.cols == 0) return;
-  column_sums_kernel<<<blocks_for(in.cols), threads, 0, s>>>(in, out);
+  for_each(in.cols, column_sums_op{in, out}, s);
 }
 void activation_backward_bias(activation_kind a, cmat y, cmat dy, mat dz, float* db,
                               cudaStream_t s) {
-  if (!empty(dz.rows, dz.cols)) {
+  if (dz.cols > 0) {
     if (a == activation_kind::softmax)
-      softmax_backward_kernel<<<blocks_for(dz.rows), threads, 0, s>>>(y, dy, dz);
+      for_each(dz.rows, softmax_backward_op{y, dy, dz}, s);
     else if (a != activation_kind::linear || dz.p != dy.p)
-      activation_backward_kernel<<<blocks_for(dz.rows * dz.cols), threads, 0, s>>>(a, y, dy,
-                                                                                  dz);
+      for_each_element(dz.rows, dz.cols, activation_backward_op{a, y, dy, dz}, s);
   }
   if (db != nullptr) column_sums({dz.p, dz.rows, dz.cols, dz.ld}, db, s);
 }
 void scale_shift(cmat in, mat out, float scale, float offset, cudaStream_t s) {
-  if (empty(out.rows, out.cols)) return;
-  scale_shift_kernel<<<blocks_for(out.rows * out.cols), threads, 0, s>>>(in, out, scale, offset);
+  for_each_element(out.rows, out.cols, scale_shift_op{in, out, scale, offset}, s);
 }
 void add(cmat a, cmat b, mat out, cudaStream_t s) {
-  if (empty(out.rows, out.cols)) return;
-  add_kernel<<<blocks_for(out.rows * out.cols), threads, 0, s>>>(a, b, out);
+  for_each_element(out.rows, out.cols, add_op{a, b, out}, s);
 }
 void layer_normalization(cmat x, std::size_t n, const float* gamma, bool has_gamma,
                          const float* beta, bool has_beta, float epsilon, mat xhat, float* inv,
                          mat y, cudaStream_t s) {
-  const std::size_t runs = x.rows * (x.cols / n);
-  if (runs == 0) return;
-  layer_normalization_kernel<<<blocks_for(runs), threads, 0, s>>>(x, n, gamma, has_gamma, beta,
-                                                                  has_beta, epsilon, xhat, inv, y);
+  const std::size_t per_row = x.cols / n;
+  for_each(x.rows * per_row,
+           layer_normalization_op{x, n, per_row, has_gamma ? gamma : nullptr,
+                                  has_beta ? beta : nullptr, epsilon, xhat, inv, y},
+           s);
 }
 void layer_normalization_backward(cmat dy, cmat xhat, const float* inv, std::size_t n,
                                   const float* gamma, bool has_gamma, mat dx, bool want_dx,
                                   float* dgamma, bool want_dgamma, float* dbeta, bool want_dbeta,
                                   cudaStream_t s) {
-  const std::size_t runs = dy.rows * (dy.cols / n);
+  const std::size_t per_row = dy.cols / n, runs = dy.rows * per_row;
   if (runs == 0) return;
   if (want_dgamma || want_dbeta)
-    layer_normalization_variables_kernel<<<blocks_for(n), threads, 0, s>>>(
-        dy, xhat, n, dgamma, want_dgamma, dbeta, want_dbeta);
+    for_each(n,
+             layer_normalization_variables_op{dy, xhat, n, per_row, runs,
+                                              want_dgamma ? dgamma : nullptr,
+                                              want_dbeta ? dbeta : nullptr},
+             s);
   if (want_dx)
-    layer_normalization_backward_kernel<<<blocks_for(runs), threads, 0, s>>>(dy, xhat, inv, n,
-                                                                           gamma, has_gamma, dx);
+    for_each(runs,
+             layer_normalization_backward_op{dy, xhat, inv, n, per_row,
+                                             has_gamma ? gamma : nullptr, dx},
+             s);
 }
 void copy_columns(cmat src, std::size_t src_first, mat dst, std::size_t dst_first,
                   std::size_t count, cudaStream_t s) {
-  if (empty(dst.rows, count)) return;
-  copy_columns_kernel<<<blocks_for(dst.rows * count), threads, 0, s>>>(src, src_first, dst,
-                                                                      dst_first, count);
+  for_each_element(dst.rows, count, copy_columns_op{src, src_first, dst, dst_first}, s);
 }
 void dropout(cmat in, mat out, const random::stream& st, float rate, std::uint64_t first_row,
              std::uint64_t first_col, std::uint64_t global_cols, cudaStream_t s) {
-  if (empty(out.rows, out.cols)) return;
-  dropout_kernel<<<blocks_for(out.rows * out.cols), threads, 0, s>>>(in, out, st, rate,
-                                                                      first_row, first_col,
-                                                                      global_cols);
+  for_each_element(out.rows, out.cols,
+                   dropout_op{in, out, st, rate, first_row, first_col, global_cols}, s);
 }
 
 void crossentropy_on_probabilities(cmat probs, const std::int32_t* labels, cmat targets,
                                    mat grad, float grad_scale, float eps, double* out,
                                    cudaStream_t s) {
-  xent_probabilities_kernel<<<1, threads, 0, s>>>(probs, labels, targets, grad, grad_scale, eps,
-                                                  out);
+  block_sum(probs.rows, xent_probabilities_op{probs, labels, targets, grad, grad_scale, eps}, out,
+            s);
 }
 void softmax_cross_entropy(cmat logits, const std::int32_t* labels, cmat targets, mat grad,
                            float grad_scale, double* out, cudaStream_t s) {
-  softmax_xent_kernel<<<1, threads, 0, s>>>(logits, labels, targets, grad, grad_scale, out);
+  block_sum(logits.rows, softmax_xent_op{logits, labels, targets, grad, grad_scale}, out, s);
 }
 void mean_squared_error(cmat pred, cmat targets, mat grad, float grad_scale, std::size_t classes,
                         double* out, cudaStream_t s) {
   const float inv_n = 1.0f / static_cast<float>(classes != 0 ? classes : pred.cols);
-  mse_kernel<<<1, threads, 0, s>>>(pred, targets, grad, grad_scale, inv_n, out);
+  block_sum(pred.rows, mse_op{pred, targets, grad, grad_scale, inv_n}, out, s);
 }
 void binary_crossentropy(cmat pred, cmat targets, mat grad, float grad_scale, bool from_logits,
                          float epsilon, std::size_t classes, double* out, cudaStream_t s) {
   const float inv_n = 1.0f / static_cast<float>(classes != 0 ? classes : pred.cols);
-  binary_crossentropy_kernel<<<1, threads, 0, s>>>(pred, targets, grad, grad_scale, from_logits,
-                                                   epsilon, inv_n, out);
+  block_sum(pred.rows,
+            binary_crossentropy_op{pred, targets, grad, grad_scale, from_logits, epsilon, inv_n},
+            out, s);
 }
 void mean_absolute_error(cmat pred, cmat targets, double* out, cudaStream_t s) {
-  mean_absolute_error_kernel<<<1, threads, 0, s>>>(pred, targets, out);
+  const float inv_n = 1.0f / static_cast<float>(pred.cols);
+  block_sum(pred.rows, mean_absolute_error_op{pred, targets, inv_n}, out, s);
 }
 void count_argmax_equal(cmat pred, const std::int32_t* labels, cmat targets, double* out,
                         cudaStream_t s) {
-  argmax_equal_kernel<<<1, threads, 0, s>>>(pred, labels, targets, out);
+  block_sum(pred.rows, argmax_equal_op{pred, labels, targets}, out, s);
 }
 
-void row_max(cmat m, mat out, cudaStream_t s) {
-  if (m.rows > 0) row_max_kernel<<<blocks_for(m.rows), threads, 0, s>>>(m, out);
-}
+void row_max(cmat m, mat out, cudaStream_t s) { for_each(m.rows, row_max_op{m, out}, s); }
 void row_dot(cmat a, cmat b, mat out, cudaStream_t s) {
-  if (a.rows > 0) row_dot_kernel<<<blocks_for(a.rows), threads, 0, s>>>(a, b, out);
+  for_each(a.rows, row_dot_op{a, b, out}, s);
 }
 void exp_rows(cmat src, cmat mx, mat dst, mat sum, cudaStream_t s) {
-  if (src.rows > 0) exp_rows_kernel<<<blocks_for(src.rows), threads, 0, s>>>(src, mx, dst, sum);
+  for_each(src.rows, exp_rows_op{src, mx, dst, sum}, s);
 }
-void divide_rows(mat m, cmat sum, cudaStream_t s) {
-  if (m.rows > 0) divide_rows_kernel<<<blocks_for(m.rows), threads, 0, s>>>(m, sum);
-}
+void divide_rows(mat m, cmat sum, cudaStream_t s) { for_each(m.rows, divide_rows_op{m, sum}, s); }
 void softmax_backward_rows(cmat y, cmat dy, cmat dot, mat dz, cudaStream_t s) {
-  if (y.rows > 0)
-    softmax_backward_rows_kernel<<<blocks_for(y.rows), threads, 0, s>>>(y, dy, dot, dz);
+  for_each(y.rows, softmax_backward_rows_op{y, dy, dot, dz}, s);
 }
 void target_terms(cmat z, const std::int32_t* labels, std::size_t col0, cmat targets, cmat mx,
                   mat out, cudaStream_t s) {
-  if (z.rows > 0)
-    target_terms_kernel<<<blocks_for(z.rows), threads, 0, s>>>(z, labels, col0, targets, mx, out);
+  for_each(z.rows, target_terms_op{z, labels, col0, targets, mx, out}, s);
 }
 void split_softmax_cross_entropy(mat grad, const std::int32_t* labels, std::size_t col0,
                                  cmat targets, cmat sum, cmat terms, float grad_scale,
                                  double* out, cudaStream_t s) {
-  split_softmax_xent_kernel<<<1, threads, 0, s>>>(grad, labels, col0, targets, sum, terms,
-                                                  grad_scale, out);
+  block_sum(grad.rows, split_softmax_xent_op{grad, labels, col0, targets, sum, terms, grad_scale},
+            out, s);
 }
 void crossentropy_terms(cmat probs, const std::int32_t* labels, std::size_t col0, cmat targets,
                         cmat sum, float eps, mat grad, mat out, cudaStream_t s) {
-  if (probs.rows > 0)
-    crossentropy_terms_kernel<<<blocks_for(probs.rows), threads, 0, s>>>(
-        probs, labels, col0, targets, sum, eps, grad, out);
+  for_each(probs.rows, crossentropy_terms_op{probs, labels, col0, targets, sum, eps, grad, out}, s);
 }
 void split_crossentropy(mat grad, cmat sum, cmat terms, float grad_scale, double* out,
                         cudaStream_t s) {
-  split_crossentropy_kernel<<<1, threads, 0, s>>>(grad, sum, terms, grad_scale, out);
+  block_sum(grad.rows, split_crossentropy_op{grad, sum, terms, grad_scale}, out, s);
 }
 void row_argmax(cmat m, std::size_t col0, mat out, cudaStream_t s) {
-  if (m.rows > 0) row_argmax_kernel<<<blocks_for(m.rows), threads, 0, s>>>(m, col0, out);
+  for_each(m.rows, row_argmax_op{m, col0, out}, s);
 }
 
 void sgd_update(const update_ptrs* u, std::size_t count, float lr, float momentum, bool nesterov,
