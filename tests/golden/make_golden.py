@@ -130,7 +130,7 @@ def _dump(o, out, indent, level):
         raise TypeError(f"cannot write {type(o)}")
 
 
-def write_json(name, obj):
+def write_json(name, obj, max_bytes=200_000):
     out = []
     _dump(obj, out, 1, 0)
     text = "".join(out) + "\n"
@@ -139,7 +139,7 @@ def write_json(name, obj):
     with open(path, "w") as f:
         f.write(text)
     size = len(text.encode())
-    assert size < 200_000, (name, size)
+    assert size < max_bytes, (name, size)
     print(f"wrote {name} ({size} bytes)")
 
 
@@ -1343,6 +1343,520 @@ def make_custom_loss(keras, jax):
 
 
 # --------------------------------------------------------------------------------------
+# 13. convolution.json (conv2d, batch_normalization, pooling, global pooling, ReLU, Rescaling)
+# --------------------------------------------------------------------------------------
+
+
+def short(a):
+    """float32 of values rounded to 2 decimals: exact inputs that print short ('0.53')."""
+    return f32(np.round(np.asarray(a, dtype=np.float64), 2))
+
+
+def grad_through_layer(layer, trainable, non_trainable, x, dy, **call_kwargs):
+    """y, d(sum(y * dy))/d trainable, d/dx and the returned non-trainable variables, through
+    layer.stateless_call (jax.value_and_grad)."""
+    import jax
+    import jax.numpy as jnp
+
+    dyj = jnp.asarray(dy)
+    if not layer.built:
+        layer.build(tuple(np.shape(x)))
+
+    def loss_fn(tv, xx):
+        out, ntv = layer.stateless_call(tv, non_trainable, xx, **call_kwargs)
+        return jnp.sum(out * dyj), (out, ntv)
+
+    (_, (y, ntv)), (gw, gx) = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(
+        [jnp.asarray(w) for w in trainable], jnp.asarray(x)
+    )
+    return np.asarray(y), [np.asarray(g) for g in gw], np.asarray(gx), [np.asarray(v) for v in ntv]
+
+
+def same_pads(n, k, s):
+    """lax "SAME" padding of one spatial dimension: (out, pad_before, pad_after)."""
+    out = -(-n // s)
+    total = max((out - 1) * s + k - n, 0)
+    return out, total // 2, total - total // 2
+
+
+def make_convolution(keras, jax):
+    rng = np.random.default_rng(13013)
+    L = keras.layers
+
+    # ---- conv2d -------------------------------------------------------------------------
+    # (name, (H, W), kernel_size, strides, padding, use_bias, activation)
+    conv_specs = [
+        ("k3_s1_valid", (7, 7), (3, 3), (1, 1), "valid", True, "linear"),
+        ("k3_s1_same_nobias", (7, 7), (3, 3), (1, 1), "same", False, "linear"),
+        ("k3_s2_valid", (7, 7), (3, 3), (2, 2), "valid", True, "linear"),
+        ("k3_s2_same_h7", (7, 7), (3, 3), (2, 2), "same", True, "linear"),
+        ("k3_s2_same_h8", (8, 8), (3, 3), (2, 2), "same", True, "linear"),
+        ("k3_s1_same_relu", (7, 7), (3, 3), (1, 1), "same", True, "relu"),
+        ("k2_s1_valid", (7, 7), (2, 2), (1, 1), "valid", True, "linear"),
+        ("k2_s1_same", (7, 7), (2, 2), (1, 1), "same", True, "linear"),
+        ("k2_s2_valid", (7, 7), (2, 2), (2, 2), "valid", False, "linear"),
+        ("k2_s2_same", (7, 7), (2, 2), (2, 2), "same", True, "linear"),
+        ("k6_s2_valid_nobias", (8, 8), (6, 6), (2, 2), "valid", False, "linear"),
+        ("k6_s2_same_h8", (8, 8), (6, 6), (2, 2), "same", True, "linear"),
+        ("k6_s2_same_h7", (7, 7), (6, 6), (2, 2), "same", True, "linear"),
+        ("k6_s1_same", (7, 7), (6, 6), (1, 1), "same", False, "linear"),
+        ("k2x3_s1x2_same_7x8", (7, 8), (2, 3), (1, 2), "same", True, "linear"),
+    ]
+    channels, filters = 3, 4
+    conv_cases = []
+    for name, (h, w), ks, st, padding, use_bias, activation in conv_specs:
+        x = short(rng.normal(size=(2, h, w, channels)))
+        kernel = short(rng.normal(size=ks + (channels, filters)) * 0.5)
+        bias = short(rng.normal(size=(filters,)) * 0.5)
+        layer = L.Conv2D(
+            filters, ks, strides=st, padding=padding, use_bias=use_bias, activation=activation
+        )
+        layer.build((None, h, w, channels))
+        weights = [kernel, bias] if use_bias else [kernel]
+        layer.set_weights(weights)
+        out_shape = tuple(layer.compute_output_shape((2, h, w, channels)))
+        dy = short(rng.normal(size=out_shape))
+        y, gw, gx, _ = grad_through_layer(layer, weights, [], x, dy)
+        assert y.shape == out_shape, (name, y.shape, out_shape)
+        if activation == "relu":
+            lin = L.Conv2D(filters, ks, strides=st, padding=padding, use_bias=use_bias)
+            lin.build((None, h, w, channels))
+            lin.set_weights(weights)
+            pre = np.asarray(lin(x))
+            assert np.all(np.abs(pre) > 1e-3), name  # no relu kink
+            assert np.any(pre < 0) and np.any(pre > 0)
+        pads = []
+        for n, k, s in zip((h, w), ks, st):
+            if padding == "same":
+                _, pb, pa = same_pads(n, k, s)
+            else:
+                pb, pa = 0, 0
+            pads.append([pb, pa])
+        case = {
+            "name": name,
+            "kernel_size": list(ks),
+            "strides": list(st),
+            "padding": padding,
+            "use_bias": use_bias,
+            "activation": activation,
+            "pads_hw": pads,
+            "x": arr(x),
+            "kernel": arr(kernel),
+        }
+        if use_bias:
+            case["bias"] = arr(bias)
+        case.update({"dy": arr(dy), "y": arr(y), "dx": arr(gx), "dkernel": arr(gw[0])})
+        if use_bias:
+            case["dbias"] = arr(gw[1])
+        conv_cases.append(case)
+
+    # ---- batch_normalization ------------------------------------------------------------
+    bn_default = L.BatchNormalization()
+    bn_cases = []
+    for name, shape, center, scale in [
+        ("4d_center_scale", (4, 3, 3, 5), True, True),
+        ("4d_center_noscale", (4, 3, 3, 5), True, False),
+        ("4d_nocenter_scale", (4, 3, 3, 5), False, True),
+        ("4d_nocenter_noscale", (4, 3, 3, 5), False, False),
+        ("2d_center_scale", (6, 5), True, True),
+    ]:
+        c = shape[-1]
+        # Per-channel offsets and scales so that the statistics matter.
+        shift = short(rng.uniform(-1.0, 1.0, size=(c,)))
+        spread = short(rng.uniform(0.5, 2.0, size=(c,)))
+        batches = [short(rng.normal(size=shape) * spread + shift) for _ in range(3)]
+        gamma = short(rng.uniform(0.5, 1.5, size=(c,)))
+        beta = short(rng.uniform(-0.5, 0.5, size=(c,)))
+        moving_mean = short(rng.uniform(-0.5, 0.5, size=(c,)))
+        moving_variance = short(rng.uniform(0.5, 1.5, size=(c,)))
+        dy = short(rng.normal(size=shape))
+
+        layer = L.BatchNormalization(center=center, scale=scale)
+        layer.build((None,) + shape[1:])
+        names = [v.path.split("/")[-1] for v in layer.weights]
+        trainable_names = [v.path.split("/")[-1] for v in layer.trainable_variables]
+        assert [v.path.split("/")[-1] for v in layer.non_trainable_variables] == [
+            "moving_mean",
+            "moving_variance",
+        ]
+        given = {"gamma": gamma, "beta": beta, "moving_mean": moving_mean,
+                 "moving_variance": moving_variance}
+        layer.set_weights([given[n] for n in names])
+        trainable = [given[n] for n in trainable_names]
+        moving = [moving_mean, moving_variance]
+
+        y_tr, gw_tr, gx_tr, ntv1 = grad_through_layer(
+            layer, trainable, moving, batches[0], dy, training=True
+        )
+        ntv = moving
+        after = []
+        for xb in batches:
+            _, _, _, ntv = grad_through_layer(layer, trainable, ntv, xb, dy, training=True)
+            after.append(ntv)
+        assert all(np.array_equal(a, b) for a, b in zip(after[0], ntv1))
+        y_inf, gw_inf, gx_inf, ntv_inf = grad_through_layer(
+            layer, trainable, moving, batches[0], dy, training=False
+        )
+        assert all(np.array_equal(a, b) for a, b in zip(ntv_inf, moving))
+
+        def grads(gw):
+            g = dict(zip(trainable_names, gw))
+            d = {}
+            if "gamma" in g:
+                d["dgamma"] = arr(g["gamma"])
+            if "beta" in g:
+                d["dbeta"] = arr(g["beta"])
+            return d
+
+        cfg = layer.get_config()
+        case = {
+            "name": name,
+            "axis": cfg["axis"],
+            "momentum": F32(cfg["momentum"]),
+            "epsilon": F32(cfg["epsilon"]),
+            "center": cfg["center"],
+            "scale": cfg["scale"],
+            "weights_order": names,
+            "x": arr(batches[0]),
+            "x_batches_2_3": [arr(batches[1]), arr(batches[2])],
+        }
+        if scale:
+            case["gamma"] = arr(gamma)
+        if center:
+            case["beta"] = arr(beta)
+        case.update(
+            {
+                "moving_mean": arr(moving_mean),
+                "moving_variance": arr(moving_variance),
+                "dy": arr(dy),
+                "training": dict(
+                    {"y": arr(y_tr), "dx": arr(gx_tr)},
+                    **grads(gw_tr),
+                    moving_mean_after_1=arr(after[0][0]),
+                    moving_variance_after_1=arr(after[0][1]),
+                    moving_mean_after_3=arr(after[2][0]),
+                    moving_variance_after_3=arr(after[2][1]),
+                ),
+                "inference": dict({"y": arr(y_inf), "dx": arr(gx_inf)}, **grads(gw_inf)),
+            }
+        )
+        bn_cases.append(case)
+
+    # ---- pooling ------------------------------------------------------------------------
+    ph, pw, pc = 7, 7, 3
+    n_el = 2 * ph * pw * pc
+    # Distinct values (a permutation of multiples of 0.1): no ties in any max-pool window.
+    xp = f32(np.round((rng.permutation(n_el) - n_el // 2) / 10.0, 1)).reshape(2, ph, pw, pc)
+    assert len(np.unique(xp)) == n_el
+    pool_specs = [
+        ("pool2_s2_valid", 2, 2, "valid"),
+        ("pool3_s2_same", 3, 2, "same"),
+        ("pool2_s1_valid", 2, 1, "valid"),
+        ("pool2_s2_same", 2, 2, "same"),
+    ]
+    pool_cases = []
+    for name, pool, stride, padding in pool_specs:
+        mx = L.MaxPooling2D(pool_size=pool, strides=stride, padding=padding)
+        av = L.AveragePooling2D(pool_size=pool, strides=stride, padding=padding)
+        out_shape = tuple(mx.compute_output_shape((2, ph, pw, pc)))
+        dy = short(rng.normal(size=out_shape))
+        ym, _, gxm, _ = grad_through_layer(mx, [], [], xp, dy)
+        ya, _, gxa, _ = grad_through_layer(av, [], [], xp, dy)
+        pads = [[0, 0], [0, 0]]
+        if padding == "same":
+            pads = [list(same_pads(ph, pool, stride)[1:]), list(same_pads(pw, pool, stride)[1:])]
+        pool_cases.append(
+            {
+                "name": name,
+                "pool_size": [pool, pool],
+                "strides": [stride, stride],
+                "padding": padding,
+                "pads_hw": pads,
+                "dy": arr(dy),
+                "max": {"y": arr(ym), "dx": arr(gxm)},
+                "average": {"y": arr(ya), "dx": arr(gxa)},
+            }
+        )
+
+    # ---- global average pooling, ReLU, Rescaling on 4-D ---------------------------------
+    xg = short(rng.normal(size=(2, 3, 4, 5)))
+    dyg = short(rng.normal(size=(2, 5)))
+    yg, _, gxg, _ = grad_through_layer(L.GlobalAveragePooling2D(), [], [], xg, dyg)
+
+    xr = short(rng.normal(size=(2, 3, 4, 5)))
+    assert np.all(xr != 0)
+    dyr = short(rng.normal(size=(2, 3, 4, 5)))
+    yr, _, gxr, _ = grad_through_layer(L.ReLU(), [], [], xr, dyr)
+
+    xs = f32(rng.integers(0, 256, size=(2, 4, 4, 1)))
+    dys = short(rng.normal(size=(2, 4, 4, 1)))
+    resc = L.Rescaling(1.0 / 255.0)
+    ys, _, gxs, _ = grad_through_layer(resc, [], [], xs, dys)
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "NHWC (channels_last). Inputs, kernels, biases, BN parameters and dy are float32 "
+            "values of numbers rounded to 2 decimals (numpy.random.default_rng(13013)), set "
+            "explicitly. Gradients are of L = sum(y * dy) via jax.value_and_grad through "
+            "layer.stateless_call. conv2d: 'same' pads like lax/TF: out = ceil(n / s), total = "
+            "max((out - 1) * s + k - n, 0), before = total // 2, after = total - before "
+            "(pads_hw = [[top, bottom], [left, right]]). batch_normalization: training: batch "
+            "mean and biased variance over all axes but the last; y = x * inv + (beta - mean "
+            "* inv), inv = rsqrt(var + epsilon) * gamma; moving = moving * momentum + stat * "
+            "float32(1 - momentum); 'after_3' chains x, x_batches_2_3[0], x_batches_2_3[1] "
+            "starting from the given moving statistics; inference uses the given moving "
+            "statistics. pooling: the same x for every case, all values distinct (no ties in "
+            "a max window: JAX's tie-breaking of the max-pool gradient is not part of the "
+            "contract); 'same' max pooling pads with -inf, 'same' average pooling divides by "
+            "the number of non-padded elements in the window.",
+        ),
+        "conv2d": {"channels": channels, "filters": filters, "cases": conv_cases},
+        "batch_normalization": {
+            "keras_defaults": {
+                "momentum": F32(bn_default.momentum),
+                "epsilon": F32(bn_default.epsilon),
+                "one_minus_momentum_float32": F32(1.0 - bn_default.momentum),
+            },
+            "cases": bn_cases,
+        },
+        "pooling": {"x": arr(xp), "cases": pool_cases},
+        "global_average_pooling2d": {"x": arr(xg), "dy": arr(dyg), "y": arr(yg), "dx": arr(gxg)},
+        "relu": {"x": arr(xr), "dy": arr(dyr), "y": arr(yr), "dx": arr(gxr)},
+        "rescaling": {
+            "scale": F32(resc.scale),
+            "scale_text": "1/255",
+            "offset": F32(resc.offset),
+            "x": arr(xs),
+            "dy": arr(dys),
+            "y": arr(ys),
+            "dx": arr(gxs),
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------
+# 14. cnn_step.json (the seeds/002 CNN, three train_on_batch steps)
+# --------------------------------------------------------------------------------------
+
+
+def build_seed002_cnn(keras, dropout):
+    """seeds/002's get_model(), layer for layer; Dropout(0.5) only when dropout is True."""
+    inputs = keras.Input(shape=(28, 28, 1))
+    x = keras.layers.Rescaling(1.0 / 255.0)(inputs)
+    x = keras.layers.Conv2D(filters=12, kernel_size=3, padding="same", use_bias=False)(x)
+    x = keras.layers.BatchNormalization(scale=False, center=True)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.Conv2D(filters=24, kernel_size=6, use_bias=False, strides=2)(x)
+    x = keras.layers.BatchNormalization(scale=False, center=True)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.Conv2D(
+        filters=32, kernel_size=6, padding="same", strides=2, name="large_k"
+    )(x)
+    x = keras.layers.BatchNormalization(scale=False, center=True)(x)
+    x = keras.layers.ReLU()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(256, activation="relu")(x)
+    if dropout:
+        x = keras.layers.Dropout(0.5)(x)
+    outputs = keras.layers.Dense(10)(x)
+    return keras.Model(inputs, outputs)
+
+
+def summary_lines(model):
+    chunks = []
+    model.summary(print_fn=lambda s, **kw: chunks.append(s))
+    return "".join(chunks).split("\n")
+
+
+def make_cnn_step(keras, jax):
+    import jax.numpy as jnp
+
+    def weights_of(model, only=None):
+        out = []
+        for v in model.weights:
+            if only is not None and not only(v):
+                continue
+            out.append({"path": v.path, "trainable": v.trainable, "value": arr(np.asarray(v))})
+        return out
+
+    def layer_list(model):
+        res = []
+        for layer in model.layers:
+            d = {"name": layer.name, "class": type(layer).__name__}
+            cfg = layer.get_config()
+            for key in ("filters", "kernel_size", "strides", "padding", "use_bias", "units",
+                        "activation", "center", "scale", "momentum", "epsilon", "rate"):
+                if key in cfg:
+                    v = cfg[key]
+                    d[key] = list(v) if isinstance(v, tuple) else v
+            if type(layer).__name__ == "Rescaling":
+                d["scale"] = F32(layer.scale)
+                d["offset"] = F32(layer.offset)
+            if "input_shape" not in d and type(layer).__name__ != "InputLayer":
+                d["output_shape"] = [None if s is None else int(s) for s in layer.output.shape]
+            res.append(d)
+        return res
+
+    def is_moving(v):
+        return not v.trainable
+
+    rng = np.random.default_rng(14014)
+    x = f32(rng.integers(0, 256, size=(8, 28, 28, 1)))
+    y = rng.integers(0, 10, size=(8,)).astype(np.int32)
+
+    # The seed's model, with Dropout, for its summary (names of a fresh session).
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    seed_model = build_seed002_cnn(keras, dropout=True)
+    seed_summary = summary_lines(seed_model)
+    seed_layer_names = [layer.name for layer in seed_model.layers]
+
+    # The recorded model: the same without Dropout.
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    model = build_seed002_cnn(keras, dropout=False)
+    assert [layer.name for layer in model.layers] == [
+        n for n in seed_layer_names if n != "dropout"
+    ]
+    summary = summary_lines(model)
+    initial = weights_of(model)
+    init_values = [np.asarray(v) for v in model.weights]
+
+    tv = [v.value for v in model.trainable_variables]
+    ntv = [v.value for v in model.non_trainable_variables]
+    out_inf, _ = model.stateless_call(tv, ntv, x, training=False)
+    out_tr, _ = model.stateless_call(tv, ntv, x, training=True)
+
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    steps = []
+    for k in range(3):
+        loss = model.train_on_batch(x, y)
+        steps.append(
+            {"step": k + 1, "loss": F32(loss), "moving_statistics": weights_of(model, is_moving)}
+        )
+    final = weights_of(model)
+    pred = model.predict(x, batch_size=len(x), verbose=0)
+    bias_path = "large_k/bias"
+    bias_after = np.asarray([v for v in model.weights if v.path == bias_path][0])
+
+    # What the seed's own training loop does: model.stateless_call(trainable, non_trainable,
+    # x) WITHOUT training=True, i.e. inference mode (BatchNormalization normalises with the
+    # moving statistics and leaves them unchanged, Dropout passes everything), jax.jit,
+    # jax.value_and_grad and optimizer.stateless_apply. Same initial weights as above.
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    smodel = build_seed002_cnn(keras, dropout=True)
+    smodel.set_weights(init_values)
+    optimizer = keras.optimizers.Adam(1e-3)
+    loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer.build(smodel.trainable_variables)
+
+    def compute_loss(trainable_variables, non_trainable_variables, xx, yy):
+        y_pred, updated = smodel.stateless_call(trainable_variables, non_trainable_variables, xx)
+        return loss_obj(yy, y_pred), updated
+
+    compute_gradients = jax.value_and_grad(compute_loss, has_aux=True)
+
+    @jax.jit
+    def train_step(train_state, xx, yy):
+        trainable_variables, non_trainable_variables, optimizer_variables = train_state
+        (loss_value, non_trainable_variables), grads = compute_gradients(
+            trainable_variables, non_trainable_variables, xx, yy
+        )
+        trainable_variables, optimizer_variables = optimizer.stateless_apply(
+            optimizer_variables, grads, trainable_variables
+        )
+        return loss_value, (trainable_variables, non_trainable_variables, optimizer_variables)
+
+    state = (
+        [v.value for v in smodel.trainable_variables],
+        [v.value for v in smodel.non_trainable_variables],
+        [v.value for v in optimizer.variables],
+    )
+    moving0 = [np.asarray(v) for v in state[1]]
+    seed_losses = []
+    for _ in range(3):
+        loss_value, state = train_step(state, jnp.asarray(x), jnp.asarray(y))
+        seed_losses.append(F32(loss_value))
+    assert all(np.array_equal(a, np.asarray(b)) for a, b in zip(moving0, state[1]))
+    for variable, value in zip(smodel.trainable_variables, state[0]):
+        variable.assign(value)
+    for variable, value in zip(smodel.non_trainable_variables, state[1]):
+        variable.assign(value)
+    # The three large kernels are left out to keep the file small (the losses and the outputs
+    # after step 3 depend on them).
+    seed_omitted = [v.path for v in smodel.trainable_variables if int(np.prod(v.shape)) > 4096]
+    seed_final = weights_of(smodel, lambda v: v.trainable and v.path not in seed_omitted)
+    seed_pred, _ = smodel.stateless_call(
+        [v.value for v in smodel.trainable_variables],
+        [v.value for v in smodel.non_trainable_variables],
+        x,
+    )
+
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "seeds/002's CNN (get_model()) WITHOUT its Dropout(0.5) layer: Keras draws the "
+            "dropout mask from JAX's RNG, which tessel cannot reproduce. Built as "
+            "keras.Model(inputs, outputs) after clear_session() and "
+            "keras.utils.set_random_seed(0), so names are those of a fresh session and the "
+            "initial weights are Keras's own initialisation (glorot_uniform kernels, zero "
+            "biases and beta, moving_mean 0, moving_variance 1). x: 8 samples of integer "
+            "values in [0, 255] (numpy.random.default_rng(14014)), y: labels 0..9. Compiled "
+            "with Adam(1e-3) and SparseCategoricalCrossentropy(from_logits=True), no metrics. "
+            "steps[k].loss is train_on_batch(x, y) on call k+1: the loss of that batch with "
+            "the weights from BEFORE the update, BatchNormalization in training mode (batch "
+            "statistics); steps[k].moving_statistics are the moving means and variances after "
+            "the update. final_weights after step 3; predictions = model.predict(x) after step "
+            "3 (inference mode: moving statistics). large_k/bias feeds a BatchNormalization "
+            "in training mode, which subtracts the batch mean: its gradient is 0 up to "
+            "rounding, so its values after the steps are rounding noise passed through Adam "
+            "(|value| <= 3 * lr); compare it with an absolute tolerance. seed_loop: the "
+            "seed's own training loop, which calls model.stateless_call without "
+            "training=True, so BatchNormalization runs in INFERENCE mode (moving statistics, "
+            "never updated) and Dropout is the identity; the full seed model (with Dropout) "
+            "from the same initial weights, 3 jitted steps of jax.value_and_grad + "
+            "optimizer.stateless_apply on the same batch; its final trainable weights are recorded "
+            "except the three large kernels (final_trainable_weights_except).",
+        ),
+        "seed": "seeds/002 (keras.io distributed training with JAX, Korean translation)",
+        "model_name": model.name,
+        "layers": layer_list(model),
+        "seed_model_layers": seed_layer_names,
+        "compile": "optimizer=Adam(1e-3), loss=SparseCategoricalCrossentropy(from_logits=True)",
+        "x": arr(x),
+        "y": iarr(y),
+        "initial_weights": initial,
+        "initial_outputs_inference": arr(out_inf),
+        "initial_outputs_training": arr(out_tr),
+        "steps": steps,
+        "final_weights": final,
+        "predictions": arr(pred),
+        "large_k_bias_abs_max_after_3": F32(np.max(np.abs(bias_after))),
+        "summary_lines": summary,
+        "seed_model_summary_lines": seed_summary,
+        "seed_loop": {
+            "description": "seeds/002's training loop: loss_value, grads = "
+            "jax.value_and_grad(stateless_call(trainable, non_trainable, x) -> loss) with no "
+            "training argument (BatchNormalization in inference mode with moving_mean 0 and "
+            "moving_variance 1, unchanged; Dropout off), optimizer.stateless_apply, under "
+            "jax.jit; the seed model WITH Dropout, starting from initial_weights",
+            "losses": seed_losses,
+            "moving_statistics_unchanged": True,
+            "final_trainable_weights_except": seed_omitted,
+            "final_trainable_weights": seed_final,
+            "outputs_after_3": arr(seed_pred),
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------
 # 7. progress bars (run in child processes: stdout is a file, or a pseudo-terminal)
 # --------------------------------------------------------------------------------------
 
@@ -1511,6 +2025,11 @@ def capture_progress():
 # --------------------------------------------------------------------------------------
 
 
+# Files allowed past write_json's default 200 kB: cnn_step.json holds the seeds/002 CNN's
+# 49,378 weights twice (initial and after 3 steps).
+MAX_BYTES = {"convolution": 400_000, "cnn_step": 1_600_000}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--progress-child", default=None)
@@ -1548,6 +2067,8 @@ def main():
         ("binary_crossentropy", make_binary_crossentropy),
         ("mean_absolute_error", make_mean_absolute_error),
         ("custom_loss", make_custom_loss),
+        ("convolution", make_convolution),
+        ("cnn_step", make_cnn_step),
     ]
     only = None
     if args.only is not None:
@@ -1558,7 +2079,7 @@ def main():
 
     for stem, make in generators:
         if only is None or stem in only:
-            write_json(f"{stem}.json", make(keras, jax))
+            write_json(f"{stem}.json", make(keras, jax), MAX_BYTES.get(stem, 200_000))
     if not args.skip_progress and (only is None or "progress" in only):
         capture_progress()
 
