@@ -115,6 +115,6 @@ TEST_CASE("batch_normalization: the map, inference and the moving statistics as 
   const bn::channel_map bare = bn::make_map(1.0f, 3.0f, 1.0f, nullptr, nullptr, 0);
   CHECK(bare.a == 0.5f);
   CHECK(bare.b == -0.5f);
-  CHECK(bn::moving_update(0.0f, 1.0f, 0.99f) == Approx(0.01f));
-  CHECK(bn::moving_update(1.0f, 1.0f, 0.99f) == Approx(1.0f));
+  CHECK(bn::moving_update(0.0f, 1.0f, 0.99f, static_cast<float>(1.0 - 0.99)) == 0.01f);
+  CHECK(bn::moving_update(1.0f, 1.0f, 0.99f, static_cast<float>(1.0 - 0.99)) == Approx(1.0f));
 }

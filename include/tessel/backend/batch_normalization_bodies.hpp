@@ -75,9 +75,11 @@ TESSEL_KERNEL_BODY float input_gradient(const channel_map& m, float dy, float xh
 }
 
 // A moving statistic after one training call, as Keras updates it:
-// moving * momentum + batch * (1 - momentum).
-TESSEL_KERNEL_BODY float moving_update(float moving, float batch, float momentum) {
-  return moving * momentum + batch * (1.0f - momentum);
+// moving * momentum + batch * (1 - momentum), with 1 - momentum as Keras has it: computed from
+// the Python float (double) and rounded to float32 (float(1.0 - momentum), not 1.0f - momentumf).
+TESSEL_KERNEL_BODY float moving_update(float moving, float batch, float momentum,
+                                       float one_minus_momentum) {
+  return moving * momentum + batch * one_minus_momentum;
 }
 
 }  // namespace tessel::backend::batch_normalization
