@@ -26,6 +26,9 @@ now() { echo "${EPOCHREALTIME:-$(date +%s.%N)}"; }
 seconds_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 start=$(now)
 limit=${TESSEL_GPU_TIME_LIMIT:-540}
+# Python's frameworks get the loader path as it was: their own CUDA libraries (from their wheels),
+# not the bundle's CUDA runtime or the toolkit's cuBLAS.
+if [[ -v LD_LIBRARY_PATH ]]; then python_env=(env "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"); else python_env=(env -u LD_LIBRARY_PATH); fi
 # The whole output also goes to a log: $OUT/test-gpu.log (--bench: test-gpu-bench.log) on the
 # device tool's machine (it comes back with the call), else in the temporary folder.
 log=${OUT:-${TMPDIR:-/tmp}}/test-gpu$([[ $bench == 1 ]] && echo -bench).log
@@ -218,6 +221,6 @@ if [[ $bench == 0 ]]; then
   fi
 else
   part "gpu_bench" "$bin/gpu_bench"
-  part "gpu_frameworks.py" python3 "$root/benchmarks/gpu_frameworks.py"
+  part "gpu_frameworks.py" "${python_env[@]}" python3 "$root/benchmarks/gpu_frameworks.py"
 fi
 finish
