@@ -244,8 +244,21 @@ echo "== where each bundled program's libraries came from (LD_DEBUG=libs,files)"
 # the C and C++ runtimes (the GPU machine's own). Anything else means the bundle lacks it.
 base='^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libutil\.so\.1|libresolv\.so\.2|ld-linux-x86-64\.so\.2|libgcc_s\.so\.1|libstdc\+\+\.so\.6|libnss_[a-z]+\.so\.2)$'
 seen=()
+py_in_bundle=0
 for f in "$work"/ld/tests.* "$work"/ld/bench.*; do
   prog=$(sed -n 's/^ *[0-9]*:\tinitialize program: //p' "$f" | head -1)
+  if grep -q 'initialize program: .*python3' "$f"; then
+    # Python (gpu_frameworks.py) must not look in the bundle: its frameworks bring their own CUDA.
+    # Its image's lines: from the exec that started it (after the last image's "transferring
+    # control") to the end.
+    awk '{ sub(/^ *[0-9]+:\t/, "") }
+         py { print; next }
+         /initialize program: .*python3/ { py = 1; printf "%s", buf; print; next }
+         /^transferring control:/ { buf = ""; next }
+         { buf = buf $0 "\n" }' "$f" >"$work/python"
+    if grep -q "search path=.*$work/tmp/tmp\.[^/]*/lib" "$work/python"; then py_in_bundle=1; fi
+    continue
+  fi
   case $prog in */bin/gpu_*|*/bin/cuda_communicator_host_test|*/openmpi/bin/mpiexec) ;; *) continue ;; esac
   top=${prog%/bin/*}; top=${top%/openmpi}
   awk '{ sub(/^ *[0-9]+:\t/, "") }
@@ -264,6 +277,11 @@ for f in "$work"/ld/tests.* "$work"/ld/bench.*; do
   seen+=("$name")
   if [[ $counts == *ELSEWHERE* ]]; then bad "$name: $counts"; else ok "$name: $counts"; fi
 done
+if ((py_in_bundle)); then
+  bad "python3 (gpu_frameworks.py) searched the bundle's libraries"
+else
+  ok "python3 (gpu_frameworks.py) did not search the bundle's libraries"
+fi
 for p in bin/gpu_tests bin/gpu_golden_tests bin/cuda_communicator_host_test \
          bin/gpu_data_parallel_test openmpi/bin/mpiexec bin/gpu_bench; do
   n=0
