@@ -34,10 +34,11 @@ std::span<const std::size_t> dims(const shape_value& s) { return {s.extents.data
 template <class Layout>
 void check_layout(const char* initializer, const shape_value& global) {
   const random::stream s(1337, random::hash_name("d1/kernel"));
-  std::size_t rows = global.rank >= 2 ? global[0] : 1, cols = 1;
-  for (std::size_t d = global.rank >= 2 ? 1 : 0; d < global.rank; ++d) cols *= global[d];
-  std::vector<float> whole(rows * cols);
-  initializers::fill(initializer, s, rows, cols, global.rank, whole);
+  // The whole tensor, drawn as one block (for rank 2 and below that is fill itself, below).
+  shape_value zero = global;
+  for (std::size_t d = 0; d < zero.rank; ++d) zero.extents[d] = 0;
+  std::vector<float> whole(global.elements());
+  initializers::fill_block(initializer, s, dims(global), dims(zero), dims(global), whole);
   for (std::size_t data = 0; data < 2; ++data)
     for (std::size_t model = 0; model < 4; ++model) {
       const block b = shard_block(Layout::value, mesh_2x4::value, global, {data, model});
@@ -104,4 +105,28 @@ TEST_CASE(
         INFO("block at (" << r0 << ", " << c0 << ")");
         CHECK(mine == slice(whole, {rows, cols}, {r0, c0}, {r_ext, c_ext}));
       }
+}
+
+TEST_CASE("initializers: fans as Keras computes them, a convolution's kernel included",
+          "[initializers]") {
+  using initializers::compute_fans;
+  const std::size_t dense[] = {784, 200}, bias[] = {200}, conv[] = {6, 6, 12, 24};
+  CHECK(compute_fans(std::span<const std::size_t>(dense)).fan_in == 784);
+  CHECK(compute_fans(std::span<const std::size_t>(dense)).fan_out == 200);
+  CHECK(compute_fans(std::span<const std::size_t>(bias)).fan_in == 200);
+  CHECK(compute_fans(std::span<const std::size_t>(bias)).fan_out == 200);
+  // (kh, kw, in, out): the receptive field kh kw times in and out
+  CHECK(compute_fans(std::span<const std::size_t>(conv)).fan_in == 6 * 6 * 12);
+  CHECK(compute_fans(std::span<const std::size_t>(conv)).fan_out == 6 * 6 * 24);
+  // glorot_uniform's limit sqrt(6 / (fan_in + fan_out)) bounds a (3, 3, 1, 12) kernel's values,
+  // and they reach near it
+  const shape_value g{3, 3, 1, 12}, zero{0, 0, 0, 0};
+  std::vector<float> k(g.elements());
+  initializers::fill_block("glorot_uniform", random::stream(7, 1), dims(g), dims(zero), dims(g),
+                           k);
+  const double limit = std::sqrt(6.0 / (9.0 * 1 + 9.0 * 12));
+  double largest = 0;
+  for (float v : k) largest = std::max(largest, std::fabs(static_cast<double>(v)));
+  CHECK(largest <= limit);
+  CHECK(largest > 0.8 * limit);
 }

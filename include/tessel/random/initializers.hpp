@@ -23,6 +23,17 @@ inline fans compute_fans(std::size_t rows, std::size_t cols, std::size_t rank) {
   if (rank < 2) return {static_cast<double>(rows * cols), static_cast<double>(rows * cols)};
   return {static_cast<double>(rows), static_cast<double>(cols)};
 }
+// From a whole shape, as Keras's compute_fans: a convolution's kernel (kh, kw, in, out) has
+// fan_in = kh kw in and fan_out = kh kw out (the receptive field times its last two dimensions).
+inline fans compute_fans(std::span<const std::size_t> shape) {
+  if (shape.size() <= 2)
+    return compute_fans(shape.size() == 2 ? shape[0] : 1, shape.empty() ? 1 : shape.back(),
+                        shape.size());
+  double receptive = 1;
+  for (std::size_t d = 0; d + 2 < shape.size(); ++d) receptive *= static_cast<double>(shape[d]);
+  return {static_cast<double>(shape[shape.size() - 2]) * receptive,
+          static_cast<double>(shape.back()) * receptive};
+}
 
 TESSEL_INLINE bool is_known(std::string_view name);
 
@@ -121,8 +132,6 @@ TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
     throw value_error("fill_block: the block does not lie inside the variable's global shape, or "
                       "its size differs from the output's " + std::to_string(out.size()) +
                       " values");
-  std::size_t rows = rank >= 2 ? global[0] : 1, cols = 1;
-  for (std::size_t d = rank >= 2 ? 1 : 0; d < rank; ++d) cols *= global[d];
   // Global row-major strides, and the block's local multi-index stepped like an odometer.
   std::vector<std::uint64_t> stride(rank, 1);
   for (std::size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * global[d];
@@ -137,7 +146,7 @@ TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
       at[d] = 0;
     }
   }
-  detail::draw(name, s, compute_fans(rows, cols, rank), out,
+  detail::draw(name, s, compute_fans(global), out,
                [&](std::size_t k) { return index_of[k]; });
 }
 
