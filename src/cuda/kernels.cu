@@ -138,7 +138,7 @@ struct scale_shift_op {
   mat out;
   float scale, offset;
   __device__ void operator()(std::size_t i, std::size_t j) const {
-    at(out, i, j) = at(in, i, j) * scale + offset;
+    at(out, i, j) = kb::scale_shift(at(in, i, j), scale, offset);
   }
 };
 struct add_op {
@@ -161,32 +161,25 @@ struct dropout_op {
   cmat in;
   mat out;
   random::stream st;
-  float rate;
+  float rate, keep_scale;
   std::uint64_t first_row, first_col, global_cols;
   __device__ void operator()(std::size_t i, std::size_t j) const {
-    const float keep_scale = 1.0f / (1.0f - rate);
     const std::uint64_t index = (first_row + i) * global_cols + first_col + j;
-    at(out, i, j) = st.uniform(index) >= rate ? at(in, i, j) * keep_scale : 0.0f;
+    at(out, i, j) = kb::dropout(st, index, at(in, i, j), rate, keep_scale);
   }
 };
 
 // ---- rows, runs and columns: f(i) --------------------------------------------------------------
 
-// Softmax along row i (host_detail::apply_epilogue's order).
+// The bias, then softmax along row i (host_detail::apply_epilogue's order).
 struct bias_softmax_op {
   const float* bias;
   mat y;
   __device__ void operator()(std::size_t i) const {
     float* r = row(y, i);
-    float mx = -INFINITY;
-    for (std::size_t j = 0; j < y.cols; ++j) {
-      if (bias != nullptr) r[j] += bias[j];
-      mx = fmaxf(mx, r[j]);
-    }
-    float s = 0.0f;
-    for (std::size_t j = 0; j < y.cols; ++j) s += (r[j] = expf(r[j] - mx));
-    const float inv = 1.0f / s;
-    for (std::size_t j = 0; j < y.cols; ++j) r[j] *= inv;
+    if (bias != nullptr)
+      for (std::size_t j = 0; j < y.cols; ++j) r[j] += bias[j];
+    kb::softmax_row(r, y.cols);
   }
 };
 struct softmax_backward_op {
@@ -201,8 +194,8 @@ struct column_sums_op {
   cmat in;
   float* out;
   __device__ void operator()(std::size_t j) const {
-    float s = 0.0f;
-    for (std::size_t i = 0; i < in.rows; ++i) s += at(in, i, j);
+    float s;
+    kb::column_sums(in.p + j, in.ld, in.rows, 1, &s);
     out[j] = s;
   }
 };
@@ -233,8 +226,7 @@ struct layer_normalization_variables_op {
     double sg = 0, sb = 0;
     for (std::size_t r = 0; r < runs; ++r) {
       const std::size_t i = r / per_row, c = (r % per_row) * n + j;
-      sg += static_cast<double>(at(dy, i, c)) * at(xhat, i, c);
-      sb += at(dy, i, c);
+      kb::layer_normalization_variable_terms(at(dy, i, c), at(xhat, i, c), sg, sb);
     }
     if (dgamma != nullptr) dgamma[j] = static_cast<float>(sg);
     if (dbeta != nullptr) dbeta[j] = static_cast<float>(sb);
@@ -248,20 +240,8 @@ struct layer_normalization_backward_op {
   mat dx;
   __device__ void operator()(std::size_t r) const {
     const std::size_t i = r / per_row, c0 = (r % per_row) * n;
-    const float* d = row(dy, i) + c0;
-    const float* h = row(xhat, i) + c0;
-    double m1 = 0, m2 = 0;
-    for (std::size_t j = 0; j < n; ++j) {
-      const float g = gamma != nullptr ? d[j] * gamma[j] : d[j];
-      m1 += g;
-      m2 += static_cast<double>(g) * h[j];
-    }
-    const auto mean_g = static_cast<float>(m1 / static_cast<double>(n));
-    const auto mean_gh = static_cast<float>(m2 / static_cast<double>(n));
-    for (std::size_t j = 0; j < n; ++j) {
-      const float g = gamma != nullptr ? d[j] * gamma[j] : d[j];
-      row(dx, i)[c0 + j] = inv[r] * (g - mean_g - h[j] * mean_gh);
-    }
+    kb::layer_normalization_backward_row(row(dy, i) + c0, row(xhat, i) + c0, inv[r], gamma, n,
+                                         row(dx, i) + c0);
   }
 };
 
@@ -372,45 +352,36 @@ struct row_max_op {
   cmat m;
   mat out;
   __device__ void operator()(std::size_t i) const {
-    float mx = -INFINITY;
-    for (std::size_t j = 0; j < m.cols; ++j) mx = fmaxf(mx, at(m, i, j));
-    at(out, i, 0) = mx;
+    at(out, i, 0) = kb::row_max(row(m, i), m.cols);
   }
 };
 struct row_dot_op {
   cmat a, b;
   mat out;
   __device__ void operator()(std::size_t i) const {
-    float s = 0.0f;
-    for (std::size_t j = 0; j < a.cols; ++j)
-      s += b.p != nullptr ? at(a, i, j) * at(b, i, j) : at(a, i, j);
-    at(out, i, 0) = s;
+    at(out, i, 0) = b.p != nullptr ? kb::row_dot(row(a, i), row(b, i), a.cols)
+                                   : kb::row_sum(row(a, i), a.cols);
   }
 };
 struct exp_rows_op {
   cmat src, mx;
   mat dst, sum;
   __device__ void operator()(std::size_t i) const {
-    float s = 0.0f;
-    for (std::size_t j = 0; j < src.cols; ++j)
-      s += (at(dst, i, j) = expf(at(src, i, j) - at(mx, i, 0)));
-    at(sum, i, 0) = s;
+    at(sum, i, 0) = kb::exp_row(row(src, i), at(mx, i, 0), row(dst, i), src.cols);
   }
 };
 struct divide_rows_op {
   mat m;
   cmat sum;
   __device__ void operator()(std::size_t i) const {
-    const float inv = 1.0f / at(sum, i, 0);
-    for (std::size_t j = 0; j < m.cols; ++j) at(m, i, j) *= inv;
+    kb::divide_row(row(m, i), at(sum, i, 0), m.cols);
   }
 };
 struct softmax_backward_rows_op {
   cmat y, dy, dot;
   mat dz;
   __device__ void operator()(std::size_t i) const {
-    for (std::size_t j = 0; j < y.cols; ++j)
-      at(dz, i, j) = at(y, i, j) * (at(dy, i, j) - at(dot, i, 0));
+    kb::softmax_gradient_given_dot(row(y, i), row(dy, i), at(dot, i, 0), row(dz, i), y.cols);
   }
 };
 struct target_terms_op {
@@ -489,9 +460,7 @@ struct row_argmax_op {
   std::size_t col0;
   mat out;
   __device__ void operator()(std::size_t i) const {
-    std::size_t best = 0;
-    for (std::size_t j = 1; j < m.cols; ++j)
-      if (at(m, i, j) > at(m, i, best)) best = j;
+    const std::size_t best = kb::argmax_row(row(m, i), m.cols);
     at(out, i, 0) = at(m, i, best);
     at(out, i, 1) = static_cast<float>(col0 + best);
   }
@@ -632,7 +601,9 @@ void copy_columns(cmat src, std::size_t src_first, mat dst, std::size_t dst_firs
 void dropout(cmat in, mat out, const random::stream& st, float rate, std::uint64_t first_row,
              std::uint64_t first_col, std::uint64_t global_cols, cudaStream_t s) {
   for_each_element(out.rows, out.cols,
-                   dropout_op{in, out, st, rate, first_row, first_col, global_cols}, s);
+                   dropout_op{in, out, st, rate, kb::dropout_keep_scale(rate), first_row,
+                              first_col, global_cols},
+                   s);
 }
 
 void crossentropy_on_probabilities(cmat probs, const std::int32_t* labels, cmat targets,

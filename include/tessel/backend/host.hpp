@@ -429,6 +429,8 @@ struct host {
   static Kokkos::RangePolicy<execution_space> policy(std::size_t n) {
     return Kokkos::RangePolicy<execution_space>(0, n);
   }
+  // Row i of m (for the kernel bodies, which take a row's pointer; m may have no columns).
+  static float* row_of(const matrix& m, std::size_t i) { return m.data() + i * m.stride(0); }
 };
 
 // Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
@@ -536,15 +538,9 @@ TESSEL_INLINE void apply_epilogue(const epilogue& e, float* c, std::size_t ldc, 
       case activation_kind::tanh:
         for (std::size_t j = 0; j < n; ++j) r[j] = kernel_bodies::tanh(r[j]);
         break;
-      case activation_kind::softmax: {
-        float mx = -std::numeric_limits<float>::infinity();
-        for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, r[j]);
-        float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) s += (r[j] = std::exp(r[j] - mx));
-        const float inv = 1.0f / s;
-        for (std::size_t j = 0; j < n; ++j) r[j] *= inv;
+      case activation_kind::softmax:
+        kernel_bodies::softmax_row(r, n);
         break;
-      }
     }
   }
 }
@@ -754,13 +750,13 @@ TESSEL_INLINE void host::broadcast_rows(const matrix& row, const matrix& out) {
 }
 
 TESSEL_INLINE void host::column_sums(const matrix& in, const matrix& out) {
-  const std::size_t m = in.extent(0), n = in.extent(1);
+  const std::size_t m = in.extent(0), n = in.extent(1), ld = in.stride(0);
+  const float* pi = in.data();
+  float* po = out.data();
   constexpr std::size_t block = 256;
   for_rows("tessel::column_sums", (n + block - 1) / block, m * block, [=](std::size_t b) {
-    const std::size_t j0 = b * block, j1 = std::min(n, j0 + block);
-    for (std::size_t j = j0; j < j1; ++j) out(0, j) = 0.0f;
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t j = j0; j < j1; ++j) out(0, j) += in(i, j);
+    const std::size_t j0 = b * block;
+    kernel_bodies::column_sums(pi + j0, ld, m, std::min(n, j0 + block) - j0, po + j0);
   });
 }
 
@@ -804,7 +800,7 @@ TESSEL_INLINE void host::scale_shift(const matrix& in, const matrix& out, float 
   const std::size_t n = in.size(), block = 4096;
   for_rows("tessel::scale_shift", (n + block - 1) / block, block, [=](std::size_t b) {
     for (std::size_t k = b * block; k < std::min(n, (b + 1) * block); ++k)
-      po[k] = pi[k] * scale + offset;
+      po[k] = kernel_bodies::scale_shift(pi[k], scale, offset);
   });
 }
 
@@ -854,27 +850,15 @@ TESSEL_INLINE void host::layer_normalization_backward(const matrix& dy, const ma
   if (want_dgamma || want_dbeta)
     for_rows("tessel::layer_normalization_backward_variables", n, runs, [=](std::size_t j) {
       double sg = 0, sb = 0;
-      for (std::size_t r = 0; r < runs; ++r) {
-        sg += static_cast<double>(pd[r * n + j]) * ph[r * n + j];
-        sb += pd[r * n + j];
-      }
+      for (std::size_t r = 0; r < runs; ++r)
+        kernel_bodies::layer_normalization_variable_terms(pd[r * n + j], ph[r * n + j], sg, sb);
       if (want_dgamma) pdg[j] = static_cast<float>(sg);
       if (want_dbeta) pdb[j] = static_cast<float>(sb);
     });
   if (!want_dx) return;
   for_rows("tessel::layer_normalization_backward", runs, n, [=](std::size_t r) {
-    double m1 = 0, m2 = 0;
-    for (std::size_t j = 0; j < n; ++j) {
-      const float g = has_gamma ? pd[r * n + j] * pg[j] : pd[r * n + j];
-      m1 += g;
-      m2 += static_cast<double>(g) * ph[r * n + j];
-    }
-    const auto mean_g = static_cast<float>(m1 / static_cast<double>(n));
-    const auto mean_gh = static_cast<float>(m2 / static_cast<double>(n));
-    for (std::size_t j = 0; j < n; ++j) {
-      const float g = has_gamma ? pd[r * n + j] * pg[j] : pd[r * n + j];
-      px[r * n + j] = pi[r] * (g - mean_g - ph[r * n + j] * mean_gh);
-    }
+    kernel_bodies::layer_normalization_backward_row(pd + r * n, ph + r * n, pi[r],
+                                                    has_gamma ? pg : nullptr, n, px + r * n);
   });
 }
 
@@ -892,11 +876,11 @@ TESSEL_INLINE void host::dropout(const matrix& in, const matrix& out, const rand
                                  float rate, std::uint64_t first_row, std::uint64_t first_col,
                                  std::uint64_t global_cols) {
   const std::size_t n = in.extent(1);
-  const float keep_scale = 1.0f / (1.0f - rate);
+  const float keep_scale = kernel_bodies::dropout_keep_scale(rate);
   for_rows("tessel::dropout", in.extent(0), n, [=, &s](std::size_t i) {
     const std::uint64_t base = (first_row + i) * global_cols + first_col;
     for (std::size_t j = 0; j < n; ++j)
-      out(i, j) = s.uniform(base + j) >= rate ? in(i, j) * keep_scale : 0.0f;
+      out(i, j) = kernel_bodies::dropout(s, base + j, in(i, j), rate, keep_scale);
   });
 }
 
@@ -1031,11 +1015,8 @@ TESSEL_INLINE void host::count_argmax_equal(const matrix& pred, const index_vect
 TESSEL_INLINE void host::row_max(const matrix& m, const matrix& out) {
   const std::size_t n = m.extent(1);
   Kokkos::parallel_for(
-      "tessel::row_max", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-        float mx = -std::numeric_limits<float>::infinity();
-        for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, m(i, j));
-        out(i, 0) = mx;
-      });
+      "tessel::row_max", policy(m.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { out(i, 0) = kernel_bodies::row_max(row_of(m, i), n); });
 }
 
 TESSEL_INLINE void host::row_dot(const matrix& a, const matrix& b, const matrix& out) {
@@ -1043,9 +1024,8 @@ TESSEL_INLINE void host::row_dot(const matrix& a, const matrix& b, const matrix&
   const bool with_b = b.extent(0) > 0;
   Kokkos::parallel_for(
       "tessel::row_dot", policy(a.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-        float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) s += with_b ? a(i, j) * b(i, j) : a(i, j);
-        out(i, 0) = s;
+        out(i, 0) = with_b ? kernel_bodies::row_dot(row_of(a, i), row_of(b, i), n)
+                           : kernel_bodies::row_sum(row_of(a, i), n);
       });
 }
 
@@ -1054,19 +1034,15 @@ TESSEL_INLINE void host::exp_rows(const matrix& src, const matrix& mx, const mat
   const std::size_t n = src.extent(1);
   Kokkos::parallel_for(
       "tessel::exp_rows", policy(src.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-        float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) s += (dst(i, j) = std::exp(src(i, j) - mx(i, 0)));
-        sum(i, 0) = s;
+        sum(i, 0) = kernel_bodies::exp_row(row_of(src, i), mx(i, 0), row_of(dst, i), n);
       });
 }
 
 TESSEL_INLINE void host::divide_rows(const matrix& m, const matrix& s) {
   const std::size_t n = m.extent(1);
   Kokkos::parallel_for(
-      "tessel::divide_rows", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-        const float inv = 1.0f / s(i, 0);
-        for (std::size_t j = 0; j < n; ++j) m(i, j) *= inv;
-      });
+      "tessel::divide_rows", policy(m.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) { kernel_bodies::divide_row(row_of(m, i), s(i, 0), n); });
 }
 
 TESSEL_INLINE void host::softmax_backward_rows(const matrix& y, const matrix& dy, const matrix& dot,
@@ -1074,7 +1050,8 @@ TESSEL_INLINE void host::softmax_backward_rows(const matrix& y, const matrix& dy
   const std::size_t n = y.extent(1);
   Kokkos::parallel_for(
       "tessel::softmax_backward_rows", policy(y.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-        for (std::size_t j = 0; j < n; ++j) dz(i, j) = y(i, j) * (dy(i, j) - dot(i, 0));
+        kernel_bodies::softmax_gradient_given_dot(row_of(y, i), row_of(dy, i), dot(i, 0),
+                                                  row_of(dz, i), n);
       });
 }
 
@@ -1161,9 +1138,7 @@ TESSEL_INLINE void host::row_argmax(const matrix& m, std::size_t col0, const mat
   const std::size_t n = m.extent(1);
   Kokkos::parallel_for(
       "tessel::row_argmax", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
-        std::size_t best = 0;
-        for (std::size_t j = 1; j < n; ++j)
-          if (m(i, j) > m(i, best)) best = j;
+        const std::size_t best = kernel_bodies::argmax_row(row_of(m, i), n);
         out(i, 0) = m(i, best);
         out(i, 1) = static_cast<float>(col0 + best);
       });

@@ -1,19 +1,25 @@
-// Kernel bodies written once: the per-element arithmetic that the host backend (backend/host.hpp,
-// on its thread pool) and the CUDA backend (src/cuda/kernels.cu, one thread per element) both
-// run, so that the CPU test suite exercises every body the GPU runs, at the same bits. Compiled
-// by g++ and by nvcc (as __host__ __device__ functions): plain C++17 arithmetic on floats, no
-// library beyond <cmath>, nothing nvcc's front end refuses.
+// Kernel bodies written once: the per-element and per-row arithmetic that the host backend
+// (backend/host.hpp, on its thread pool) and the CUDA backend (src/cuda/kernels.cu, one thread
+// per element or row) both run, so that the CPU test suite exercises every body the GPU runs, at
+// the same bits. Compiled by g++ and by nvcc (as __host__ __device__ functions): plain C++17
+// arithmetic on floats, no library beyond <cmath> and the Philox stream (random/philox.hpp,
+// constexpr, which nvcc compiles with --expt-relaxed-constexpr), nothing nvcc's front end refuses.
 //
-// Written this way so far: the activations and their gradients (softmax's over a row), the
-// element terms of the losses (one class of a cross-entropy on probabilities, squared error,
-// binary cross-entropy, absolute error), layer normalization's forward over one row, and the
-// optimizers' updates of one element (SGD with momentum and Nesterov, Adam, RMSprop).
+// Written this way so far: the activations and their gradients, softmax over a row and its
+// gradient, the row reductions (maximum, sum, dot product, exp and its sum, the division by a
+// sum, argmax), column sums, Rescaling's scale and shift, dropout's element, the element terms
+// of the losses (one class of a cross-entropy on probabilities, squared error, binary
+// cross-entropy, absolute error), layer normalization's forward over one row and its backward
+// (the variables' terms, x's gradient over one row), and the optimizers' updates of one element
+// (SGD with momentum and Nesterov, Adam, RMSprop).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "../core/activations.hpp"
+#include "../random/philox.hpp"
 
 #if defined(__CUDACC__)
 #define TESSEL_KERNEL_BODY __host__ __device__ __forceinline__
@@ -50,12 +56,81 @@ TESSEL_KERNEL_BODY float activation_gradient(activation_kind a, float y, float g
     default: return g;
   }
 }
-// Softmax's gradient over one row of n: z = y (g - y . g).
+
+// ---- rows: one row of n values, along the row --------------------------------------------------
+// The row's maximum, compared as std::max(mx, r[j]) compares (a NaN element is passed over);
+// -inf for an empty row.
+TESSEL_KERNEL_BODY float row_max(const float* r, std::size_t n) {
+  float mx = -INFINITY;
+  for (std::size_t j = 0; j < n; ++j) mx = mx < r[j] ? r[j] : mx;
+  return mx;
+}
+TESSEL_KERNEL_BODY float row_sum(const float* r, std::size_t n) {
+  float s = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) s += r[j];
+  return s;
+}
+TESSEL_KERNEL_BODY float row_dot(const float* a, const float* b, std::size_t n) {
+  float s = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) s += a[j] * b[j];
+  return s;
+}
+// dst = exp(src - mx) (dst may be src); returns the sum of dst.
+TESSEL_KERNEL_BODY float exp_row(const float* src, float mx, float* dst, std::size_t n) {
+  float s = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) s += (dst[j] = std::exp(src[j] - mx));
+  return s;
+}
+// r *= 1 / s, as a softmax scales its row.
+TESSEL_KERNEL_BODY void divide_row(float* r, float s, std::size_t n) {
+  const float inv = 1.0f / s;
+  for (std::size_t j = 0; j < n; ++j) r[j] *= inv;
+}
+// The first index of the row's maximum, as NumPy's argmax (0 for an empty row).
+TESSEL_KERNEL_BODY std::size_t argmax_row(const float* r, std::size_t n) {
+  std::size_t best = 0;
+  for (std::size_t j = 1; j < n; ++j)
+    if (r[j] > r[best]) best = j;
+  return best;
+}
+
+// Softmax over one row, in place: the maximum subtracted, exp, divided by the sum.
+TESSEL_KERNEL_BODY void softmax_row(float* r, std::size_t n) {
+  divide_row(r, exp_row(r, row_max(r, n), r, n), n);
+}
+// Softmax's gradient over one row with dot = y . g given (summed over devices when the row is
+// split): z = y (g - dot).
+TESSEL_KERNEL_BODY void softmax_gradient_given_dot(const float* y, const float* g, float dot,
+                                                   float* z, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) z[j] = y[j] * (g[j] - dot);
+}
+// Softmax's gradient over one whole row: z = y (g - y . g).
 TESSEL_KERNEL_BODY void softmax_gradient_row(const float* y, const float* g, float* z,
                                              std::size_t n) {
-  float dot = 0.0f;
-  for (std::size_t j = 0; j < n; ++j) dot += y[j] * g[j];
-  for (std::size_t j = 0; j < n; ++j) z[j] = y[j] * (g[j] - dot);
+  softmax_gradient_given_dot(y, g, row_dot(y, g, n), z, n);
+}
+
+// ---- columns and elements ----------------------------------------------------------------------
+// out[j] = the sum of column j over `rows` rows (`ld` apart), in row order, for j in [0, n): the
+// host takes a block of columns (the inner loop along a row, vectorised), the GPU one column
+// (n = 1, out its register).
+TESSEL_KERNEL_BODY void column_sums(const float* __restrict__ in, std::size_t ld,
+                                    std::size_t rows, std::size_t n, float* __restrict__ out) {
+  for (std::size_t j = 0; j < n; ++j) out[j] = 0.0f;
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < n; ++j) out[j] += in[i * ld + j];
+}
+// Rescaling: x * scale + offset.
+TESSEL_KERNEL_BODY float scale_shift(float x, float scale, float offset) {
+  return x * scale + offset;
+}
+// Inverted dropout of x, the element at global row-major index `index` of the whole batch's
+// activation: kept where the stream's uniform draw there is >= rate, and then scaled by
+// keep_scale = dropout_keep_scale(rate); else 0.
+TESSEL_KERNEL_BODY float dropout_keep_scale(float rate) { return 1.0f / (1.0f - rate); }
+TESSEL_KERNEL_BODY float dropout(const random::stream& st, std::uint64_t index, float x,
+                                 float rate, float keep_scale) {
+  return st.uniform(index) >= rate ? x * keep_scale : 0.0f;
 }
 
 // ---- losses ------------------------------------------------------------------------------------
@@ -129,6 +204,32 @@ TESSEL_KERNEL_BODY float layer_normalization_row(const float* xr, std::size_t n,
     xhat[j] = (xr[j] - mean) * iv;
   }
   return iv;
+}
+
+// Its backward pass. The variables' gradients at one feature: over the runs in order, gamma's
+// sums dy * xhat and beta's sums dy, in double.
+TESSEL_KERNEL_BODY void layer_normalization_variable_terms(float dy, float xhat, double& dgamma,
+                                                           double& dbeta) {
+  dgamma += static_cast<double>(dy) * xhat;
+  dbeta += dy;
+}
+// x's gradient over one run: with g = dy * gamma (gamma null: dy), dx = inv * (g - mean(g) -
+// xhat * mean(g * xhat)), the means summed in double.
+TESSEL_KERNEL_BODY void layer_normalization_backward_row(const float* dy, const float* xhat,
+                                                         float inv, const float* gamma,
+                                                         std::size_t n, float* dx) {
+  double m1 = 0, m2 = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    const float g = gamma != nullptr ? dy[j] * gamma[j] : dy[j];
+    m1 += g;
+    m2 += static_cast<double>(g) * xhat[j];
+  }
+  const auto mean_g = static_cast<float>(m1 / static_cast<double>(n));
+  const auto mean_gh = static_cast<float>(m2 / static_cast<double>(n));
+  for (std::size_t j = 0; j < n; ++j) {
+    const float g = gamma != nullptr ? dy[j] * gamma[j] : dy[j];
+    dx[j] = inv * (g - mean_g - xhat[j] * mean_gh);
+  }
 }
 
 // ---- optimizers (one element; Keras's update rules) --------------------------------------------
