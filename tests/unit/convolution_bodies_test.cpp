@@ -181,7 +181,7 @@ TEST_CASE("convolution: max and average pooling and their gradients", "[convolut
         }
     }
     for (std::size_t i = 0; i < g.in_size(); ++i) {
-      CHECK(cv::max_pool_gradient(g, dy.data(), from.data(), i) == Approx(dmax[i]).margin(1e-6));
+      CHECK(cv::max_pool_gradient(g, x.data(), dy.data(), i) == Approx(dmax[i]).margin(1e-6));
       CHECK(cv::average_pool_gradient(g, dy.data(), i) == Approx(davg[i]).margin(1e-6));
     }
   }

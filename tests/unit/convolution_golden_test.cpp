@@ -119,7 +119,7 @@ TEST_CASE("convolution golden: max and average pooling, global average pooling",
     check_close(yavg, c.at("average").at("y"), name + " average y");
     std::vector<float> dmax(x.size()), davg(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) {
-      dmax[i] = cv::max_pool_gradient(geo, dy.data(), from.data(), i);
+      dmax[i] = cv::max_pool_gradient(geo, x.data(), dy.data(), i);
       davg[i] = cv::average_pool_gradient(geo, dy.data(), i);
     }
     check_close(dmax, c.at("max").at("dx"), name + " max dx");

@@ -181,10 +181,10 @@ TESSEL_KERNEL_BODY float average_pool_value(const geometry& g, const float* x,
   return s / static_cast<float>(pool_count(g, oy, ox));
 }
 // The input's gradient at element `index` of x: for max pooling, the gradients of the outputs
-// whose maximum came from it (`from`, as max_pool_value recorded them, one per output element);
+// whose maximum came from it (each covering output's maximum found again: no indices kept);
 // for average pooling, each covering output's gradient over its count.
-TESSEL_KERNEL_BODY float max_pool_gradient(const geometry& g, const float* dy,
-                                           const std::size_t* from, std::size_t index) {
+TESSEL_KERNEL_BODY float max_pool_gradient(const geometry& g, const float* x, const float* dy,
+                                           std::size_t index) {
   const std::size_t c = index % g.channels, ix = (index / g.channels) % g.w.in;
   const std::size_t iy = (index / (g.channels * g.w.in)) % g.h.in;
   const std::size_t b = index / (g.channels * g.w.in * g.h.in);
@@ -192,7 +192,9 @@ TESSEL_KERNEL_BODY float max_pool_gradient(const geometry& g, const float* dy,
   covering(g.h, iy, [&](std::size_t oy, std::size_t) {
     covering(g.w, ix, [&](std::size_t ox, std::size_t) {
       const std::size_t o = ((b * g.h.out + oy) * g.w.out + ox) * g.channels + c;
-      if (from[o] == index) s += dy[o];
+      std::size_t from = 0;
+      max_pool_value(g, x, o, from);
+      if (from == index) s += dy[o];
     });
   });
   return s;
@@ -211,5 +213,62 @@ TESSEL_KERNEL_BODY float average_pool_gradient(const geometry& g, const float* d
   });
   return s;
 }
+
+// ---- the launches ------------------------------------------------------------------------------
+// Each a functor f(i) for i in [0, n) that a backend's for_each runs (the host on its threads,
+// CUDA one thread per i): every i writes only its own outputs.
+
+// Row r of the im2col matrix (n = out_rows(); about patch() values each).
+struct im2col_rows {
+  geometry g;
+  const float* x;
+  float* cols;
+  TESSEL_KERNEL_BODY void operator()(std::size_t r) const {
+    im2col_row(g, x, r, cols + r * g.patch());
+  }
+};
+// Element i of the input's gradient from dcols (n = in_size()).
+struct col2im_elements {
+  geometry g;
+  const float* dcols;
+  float* dx;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const {
+    dx[i] = col2im_value(g, dcols, g.patch(), i);
+  }
+};
+// Output element o of a pooling (n = out_rows() channels).
+struct max_pool_elements {
+  geometry g;
+  const float* x;
+  float* y;
+  TESSEL_KERNEL_BODY void operator()(std::size_t o) const {
+    std::size_t from = 0;
+    y[o] = max_pool_value(g, x, o, from);
+  }
+};
+struct average_pool_elements {
+  geometry g;
+  const float* x;
+  float* y;
+  TESSEL_KERNEL_BODY void operator()(std::size_t o) const { y[o] = average_pool_value(g, x, o); }
+};
+// Input element i of a pooling's gradient (n = in_size()).
+struct max_pool_gradient_elements {
+  geometry g;
+  const float* x;
+  const float* dy;
+  float* dx;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const {
+    dx[i] = max_pool_gradient(g, x, dy, i);
+  }
+};
+struct average_pool_gradient_elements {
+  geometry g;
+  const float* dy;
+  float* dx;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const {
+    dx[i] = average_pool_gradient(g, dy, i);
+  }
+};
 
 }  // namespace tessel::backend::convolution
