@@ -82,4 +82,118 @@ TESSEL_KERNEL_BODY float moving_update(float moving, float batch, float momentum
   return moving * momentum + batch * one_minus_momentum;
 }
 
+// ---- the launches ------------------------------------------------------------------------------
+// Functors a backend's for_each runs (backend/cuda_launch.hpp lists why they are types). The
+// statistics live in one row of floats per layer: `maps` holds, per channel, the mean, the
+// variance, a, b and 1 / sqrt(variance + epsilon), each block C long; `sums` the per-channel
+// sums being reduced.
+
+// n = C: sums[c] = the sum of channel c over this device's rows.
+struct channel_sums {
+  const float* x;
+  std::size_t rows, channels;
+  float* sums;
+  TESSEL_KERNEL_BODY void operator()(std::size_t c) const {
+    sums[c] = static_cast<float>(column_sum(x, rows, channels, c));
+  }
+};
+// n = C: sums[C + c] = the squared deviations of channel c from the mean sums[c] / count.
+struct channel_deviations {
+  const float* x;
+  std::size_t rows, channels;
+  float* sums;
+  double count;
+  TESSEL_KERNEL_BODY void operator()(std::size_t c) const {
+    const auto mean = static_cast<float>(sums[c] / count);
+    sums[channels + c] = static_cast<float>(column_squared_deviation(x, rows, channels, c, mean));
+  }
+};
+// n = C: the maps from the batch's sums (training) or from the moving statistics (inference:
+// sums null), and in training the moving statistics updated.
+struct channel_maps {
+  const float* sums;
+  double count;
+  float* moving_mean;
+  float* moving_variance;
+  const float* gamma;
+  const float* beta;
+  float epsilon, momentum, one_minus_momentum;
+  std::size_t channels;
+  float* maps;
+  TESSEL_KERNEL_BODY void operator()(std::size_t c) const {
+    float mean = moving_mean[c], variance = moving_variance[c];
+    if (sums != nullptr) {
+      mean = static_cast<float>(sums[c] / count);
+      variance = static_cast<float>(sums[channels + c] / count);
+      moving_mean[c] = moving_update(moving_mean[c], mean, momentum, one_minus_momentum);
+      moving_variance[c] = moving_update(moving_variance[c], variance, momentum,
+                                         one_minus_momentum);
+    }
+    const channel_map m = make_map(mean, variance, epsilon, gamma, beta, c);
+    maps[c] = mean;
+    maps[channels + c] = variance;
+    maps[2 * channels + c] = m.a;
+    maps[3 * channels + c] = m.b;
+    maps[4 * channels + c] = m.inv;
+  }
+};
+TESSEL_KERNEL_BODY channel_map map_of(const float* maps, std::size_t channels, std::size_t c) {
+  channel_map m;
+  m.mean = maps[c];
+  m.a = maps[2 * channels + c];
+  m.b = maps[3 * channels + c];
+  m.inv = maps[4 * channels + c];
+  return m;
+}
+// n = rows C: y and x-hat of element i.
+struct normalize_elements {
+  const float* x;
+  const float* maps;
+  std::size_t channels;
+  float* y;
+  float* xhat;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const {
+    y[i] = normalize(map_of(maps, channels, i % channels), x[i], xhat[i]);
+  }
+};
+// n = C: sums[c] = the sum of dy, sums[C + c] = the sum of dy x-hat, over this device's rows;
+// also into dgamma and dbeta (the variables' gradients, where not null), before any reduction.
+struct channel_gradient_sums {
+  const float* dy;
+  const float* xhat;
+  std::size_t rows, channels;
+  float* sums;
+  float* dgamma;
+  float* dbeta;
+  TESSEL_KERNEL_BODY void operator()(std::size_t c) const {
+    double sum_dy = 0, sum_dy_xhat = 0;
+    gradient_sums(dy, xhat, rows, channels, c, sum_dy, sum_dy_xhat);
+    sums[c] = static_cast<float>(sum_dy);
+    sums[channels + c] = static_cast<float>(sum_dy_xhat);
+    if (dgamma != nullptr) dgamma[c] = sums[channels + c];
+    if (dbeta != nullptr) dbeta[c] = sums[c];
+  }
+};
+// n = rows C: the input's gradient of element i, in training (sums: the batch's, reduced) or
+// in inference (sums null: a dy).
+struct input_gradient_elements {
+  const float* dy;
+  const float* xhat;
+  const float* maps;
+  const float* sums;
+  double count;
+  std::size_t channels;
+  float* dx;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const {
+    const std::size_t c = i % channels;
+    const channel_map m = map_of(maps, channels, c);
+    if (sums == nullptr) {
+      dx[i] = m.a * dy[i];
+      return;
+    }
+    dx[i] = input_gradient(m, dy[i], xhat[i], static_cast<float>(sums[c] / count),
+                           static_cast<float>(sums[channels + c] / count));
+  }
+};
+
 }  // namespace tessel::backend::batch_normalization

@@ -28,6 +28,7 @@
 #include "../random/philox.hpp"
 #include "cuda_context.hpp"
 #include "cuda_kernels.hpp"
+#include "cuda_launch.hpp"
 #include "host.hpp"
 #include "interface.hpp"
 
@@ -190,6 +191,15 @@ struct cuda {
   static void copy(const matrix& src, const matrix& dst) {
     copy_2d(dst.data(), dst.stride(0), src.data(), src.stride(0), src.extent(1), src.extent(0),
             cudaMemcpyDeviceToDevice);
+  }
+
+  // f(i) for every i in [0, n), one GPU thread each: a layer's functor over its kernel bodies,
+  // instantiated for the GPU in the layer family's .cu file (cuda_launch.hpp). The label and
+  // the cost per i (which the host backend uses to split the work) are not needed here.
+  template <class F>
+  static void for_each(const char*, std::size_t n, std::size_t, const F& f) {
+    cuda_launch::for_each(n, f, stream());
+    launched();
   }
 
   // ---- dense algebra ------------------------------------------------------------------------

@@ -222,6 +222,18 @@ class layer_planner {
                      bytes ? bytes : model_.element_size),
         static_cast<std::size_t>(what));
   }
+  // The all_reduce of `values` values (a batch normalization's per-channel sums) over `axes`,
+  // the mesh axes the batch is split over: one step per axis, in the order of the mesh.
+  constexpr void batch_reduction(std::uint32_t axes, phase p, statistic_kind what,
+                                 std::size_t values) noexcept {
+    if (!axes) return;
+    layout_value sums = layout_value::replicated(1);
+    sums.partial = axes;
+    add(p, step_role::statistic,
+        plan_reshard(sums, sums.without_partial(), plan_.mesh, shape_value{values},
+                     model_.element_size),
+        static_cast<std::size_t>(what));
+  }
 
  private:
   static constexpr std::size_t max_backward = max_planned_steps;

@@ -154,6 +154,10 @@ enum class statistic_kind : std::uint8_t {
   row_sum,       // their row sum (of exponentials, or of probabilities)
   target_terms,  // a cross-entropy's per-row sums with the targets (two per row)
   row_argmax,    // a metric's arg-max of each row (an 8-byte key per row)
+  // Batch normalization's per-channel sums over the batch (synchronized batch statistics):
+  batch_mean,       // the sum of each channel, for the mean
+  batch_variance,   // the sum of squared deviations from it, for the variance
+  batch_gradients,  // backward: the sums of dy and of dy x-hat (two per channel)
 };
 constexpr std::string_view statistic_name(statistic_kind k) noexcept {
   switch (k) {
@@ -161,6 +165,9 @@ constexpr std::string_view statistic_name(statistic_kind k) noexcept {
     case statistic_kind::row_sum: return "row sum";
     case statistic_kind::target_terms: return "target terms";
     case statistic_kind::row_argmax: return "row arg-max";
+    case statistic_kind::batch_mean: return "batch mean";
+    case statistic_kind::batch_variance: return "batch variance";
+    case statistic_kind::batch_gradients: return "batch gradient sums";
   }
   return "";
 }

@@ -1,0 +1,165 @@
+// Planning rules of the convolutional layers (Keras's Conv2D, MaxPooling2D, AveragePooling2D,
+// GlobalAveragePooling2D), on channels-last (N, H, W, C) tensors. A window slides over whole
+// images, so each computes with its input's batch dimension as it comes and the other dimensions
+// whole: a layout that splits the height or width (of the input, or of a kernel) fails the plan,
+// naming the layer. A convolution's kernel and bias are replicated; their gradients are partial
+// sums over the rows this device holds, reduced over the batch axes, as a dense layer's are
+// under data parallelism.
+#pragma once
+
+#include <string_view>
+
+#include "../../core/activations.hpp"
+#include "../../core/layer_planner.hpp"
+
+namespace tessel {
+
+namespace layer_rules {
+
+// The layout a windowed op computes with: the batch dimension as `l` has it, the rest whole.
+constexpr layout_value batch_only(const layout_value& l) noexcept {
+  layout_value u = l.without_partial();
+  for (std::size_t d = 1; d < u.rank; ++d) u.dims[d] = dim_sharding{};
+  return u;
+}
+// Whether `l` splits a spatial dimension (1 or 2) of an (N, H, W, C) tensor.
+constexpr bool splits_spatial(const layout_value& l) noexcept {
+  return l.rank == 4 && (l.dims[1].count != 0 || l.dims[2].count != 0);
+}
+
+// A 2-D window's sizes: its output's height and width for an input's, as Keras's padding gives
+// them (backend/convolution_bodies.hpp's make_window).
+struct window2d {
+  std::size_t kh = 1, kw = 1, sh = 1, sw = 1;
+  bool same = false;
+  [[nodiscard]] static constexpr std::size_t out(std::size_t in, std::size_t k, std::size_t s,
+                                                 bool same) noexcept {
+    if (same) return (in + s - 1) / s;
+    return in >= k ? (in - k) / s + 1 : 0;
+  }
+  [[nodiscard]] constexpr std::size_t out_h(std::size_t h) const noexcept {
+    return out(h, kh, sh, same);
+  }
+  [[nodiscard]] constexpr std::size_t out_w(std::size_t w) const noexcept {
+    return out(w, kw, sw, same);
+  }
+};
+
+struct conv2d_params {
+  std::size_t filters = 0;
+  window2d window;
+  bool use_bias = true;
+  activation_kind activation = activation_kind::linear;
+};
+
+template <conv2d_params P>
+constexpr void conv2d(layer_planner& p, const op_desc& op) noexcept {
+  layout_value& layout = p.layout();
+  shape_value& shape = p.shape();  // (N, H, W, C)
+  const bool needs_grad = p.needs_grad();
+  if (shape.rank != 4) return p.fail("conv2d takes (height, width, channels) samples");
+  if (splits_spatial(layout)) return p.fail("conv2d: its input is split over height or width");
+  const shape_value ks{P.window.kh, P.window.kw, shape.extents[3], P.filters};
+  const shape_value bs{P.filters};
+  const layout_value kernel_layout = p.add_variable(op.name, "kernel", ks);
+  const std::size_t kernel = p.last_variable();
+  if (!p.ok()) return;
+  const key_string kernel_path = make_path(op.name, "kernel");
+  if (kernel_layout.dims[0].count != 0 || kernel_layout.dims[1].count != 0)
+    return p.fail("conv2d: the kernel is split over its height or width", kernel_path);
+  if (kernel_layout.dims[2].count != 0 || kernel_layout.dims[3].count != 0)
+    return p.fail("conv2d: a kernel split over its channels is not run yet", kernel_path);
+  layout_value bias_layout = layout_value::replicated(1);
+  std::size_t bias = 0;
+  if (P.use_bias) {
+    bias_layout = p.add_variable(op.name, "bias", bs);
+    bias = p.last_variable();
+    if (!p.ok()) return;
+    if (bias_layout.dims[0].count != 0)
+      return p.fail("conv2d: a bias split over its channels is not run yet",
+                    make_path(op.name, "bias"));
+  }
+  const layout_value used_x = batch_only(layout);
+  shape_value out_shape{shape.extents[0], P.window.out_h(shape.extents[1]),
+                        P.window.out_w(shape.extents[2]), P.filters};
+  const layout_value out = batch_only(used_x);
+  const layout_value rep4 = layout_value::replicated(4), rep1 = layout_value::replicated(1);
+  // The variables' gradients: partial sums over the rows this device holds.
+  layout_value partial4 = rep4, partial1 = rep1;
+  partial4.partial = partial1.partial = used_x.sharded_axes();
+  op_layouts used{};
+  used.operands[0] = used_x;
+  used.variables[0] = rep4;
+  used.variable_gradients[0] = partial4;
+  if (P.use_bias) used.variables[1] = rep1, used.variable_gradients[1] = partial1;
+  used.result = out;
+  used.output = out;
+  p.record_layouts(used);
+
+  const auto& m = p.mesh();
+  const std::size_t es = p.element_size();
+  p.add(phase::forward, step_role::operand, plan_reshard(layout, used_x, m, shape, es));
+  p.add(phase::forward, step_role::variable, plan_reshard(kernel_layout, rep4, m, ks, es), kernel);
+  if (P.use_bias)
+    p.add(phase::forward, step_role::variable, plan_reshard(bias_layout, rep1, m, bs, es), bias);
+  // backward, in execution order
+  p.add(phase::backward, step_role::variable_gradient,
+        plan_reshard(partial4, kernel_layout, m, ks, es), kernel);
+  if (P.use_bias)
+    p.add(phase::backward, step_role::variable_gradient,
+          plan_reshard(partial1, bias_layout, m, bs, es), bias);
+  if (needs_grad)
+    p.add(phase::backward, step_role::operand_gradient,
+          plan_reshard_backward(layout, used_x, m, shape, es));
+  layout = out;
+  shape = out_shape;
+  p.needs_grad() = true;
+}
+
+// Max and average pooling: each channel alone, over whole images.
+template <window2d W>
+constexpr void pooling2d(layer_planner& p, const op_desc&) noexcept {
+  layout_value& layout = p.layout();
+  shape_value& shape = p.shape();
+  if (shape.rank != 4) return p.fail("pooling takes (height, width, channels) samples");
+  if (splits_spatial(layout)) return p.fail("pooling: its input is split over height or width");
+  p.reshard_forward(step_role::operand, layout, batch_only(layout), shape, p.needs_grad());
+  shape = shape_value{shape.extents[0], W.out_h(shape.extents[1]), W.out_w(shape.extents[2]),
+                      shape.extents[3]};
+}
+
+// Global average pooling: (N, H, W, C) to (N, C).
+constexpr void global_average_pooling2d(layer_planner& p, const op_desc&) noexcept {
+  layout_value& layout = p.layout();
+  shape_value& shape = p.shape();
+  if (shape.rank != 4) return p.fail("pooling takes (height, width, channels) samples");
+  if (splits_spatial(layout)) return p.fail("pooling: its input is split over height or width");
+  p.reshard_forward(step_role::operand, layout, batch_only(layout), shape, p.needs_grad());
+  layout_value out = layout_value::replicated(2);
+  out.dims[0] = layout.dims[0];
+  layout = out;
+  shape = shape_value{shape.extents[0], shape.extents[3]};
+}
+
+template <conv2d_params P>
+inline constexpr plan_rule conv2d_rule{&conv2d<P>, "conv2d"};
+template <window2d W>
+inline constexpr plan_rule pooling2d_rule{&pooling2d<W>, "pooling2d"};
+inline constexpr plan_rule global_average_pooling2d_rule{&global_average_pooling2d,
+                                                         "global_average_pooling2d"};
+
+}  // namespace layer_rules
+
+template <layer_rules::conv2d_params P>
+constexpr op_desc conv2d_op(std::string_view name) noexcept {
+  return {.rule = &layer_rules::conv2d_rule<P>, .name = name_string(name)};
+}
+template <layer_rules::window2d W>
+constexpr op_desc pooling2d_op(std::string_view name) noexcept {
+  return {.rule = &layer_rules::pooling2d_rule<W>, .name = name_string(name)};
+}
+constexpr op_desc global_average_pooling2d_op(std::string_view name) noexcept {
+  return {.rule = &layer_rules::global_average_pooling2d_rule, .name = name_string(name)};
+}
+
+}  // namespace tessel
