@@ -93,10 +93,9 @@ __device__ const float* row(const cmat& m, std::size_t i) { return m.p + i * m.l
 __device__ float& at(const mat& m, std::size_t i, std::size_t j) { return m.p[i * m.ld + j]; }
 __device__ float at(const cmat& m, std::size_t i, std::size_t j) { return m.p[i * m.ld + j]; }
 
-__device__ float target_of(const std::int32_t* labels, cmat t, std::size_t i, std::size_t j,
-                           std::size_t col0 = 0) {
-  if (labels != nullptr) return static_cast<std::size_t>(labels[i]) == col0 + j ? 1.0f : 0.0f;
-  return t.p[i * t.ld + j];
+// A loss's targets for the kernel bodies: `labels` (null: none) or `t`.
+kb::targets targets_of(const std::int32_t* labels, cmat t, std::size_t col0 = 0) {
+  return {labels, t.p, t.ld, col0};
 }
 
 // ---- memory and element-wise: f(i, j) ----------------------------------------------------------
@@ -249,46 +248,22 @@ struct layer_normalization_backward_op {
 
 struct xent_probabilities_op {
   cmat probs;
-  const std::int32_t* labels;
-  cmat targets;
+  kb::targets t;
   mat grad;
   float grad_scale, eps;
   __device__ double operator()(std::size_t i) const {
-    const float* p = row(probs, i);
-    float* g = row(grad, i);
-    float s = 0.0f;
-    for (std::size_t j = 0; j < probs.cols; ++j) s += p[j];
-    float loss = 0.0f, dot = 0.0f;
-    for (std::size_t j = 0; j < probs.cols; ++j)
-      g[j] = kb::crossentropy_term(target_of(labels, targets, i, j), p[j], s, eps, loss, dot);
-    for (std::size_t j = 0; j < probs.cols; ++j) g[j] = grad_scale * (g[j] - dot) / s;
-    return static_cast<double>(loss);
+    return static_cast<double>(
+        kb::crossentropy_row(row(probs, i), probs.cols, t.row(i), eps, grad_scale, row(grad, i)));
   }
 };
 struct softmax_xent_op {
   cmat logits;
-  const std::int32_t* labels;
-  cmat targets;
+  kb::targets t;
   mat grad;
   float grad_scale;
   __device__ double operator()(std::size_t i) const {
-    const float* z = row(logits, i);
-    float* g = row(grad, i);
-    float mx = -INFINITY;
-    for (std::size_t j = 0; j < logits.cols; ++j) mx = fmaxf(mx, z[j]);
-    float s = 0.0f, tsum = 0.0f;
-    for (std::size_t j = 0; j < logits.cols; ++j) {
-      s += expf(z[j] - mx);
-      tsum += target_of(labels, targets, i, j);
-    }
-    const float log_s = logf(s);
-    float loss = 0.0f;
-    for (std::size_t j = 0; j < logits.cols; ++j) {
-      const float t = target_of(labels, targets, i, j);
-      loss -= t * (z[j] - mx - log_s);
-      g[j] = grad_scale * (expf(z[j] - mx) / s * tsum - t);
-    }
-    return static_cast<double>(loss);
+    return static_cast<double>(kb::softmax_crossentropy_row(row(logits, i), logits.cols, t.row(i),
+                                                            grad_scale, row(grad, i)));
   }
 };
 struct mse_op {
@@ -296,10 +271,8 @@ struct mse_op {
   mat grad;
   float grad_scale, inv_n;
   __device__ double operator()(std::size_t i) const {
-    float s = 0.0f;
-    for (std::size_t j = 0; j < pred.cols; ++j)
-      s += kb::squared_error(at(pred, i, j), at(targets, i, j), grad_scale, inv_n, at(grad, i, j));
-    return static_cast<double>(s * inv_n);
+    return static_cast<double>(kb::squared_error_row(row(pred, i), row(targets, i), pred.cols,
+                                                     grad_scale, inv_n, row(grad, i)));
   }
 };
 struct binary_crossentropy_op {
@@ -309,40 +282,24 @@ struct binary_crossentropy_op {
   bool from_logits;
   float epsilon, inv_n;
   __device__ double operator()(std::size_t i) const {
-    float s = 0.0f;
-    for (std::size_t j = 0; j < pred.cols; ++j)
-      s += kb::binary_crossentropy(at(targets, i, j), at(pred, i, j), from_logits, epsilon,
-                                   grad_scale, inv_n, at(grad, i, j));
-    return static_cast<double>(s * inv_n);
+    return static_cast<double>(kb::binary_crossentropy_row(row(pred, i), row(targets, i),
+                                                           pred.cols, from_logits, epsilon,
+                                                           grad_scale, inv_n, row(grad, i)));
   }
 };
 struct mean_absolute_error_op {
   cmat pred, targets;
   float inv_n;
   __device__ double operator()(std::size_t i) const {
-    float s = 0.0f;
-    for (std::size_t j = 0; j < pred.cols; ++j)
-      s += kb::absolute_error(at(pred, i, j), at(targets, i, j));
-    return static_cast<double>(s * inv_n);
+    return static_cast<double>(
+        kb::absolute_error_row(row(pred, i), row(targets, i), pred.cols, inv_n));
   }
 };
 struct argmax_equal_op {
   cmat pred;
-  const std::int32_t* labels;
-  cmat targets;
+  kb::targets t;
   __device__ double operator()(std::size_t i) const {
-    const float* p = row(pred, i);
-    std::size_t best = 0, want = 0;
-    for (std::size_t j = 1; j < pred.cols; ++j)
-      if (p[j] > p[best]) best = j;
-    if (labels != nullptr) {
-      want = static_cast<std::size_t>(labels[i]);
-    } else {
-      const float* t = row(targets, i);
-      for (std::size_t j = 1; j < targets.cols; ++j)
-        if (t[j] > t[want]) want = j;
-    }
-    return best == want ? 1.0 : 0.0;
+    return kb::argmax_matches(row(pred, i), pred.cols, t.row(i)) ? 1.0 : 0.0;
   }
 };
 
@@ -386,59 +343,37 @@ struct softmax_backward_rows_op {
 };
 struct target_terms_op {
   cmat z;
-  const std::int32_t* labels;
-  std::size_t col0;
-  cmat targets, mx;
+  kb::targets t;
+  cmat mx;
   mat out;
   __device__ void operator()(std::size_t i) const {
     float tz = 0.0f, ts = 0.0f;
-    const float m = at(mx, i, 0);
-    if (labels != nullptr) {
-      const auto c = static_cast<std::size_t>(labels[i]);
-      if (c >= col0 && c < col0 + z.cols) {
-        tz = at(z, i, c - col0) - m;
-        ts = 1.0f;
-      }
-    } else {
-      for (std::size_t j = 0; j < z.cols; ++j) {
-        const float t = at(targets, i, j);
-        tz += t * (at(z, i, j) - m);
-        ts += t;
-      }
-    }
+    kb::target_terms_row(row(z, i), z.cols, t.row(i), at(mx, i, 0), tz, ts);
     at(out, i, 0) = tz;
     at(out, i, 1) = ts;
   }
 };
 struct split_softmax_xent_op {
   mat grad;
-  const std::int32_t* labels;
-  std::size_t col0;
-  cmat targets, sum, terms;
+  kb::targets t;
+  cmat sum, terms;
   float grad_scale;
   __device__ double operator()(std::size_t i) const {
-    const float tsum = at(terms, i, 1);
-    const float inv = 1.0f / at(sum, i, 0);
-    for (std::size_t j = 0; j < grad.cols; ++j) {
-      float& g = at(grad, i, j);
-      g = grad_scale * (g * inv * tsum - target_of(labels, targets, i, j, col0));
-    }
-    return static_cast<double>(tsum * logf(at(sum, i, 0)) - at(terms, i, 0));
+    return static_cast<double>(kb::split_softmax_crossentropy_row(
+        row(grad, i), grad.cols, t.row(i), at(sum, i, 0), at(terms, i, 0), at(terms, i, 1),
+        grad_scale));
   }
 };
 struct crossentropy_terms_op {
   cmat probs;
-  const std::int32_t* labels;
-  std::size_t col0;
-  cmat targets, sum;
+  kb::targets t;
+  cmat sum;
   float eps;
   mat grad, out;
   __device__ void operator()(std::size_t i) const {
     float loss = 0.0f, dot = 0.0f;
-    const float s = at(sum, i, 0);
-    for (std::size_t j = 0; j < probs.cols; ++j)
-      at(grad, i, j) = kb::crossentropy_term(target_of(labels, targets, i, j, col0),
-                                             at(probs, i, j), s, eps, loss, dot);
+    kb::crossentropy_terms_row(row(probs, i), probs.cols, t.row(i), at(sum, i, 0), eps,
+                               row(grad, i), loss, dot);
     at(out, i, 0) = loss;
     at(out, i, 1) = dot;
   }
@@ -448,10 +383,8 @@ struct split_crossentropy_op {
   cmat sum, terms;
   float grad_scale;
   __device__ double operator()(std::size_t i) const {
-    for (std::size_t j = 0; j < grad.cols; ++j) {
-      float& g = at(grad, i, j);
-      g = grad_scale * (g - at(terms, i, 1)) / at(sum, i, 0);
-    }
+    kb::crossentropy_gradient_row(row(grad, i), grad.cols, at(terms, i, 1), at(sum, i, 0),
+                                  grad_scale);
     return static_cast<double>(at(terms, i, 0));
   }
 };
@@ -609,12 +542,14 @@ void dropout(cmat in, mat out, const random::stream& st, float rate, std::uint64
 void crossentropy_on_probabilities(cmat probs, const std::int32_t* labels, cmat targets,
                                    mat grad, float grad_scale, float eps, double* out,
                                    cudaStream_t s) {
-  block_sum(probs.rows, xent_probabilities_op{probs, labels, targets, grad, grad_scale, eps}, out,
+  block_sum(probs.rows,
+            xent_probabilities_op{probs, targets_of(labels, targets), grad, grad_scale, eps}, out,
             s);
 }
 void softmax_cross_entropy(cmat logits, const std::int32_t* labels, cmat targets, mat grad,
                            float grad_scale, double* out, cudaStream_t s) {
-  block_sum(logits.rows, softmax_xent_op{logits, labels, targets, grad, grad_scale}, out, s);
+  block_sum(logits.rows, softmax_xent_op{logits, targets_of(labels, targets), grad, grad_scale},
+            out, s);
 }
 void mean_squared_error(cmat pred, cmat targets, mat grad, float grad_scale, std::size_t classes,
                         double* out, cudaStream_t s) {
@@ -634,7 +569,7 @@ void mean_absolute_error(cmat pred, cmat targets, double* out, cudaStream_t s) {
 }
 void count_argmax_equal(cmat pred, const std::int32_t* labels, cmat targets, double* out,
                         cudaStream_t s) {
-  block_sum(pred.rows, argmax_equal_op{pred, labels, targets}, out, s);
+  block_sum(pred.rows, argmax_equal_op{pred, targets_of(labels, targets)}, out, s);
 }
 
 void row_max(cmat m, mat out, cudaStream_t s) { for_each(m.rows, row_max_op{m, out}, s); }
@@ -650,17 +585,21 @@ void softmax_backward_rows(cmat y, cmat dy, cmat dot, mat dz, cudaStream_t s) {
 }
 void target_terms(cmat z, const std::int32_t* labels, std::size_t col0, cmat targets, cmat mx,
                   mat out, cudaStream_t s) {
-  for_each(z.rows, target_terms_op{z, labels, col0, targets, mx, out}, s);
+  for_each(z.rows, target_terms_op{z, targets_of(labels, targets, col0), mx, out}, s);
 }
 void split_softmax_cross_entropy(mat grad, const std::int32_t* labels, std::size_t col0,
                                  cmat targets, cmat sum, cmat terms, float grad_scale,
                                  double* out, cudaStream_t s) {
-  block_sum(grad.rows, split_softmax_xent_op{grad, labels, col0, targets, sum, terms, grad_scale},
+  block_sum(grad.rows,
+            split_softmax_xent_op{grad, targets_of(labels, targets, col0), sum, terms,
+                                  grad_scale},
             out, s);
 }
 void crossentropy_terms(cmat probs, const std::int32_t* labels, std::size_t col0, cmat targets,
                         cmat sum, float eps, mat grad, mat out, cudaStream_t s) {
-  for_each(probs.rows, crossentropy_terms_op{probs, labels, col0, targets, sum, eps, grad, out}, s);
+  for_each(probs.rows,
+           crossentropy_terms_op{probs, targets_of(labels, targets, col0), sum, eps, grad, out},
+           s);
 }
 void split_crossentropy(mat grad, cmat sum, cmat terms, float grad_scale, double* out,
                         cudaStream_t s) {

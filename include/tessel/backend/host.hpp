@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -39,9 +38,6 @@
 namespace tessel::backend {
 
 namespace host_detail {
-
-// One class of a cross-entropy on probabilities (written once for both backends).
-using kernel_bodies::crossentropy_term;
 
 // ---- GEMM -------------------------------------------------------------------------------------
 // Row-major c (m x n) = alpha * op(a) * op(b) + beta * c, by size, as measured on the 2-core
@@ -431,6 +427,12 @@ struct host {
   }
   // Row i of m (for the kernel bodies, which take a row's pointer; m may have no columns).
   static float* row_of(const matrix& m, std::size_t i) { return m.data() + i * m.stride(0); }
+  // A loss's targets for the kernel bodies: the labels where there are any, else `targets`.
+  static kernel_bodies::targets targets_of(const index_vector& labels, const matrix& targets,
+                                           std::size_t col0 = 0) {
+    return {labels.extent(0) > 0 ? labels.data() : nullptr, targets.data(), targets.stride(0),
+            col0};
+  }
 };
 
 // Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
@@ -890,20 +892,12 @@ TESSEL_INLINE void host::crossentropy_on_probabilities(const matrix& probs,
                                                        float grad_scale, float eps, const sums& out,
                                                        std::size_t slot) {
   const std::size_t n = probs.extent(1);
-  const bool sparse = labels.extent(0) > 0;
+  const kernel_bodies::targets t = targets_of(labels, targets);
   Kokkos::parallel_reduce(
       "tessel::xent_probabilities", policy(probs.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
-        float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) s += probs(i, j);
-        float loss = 0.0f, dot = 0.0f;  // dot = sum_k dL/dq_k * q_k
-        for (std::size_t j = 0; j < n; ++j) {
-          const float t = sparse ? (static_cast<std::size_t>(labels(i)) == j ? 1.0f : 0.0f)
-                                 : targets(i, j);
-          grad(i, j) = host_detail::crossentropy_term(t, probs(i, j), s, eps, loss, dot);
-        }
-        for (std::size_t j = 0; j < n; ++j) grad(i, j) = grad_scale * (grad(i, j) - dot) / s;
-        acc += static_cast<double>(loss);
+        acc += static_cast<double>(kernel_bodies::crossentropy_row(
+            row_of(probs, i), n, t.row(i), eps, grad_scale, row_of(grad, i)));
       },
       Kokkos::subview(out, slot));
 }
@@ -913,29 +907,12 @@ TESSEL_INLINE void host::softmax_cross_entropy(const matrix& logits, const index
                                                float grad_scale, const sums& out,
                                                std::size_t slot) {
   const std::size_t n = logits.extent(1);
-  const bool sparse = labels.extent(0) > 0;
+  const kernel_bodies::targets t = targets_of(labels, targets);
   Kokkos::parallel_reduce(
       "tessel::softmax_xent", policy(logits.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
-        auto target = [&](std::size_t j) {
-          return sparse ? (static_cast<std::size_t>(labels(i)) == j ? 1.0f : 0.0f)
-                        : targets(i, j);
-        };
-        float mx = -std::numeric_limits<float>::infinity();
-        for (std::size_t j = 0; j < n; ++j) mx = std::max(mx, logits(i, j));
-        float s = 0.0f, tsum = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) {
-          s += std::exp(logits(i, j) - mx);
-          tsum += target(j);
-        }
-        const float log_s = std::log(s);
-        float loss = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) {
-          const float t = target(j);
-          loss -= t * (logits(i, j) - mx - log_s);
-          grad(i, j) = grad_scale * (std::exp(logits(i, j) - mx) / s * tsum - t);
-        }
-        acc += static_cast<double>(loss);
+        acc += static_cast<double>(kernel_bodies::softmax_crossentropy_row(
+            row_of(logits, i), n, t.row(i), grad_scale, row_of(grad, i)));
       },
       Kokkos::subview(out, slot));
 }
@@ -948,11 +925,8 @@ TESSEL_INLINE void host::mean_squared_error(const matrix& pred, const matrix& ta
   Kokkos::parallel_reduce(
       "tessel::mse", policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
-        float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j)
-          s += kernel_bodies::squared_error(pred(i, j), targets(i, j), grad_scale, inv_n,
-                                            grad(i, j));
-        acc += static_cast<double>(s * inv_n);
+        acc += static_cast<double>(kernel_bodies::squared_error_row(
+            row_of(pred, i), row_of(targets, i), n, grad_scale, inv_n, row_of(grad, i)));
       },
       Kokkos::subview(out, slot));
 }
@@ -966,11 +940,9 @@ TESSEL_INLINE void host::binary_crossentropy(const matrix& pred, const matrix& t
   Kokkos::parallel_reduce(
       "tessel::binary_crossentropy", policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
-        float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j)
-          s += kernel_bodies::binary_crossentropy(targets(i, j), pred(i, j), from_logits, epsilon,
-                                                  grad_scale, inv_n, grad(i, j));
-        acc += static_cast<double>(s * inv_n);
+        acc += static_cast<double>(kernel_bodies::binary_crossentropy_row(
+            row_of(pred, i), row_of(targets, i), n, from_logits, epsilon, grad_scale, inv_n,
+            row_of(grad, i)));
       },
       Kokkos::subview(out, slot));
 }
@@ -982,10 +954,8 @@ TESSEL_INLINE void host::mean_absolute_error(const matrix& pred, const matrix& t
   Kokkos::parallel_reduce(
       "tessel::mean_absolute_error", policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
-        float s = 0.0f;
-        for (std::size_t j = 0; j < n; ++j)
-          s += kernel_bodies::absolute_error(pred(i, j), targets(i, j));
-        acc += static_cast<double>(s * inv_n);
+        acc += static_cast<double>(
+            kernel_bodies::absolute_error_row(row_of(pred, i), row_of(targets, i), n, inv_n));
       },
       Kokkos::subview(out, slot));
 }
@@ -994,20 +964,11 @@ TESSEL_INLINE void host::count_argmax_equal(const matrix& pred, const index_vect
                                             const matrix& targets, const sums& out,
                                             std::size_t slot) {
   const std::size_t n = pred.extent(1);
-  const bool sparse = labels.extent(0) > 0;
+  const kernel_bodies::targets t = targets_of(labels, targets);
   Kokkos::parallel_reduce(
       "tessel::argmax_equal", policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
-        std::size_t best = 0, want = 0;
-        for (std::size_t j = 1; j < n; ++j)
-          if (pred(i, j) > pred(i, best)) best = j;
-        if (sparse) {
-          want = static_cast<std::size_t>(labels(i));
-        } else {
-          for (std::size_t j = 1; j < n; ++j)
-            if (targets(i, j) > targets(i, want)) want = j;
-        }
-        acc += best == want ? 1.0 : 0.0;
+        acc += kernel_bodies::argmax_matches(row_of(pred, i), n, t.row(i)) ? 1.0 : 0.0;
       },
       Kokkos::subview(out, slot));
 }
@@ -1058,22 +1019,11 @@ TESSEL_INLINE void host::softmax_backward_rows(const matrix& y, const matrix& dy
 TESSEL_INLINE void host::target_terms(const matrix& z, const index_vector& labels, std::size_t col0,
                                       const matrix& targets, const matrix& mx, const matrix& out) {
   const std::size_t n = z.extent(1);
-  const bool sparse = labels.extent(0) > 0;
+  const kernel_bodies::targets t = targets_of(labels, targets, col0);
   Kokkos::parallel_for(
       "tessel::target_terms", policy(z.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
         float tz = 0.0f, ts = 0.0f;
-        if (sparse) {
-          const auto c = static_cast<std::size_t>(labels(i));
-          if (c >= col0 && c < col0 + n) {
-            tz = z(i, c - col0) - mx(i, 0);
-            ts = 1.0f;
-          }
-        } else {
-          for (std::size_t j = 0; j < n; ++j) {
-            tz += targets(i, j) * (z(i, j) - mx(i, 0));
-            ts += targets(i, j);
-          }
-        }
+        kernel_bodies::target_terms_row(row_of(z, i), n, t.row(i), mx(i, 0), tz, ts);
         out(i, 0) = tz;
         out(i, 1) = ts;
       });
@@ -1085,18 +1035,12 @@ TESSEL_INLINE void host::split_softmax_cross_entropy(const matrix& grad, const i
                                                      float grad_scale, const sums& out,
                                                      std::size_t slot) {
   const std::size_t n = grad.extent(1);
-  const bool sparse = labels.extent(0) > 0;
+  const kernel_bodies::targets t = targets_of(labels, targets, col0);
   Kokkos::parallel_reduce(
       "tessel::split_softmax_xent", policy(grad.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
-        const float tsum = terms(i, 1);
-        const float inv = 1.0f / s(i, 0);
-        for (std::size_t j = 0; j < n; ++j) {
-          const float t = sparse ? (static_cast<std::size_t>(labels(i)) == col0 + j ? 1.0f : 0.0f)
-                                 : targets(i, j);
-          grad(i, j) = grad_scale * (grad(i, j) * inv * tsum - t);
-        }
-        acc += static_cast<double>(tsum * std::log(s(i, 0)) - terms(i, 0));
+        acc += static_cast<double>(kernel_bodies::split_softmax_crossentropy_row(
+            row_of(grad, i), n, t.row(i), s(i, 0), terms(i, 0), terms(i, 1), grad_scale));
       },
       Kokkos::subview(out, slot));
 }
@@ -1106,15 +1050,12 @@ TESSEL_INLINE void host::crossentropy_terms(const matrix& probs, const index_vec
                                             const matrix& s, float eps, const matrix& grad,
                                             const matrix& out) {
   const std::size_t n = probs.extent(1);
-  const bool sparse = labels.extent(0) > 0;
+  const kernel_bodies::targets t = targets_of(labels, targets, col0);
   Kokkos::parallel_for(
       "tessel::crossentropy_terms", policy(probs.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
         float loss = 0.0f, dot = 0.0f;
-        for (std::size_t j = 0; j < n; ++j) {
-          const float t = sparse ? (static_cast<std::size_t>(labels(i)) == col0 + j ? 1.0f : 0.0f)
-                                 : targets(i, j);
-          grad(i, j) = host_detail::crossentropy_term(t, probs(i, j), s(i, 0), eps, loss, dot);
-        }
+        kernel_bodies::crossentropy_terms_row(row_of(probs, i), n, t.row(i), s(i, 0), eps,
+                                              row_of(grad, i), loss, dot);
         out(i, 0) = loss;
         out(i, 1) = dot;
       });
@@ -1127,8 +1068,8 @@ TESSEL_INLINE void host::split_crossentropy(const matrix& grad, const matrix& s,
   Kokkos::parallel_reduce(
       "tessel::split_crossentropy", policy(grad.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
-        for (std::size_t j = 0; j < n; ++j)
-          grad(i, j) = grad_scale * (grad(i, j) - terms(i, 1)) / s(i, 0);
+        kernel_bodies::crossentropy_gradient_row(row_of(grad, i), n, terms(i, 1), s(i, 0),
+                                                 grad_scale);
         acc += static_cast<double>(terms(i, 0));
       },
       Kokkos::subview(out, slot));

@@ -5,13 +5,15 @@
 // arithmetic on floats, no library beyond <cmath> and the Philox stream (random/philox.hpp,
 // constexpr, which nvcc compiles with --expt-relaxed-constexpr), nothing nvcc's front end refuses.
 //
-// Written this way so far: the activations and their gradients, softmax over a row and its
-// gradient, the row reductions (maximum, sum, dot product, exp and its sum, the division by a
-// sum, argmax), column sums, Rescaling's scale and shift, dropout's element, the element terms
-// of the losses (one class of a cross-entropy on probabilities, squared error, binary
-// cross-entropy, absolute error), layer normalization's forward over one row and its backward
-// (the variables' terms, x's gradient over one row), and the optimizers' updates of one element
-// (SGD with momentum and Nesterov, Adam, RMSprop).
+// Written this way: the activations and their gradients, softmax over a row and its gradient,
+// the row reductions (maximum, sum, dot product, exp and its sum, the division by a sum, argmax),
+// column sums, Rescaling's scale and shift, dropout's element, a row's targets (a label or dense
+// values, offset for a split class dimension), the losses (their element terms and their rows:
+// cross-entropy on probabilities and on logits, whole or in the two halves of a split class
+// dimension, squared error, binary cross-entropy, absolute error), the arg-max metric, layer
+// normalization's forward over one row and its backward (the variables' terms, x's gradient over
+// one row), and the optimizers' updates of one element (SGD with momentum and Nesterov, Adam,
+// RMSprop). The loops over rows, the threads and the sums over rows are each backend's own.
 #pragma once
 
 #include <cmath>
@@ -133,6 +135,32 @@ TESSEL_KERNEL_BODY float dropout(const random::stream& st, std::uint64_t index, 
   return st.uniform(index) >= rate ? x * keep_scale : 0.0f;
 }
 
+// ---- targets -----------------------------------------------------------------------------------
+// One row's targets: a class label (1 at the label's column, 0 at the others; a label outside
+// this row's columns gives 0 everywhere) or dense values. col0 is the global column of the row's
+// column 0 when the class dimension is split across devices (0 otherwise).
+struct target_row {
+  bool sparse;
+  std::size_t label;
+  const float* dense;
+  std::size_t col0;
+  TESSEL_KERNEL_BODY float operator()(std::size_t j) const {
+    return sparse ? (label == col0 + j ? 1.0f : 0.0f) : dense[j];
+  }
+};
+// A loss's or metric's targets: `labels` (a class index per row), or where it is null the dense
+// targets, rows `ld` apart.
+struct targets {
+  const std::int32_t* labels;
+  const float* dense;
+  std::size_t ld;
+  std::size_t col0;
+  TESSEL_KERNEL_BODY target_row row(std::size_t i) const {
+    if (labels != nullptr) return {true, static_cast<std::size_t>(labels[i]), nullptr, col0};
+    return {false, 0, dense + i * ld, col0};
+  }
+};
+
 // ---- losses ------------------------------------------------------------------------------------
 // One class of a cross-entropy on probabilities, as Keras computes it (the row normalised by its
 // sum s, clipped to [eps, 1 - eps], a NaN passing through as jnp.clip passes it): adds
@@ -178,6 +206,111 @@ TESSEL_KERNEL_BODY float binary_crossentropy(float t, float z, bool from_logits,
   const float p = 1.0f - epsilon < low ? 1.0f - epsilon : low;  // std::min(low, 1 - eps)
   g = clipped ? 0.0f : grad_scale * (-t / p + (1.0f - t) / (1.0f - p)) * inv_n;
   return -(t * std::log(p) + (1.0f - t) * std::log(1.0f - p));
+}
+
+// ---- losses over one row of n (the predictions p, the gradient g) ------------------------------
+// Cross-entropy on probabilities with the row's sum s given: g = dL/dq of each class (before the
+// normalisation's share), and the row's loss and sum_k dL/dq_k * q_k (this device's part, when
+// the row is split).
+TESSEL_KERNEL_BODY void crossentropy_terms_row(const float* p, std::size_t n, const target_row& t,
+                                               float s, float eps, float* g, float& loss,
+                                               float& dot) {
+  loss = 0.0f;
+  dot = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) g[j] = crossentropy_term(t(j), p[j], s, eps, loss, dot);
+}
+// Finishes its gradient with the row's dot and sum: g = grad_scale * (g - dot) / s.
+TESSEL_KERNEL_BODY void crossentropy_gradient_row(float* g, std::size_t n, float dot, float s,
+                                                  float grad_scale) {
+  for (std::size_t j = 0; j < n; ++j) g[j] = grad_scale * (g[j] - dot) / s;
+}
+// The whole row's: returns its loss.
+TESSEL_KERNEL_BODY float crossentropy_row(const float* p, std::size_t n, const target_row& t,
+                                          float eps, float grad_scale, float* g) {
+  const float s = row_sum(p, n);
+  float loss = 0.0f, dot = 0.0f;
+  crossentropy_terms_row(p, n, t, s, eps, g, loss, dot);
+  crossentropy_gradient_row(g, n, dot, s, grad_scale);
+  return loss;
+}
+
+// Cross-entropy on logits z through a stable log-softmax: returns -sum(t * log_softmax(z)), and
+// g = grad_scale * (softmax(z) * sum(t) - t).
+TESSEL_KERNEL_BODY float softmax_crossentropy_row(const float* z, std::size_t n,
+                                                  const target_row& t, float grad_scale,
+                                                  float* g) {
+  const float mx = row_max(z, n);
+  float s = 0.0f, tsum = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) {
+    s += std::exp(z[j] - mx);
+    tsum += t(j);
+  }
+  const float log_s = std::log(s);
+  float loss = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) {
+    const float tj = t(j);
+    loss -= tj * (z[j] - mx - log_s);
+    g[j] = grad_scale * (std::exp(z[j] - mx) / s * tsum - tj);
+  }
+  return loss;
+}
+// The same with the class dimension split across devices, in two halves around the all-reduces
+// of the row's statistics. First this device's part of sum_j t_j (z_j - mx) and of sum_j t_j,
+// with the row's (global) maximum mx.
+TESSEL_KERNEL_BODY void target_terms_row(const float* z, std::size_t n, const target_row& t,
+                                         float mx, float& tz, float& ts) {
+  tz = 0.0f;
+  ts = 0.0f;
+  if (t.sparse) {
+    if (t.label >= t.col0 && t.label < t.col0 + n) {
+      tz = z[t.label - t.col0] - mx;
+      ts = 1.0f;
+    }
+  } else {
+    for (std::size_t j = 0; j < n; ++j) {
+      tz += t.dense[j] * (z[j] - mx);
+      ts += t.dense[j];
+    }
+  }
+}
+// Then, g holding exp(z - mx) and s, tz, tsum the completed sums: g = grad_scale * (g / s *
+// tsum - t); returns the row's loss, tsum * log(s) - tz.
+TESSEL_KERNEL_BODY float split_softmax_crossentropy_row(float* g, std::size_t n,
+                                                        const target_row& t, float s, float tz,
+                                                        float tsum, float grad_scale) {
+  const float inv = 1.0f / s;
+  for (std::size_t j = 0; j < n; ++j) g[j] = grad_scale * (g[j] * inv * tsum - t(j));
+  return tsum * std::log(s) - tz;
+}
+
+// The row's mean over inv_n = 1 / (the class count) of the element terms above.
+TESSEL_KERNEL_BODY float squared_error_row(const float* p, const float* t, std::size_t n,
+                                           float grad_scale, float inv_n, float* g) {
+  float s = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) s += squared_error(p[j], t[j], grad_scale, inv_n, g[j]);
+  return s * inv_n;
+}
+TESSEL_KERNEL_BODY float binary_crossentropy_row(const float* p, const float* t, std::size_t n,
+                                                 bool from_logits, float epsilon,
+                                                 float grad_scale, float inv_n, float* g) {
+  float s = 0.0f;
+  for (std::size_t j = 0; j < n; ++j)
+    s += binary_crossentropy(t[j], p[j], from_logits, epsilon, grad_scale, inv_n, g[j]);
+  return s * inv_n;
+}
+TESSEL_KERNEL_BODY float absolute_error_row(const float* p, const float* t, std::size_t n,
+                                            float inv_n) {
+  float s = 0.0f;
+  for (std::size_t j = 0; j < n; ++j) s += absolute_error(p[j], t[j]);
+  return s * inv_n;
+}
+
+// ---- metrics -----------------------------------------------------------------------------------
+// Whether the row's arg-max (the first maximum) is the target's class: its label, or the dense
+// targets' arg-max.
+TESSEL_KERNEL_BODY bool argmax_matches(const float* p, std::size_t n, const target_row& t) {
+  const std::size_t want = t.sparse ? t.label : argmax_row(t.dense, n);
+  return argmax_row(p, n) == want;
 }
 
 // ---- normalization ------------------------------------------------------------------------------
