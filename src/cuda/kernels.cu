@@ -4,12 +4,12 @@
 // softmax and loss go along the row, and a sum over rows is reduced by one block in a fixed
 // order, so that a step gives the same bits every time it runs.
 //
-// This file keeps only the launching: two kernel templates, for_each_kernel (f(k) for every k
-// in [0, n), grid-stride: an element, a row or a column per call) and block_sum_kernel (one
-// block's fixed-order sum of f(row) over the rows, for the losses and metrics), and the
-// optimizers' multi-tensor kernel. Each operation is a small functor whose __device__
-// operator() calls the arithmetic written once, for the host backend too, in
-// backend/kernel_bodies.hpp.
+// This file keeps only the launching: the CUDA target's grid-stride launcher
+// (cuda_launch::for_each, backend/cuda_launch.cuh: f(k) for every k in [0, n), an element, a
+// row or a column per call), block_sum_kernel (one block's fixed-order sum of f(row) over the
+// rows, for the losses and metrics) and the optimizers' multi-tensor kernel. Each operation is a
+// small functor whose __device__ operator() calls the arithmetic written once, for the host
+// backend too, in backend/kernel_bodies.hpp.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <tessel/backend/cuda_kernels.hpp>
+#include <tessel/backend/cuda_launch.cuh>
 #include <tessel/backend/kernel_bodies.hpp>
 #include <tessel/backend/tensor_batches.hpp>
 
@@ -40,14 +41,7 @@ unsigned blocks_for(std::size_t n) {
 // ---- the launchers -----------------------------------------------------------------------------
 
 // f(k) for every k in [0, n), grid-stride: an element, a row or a column per call.
-template <class F>
-__global__ void for_each_kernel(std::size_t n, F f) {
-  TESSEL_GRID_STRIDE(k, n) f(k);
-}
-template <class F>
-void for_each(std::size_t n, const F& f, cudaStream_t s) {
-  if (n > 0) for_each_kernel<<<blocks_for(n), threads, 0, s>>>(n, f);
-}
+using cuda_launch::for_each;
 
 // f(i, j) for every element of a rows x cols matrix, one thread per element.
 template <class F>
