@@ -84,6 +84,10 @@ TESSEL_DIAGNOSTIC(fixed_string Layer COMMA fixed_string Reason, layer_cannot_be_
 TESSEL_DIAGNOSTIC(fixed_string Layer COMMA std::size_t InputRank, layer_needs_flat_input,
                   "tessel::sequential: this layer takes samples of rank 1; put a flatten layer "
                   "before it (see the layer name and the input rank above)");
+TESSEL_DIAGNOSTIC(fixed_string Layer COMMA std::size_t InputRank COMMA fixed_string Requirement,
+                  layer_cannot_take_input,
+                  "tessel::sequential: this layer cannot take its input (see the layer name, the "
+                  "input's rank per sample and what the layer takes above)");
 TESSEL_DIAGNOSTIC(fixed_string Layer, duplicate_layer_name,
                   "tessel::sequential: All layers added to a Sequential model should have unique "
                   "names (see the repeated name above)");

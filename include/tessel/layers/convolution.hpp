@@ -87,6 +87,10 @@ struct conv2d {
     return in.rank == 3 && in[2] > 0 &&
            (window.same || (in[0] >= window.kh && in[1] >= window.kw));
   }
+  static constexpr std::string_view input_requirement(const shape_value& in) {
+    return in.rank != 3 ? "conv2d takes (height, width, channels) samples"
+                        : "conv2d: the kernel is larger than its valid-padded input";
+  }
   static constexpr shape_value output_shape(const shape_value& in) {
     return shape_value{window.out_h(in[0]), window.out_w(in[1]), Filters};
   }
@@ -195,6 +199,10 @@ struct pooling2d {
   static constexpr bool accepts(const shape_value& in) {
     return in.rank == 3 && (window.same || (in[0] >= window.kh && in[1] >= window.kw));
   }
+  static constexpr std::string_view input_requirement(const shape_value& in) {
+    return in.rank != 3 ? "pooling takes (height, width, channels) samples"
+                        : "pooling: the window is larger than its valid-padded input";
+  }
   static constexpr shape_value output_shape(const shape_value& in) {
     return shape_value{window.out_h(in[0]), window.out_w(in[1]), in[2]};
   }
@@ -279,6 +287,9 @@ struct global_average_pooling2d {
   template <class... In>
   using on = node<global_average_pooling2d, In...>;
   static constexpr bool accepts(const shape_value& in) { return in.rank == 3; }
+  static constexpr std::string_view input_requirement(const shape_value&) {
+    return "pooling takes (height, width, channels) samples";
+  }
   static constexpr shape_value output_shape(const shape_value& in) { return shape_value{in[2]}; }
   static constexpr std::size_t param_count(const shape_value&) { return 0; }
   static constexpr op_desc plan_op(std::string_view name) {

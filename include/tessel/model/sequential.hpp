@@ -73,6 +73,15 @@ constexpr std::size_t max_inputs_of() {
   else
     return 1;
 }
+// What a layer that cannot take its input says it takes (a layer's input_requirement(in)), or
+// nothing: a layer without one takes samples of rank 1 (dense), and the diagnostic says so.
+template <class L>
+constexpr key_string requirement_of(const shape_value& in) {
+  if constexpr (requires { L::input_requirement(in); })
+    return key_string(L::input_requirement(in));
+  else
+    return key_string{};
+}
 // The first input whose shape the layer cannot join with input 0's (n: none).
 template <class L>
 constexpr std::size_t mismatch_of(const shape_value* in, std::size_t n) {
@@ -105,6 +114,7 @@ struct layer_table {
   struct result {
     std::array<layer_info, sizeof...(Layers) + 1> info{};
     std::size_t bad_input = size;  // a layer that cannot take its input
+    key_string requirement{};      // what it takes, where it says
     std::size_t duplicate = size;  // a layer whose name an earlier layer has
     std::size_t bad_arity = size;  // a layer called on a number of inputs it does not take
     std::size_t bad_merge = size;  // a merge whose input `bad_operand` does not fit input 0
@@ -121,6 +131,8 @@ struct layer_table {
     constexpr std::array<name_string, size + 1> given{Layers::given_name..., name_string{}};
     constexpr std::array<bool (*)(const shape_value&), size + 1> accepts{&Layers::accepts...,
                                                                          nullptr};
+    constexpr std::array<key_string (*)(const shape_value&), size + 1> requirements{
+        &requirement_of<Layers>..., nullptr};
     constexpr std::array<std::size_t, size + 1> min_in{min_inputs_of<Layers>()..., 0};
     constexpr std::array<std::size_t, size + 1> max_in{max_inputs_of<Layers>()..., 0};
     constexpr std::array<std::size_t (*)(const shape_value*, std::size_t), size + 1> mismatch{
@@ -149,7 +161,10 @@ struct layer_table {
         const std::size_t k = mismatch[i](in.data(), n);
         if (k < n) r.bad_merge = i, r.bad_operand = k;
       }
-      if (!accepts[i](in[0]) && r.bad_input == size) r.bad_input = i;
+      if (!accepts[i](in[0]) && r.bad_input == size) {
+        r.bad_input = i;
+        r.requirement = requirements[i](in[0]);
+      }
       nodes[i + 1] = outs[i](in.data(), n < 1 ? 1 : n);
       r.info[i].output = nodes[i + 1];
     }
@@ -181,8 +196,11 @@ struct checked_layers {
       r.bad_input < Table::size ? r.info[r.bad_input].input.rank : 0;
   static constexpr name_string dup_name =
       r.duplicate < Table::size ? r.info[r.duplicate].name : name_string{};
-  static_assert(
-      require<r.bad_input == Table::size, diagnostic::layer_needs_flat_input<bad_name, bad_rank>>);
+  static constexpr key_string requirement = r.requirement;
+  static_assert(require<r.bad_input == Table::size || !requirement.empty(),
+                        diagnostic::layer_needs_flat_input<bad_name, bad_rank>>);
+  static_assert(require<r.bad_input == Table::size || requirement.empty(),
+                        diagnostic::layer_cannot_take_input<bad_name, bad_rank, requirement>>);
   static_assert(require<r.duplicate == Table::size, diagnostic::duplicate_layer_name<dup_name>>);
   static constexpr auto info = r.info;
 };
