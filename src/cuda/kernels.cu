@@ -432,12 +432,8 @@ struct rmsprop_op {
     float* average = t.slot_c == nullptr ? nullptr : &t.slot_c[k];
     kernel_bodies::rmsprop_averages(g, t.slot_a[k], average, rho);
     const float increment = kernel_bodies::rmsprop_increment(g, t.slot_a[k], average, lr, epsilon);
-    if (t.slot_b != nullptr) {
-      t.slot_b[k] = momentum * t.slot_b[k] + increment;
-      t.value[k] -= t.slot_b[k];
-    } else {
-      t.value[k] -= increment;
-    }
+    kernel_bodies::rmsprop_step(t.value[k], increment, t.slot_b == nullptr ? nullptr : &t.slot_b[k],
+                                momentum);
   }
 };
 

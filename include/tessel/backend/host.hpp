@@ -682,12 +682,7 @@ TESSEL_MULTIVERSION TESSEL_INLINE void rmsprop_chunk(float* __restrict w, const 
     for (std::size_t k = b; k < e; ++k) {
       const float increment =
           kernel_bodies::rmsprop_increment(g[k], vel[k], avg ? &avg[k] : nullptr, lr, epsilon);
-      if (mom) {
-        mom[k] = momentum * mom[k] + increment;
-        w[k] -= mom[k];
-      } else {
-        w[k] -= increment;
-      }
+      kernel_bodies::rmsprop_step(w[k], increment, mom ? &mom[k] : nullptr, momentum);
     }
   }
 }

@@ -390,7 +390,7 @@ TESSEL_KERNEL_BODY float adam_step(float m, float v, float alpha, float epsilon)
   return alpha * m / (std::sqrt(v) + epsilon);
 }
 // RMSprop's averages (the velocity, and with `centered` the average gradient), then its
-// increment lr g / sqrt(denominator).
+// increment lr g / sqrt(denominator), then its step.
 TESSEL_KERNEL_BODY void rmsprop_averages(float g, float& velocity, float* average, float rho) {
   velocity = rho * velocity + (1.0f - rho) * g * g;
   if (average != nullptr) *average = rho * *average + (1.0f - rho) * g;
@@ -400,6 +400,16 @@ TESSEL_KERNEL_BODY float rmsprop_increment(float g, float velocity, const float*
   const float denominator =
       average != nullptr ? velocity - *average * *average + epsilon : velocity + epsilon;
   return lr * g / std::sqrt(denominator);
+}
+// Then the step: with momentum (m not null) m = momentum m + increment and w -= m, else
+// w -= increment.
+TESSEL_KERNEL_BODY void rmsprop_step(float& w, float increment, float* m, float momentum) {
+  if (m != nullptr) {
+    *m = momentum * *m + increment;
+    w -= *m;
+  } else {
+    w -= increment;
+  }
 }
 
 }  // namespace tessel::backend::kernel_bodies
