@@ -483,7 +483,8 @@ TEST_CASE("cuda: NCCL on one rank: every collective on GPU memory, and the abort
   std::string message;
   auto saved = nccl_group::on_failure();
   nccl_group::on_failure() = [&](const std::string& m, bool) { message = m; };
-  REQUIRE_THROWS_AS(g.fail("all_reduce", "a planted failure", false), tessel::runtime_error);
+  REQUIRE_THROWS_AS(g.fail("all_reduce", {true, false, "a planted failure"}),
+                    tessel::runtime_error);
   nccl_group::on_failure() = saved;
   REQUIRE_THAT(message, Catch::Contains("NCCL all_reduce over a test group on process 0 of 1: "
                                         "a planted failure. Aborting the job."));

@@ -219,6 +219,14 @@ struct host {
   static void fill(const matrix& m, float v) { Kokkos::deep_copy(m, v); }
   static void copy(const matrix& src, const matrix& dst) { Kokkos::deep_copy(dst, src); }
 
+  // f(i) for every i in [0, n): a layer's functor over its kernel bodies (the same functor
+  // backend::cuda runs one GPU thread per i), each i about `cost` elements of work; on the
+  // pool's threads, contiguous blocks of i, once the work is worth a job.
+  template <class F>
+  static void for_each(const char* label, std::size_t n, std::size_t cost, const F& f) {
+    for_rows(label, n, cost, [&f](std::size_t i) { f(i); });
+  }
+
   // ---- dense algebra ------------------------------------------------------------------------
   // c = alpha * op(a) * op(b) + beta * c.
   // An empty contraction (a process holding no rows of a batch, whose kernel gradient is

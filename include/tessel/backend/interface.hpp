@@ -2,7 +2,7 @@
 // small groups so that a new backend (CUDA) can be brought up, and checked, one group at a time,
 // and a piece of code can say which group it needs (flashlight's TensorBackend and Kokkos's
 // memory and execution spaces are split the same way). backend_interface is all of them: what
-// `host` (Kokkos) implements today and a CUDA backend will.
+// `host` (Kokkos) and `cuda` implement.
 #pragma once
 
 #include <concepts>
@@ -126,9 +126,19 @@ concept backend_optimizers =
       B::rmsprop_update(u, f, f, f, f, b);
     };
 
+// A layer's own kernels: f(i) for every i in [0, n), each i writing only its own outputs and
+// costing about `cost` elements of work (the host splits the work among its threads by it). f is
+// a functor over kernel bodies (backend/*_bodies.hpp); the CUDA backend runs one GPU thread per
+// i, instantiated in the layer family's .cu file (backend/cuda_launch.hpp).
+struct launch_probe {
+  void operator()(std::size_t) const {}
+};
+template <class B>
+concept backend_launch = requires(std::size_t n) { B::for_each("", n, n, launch_probe{}); };
+
 template <class B>
 concept backend_interface = backend_memory<B> && backend_gemm<B> && backend_elementwise<B> &&
                             backend_reductions<B> && backend_split_rows<B> &&
-                            backend_random<B> && backend_optimizers<B>;
+                            backend_random<B> && backend_optimizers<B> && backend_launch<B>;
 
 }  // namespace tessel::backend

@@ -596,7 +596,10 @@ class trainer : public Model, public model_base {
       const bool by_layer = Model::model_parallel && !loss_sum && s.op < Model::layer_count &&
                             this->runs_plan_of(s.op);
       const bool by_loss = Model::model_parallel && s.op == Model::layer_count;
-      if (!by_layer && !by_loss && !loss_sum && !(gradient && !Model::model_parallel))
+      // A layer's statistics (batch normalization's synchronized sums) it reduces itself, through
+      // the resharder it is handed, under any distribution.
+      const bool statistic = s.role == step_role::statistic && s.op < Model::layer_count;
+      if (!by_layer && !by_loss && !loss_sum && !statistic && !(gradient && !Model::model_parallel))
         throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
                           " of '" + step_name(plan_, s) + "' in layer '" +
                           std::string(Model::layer_name(s.op)) +
