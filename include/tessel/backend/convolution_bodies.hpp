@@ -104,20 +104,28 @@ TESSEL_KERNEL_BODY void covering(const window& d, std::size_t i, F&& f) {
   for (std::size_t o = first; o < d.out && o * d.stride <= p; ++o) f(o, p - o * d.stride);
 }
 
-// The input's gradient at element `index` of x (b, iy, ix, c) from dcols = dy @ kernel^T
-// (N oh ow x patch, rows `ld` apart): the sum of the entries that im2col copied from it, output
-// rows ascending, then taps.
-TESSEL_KERNEL_BODY float col2im_value(const geometry& g, const float* dcols, std::size_t ld,
-                                      std::size_t index) {
+// The windows that cover input element `index` (b, iy, ix, c) of x: calls f(row, tap, c) for
+// each, row the output pixel (b, oy, ox) whose window covers it and tap its kernel offset
+// ky kw + kx there, rows ascending, then taps. The gather every gradient below sums over.
+template <class F>
+TESSEL_KERNEL_BODY void covering_windows(const geometry& g, std::size_t index, F&& f) {
   const std::size_t c = index % g.channels, ix = (index / g.channels) % g.w.in;
   const std::size_t iy = (index / (g.channels * g.w.in)) % g.h.in;
   const std::size_t b = index / (g.channels * g.w.in * g.h.in);
-  float s = 0.0f;
   covering(g.h, iy, [&](std::size_t oy, std::size_t ky) {
     covering(g.w, ix, [&](std::size_t ox, std::size_t kx) {
-      const std::size_t row = (b * g.h.out + oy) * g.w.out + ox;
-      s += dcols[row * ld + (ky * g.w.size + kx) * g.channels + c];
+      f((b * g.h.out + oy) * g.w.out + ox, ky * g.w.size + kx, c);
     });
+  });
+}
+
+// The input's gradient at element `index` of x from dcols = dy @ kernel^T (N oh ow x patch,
+// rows `ld` apart): the sum of the entries that im2col copied from it.
+TESSEL_KERNEL_BODY float col2im_value(const geometry& g, const float* dcols, std::size_t ld,
+                                      std::size_t index) {
+  float s = 0.0f;
+  covering_windows(g, index, [&](std::size_t row, std::size_t tap, std::size_t c) {
+    s += dcols[row * ld + tap * g.channels + c];
   });
   return s;
 }
@@ -185,31 +193,21 @@ TESSEL_KERNEL_BODY float average_pool_value(const geometry& g, const float* x,
 // for average pooling, each covering output's gradient over its count.
 TESSEL_KERNEL_BODY float max_pool_gradient(const geometry& g, const float* x, const float* dy,
                                            std::size_t index) {
-  const std::size_t c = index % g.channels, ix = (index / g.channels) % g.w.in;
-  const std::size_t iy = (index / (g.channels * g.w.in)) % g.h.in;
-  const std::size_t b = index / (g.channels * g.w.in * g.h.in);
   float s = 0.0f;
-  covering(g.h, iy, [&](std::size_t oy, std::size_t) {
-    covering(g.w, ix, [&](std::size_t ox, std::size_t) {
-      const std::size_t o = ((b * g.h.out + oy) * g.w.out + ox) * g.channels + c;
-      std::size_t from = 0;
-      max_pool_value(g, x, o, from);
-      if (from == index) s += dy[o];
-    });
+  covering_windows(g, index, [&](std::size_t row, std::size_t, std::size_t c) {
+    const std::size_t o = row * g.channels + c;
+    std::size_t from = 0;
+    max_pool_value(g, x, o, from);
+    if (from == index) s += dy[o];
   });
   return s;
 }
 TESSEL_KERNEL_BODY float average_pool_gradient(const geometry& g, const float* dy,
                                                std::size_t index) {
-  const std::size_t c = index % g.channels, ix = (index / g.channels) % g.w.in;
-  const std::size_t iy = (index / (g.channels * g.w.in)) % g.h.in;
-  const std::size_t b = index / (g.channels * g.w.in * g.h.in);
   float s = 0.0f;
-  covering(g.h, iy, [&](std::size_t oy, std::size_t) {
-    covering(g.w, ix, [&](std::size_t ox, std::size_t) {
-      const std::size_t o = ((b * g.h.out + oy) * g.w.out + ox) * g.channels + c;
-      s += dy[o] / static_cast<float>(pool_count(g, oy, ox));
-    });
+  covering_windows(g, index, [&](std::size_t row, std::size_t, std::size_t c) {
+    const std::size_t o = row * g.channels + c;
+    s += dy[o] / static_cast<float>(pool_count(g, (row / g.w.out) % g.h.out, row % g.w.out));
   });
   return s;
 }
