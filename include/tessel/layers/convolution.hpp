@@ -186,6 +186,58 @@ struct pooling2d_args {
 };
 
 namespace detail {
+// A pooling layer's run time, max or average (Max), over a window fixed when the layer is made:
+// the pooling layers' own, or the whole image for global average pooling.
+template <class B, bool Max>
+class pool_runtime {
+ public:
+  using matrix = typename B::matrix;
+  using tensor = basic_dtensor<B>;
+  pool_runtime(const layer_info& info, const layer_rules::window2d& window)
+      : in_(info.input), out_(info.output), window_(window) {}
+  template <class Reduce>
+  const tensor& forward(const op_args<B>& a, const pass_context&, Reduce&) {
+    const tensor& x = *a.operands[0];
+    check_dense_rows<B>(x.local(), "pooling");
+    g_ = geometry_of<B>(x.local(), in_, window_);
+    y_ = rows_of<B>(x, out_, y_store_, "pooling");
+    const std::size_t n = g_.out_rows() * g_.channels, cost = window_.kh * window_.kw;
+    if constexpr (Max)
+      B::for_each("max_pooling2d", n, cost,
+                  backend::convolution::max_pool_elements{g_, x.local().data(), y_.local().data()});
+    else
+      B::for_each("average_pooling2d", n, cost,
+                  backend::convolution::average_pool_elements{g_, x.local().data(),
+                                                              y_.local().data()});
+    return y_;
+  }
+  template <class Reduce>
+  op_gradients<B> backward(const op_args<B>& a, const matrix& dy, const op_grads<B>&,
+                           const pass_context&, Reduce&) {
+    op_gradients<B> out;
+    if (!(a.wants_operand_gradients & 1u)) return out;
+    const tensor& x = *a.operands[0];
+    matrix dx = sized<B>(dx_store_, B::rows(x.local()), B::cols(x.local()), "pooling_dx");
+    if constexpr (Max)
+      B::for_each("max_pooling2d_gradient", g_.in_size(), 2 * window_.kh * window_.kw,
+                  backend::convolution::max_pool_gradient_elements{g_, x.local().data(),
+                                                                   dy.data(), dx.data()});
+    else
+      B::for_each("average_pooling2d_gradient", g_.in_size(), window_.kh * window_.kw,
+                  backend::convolution::average_pool_gradient_elements{g_, dy.data(),
+                                                                       dx.data()});
+    out.operands[0] = x.like(dx);
+    return out;
+  }
+
+ private:
+  shape_value in_, out_;
+  layer_rules::window2d window_;
+  backend::convolution::geometry g_{};
+  matrix y_store_, dx_store_;
+  tensor y_;
+};
+
 // A pooling layer: Max picks max or average pooling.
 template <bool Max, size2d Pool, pooling2d_args Args>
 struct pooling2d {
@@ -210,52 +262,9 @@ struct pooling2d {
   static constexpr op_desc plan_op(std::string_view name) { return pooling2d_op<window>(name); }
 
   template <class B>
-  class runtime {
-   public:
-    using matrix = typename B::matrix;
-    using tensor = basic_dtensor<B>;
+  struct runtime : pool_runtime<B, Max> {
     runtime(const layer_info& info, variable_store<B>&, std::uint64_t)
-        : in_(info.input), out_(info.output) {}
-    template <class Reduce>
-    const tensor& forward(const op_args<B>& a, const pass_context&, Reduce&) {
-      const tensor& x = *a.operands[0];
-      detail::check_dense_rows<B>(x.local(), "pooling");
-      g_ = detail::geometry_of<B>(x.local(), in_, window);
-      y_ = rows_of<B>(x, out_, y_store_, "pooling");
-      const std::size_t n = g_.out_rows() * g_.channels;
-      if constexpr (Max)
-        B::for_each("max_pooling2d", n, window.kh * window.kw,
-                    backend::convolution::max_pool_elements{g_, x.local().data(), y_.local().data()});
-      else
-        B::for_each("average_pooling2d", n, window.kh * window.kw,
-                    backend::convolution::average_pool_elements{g_, x.local().data(),
-                                                                y_.local().data()});
-      return y_;
-    }
-    template <class Reduce>
-    op_gradients<B> backward(const op_args<B>& a, const matrix& dy, const op_grads<B>&,
-                             const pass_context&, Reduce&) {
-      op_gradients<B> out;
-      if (!(a.wants_operand_gradients & 1u)) return out;
-      const tensor& x = *a.operands[0];
-      matrix dx = sized<B>(dx_store_, B::rows(x.local()), B::cols(x.local()), "pooling_dx");
-      if constexpr (Max)
-        B::for_each("max_pooling2d_gradient", g_.in_size(), 2 * window.kh * window.kw,
-                    backend::convolution::max_pool_gradient_elements{g_, x.local().data(),
-                                                                     dy.data(), dx.data()});
-      else
-        B::for_each("average_pooling2d_gradient", g_.in_size(), window.kh * window.kw,
-                    backend::convolution::average_pool_gradient_elements{g_, dy.data(),
-                                                                         dx.data()});
-      out.operands[0] = x.like(dx);
-      return out;
-    }
-
-   private:
-    shape_value in_, out_;
-    backend::convolution::geometry g_{};
-    matrix y_store_, dx_store_;
-    tensor y_;
+        : pool_runtime<B, Max>(info, window) {}
   };
 };
 }  // namespace detail
@@ -296,42 +305,11 @@ struct global_average_pooling2d {
     return global_average_pooling2d_op(name);
   }
 
+  // Average pooling with one window over the whole image.
   template <class B>
-  class runtime {
-   public:
-    using matrix = typename B::matrix;
-    using tensor = basic_dtensor<B>;
-    runtime(const layer_info& info, variable_store<B>&, std::uint64_t) : in_(info.input) {}
-    template <class Reduce>
-    const tensor& forward(const op_args<B>& a, const pass_context&, Reduce&) {
-      const tensor& x = *a.operands[0];
-      detail::check_dense_rows<B>(x.local(), "global_average_pooling2d");
-      g_ = backend::convolution::make_geometry(B::rows(x.local()), in_[0], in_[1], in_[2],
-                                               in_[0], in_[1], 1, 1, false);
-      y_ = rows_of<B>(x, shape_value{in_[2]}, y_store_, "global_average_pooling2d");
-      B::for_each("global_average_pooling2d", g_.out_rows() * g_.channels, in_[0] * in_[1],
-                  backend::convolution::average_pool_elements{g_, x.local().data(),
-                                                              y_.local().data()});
-      return y_;
-    }
-    template <class Reduce>
-    op_gradients<B> backward(const op_args<B>& a, const matrix& dy, const op_grads<B>&,
-                             const pass_context&, Reduce&) {
-      op_gradients<B> out;
-      if (!(a.wants_operand_gradients & 1u)) return out;
-      const tensor& x = *a.operands[0];
-      matrix dx = sized<B>(dx_store_, B::rows(x.local()), B::cols(x.local()), "pooling_dx");
-      B::for_each("global_average_pooling2d_gradient", g_.in_size(), 1,
-                  backend::convolution::average_pool_gradient_elements{g_, dy.data(), dx.data()});
-      out.operands[0] = x.like(dx);
-      return out;
-    }
-
-   private:
-    shape_value in_;
-    backend::convolution::geometry g_{};
-    matrix y_store_, dx_store_;
-    tensor y_;
+  struct runtime : detail::pool_runtime<B, false> {
+    runtime(const layer_info& info, variable_store<B>&, std::uint64_t)
+        : detail::pool_runtime<B, false>(info, {info.input[0], info.input[1], 1, 1, false}) {}
   };
 };
 
