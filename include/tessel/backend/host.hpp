@@ -31,6 +31,8 @@
 #include "../core/activations.hpp"
 #include "../core/compilation.hpp"
 #include "../random/philox.hpp"
+#include "batch_normalization_bodies.hpp"
+#include "convolution_bodies.hpp"
 #include "interface.hpp"
 #include "kernel_bodies.hpp"
 #include "thread_pool.hpp"
@@ -131,6 +133,34 @@ TESSEL_INLINE void rmsprop_chunk(float* __restrict w, const float* __restrict g,
                                  float* __restrict mom, std::size_t n, float lr, float rho,
                                  float momentum, float epsilon);
 
+// ---- the convolutional and batch normalization layers' launches ------------------------------
+// host::for_each runs these functors here instead of index by index (overload resolution finds
+// them; every other functor runs through its per-index body). The bodies stay what the GPU runs
+// and the reference: each launch below computes the same values by the same operations, every
+// sum in the same order, so the same bits, but over contiguous runs that vectorise and without
+// the index arithmetic per element:
+// - im2col: each kernel row's taps are one contiguous run of kw C values in the input (the kx
+//   inside the input, channels last), copied at once, the padding filled with zeros;
+// - col2im and the pooling gradients: a scatter-add over the windows (each output row's values
+//   added to the input elements under it, rows ascending) instead of the gather over covering
+//   windows; every input element still sums its terms in row order, from 0;
+// - pooling: each window's channels at once;
+// - batch normalization: its column sums in row passes (one accumulator per channel, rows in
+//   order), and its element-wise maps per row, the per-channel constants read once.
+// Split over the pool by samples (convolution, pooling), rows (the maps) or blocks of channels
+// (the sums), so the bits do not depend on the threads either. Each takes for_each's n.
+TESSEL_INLINE void launch(const convolution::im2col_rows& f, std::size_t n);
+TESSEL_INLINE void launch(const convolution::col2im_elements& f, std::size_t n);
+TESSEL_INLINE void launch(const convolution::max_pool_elements& f, std::size_t n);
+TESSEL_INLINE void launch(const convolution::average_pool_elements& f, std::size_t n);
+TESSEL_INLINE void launch(const convolution::max_pool_gradient_elements& f, std::size_t n);
+TESSEL_INLINE void launch(const convolution::average_pool_gradient_elements& f, std::size_t n);
+TESSEL_INLINE void launch(const batch_normalization::channel_sums& f, std::size_t n);
+TESSEL_INLINE void launch(const batch_normalization::channel_deviations& f, std::size_t n);
+TESSEL_INLINE void launch(const batch_normalization::normalize_elements& f, std::size_t n);
+TESSEL_INLINE void launch(const batch_normalization::channel_gradient_sums& f, std::size_t n);
+TESSEL_INLINE void launch(const batch_normalization::input_gradient_elements& f, std::size_t n);
+
 }  // namespace host_detail
 
 struct host {
@@ -222,9 +252,14 @@ struct host {
   // f(i) for every i in [0, n): a layer's functor over its kernel bodies (the same functor
   // backend::cuda runs one GPU thread per i), each i about `cost` elements of work; on the
   // pool's threads, contiguous blocks of i, once the work is worth a job.
+  // The convolutional and batch normalization layers' functors run through host_detail::launch
+  // (the same values, over contiguous runs).
   template <class F>
   static void for_each(const char* label, std::size_t n, std::size_t cost, const F& f) {
-    for_rows(label, n, cost, [&f](std::size_t i) { f(i); });
+    if constexpr (requires { host_detail::launch(f, n); })
+      host_detail::launch(f, n);
+    else
+      for_rows(label, n, cost, [&f](std::size_t i) { f(i); });
   }
 
   // ---- dense algebra ------------------------------------------------------------------------
@@ -696,6 +731,330 @@ TESSEL_MULTIVERSION TESSEL_INLINE void rmsprop_chunk(float* __restrict w, const 
 }
 
 #undef TESSEL_MULTIVERSION
+
+// ---- the convolutional and batch normalization layers' launches ------------------------------
+// f(i0, i1) over [0, n) in contiguous blocks: on the pool's threads, one block each, once the
+// work (n items of `cost` elements each) is worth a job (as host::for_rows decides); else all on
+// the caller.
+inline constexpr std::size_t launch_parallel_min = 32768;
+template <class F>
+void blocks(std::size_t n, std::size_t cost, std::size_t align, F&& f) {
+  thread_pool& p = pool();
+  if (n < 2 || n * cost < launch_parallel_min || p.size() == 1) return f(0, n);
+  p.run([&](std::size_t part, std::size_t parts) {
+    const auto [i0, i1] = share(n, part, parts, align);
+    if (i1 > i0) f(i0, i1);
+  });
+}
+
+// The taps [k0, k1) of a window dimension that fall inside the input from output position o.
+inline range inside(const convolution::window& d, std::size_t o) {
+  const std::size_t start = o * d.stride;  // the window's first tap, in the padded input
+  const std::size_t k0 = start >= d.before ? 0 : std::min(d.size, d.before - start);
+  const std::size_t end = d.before + d.in;  // one past the input, in the padded input
+  const std::size_t k1 = start >= end ? 0 : std::min(d.size, end - start);
+  return {k0, std::max(k0, k1)};
+}
+
+// Element-wise runs, plain loops that vectorise (no aliasing between the two).
+inline void copy_run(const float* __restrict s, float* __restrict d, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) d[j] = s[j];
+}
+inline void zero_run(float* d, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) d[j] = 0.0f;
+}
+inline void add_run(const float* __restrict s, float* __restrict d, std::size_t n) {
+  for (std::size_t j = 0; j < n; ++j) d[j] += s[j];
+}
+
+TESSEL_INLINE void launch(const convolution::im2col_rows& f, std::size_t) {
+  const convolution::geometry& g = f.g;
+  const std::size_t c = g.channels, patch = g.patch(), kh = g.h.size, kw = g.w.size;
+  const std::size_t oh = g.h.out, ow = g.w.out;
+  // Blocks of output rows of the image (b, oy), each ow rows of the im2col matrix.
+  blocks(g.batch * oh, ow * patch, 1, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const std::size_t b = r / oh, oy = r % oh;
+      float* row = f.cols + r * ow * patch;
+      for (std::size_t ox = 0; ox < ow; ++ox, row += patch) {
+        const auto [k0, k1] = inside(g.w, ox);
+        const float* first = f.x + (ox * g.w.stride + k0 - g.w.before) * c;  // tap k0's column
+        for (std::size_t ky = 0; ky < kh; ++ky) {
+          float* d = row + ky * kw * c;
+          std::size_t iy = 0;
+          if (k1 > k0 && c == 1 && convolution::input_at(g.h, oy, ky, iy)) {
+            // One channel (a grayscale input): runs of a few values, copied one by one rather
+            // than by a call each.
+            const float* s = first + (b * g.h.in + iy) * g.w.in;
+            for (std::size_t k = 0; k < kw; ++k) d[k] = k >= k0 && k < k1 ? s[k - k0] : 0.0f;
+            continue;
+          }
+          if (k1 == k0 || !convolution::input_at(g.h, oy, ky, iy)) {
+            zero_run(d, kw * c);
+            continue;
+          }
+          zero_run(d, k0 * c);
+          copy_run(first + (b * g.h.in + iy) * g.w.in * c, d + k0 * c, (k1 - k0) * c);
+          zero_run(d + k1 * c, (kw - k1) * c);
+        }
+      }
+    }
+  });
+}
+
+TESSEL_INLINE void launch(const convolution::col2im_elements& f, std::size_t) {
+  const convolution::geometry& g = f.g;
+  const std::size_t c = g.channels, patch = g.patch(), kh = g.h.size, kw = g.w.size;
+  const std::size_t oh = g.h.out, ow = g.w.out, image = g.h.in * g.w.in * c;
+  blocks(g.batch, oh * ow * patch, 1, [&](std::size_t b0, std::size_t b1) {
+    for (std::size_t b = b0; b < b1; ++b) {
+      float* dx = f.dx + b * image;
+      zero_run(dx, image);
+      const float* row = f.dcols + b * oh * ow * patch;
+      for (std::size_t oy = 0; oy < oh; ++oy)
+        for (std::size_t ox = 0; ox < ow; ++ox, row += patch) {
+          const auto [k0, k1] = inside(g.w, ox);
+          if (k1 == k0) continue;
+          for (std::size_t ky = 0; ky < kh; ++ky) {
+            std::size_t iy = 0;
+            if (!convolution::input_at(g.h, oy, ky, iy)) continue;
+            add_run(row + (ky * kw + k0) * c,
+                    dx + (iy * g.w.in + ox * g.w.stride + k0 - g.w.before) * c, (k1 - k0) * c);
+          }
+        }
+    }
+  });
+}
+
+// Pooling over one window, all channels at once: the channels in blocks of pool_block.
+inline constexpr std::size_t pool_block = 64;
+
+TESSEL_INLINE void launch(const convolution::max_pool_elements& f, std::size_t) {
+  const convolution::geometry& g = f.g;
+  const std::size_t ch = g.channels;
+  blocks(g.out_rows(), g.h.size * g.w.size * ch, 1, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const std::size_t ox = r % g.w.out, oy = (r / g.w.out) % g.h.out;
+      const std::size_t b = r / (g.w.out * g.h.out);
+      const auto [ky0, ky1] = inside(g.h, oy);
+      const auto [kx0, kx1] = inside(g.w, ox);
+      for (std::size_t c0 = 0; c0 < ch; c0 += pool_block) {
+        const std::size_t n = std::min(pool_block, ch - c0);
+        float best[pool_block];
+        bool any = false;
+        for (std::size_t ky = ky0; ky < ky1; ++ky)
+          for (std::size_t kx = kx0; kx < kx1; ++kx) {
+            const float* x = f.x +
+                             ((b * g.h.in + oy * g.h.stride + ky - g.h.before) * g.w.in +
+                              ox * g.w.stride + kx - g.w.before) * ch + c0;
+            if (!any) {
+              for (std::size_t j = 0; j < n; ++j) best[j] = x[j];
+              any = true;
+              continue;
+            }
+            // NaN wins, as max_pool_value's comparison
+            for (std::size_t j = 0; j < n; ++j)
+              if (x[j] > best[j] || (x[j] != x[j] && best[j] == best[j])) best[j] = x[j];
+          }
+        float* y = f.y + r * ch + c0;
+        for (std::size_t j = 0; j < n; ++j) y[j] = any ? best[j] : 0.0f;
+      }
+    }
+  });
+}
+
+TESSEL_INLINE void launch(const convolution::average_pool_elements& f, std::size_t) {
+  const convolution::geometry& g = f.g;
+  const std::size_t ch = g.channels;
+  blocks(g.out_rows(), g.h.size * g.w.size * ch, 1, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const std::size_t ox = r % g.w.out, oy = (r / g.w.out) % g.h.out;
+      const std::size_t b = r / (g.w.out * g.h.out);
+      const auto [ky0, ky1] = inside(g.h, oy);
+      const auto [kx0, kx1] = inside(g.w, ox);
+      const auto count = static_cast<float>(convolution::pool_count(g, oy, ox));
+      for (std::size_t c0 = 0; c0 < ch; c0 += pool_block) {
+        const std::size_t n = std::min(pool_block, ch - c0);
+        float s[pool_block] = {};
+        for (std::size_t ky = ky0; ky < ky1; ++ky)
+          for (std::size_t kx = kx0; kx < kx1; ++kx)
+            add_run(f.x +
+                        ((b * g.h.in + oy * g.h.stride + ky - g.h.before) * g.w.in +
+                         ox * g.w.stride + kx - g.w.before) * ch + c0,
+                    s, n);
+        float* y = f.y + r * ch + c0;
+        for (std::size_t j = 0; j < n; ++j) y[j] = s[j] / count;
+      }
+    }
+  });
+}
+
+TESSEL_INLINE void launch(const convolution::max_pool_gradient_elements& f, std::size_t) {
+  const convolution::geometry& g = f.g;
+  const std::size_t ch = g.channels, image = g.h.in * g.w.in * ch;
+  const std::size_t outputs = g.h.out * g.w.out;
+  blocks(g.batch, outputs * g.h.size * g.w.size * ch, 1, [&](std::size_t b0, std::size_t b1) {
+    for (std::size_t b = b0; b < b1; ++b) {
+      zero_run(f.dx + b * image, image);
+      for (std::size_t o = b * outputs * ch; o < (b + 1) * outputs * ch; ++o) {
+        std::size_t from = 0;
+        convolution::max_pool_value(g, f.x, o, from);
+        f.dx[from] += f.dy[o];
+      }
+    }
+  });
+}
+
+TESSEL_INLINE void launch(const convolution::average_pool_gradient_elements& f, std::size_t) {
+  const convolution::geometry& g = f.g;
+  const std::size_t ch = g.channels, image = g.h.in * g.w.in * ch;
+  blocks(g.batch, g.h.out * g.w.out * g.h.size * g.w.size * ch, 1,
+         [&](std::size_t b0, std::size_t b1) {
+           for (std::size_t b = b0; b < b1; ++b) {
+             float* dx = f.dx + b * image;
+             zero_run(dx, image);
+             for (std::size_t oy = 0; oy < g.h.out; ++oy)
+               for (std::size_t ox = 0; ox < g.w.out; ++ox) {
+                 const float* dy = f.dy + ((b * g.h.out + oy) * g.w.out + ox) * ch;
+                 const auto count = static_cast<float>(convolution::pool_count(g, oy, ox));
+                 const auto [ky0, ky1] = inside(g.h, oy);
+                 const auto [kx0, kx1] = inside(g.w, ox);
+                 for (std::size_t c0 = 0; c0 < ch; c0 += pool_block) {
+                   const std::size_t n = std::min(pool_block, ch - c0);
+                   float share[pool_block];
+                   for (std::size_t j = 0; j < n; ++j) share[j] = dy[c0 + j] / count;
+                   for (std::size_t ky = ky0; ky < ky1; ++ky)
+                     for (std::size_t kx = kx0; kx < kx1; ++kx)
+                       add_run(share,
+                               dx + ((oy * g.h.stride + ky - g.h.before) * g.w.in +
+                                     ox * g.w.stride + kx - g.w.before) * ch + c0,
+                               n);
+                 }
+               }
+           }
+         });
+}
+
+// Batch normalization's column sums: one double accumulator per channel, rows in order (as
+// column_sum and its siblings add them), channels in blocks of bn_block; the pool's threads
+// take blocks of channels.
+inline constexpr std::size_t bn_block = 64;
+template <class F>
+void channel_blocks(std::size_t rows, std::size_t channels, F&& f) {
+  blocks(channels, rows, 8, [&](std::size_t c0, std::size_t c1) {
+    for (std::size_t b = c0; b < c1; b += bn_block) f(b, std::min(c1, b + bn_block));
+  });
+}
+
+TESSEL_INLINE void launch(const batch_normalization::channel_sums& f, std::size_t) {
+  const std::size_t ld = f.channels;
+  channel_blocks(f.rows, f.channels, [&](std::size_t c0, std::size_t c1) {
+    const std::size_t n = c1 - c0;
+    double s[bn_block] = {};
+    for (std::size_t i = 0; i < f.rows; ++i) {
+      const float* x = f.x + i * ld + c0;
+      for (std::size_t j = 0; j < n; ++j) s[j] += x[j];
+    }
+    for (std::size_t j = 0; j < n; ++j) f.sums[c0 + j] = static_cast<float>(s[j]);
+  });
+}
+
+TESSEL_INLINE void launch(const batch_normalization::channel_deviations& f, std::size_t) {
+  const std::size_t ld = f.channels;
+  channel_blocks(f.rows, f.channels, [&](std::size_t c0, std::size_t c1) {
+    const std::size_t n = c1 - c0;
+    double s[bn_block] = {};
+    float mean[bn_block];
+    for (std::size_t j = 0; j < n; ++j) mean[j] = static_cast<float>(f.sums[c0 + j] / f.count);
+    for (std::size_t i = 0; i < f.rows; ++i) {
+      const float* x = f.x + i * ld + c0;
+      for (std::size_t j = 0; j < n; ++j) {
+        const double d = static_cast<double>(x[j]) - mean[j];
+        s[j] += d * d;
+      }
+    }
+    for (std::size_t j = 0; j < n; ++j) f.sums[f.channels + c0 + j] = static_cast<float>(s[j]);
+  });
+}
+
+TESSEL_INLINE void launch(const batch_normalization::channel_gradient_sums& f, std::size_t) {
+  const std::size_t ld = f.channels;
+  channel_blocks(f.rows, f.channels, [&](std::size_t c0, std::size_t c1) {
+    const std::size_t n = c1 - c0;
+    double s[bn_block] = {}, t[bn_block] = {};
+    for (std::size_t i = 0; i < f.rows; ++i) {
+      const float* dy = f.dy + i * ld + c0;
+      const float* xhat = f.xhat + i * ld + c0;
+      for (std::size_t j = 0; j < n; ++j) {
+        s[j] += dy[j];
+        t[j] += static_cast<double>(dy[j]) * xhat[j];
+      }
+    }
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::size_t c = c0 + j;
+      f.sums[c] = static_cast<float>(s[j]);
+      f.sums[f.channels + c] = static_cast<float>(t[j]);
+      if (f.dgamma != nullptr) f.dgamma[c] = f.sums[f.channels + c];
+      if (f.dbeta != nullptr) f.dbeta[c] = f.sums[c];
+    }
+  });
+}
+
+// Rows [i0, i1) of x (channels long) normalized: y = x a + b, x-hat = (x - mean) inv, as
+// batch_normalization::normalize. The per-channel constants as parameters of their own, so that
+// the compiler knows no store changes them and vectorises the channels.
+inline void normalize_rows(const float* __restrict x, const float* __restrict mean,
+                           const float* __restrict a, const float* __restrict b,
+                           const float* __restrict inv, std::size_t channels, std::size_t i0,
+                           std::size_t i1, float* __restrict y, float* __restrict xhat) {
+  for (std::size_t i = i0; i < i1; ++i) {
+    const std::size_t at = i * channels;
+    for (std::size_t c = 0; c < channels; ++c) {
+      xhat[at + c] = (x[at + c] - mean[c]) * inv[c];
+      y[at + c] = x[at + c] * a[c] + b[c];
+    }
+  }
+}
+
+TESSEL_INLINE void launch(const batch_normalization::normalize_elements& f, std::size_t n) {
+  const std::size_t ch = f.channels, rows = ch == 0 ? 0 : n / ch;
+  blocks(rows, ch, 1, [&](std::size_t i0, std::size_t i1) {
+    normalize_rows(f.x, f.maps, f.maps + 2 * ch, f.maps + 3 * ch, f.maps + 4 * ch, ch, i0, i1,
+                   f.y, f.xhat);
+  });
+}
+
+// Rows [i0, i1) of the input's gradient in training, as batch_normalization::input_gradient:
+// a (dy - mean dy - x-hat mean(dy x-hat)); in inference (mean_dy null) a dy.
+inline void input_gradient_rows(const float* __restrict dy, const float* __restrict xhat,
+                                const float* __restrict a, const float* __restrict mean_dy,
+                                const float* __restrict mean_dy_xhat, std::size_t channels,
+                                std::size_t i0, std::size_t i1, float* __restrict dx) {
+  for (std::size_t i = i0; i < i1; ++i) {
+    const std::size_t at = i * channels;
+    if (mean_dy == nullptr) {
+      for (std::size_t c = 0; c < channels; ++c) dx[at + c] = a[c] * dy[at + c];
+      continue;
+    }
+    for (std::size_t c = 0; c < channels; ++c)
+      dx[at + c] = a[c] * (dy[at + c] - mean_dy[c] - xhat[at + c] * mean_dy_xhat[c]);
+  }
+}
+
+TESSEL_INLINE void launch(const batch_normalization::input_gradient_elements& f, std::size_t n) {
+  const std::size_t ch = f.channels, rows = ch == 0 ? 0 : n / ch;
+  // The batch's means of dy and dy x-hat per channel, as input_gradient_elements forms them.
+  thread_local std::vector<float> means;
+  means.resize(2 * ch);
+  if (f.sums != nullptr)
+    for (std::size_t c = 0; c < 2 * ch; ++c) means[c] = static_cast<float>(f.sums[c] / f.count);
+  // (pointers taken here: inside the job, `means` would name each thread's own)
+  const float* mean_dy = f.sums != nullptr ? means.data() : nullptr;
+  const float* mean_dy_xhat = means.data() + ch;
+  blocks(rows, ch, 1, [&](std::size_t i0, std::size_t i1) {
+    input_gradient_rows(f.dy, f.xhat, f.maps + 2 * ch, mean_dy, mean_dy_xhat, ch, i0, i1, f.dx);
+  });
+}
 
 }  // namespace host_detail
 
