@@ -122,55 +122,92 @@ struct conv2d {
     }
 
     // y = activation(im2col(x) @ kernel + bias), the im2col matrix kept for the backward pass.
+    // On the blocks this device holds: the input's channels and the kernel's filters may be
+    // split (the plan's layouts), so the sizes come from the blocks. A result partial over the
+    // input channels' axes gets the bias on the devices that add constants, and its activation
+    // waits for the output (finish).
     template <class Reduce>
-    const tensor& forward(const op_args<B>& a, const pass_context&, Reduce&) {
+    const tensor& forward(const op_args<B>& a, const pass_context&, Reduce& reduce) {
       const tensor& x = *a.operands[0];
       detail::check_dense_rows<B>(x.local(), "conv2d");
-      g_ = detail::geometry_of<B>(x.local(), in_, window);
+      const tensor& k = *a.variables[0];
+      channels_ = k.shard().extent[2];
+      filters_ = k.shard().extent[3];
+      g_ = backend::convolution::make_geometry(B::rows(x.local()), in_[0], in_[1], channels_,
+                                               window.kh, window.kw, window.sh, window.sw,
+                                               window.same);
       cols_ = sized<B>(cols_store_, g_.out_rows(), g_.patch(), "conv2d_im2col");
       B::for_each("conv2d_im2col", g_.out_rows(), g_.patch(),
                   backend::convolution::im2col_rows{g_, x.local().data(), cols_.data()});
-      y_ = rows_of<B>(x, out_, y_store_, "conv2d");
-      const matrix bias = Args.use_bias ? a.variables[1]->local() : matrix();
-      B::gemm_bias_activation(cols_, kernel_matrix(a), bias, activation, pixels(y_.local()));
+      const bool bias = Args.use_bias && a.adds_constants;
+      if (a.layouts == nullptr) {
+        y_ = rows_of<B>(x, out_, y_store_, "conv2d");
+      } else {
+        y_ = reduce.make(shape_value{x.global_shape()[0], out_[0], out_[1], Filters},
+                         a.layouts->result, y_store_, "conv2d");
+      }
+      B::gemm_bias_activation(cols_, as_kernel(k.local()),
+                              bias ? a.variables[1]->local() : matrix(),
+                              a.whole ? activation : activation_kind::linear, pixels(y_.local()));
       return y_;
     }
-    // From dy (the output's gradient): the activation's gradient and the bias's in one pass,
-    // the kernel's cols^T dz, and the input's col2im(dz kernel^T).
+    // The activation on the output, where the result was resharded first.
+    template <class Reduce>
+    void finish(const tensor& y, const pass_context&, Reduce&) {
+      B::activation_forward(activation, y.local());
+    }
+    template <class Reduce>
+    void finish_backward(const tensor& y, const matrix& dy, const pass_context&, Reduce&) {
+      B::activation_backward(activation, y.local(), dy, dy);
+    }
+    // From dy (the result's gradient; the output's when whole, the activation's gradient then
+    // taken here first, fused with the bias's): the kernel's gradient cols^T dz, and the input's
+    // col2im(dz kernel^T), partial over the filters' axes where the filters are split.
     template <class Reduce>
     op_gradients<B> backward(const op_args<B>& a, const matrix& dy, const op_grads<B>& grads,
-                             const pass_context&, Reduce&) {
+                             const pass_context&, Reduce& reduce) {
       op_gradients<B> out;
       const matrix dz = pixels(dy);
-      B::activation_backward_bias(
-          activation, pixels(y_.local()), dz, dz,
-          Args.use_bias && grads.wants(1) ? grads.variables[1] : matrix());
+      const matrix db = Args.use_bias && grads.wants(1) ? grads.variables[1] : matrix();
+      if (a.whole) B::activation_backward_bias(activation, pixels(y_.local()), dz, dz, db);
+      else if (db.data() != nullptr) B::column_sums(dz, db);
       if (grads.wants(0))
         B::gemm(true, false, 1.0f, cols_, dz, 0.0f, as_kernel(grads.variables[0]));
       if (a.wants_operand_gradients & 1u) {
         const tensor& x = *a.operands[0];
         dcols_ = sized<B>(dcols_store_, g_.out_rows(), g_.patch(), "conv2d_dcols");
-        B::gemm(false, true, 1.0f, dz, kernel_matrix(a), 0.0f, dcols_);
-        matrix dx = sized<B>(dx_store_, B::rows(x.local()), B::cols(x.local()), "conv2d_dx");
+        B::gemm(false, true, 1.0f, dz, as_kernel(a.variables[0]->local()), 0.0f, dcols_);
+        const tensor dx =
+            a.layouts == nullptr
+                ? x.like(sized<B>(dx_store_, B::rows(x.local()), B::cols(x.local()), "conv2d_dx"))
+                : reduce.make(x.global_shape(), with_partial(x.layout(), a.layouts->variables[0]),
+                              dx_store_, "conv2d_dx");
         B::for_each("conv2d_col2im", g_.in_size(), window.kh * window.kw,
-                    backend::convolution::col2im_elements{g_, dcols_.data(), dx.data()});
-        out.operands[0] = x.like(dx);
+                    backend::convolution::col2im_elements{g_, dcols_.data(), dx.local().data()});
+        out.operands[0] = dx;
       }
       return out;
     }
 
    private:
-    // The output's rows (N, oh ow filters) as N oh ow rows of `filters`: the GEMM's view.
+    // The input's gradient's layout: the input's as used, partial over the kernel's filter axes.
+    static layout_value with_partial(layout_value x, const layout_value& kernel) {
+      x.partial = kernel.dims[3].mask();
+      return x;
+    }
+    // The output's rows (N, oh ow filters) as N oh ow rows of this device's filters: the GEMM's
+    // view.
     matrix pixels(const matrix& m) const {
-      return B::alias(m, 0, B::rows(m) * out_[0] * out_[1], Filters);
+      return B::alias(m, 0, B::rows(m) * out_[0] * out_[1], filters_);
     }
-    // The kernel (kh, kw, in, filters), stored as kh rows, as the (kh kw in) x filters matrix.
-    static matrix as_kernel(const matrix& k) {
-      return B::alias(k, 0, B::rows(k) * B::cols(k) / Filters, Filters);
+    // The kernel's block (kh, kw, in, filters), stored as kh rows, as the (kh kw in) x filters
+    // matrix.
+    matrix as_kernel(const matrix& k) const {
+      return B::alias(k, 0, B::rows(k) * B::cols(k) / filters_, filters_);
     }
-    static matrix kernel_matrix(const op_args<B>& a) { return as_kernel(a.variables[0]->local()); }
 
     shape_value in_, out_;
+    std::size_t channels_ = 0, filters_ = Filters;  // this device's blocks'
     std::array<variable<B>*, 2> vars_{};
     backend::convolution::geometry g_{};
     matrix cols_store_, dcols_store_, y_store_, dx_store_, cols_, dcols_;

@@ -7,10 +7,12 @@
 // under data parallelism.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "../../core/activations.hpp"
 #include "../../core/layer_planner.hpp"
+#include "dense.hpp"
 
 namespace tessel {
 
@@ -64,53 +66,76 @@ constexpr void conv2d(layer_planner& p, const op_desc& op) noexcept {
   const layout_value kernel_layout = p.add_variable(op.name, "kernel", ks);
   const std::size_t kernel = p.last_variable();
   if (!p.ok()) return;
-  const key_string kernel_path = make_path(op.name, "kernel");
   if (kernel_layout.dims[0].count != 0 || kernel_layout.dims[1].count != 0)
-    return p.fail("conv2d: the kernel is split over its height or width", kernel_path);
-  if (kernel_layout.dims[2].count != 0 || kernel_layout.dims[3].count != 0)
-    return p.fail("conv2d: a kernel split over its channels is not run yet", kernel_path);
+    return p.fail("conv2d: the kernel is split over its height or width",
+                  make_path(op.name, "kernel"));
+  // The kernel's input channels (Sc) and output channels (Sf) as it lies: the convolution is a
+  // dense layer on the im2col matrix, whose contraction runs over (kh, kw, C), so it computes
+  // with the input's channels split as the kernel's (each device's partial sums, reduced over
+  // Sc: row parallel) and gives its filters split as the kernel's (column parallel).
+  const dim_sharding in_channels = kernel_layout.dims[2], filters = kernel_layout.dims[3];
   layout_value bias_layout = layout_value::replicated(1);
   std::size_t bias = 0;
   if (P.use_bias) {
     bias_layout = p.add_variable(op.name, "bias", bs);
     bias = p.last_variable();
     if (!p.ok()) return;
-    if (bias_layout.dims[0].count != 0)
-      return p.fail("conv2d: a bias split over its channels is not run yet",
-                    make_path(op.name, "bias"));
   }
-  const layout_value used_x = batch_only(layout);
+  // The input as used: its batch dimension as it comes, less the axes the kernel uses; the
+  // image whole; the channels split as the kernel's.
+  layout_value used_x = drop_axes(batch_only(layout), kernel_layout.sharded_axes());
+  used_x.dims[3] = in_channels;
+  const std::uint32_t batch_axes = used_x.dims[0].mask();
   shape_value out_shape{shape.extents[0], P.window.out_h(shape.extents[1]),
                         P.window.out_w(shape.extents[2]), P.filters};
-  const layout_value out = batch_only(used_x);
-  const layout_value rep4 = layout_value::replicated(4), rep1 = layout_value::replicated(1);
-  // The variables' gradients: partial sums over the rows this device holds.
-  layout_value partial4 = rep4, partial1 = rep1;
-  partial4.partial = partial1.partial = used_x.sharded_axes();
+  layout_value result = layout_value::replicated(4);
+  result.dims[0] = used_x.dims[0];
+  result.dims[3] = filters;
+  result.partial = in_channels.mask();
+  // The output: the layout_map's "<name>/output" if given (reached from the partial result in
+  // one reshard, a reduce_scatter where it splits the filters), else the result, reduced.
+  const key_string out_path = make_path(op.name, "output");
+  const std::optional<layout_value> forced = p.find_layout(out_path);
+  if (!p.ok()) return;
+  if (forced && !p.check_divides(*forced, out_shape, out_path)) return;
+  p.output_applied();
+  const layout_value out = forced ? *forced : result.without_partial();
+  layout_value want_bias = layout_value::replicated(1);
+  want_bias.dims[0] = filters;
+  // The variables' gradients: partial sums over the rows this device holds; the input's, partial
+  // over the filters' axes (each device's filters contribute to every input channel).
+  layout_value kernel_gradient = kernel_layout, bias_gradient = want_bias, dx = used_x;
+  kernel_gradient.partial = bias_gradient.partial = batch_axes;
+  dx.partial = filters.mask();
   op_layouts used{};
   used.operands[0] = used_x;
-  used.variables[0] = rep4;
-  used.variable_gradients[0] = partial4;
-  if (P.use_bias) used.variables[1] = rep1, used.variable_gradients[1] = partial1;
-  used.result = out;
+  used.variables[0] = kernel_layout;
+  used.variable_gradients[0] = kernel_gradient;
+  if (P.use_bias) used.variables[1] = want_bias, used.variable_gradients[1] = bias_gradient;
+  used.result = result;
   used.output = out;
   p.record_layouts(used);
 
   const auto& m = p.mesh();
   const std::size_t es = p.element_size();
   p.add(phase::forward, step_role::operand, plan_reshard(layout, used_x, m, shape, es));
-  p.add(phase::forward, step_role::variable, plan_reshard(kernel_layout, rep4, m, ks, es), kernel);
   if (P.use_bias)
-    p.add(phase::forward, step_role::variable, plan_reshard(bias_layout, rep1, m, bs, es), bias);
+    p.add(phase::forward, step_role::variable, plan_reshard(bias_layout, want_bias, m, bs, es),
+          bias);
+  p.add(phase::forward, step_role::output, plan_reshard(result, out, m, out_shape, es));
   // backward, in execution order
+  p.add(phase::backward, step_role::output_gradient,
+        plan_reshard(out, result.without_partial(), m, out_shape, es));
   p.add(phase::backward, step_role::variable_gradient,
-        plan_reshard(partial4, kernel_layout, m, ks, es), kernel);
+        plan_reshard(kernel_gradient, kernel_layout, m, ks, es), kernel);
   if (P.use_bias)
     p.add(phase::backward, step_role::variable_gradient,
-          plan_reshard(partial1, bias_layout, m, bs, es), bias);
-  if (needs_grad)
+          plan_reshard(bias_gradient, bias_layout, m, bs, es), bias);
+  if (needs_grad) {
+    p.add(phase::backward, step_role::operand_gradient, plan_reshard(dx, used_x, m, shape, es));
     p.add(phase::backward, step_role::operand_gradient,
           plan_reshard_backward(layout, used_x, m, shape, es));
+  }
   layout = out;
   shape = out_shape;
   p.needs_grad() = true;
