@@ -62,7 +62,13 @@ class layer_planner {
       output_set_ = false;
       op.rule->plan(*this, op);
       if (!plan_.ok) break;
-      if (!output_set_) {
+      if (!output_set_ && plan_.layouts[op_].set) {
+        // The rule recorded its layouts but left the layout_map's "<layer>/output" to the
+        // planner: its output is resharded to it (after the rule's own output, which is then
+        // its result).
+        constrain_output(op);
+        plan_.layouts[op_].output = cur_.layout;
+      } else if (!output_set_) {
         // An op without its own layouts computes locally on its operands as resharded (if they
         // were), and its result is resharded to the layout_map's "<layer>/output": recorded for
         // the runtime as operands, result and output.
@@ -76,6 +82,14 @@ class layer_planner {
       record_activation(cur_.shape, cur_.layout);
       close_backward_group();
     }
+    // The targets, the loss and predict's rows follow the input's batch: the output's rows must
+    // be laid out as they are. A variable split over the batch axis gathers the batch (each
+    // device then computes every row), and nothing yet splits it again before the output.
+    if (plan_.ok && model_.count > 0 && !(cur_.layout.dims[0] == nodes_[0].layout.dims[0]))
+      fail("its output rows are gathered, not split over the batch axis. The model's output "
+           "must be split over the batch axis as its input is; a variable split over the batch "
+           "axis gathers the batch: split that variable over another mesh axis, or lay this "
+           "layer's output out over the batch axis with a layout_map rule for '<layer>/output'");
     if (plan_.ok) {
       op_ = static_cast<std::uint8_t>(model_.count);
       backward_mark_ = bw_count_;
