@@ -3,6 +3,8 @@
 // training step with its mesh axis and bytes.
 #pragma once
 
+#include <algorithm>
+
 #include <cstddef>
 #include <string>
 
@@ -69,7 +71,7 @@ TESSEL_INLINE std::string explain(const model_plan& p, const model_desc& m) {
   using detail::pad;
   std::string s;
   s += "mesh " + to_string(p.mesh) + " (" + std::to_string(p.mesh.size()) + " devices), global batch " +
-       std::to_string(p.batch) + "\n";
+       (p.batch == dynamic_extent ? std::string("any") : std::to_string(p.batch)) + "\n";
   if (!p.ok) {
     // The batch split is checked on the model's input, before any layer.
     const bool input = p.error.starts_with("the global batch");
@@ -83,19 +85,48 @@ TESSEL_INLINE std::string explain(const model_plan& p, const model_desc& m) {
     if (!p.error_path.empty()) s += ")";
     return s + "\n";
   }
-  s += "  " + pad("variable", 14) + pad("shape", 14) + pad("layout", 26) + "local shard\n";
+  // Each column as wide as its widest entry (at least its usual width), so that long names
+  // keep the columns apart.
+  const auto shown = [](const std::string& t) {
+    std::size_t n = 0;
+    for (unsigned char c : t) n += (c & 0xC0) != 0x80;
+    return n;
+  };
+  std::size_t path_w = 14, shape_w = 14, layout_w = 26;
   for (std::size_t i = 0; i < p.variable_count; ++i) {
     const auto& v = p.variables[i];
-    s += "  " + pad(std::string(v.path.view()), 14) + pad(to_string(v.shape), 14) +
-         pad(to_string(v.layout, p.mesh), 26) + to_string(v.local) + "\n";
+    path_w = std::max(path_w, shown(std::string(v.path.view())) + 1);
+    shape_w = std::max(shape_w, shown(to_string(v.shape)) + 1);
+    layout_w = std::max(layout_w, shown(to_string(v.layout, p.mesh)) + 1);
   }
-  s += "  " + pad("layer", 14) + pad("output shape", 18) + "output layout\n";
+  s += "  " + pad("variable", path_w) + pad("shape", shape_w) + pad("layout", layout_w) +
+       "local shard\n";
+  for (std::size_t i = 0; i < p.variable_count; ++i) {
+    const auto& v = p.variables[i];
+    s += "  " + pad(std::string(v.path.view()), path_w) + pad(to_string(v.shape), shape_w) +
+         pad(to_string(v.layout, p.mesh), layout_w) + to_string(v.local) + "\n";
+  }
+  const auto layer_name = [&](std::size_t op) {
+    return op < m.count ? std::string(m.ops[op].name.view()) : std::string("loss");
+  };
+  std::size_t layer_w = 14, out_w = 18;
+  for (std::size_t i = 0; i < p.activation_count; ++i) {
+    if (i > 0) layer_w = std::max(layer_w, shown(layer_name(i - 1)) + 1);
+    out_w = std::max(out_w, shown(to_string(p.activations[i].shape)) + 1);
+  }
+  s += "  " + pad("layer", layer_w) + pad("output shape", out_w) + "output layout\n";
   for (std::size_t i = 0; i < p.activation_count; ++i) {
     const auto& a = p.activations[i];
-    const std::string layer = i == 0 ? "input" : std::string(m.ops[i - 1].name.view());
-    s += "  " + pad(layer, 14) + pad(to_string(a.shape), 18) + to_string(a.layout, p.mesh);
+    const std::string layer = i == 0 ? "input" : layer_name(i - 1);
+    s += "  " + pad(layer, layer_w) + pad(to_string(a.shape), out_w) + to_string(a.layout, p.mesh);
     if (a.uses > 1) s += "  (read by " + std::to_string(a.uses) + " layers: gradients summed)";
     s += "\n";
+  }
+  std::size_t step_layer_w = 10, step_w = 18, what_w = 30;
+  for (const auto& st : p) {
+    step_layer_w = std::max(step_layer_w, shown(layer_name(st.op)) + 1);
+    step_w = std::max(step_w, shown(step_name(p, st)) + 1);
+    what_w = std::max(what_w, shown(to_string(st.step, p.mesh)) + 1);
   }
   for (phase ph : {phase::forward, phase::backward}) {
     s += ph == phase::forward ? "  forward:\n" : "  backward:\n";
@@ -103,11 +134,9 @@ TESSEL_INLINE std::string explain(const model_plan& p, const model_desc& m) {
     for (const auto& st : p) {
       if (st.when != ph) continue;
       ++n;
-      const std::string layer =
-          st.op < m.count ? std::string(m.ops[st.op].name.view()) : std::string("loss");
-      s += "    " + pad(layer, 10) + pad(step_name(p, st), 18) +
-           pad(to_string(st.step, p.mesh), 30) + detail::bytes_text(st.step.bytes) + " buffer, " +
-           detail::bytes_text(st.step.wire_bytes) + " sent per device\n";
+      s += "    " + pad(layer_name(st.op), step_layer_w) + pad(step_name(p, st), step_w) +
+           pad(to_string(st.step, p.mesh), what_w) + detail::bytes_text(st.step.bytes) +
+           " buffer, " + detail::bytes_text(st.step.wire_bytes) + " sent per device\n";
     }
     if (n == 0) s += "    (no collectives)\n";
   }
