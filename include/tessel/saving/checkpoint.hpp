@@ -1,0 +1,423 @@
+// checkpoint: a model's whole training state (get_state_tree: weights, moving statistics, the
+// optimizer's variables, the metric accumulators, the random-stream counter) saved as a
+// directory that every process writes in parallel, and restored onto any mesh, as PyTorch's
+// distributed checkpoint (DCP) and Orbax do.
+//
+//   <dir>/shard-<device>.bin    the float32 blocks this device owns, one after another
+//   <dir>/shard-<device>.json   what each block is: its variable, offset, extent, place, checksums
+//   <dir>/manifest.json         every variable's path, group, dtype, global shape, layout and
+//                               blocks, the mesh, the scalars, the caller's metadata; written last
+//
+// A block is written once: by the device at coordinate 0 of every mesh axis the variable is not
+// split over (a replicated variable by device 0 alone). The directory is built as
+// `<dir>.partial`; when every process has synced its shard, process 0 writes the manifest, syncs
+// it and the directory, and renames the directory into place: a checkpoint is complete exactly
+// when `<dir>/manifest.json` exists. Loading takes the model's own layouts (any mesh, any process
+// count): each process reads, of each saved block that overlaps its own, the span of the bytes it
+// needs (rounded to the checksummed chunks of 1 MiB), checks those chunks' CRC-32, and copies its
+// part; it checks that its block is covered whole. What is damaged or missing is an error on
+// every process, naming the file and the variable, before the model changes.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../core/errors.hpp"
+#include "../core/tensor_layout.hpp"
+#include "../data/file_access.hpp"
+#include "../model/sequential.hpp"
+#include "../state.hpp"
+#include "atomic_file.hpp"
+
+namespace tessel {
+
+namespace checkpoint_detail {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+inline constexpr std::size_t chunk_bytes = std::size_t{1} << 20;
+inline constexpr const char* group_names[] = {"trainable_variables", "non_trainable_variables",
+                                              "optimizer_variables", "metrics_variables"};
+
+template <class B>
+std::array<const state_list<B>*, 4> groups_of(const state_tree<B>& t) {
+  return {&t.trainable_variables, &t.non_trainable_variables, &t.optimizer_variables,
+          &t.metrics_variables};
+}
+template <class B>
+std::array<state_list<B>*, 4> groups_of(state_tree<B>& t) {
+  return {&t.trainable_variables, &t.non_trainable_variables, &t.optimizer_variables,
+          &t.metrics_variables};
+}
+
+inline std::uint32_t crc32_of(const void* data, std::size_t bytes) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {
+    const auto n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
+    crc = ::crc32(crc, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+inline std::string shard_name(std::size_t device, const char* ext) {
+  char name[40];
+  std::snprintf(name, sizeof name, "shard-%05zu.%s", device, ext);
+  return name;
+}
+
+inline void write_file(const fs::path& p, const void* data, std::size_t bytes) {
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw runtime_error("Cannot write the checkpoint file '" + p.string() +
+                        "': " + data::open_failure(p, errno, true));
+  const auto* c = static_cast<const char*>(data);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::write(fd, c + done, bytes - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      throw runtime_error("Cannot write the checkpoint file '" + p.string() +
+                          "': " + std::strerror(e) + " (is the disk full?)");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0)
+    throw runtime_error("Cannot sync the checkpoint file '" + p.string() + "' to disk: " +
+                        std::strerror(e));
+}
+inline void write_text(const fs::path& p, const std::string& text) {
+  write_file(p, text.data(), text.size());
+}
+
+inline json read_json(const fs::path& p, const std::string& what) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in)
+    throw runtime_error("Cannot read " + what + " '" + p.string() +
+                        "': " + data::open_failure(p, errno, false));
+  try {
+    return json::parse(in);
+  } catch (const std::exception& e) {
+    throw runtime_error("The checkpoint's " + what + " '" + p.string() +
+                        "' is damaged (not valid JSON: " + e.what() +
+                        "); restore from another checkpoint");
+  }
+}
+
+// The row-major element offset of `at` in a box of `extent`.
+inline std::size_t linear(std::span<const std::size_t> at, std::span<const std::size_t> extent) {
+  std::size_t k = 0;
+  for (std::size_t d = 0; d < extent.size(); ++d) k = k * extent[d] + at[d];
+  return k;
+}
+
+// A saved block as the manifest lists it.
+struct saved_block {
+  std::string file;
+  std::vector<std::size_t> offset, extent;
+  std::uint64_t at = 0;  // its first byte in the file
+  std::vector<std::uint32_t> chunks;
+};
+
+// Reads, from a saved block, the part of it inside `mine` (offset, extent) into `out` (mine's
+// row-major values): the byte span it needs, in whole chunks whose checksums it checks. Returns
+// how many values it copied.
+inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
+                                std::span<const std::size_t> mo, std::span<const std::size_t> me,
+                                std::span<float> out, const std::string& path) {
+  const std::size_t rank = me.size();
+  std::vector<std::size_t> lo(rank), hi(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    lo[d] = std::max(mo[d], s.offset[d]);
+    hi[d] = std::min(mo[d] + me[d], s.offset[d] + s.extent[d]);
+    if (lo[d] >= hi[d]) return 0;
+  }
+  std::size_t block_values = 1;
+  for (auto e : s.extent) block_values *= e;
+  // The first and last values needed, relative to the saved block.
+  std::vector<std::size_t> first(rank), last(rank);
+  for (std::size_t d = 0; d < rank; ++d) first[d] = lo[d] - s.offset[d], last[d] = hi[d] - 1 - s.offset[d];
+  const std::size_t begin_byte = linear(first, s.extent) * sizeof(float);
+  const std::size_t end_byte = (linear(last, s.extent) + 1) * sizeof(float);
+  const std::size_t c0 = begin_byte / chunk_bytes, c1 = (end_byte - 1) / chunk_bytes + 1;
+  const std::size_t block_bytes = block_values * sizeof(float);
+  if (s.chunks.size() != (block_bytes + chunk_bytes - 1) / chunk_bytes)
+    throw runtime_error("The checkpoint manifest in '" + dir.string() + "' lists " +
+                        std::to_string(s.chunks.size()) + " checksums for a block of '" + path +
+                        "' that has " + std::to_string(block_bytes) +
+                        " bytes: the manifest is damaged; restore from another checkpoint");
+  const std::size_t span_begin = c0 * chunk_bytes;
+  const std::size_t span_end = std::min(c1 * chunk_bytes, block_bytes);
+  std::vector<float> buf((span_end - span_begin) / sizeof(float));
+  const fs::path file = dir / s.file;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw runtime_error("Cannot read the checkpoint file '" + file.string() +
+                        "': " + data::open_failure(file, errno, false));
+  std::size_t done = 0;
+  const std::size_t want = span_end - span_begin;
+  auto* dst = reinterpret_cast<char*>(buf.data());
+  while (done < want) {
+    const ssize_t n = ::pread(fd, dst + done, want - done,
+                              static_cast<off_t>(s.at + span_begin + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (done < want)
+    throw runtime_error("The checkpoint file '" + file.string() + "' is truncated: '" + path +
+                        "' needs bytes up to " + std::to_string(s.at + span_end) +
+                        "; restore from another checkpoint");
+  for (std::size_t c = c0; c < c1; ++c) {
+    const std::size_t b = c * chunk_bytes - span_begin;
+    const std::size_t n = std::min(chunk_bytes, block_bytes - c * chunk_bytes);
+    if (crc32_of(dst + b, n) != s.chunks[c])
+      throw runtime_error("The checkpoint file '" + file.string() + "' is damaged: bytes " +
+                          std::to_string(s.at + c * chunk_bytes) + " to " +
+                          std::to_string(s.at + c * chunk_bytes + n) + " of '" + path +
+                          "' do not match their checksum; restore from another checkpoint");
+  }
+  // Copy the overlap's contiguous runs along the last dimension.
+  std::vector<std::size_t> idx(lo);
+  const std::size_t run = hi[rank - 1] - lo[rank - 1];
+  std::size_t copied = 0;
+  std::vector<std::size_t> rel_s(rank), rel_m(rank);
+  while (true) {
+    for (std::size_t d = 0; d < rank; ++d) rel_s[d] = idx[d] - s.offset[d], rel_m[d] = idx[d] - mo[d];
+    const std::size_t from = linear(rel_s, s.extent) - span_begin / sizeof(float);
+    std::copy_n(buf.data() + from, run, out.data() + linear(rel_m, me));
+    copied += run;
+    std::size_t d = rank - 1;
+    while (d-- > 0) {
+      if (++idx[d] < hi[d]) break;
+      idx[d] = lo[d];
+    }
+    if (d == static_cast<std::size_t>(-1)) break;
+  }
+  return copied;
+}
+
+}  // namespace checkpoint_detail
+
+// Saves `model`'s training state to the directory `dir` (replaced if it exists), every process
+// writing the blocks it owns; `metadata` (any JSON value) is kept in the manifest for the caller
+// (backup_and_restore keeps the epoch and step there). Collective over the model's processes.
+template <class Model>
+void save_checkpoint(Model& model, const std::filesystem::path& dir,
+                     const nlohmann::json& metadata = {}) {
+  namespace cd = checkpoint_detail;
+  namespace fs = std::filesystem;
+  using B = typename Model::backend;
+  const auto& pm = model.mesh();
+  const mesh_value mesh = pm.shape();
+  const fs::path staging = fs::path(dir.string() + ".partial");
+  const bool chief = pm.device() == 0;
+  const auto state = model.get_state_tree();
+  // The staging directory, fresh, made by process 0 before anyone writes into it.
+  tessel::detail::on_every_process(pm, "save_checkpoint", [&] {
+    if (!chief) return;
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    if (dir.has_parent_path()) fs::create_directories(dir.parent_path());
+    if (!fs::create_directory(staging, ec) || ec)
+      throw runtime_error("Cannot make the checkpoint directory '" + staging.string() +
+                          "': " + (ec ? ec.message() : std::string("it exists")) +
+                          "; check that its parent is writable");
+  });
+  // Each process: its blocks into its shard, and what they are.
+  tessel::detail::on_every_process(pm, "save_checkpoint", [&] {
+    std::vector<char> bytes;
+    cd::json blocks = cd::json::array();
+    const auto groups = cd::groups_of(state);
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      for (std::size_t i = 0; i < groups[g]->size(); ++i) {
+        const state_variable<B>& v = (*groups[g])[i];
+        if (!v.is_tensor()) continue;
+        const basic_dtensor<B>& t = v.tensor();
+        const std::uint32_t split = t.layout().sharded_axes();
+        bool owner = true;
+        for (std::size_t a = 0; a < mesh.rank; ++a)
+          if (!((split >> a) & 1u) && pm.coordinates()[a] != 0) owner = false;
+        if (!owner) continue;
+        const std::vector<float> values = v.numpy();
+        const std::size_t at = bytes.size(), n = values.size() * sizeof(float);
+        bytes.resize(at + n);
+        std::memcpy(bytes.data() + at, values.data(), n);
+        cd::json chunks = cd::json::array();
+        for (std::size_t c = 0; c < n; c += cd::chunk_bytes)
+          chunks.push_back(cd::crc32_of(bytes.data() + at + c, std::min(cd::chunk_bytes, n - c)));
+        const block& b = t.shard();
+        std::vector<std::size_t> offset(b.offset.extents.begin(),
+                                        b.offset.extents.begin() + t.global_shape().rank);
+        std::vector<std::size_t> extent(b.extent.extents.begin(),
+                                        b.extent.extents.begin() + t.global_shape().rank);
+        blocks.push_back({{"group", cd::group_names[g]}, {"index", i}, {"path", v.path},
+                          {"offset", offset}, {"extent", extent}, {"at", at},
+                          {"chunks", chunks}});
+      }
+    const std::string bin = cd::shard_name(pm.device(), "bin");
+    cd::write_file(staging / bin, bytes.data(), bytes.size());
+    cd::write_text(staging / cd::shard_name(pm.device(), "json"),
+                   cd::json{{"file", bin}, {"bytes", bytes.size()}, {"blocks", blocks}}.dump());
+  });
+  // Process 0: the manifest, from every shard's list, then the commit.
+  tessel::detail::on_every_process(pm, "save_checkpoint", [&] {
+    if (!chief) return;
+    cd::json variables = cd::json::array();
+    const auto groups = cd::groups_of(state);
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      for (std::size_t i = 0; i < groups[g]->size(); ++i) {
+        const state_variable<B>& v = (*groups[g])[i];
+        cd::json e{{"group", cd::group_names[g]}, {"index", i}, {"path", v.path},
+                   {"dtype", std::string(v.dtype())}, {"shape", v.shape}};
+        if (v.is_tensor()) {
+          e["layout"] = to_string(v.tensor().layout(), mesh);
+          e["blocks"] = cd::json::array();
+        } else if (v.dtype() == "int64") {
+          e["value"] = v.integer();
+        } else {
+          e["value"] = v.real();
+        }
+        variables.push_back(std::move(e));
+      }
+    cd::json files = cd::json::object();
+    for (std::size_t d = 0; d < pm.size(); ++d) {
+      const cd::json shard = cd::read_json(staging / cd::shard_name(d, "json"), "shard list");
+      files[shard.at("file").get<std::string>()] = shard.at("bytes");
+      for (const auto& b : shard.at("blocks")) {
+        std::size_t k = 0;
+        while (k < variables.size() && !(variables[k]["group"] == b["group"] &&
+                                         variables[k]["index"] == b["index"]))
+          ++k;
+        variables[k]["blocks"].push_back({{"file", shard["file"]}, {"offset", b["offset"]},
+                                          {"extent", b["extent"]}, {"at", b["at"]},
+                                          {"chunks", b["chunks"]}});
+      }
+    }
+    const cd::json manifest{{"format", "tessel-checkpoint"},
+                            {"version", 1},
+                            {"mesh", to_string(mesh)},
+                            {"processes", pm.size()},
+                            {"files", files},
+                            {"variables", variables},
+                            {"metadata", metadata}};
+    cd::write_text(staging / "manifest.json", manifest.dump(1));
+    saving::detail::sync_path(staging, true);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    fs::rename(staging, dir);
+    saving::detail::sync_path(dir.has_parent_path() ? dir.parent_path() : fs::path("."), true);
+  });
+}
+
+// Restores `model`'s training state from the checkpoint directory `dir`, saved on any mesh:
+// each process reads its own blocks under the model's layouts. Returns the caller's metadata.
+// Nothing changes unless every process read all it needs. Collective over the model's processes.
+template <class Model>
+nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
+  namespace cd = checkpoint_detail;
+  using B = typename Model::backend;
+  const auto& pm = model.mesh();
+  state_tree<B> state = model.get_state_tree();
+  nlohmann::json metadata;
+  tessel::detail::on_every_process(pm, "load_checkpoint", [&] {
+    const std::filesystem::path mpath = dir / "manifest.json";
+    if (!std::filesystem::exists(mpath))
+      throw runtime_error("No checkpoint at '" + dir.string() +
+                          "': it has no manifest.json (a save that did not finish, or not a "
+                          "tessel checkpoint directory); pass a directory save_checkpoint wrote");
+    const cd::json m = cd::read_json(mpath, "manifest");
+    if (m.value("format", "") != "tessel-checkpoint" || !m.contains("variables"))
+      throw runtime_error("'" + mpath.string() + "' is not a tessel checkpoint manifest");
+    for (const auto& item : m.at("files").items()) {
+      const std::string file = item.key();
+      const std::uint64_t bytes = item.value();
+      const std::filesystem::path f = dir / file;
+      std::error_code ec;
+      const auto size = std::filesystem::file_size(f, ec);
+      if (ec)
+        throw runtime_error("The checkpoint '" + dir.string() + "' lacks its file '" + file +
+                            "'; restore from another checkpoint");
+      if (size != bytes)
+        throw runtime_error("The checkpoint file '" + f.string() + "' has " +
+                            std::to_string(size) + " bytes, but the manifest says " +
+                            std::to_string(bytes) +
+                            " (truncated or replaced); restore from another checkpoint");
+    }
+    const auto groups = cd::groups_of(state);
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      std::vector<const cd::json*> saved;
+      for (const auto& v : m.at("variables"))
+        if (v.at("group") == cd::group_names[g]) saved.push_back(&v);
+      if (groups[g]->empty()) continue;
+      if (saved.size() != groups[g]->size())
+        throw value_error("The checkpoint '" + dir.string() + "' has " +
+                          std::to_string(saved.size()) + " " + cd::group_names[g] +
+                          ", the model " + std::to_string(groups[g]->size()) +
+                          ": it was saved from another model (or another optimizer)");
+      for (std::size_t i = 0; i < saved.size(); ++i) {
+        state_variable<B>& v = (*groups[g])[i];
+        const cd::json& e = *saved[i];
+        if (e.at("path") != v.path || e.at("dtype") != v.dtype() ||
+            e.at("shape").get<std::vector<std::size_t>>() != v.shape)
+          throw value_error("The checkpoint '" + dir.string() + "' holds '" +
+                            e.at("path").get<std::string>() + "' " + e.at("dtype").get<std::string>() +
+                            " " + detail::shape_text(e.at("shape").get<std::vector<std::size_t>>()) +
+                            " where the model has '" + v.path + "' " + std::string(v.dtype()) + " " +
+                            detail::shape_text(v.shape) + " (" + cd::group_names[g] + " " +
+                            std::to_string(i) + "): it was saved from another model");
+        if (!v.is_tensor()) {
+          if (v.dtype() == "int64") v.value = e.at("value").get<std::int64_t>();
+          else v.value = e.at("value").get<double>();
+          continue;
+        }
+        const basic_dtensor<B>& t = v.tensor();
+        const std::size_t rank = t.global_shape().rank;
+        std::vector<std::size_t> mo(t.shard().offset.extents.begin(),
+                                    t.shard().offset.extents.begin() + rank);
+        std::vector<std::size_t> me(t.shard().extent.extents.begin(),
+                                    t.shard().extent.extents.begin() + rank);
+        std::vector<float> host(t.size());
+        std::size_t copied = 0;
+        for (const auto& b : e.at("blocks")) {
+          cd::saved_block s{b.at("file"), b.at("offset"), b.at("extent"), b.at("at"),
+                            b.at("chunks")};
+          copied += cd::read_overlap(dir, s, mo, me, host, v.path);
+        }
+        if (copied != host.size())
+          throw runtime_error("The checkpoint '" + dir.string() + "' does not hold all of '" +
+                              v.path + "' (" + std::to_string(copied) + " of this device's " +
+                              std::to_string(host.size()) +
+                              " values): its manifest is damaged; restore from another checkpoint");
+        B::upload(std::span<const float>(host), t.local());
+      }
+    }
+    metadata = m.value("metadata", cd::json{});
+  });
+  model.set_state_tree(state);
+  return metadata;
+}
+
+}  // namespace tessel
