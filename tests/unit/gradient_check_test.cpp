@@ -6,7 +6,8 @@
 // L = sum(y * r) for a fixed random r (so that backward gets dy = r), accumulated in double from
 // the float outputs; the step actually taken is float(x + h) - float(x - h), not 2h. Around a
 // relu kink a difference means nothing: an element whose perturbation flips any relu output
-// between zero and positive is skipped (and the cases keep such elements few).
+// between zero and positive is skipped (and the cases keep such elements few). Max pooling is
+// probed on inputs whose windows have no near-ties, so a step never changes a window's maximum.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <random>
 #include <string>
 #include <tessel/tessel.hpp>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -116,14 +118,27 @@ struct lone_layer {
 };
 
 struct layer_case {
-  tessel::shape_value in, out;
+  tessel::shape_value in{}, out{};  // check_spatial sets them from the layer
   std::size_t rows = 4;
   tessel::pass_context ctx{.training = true, .step = 0, .seed = 0};
   bool relu = false;  // skip elements whose perturbation flips a relu output
   float h = 1e-2f;
   std::uint32_t seed = 1;
   float x_range = 1.0f;  // x uniform in [-x_range, x_range]
+  // x instead a shuffle of distinct values 4h apart: no two come within h of each other, so a
+  // step never changes which element of a max pooling window is the largest.
+  bool distinct = false;
 };
+
+// n distinct values `spacing` apart around zero, in a pseudo-random order (Fisher-Yates).
+std::vector<float> shuffled_distinct(rng& gen, std::size_t n, float spacing) {
+  std::vector<float> v(n);
+  for (std::size_t k = 0; k < n; ++k)
+    v[k] = spacing * (static_cast<float>(k) - static_cast<float>(n) / 2.0f);
+  for (std::size_t k = n; k > 1; --k)
+    std::swap(v[k - 1], v[gen.below(static_cast<std::uint32_t>(k))]);
+  return v;
+}
 
 // Checks d/dx and d/d(variable) of L = sum(forward(x) * r) for layer L. Returns the tally.
 template <class L>
@@ -131,10 +146,14 @@ tally check_layer(const std::string& what, const layer_case& c) {
   lone_layer<L> layer(c.in, c.out);
   const std::size_t n_in = c.in.elements(), n_out = c.out.elements();
   rng gen(c.seed);
-  std::vector<float> x = gen.values(c.rows * n_in, -c.x_range, c.x_range);
-  // Variables get values of order one (a zero bias would hide a wrong bias gradient less well).
+  std::vector<float> x = c.distinct ? shuffled_distinct(gen, c.rows * n_in, 4 * c.h)
+                                    : gen.values(c.rows * n_in, -c.x_range, c.x_range);
+  // Trainable variables get values of order one (a zero bias would hide a wrong bias gradient
+  // less well). The others (batch normalization's moving statistics) keep theirs: they have no
+  // gradient, and in training the output does not depend on them.
   std::vector<std::vector<float>> weights;
   for (auto& v : layer.vars) {
+    if (!v.trainable) continue;
     weights.push_back(gen.values(v.size(), -1.0f, 1.0f));
     v.assign(weights.back());
   }
@@ -162,7 +181,8 @@ tally check_layer(const std::string& what, const layer_case& c) {
   REQUIRE(B::cols(dxm) == n_in);
   const std::vector<float> dx = host(dxm);
   std::vector<std::vector<float>> dvars;
-  for (const auto& v : layer.vars) dvars.push_back(host(v.gradient));
+  for (const auto& v : layer.vars)
+    if (v.trainable) dvars.push_back(host(v.gradient));
 
   auto crossed_kink = [&]() { return c.relu && positive_pattern(last_y) != base_pattern; };
   if (c.relu) {  // both sides of the kink are exercised
@@ -173,6 +193,7 @@ tally check_layer(const std::string& what, const layer_case& c) {
   check_elements(what + " dx", x, dx, objective, crossed_kink, c.h, 1e-2, t);
   std::size_t i = 0;
   for (auto& v : layer.vars) {
+    if (!v.trainable) continue;
     std::vector<float>& w = weights[i];
     auto with_weights = [&]() {
       v.assign(w);
@@ -331,6 +352,109 @@ TEST_CASE("gradient check: dropout in training (the mask is fixed by stream and 
 
 namespace {
 
+// A layer on (height, width, channels) samples: d/dx and d/d(each trainable variable), every
+// element probed (none skipped unless `relu`).
+template <class L>
+tally check_spatial(const std::string& what, const tessel::shape_value& in, layer_case c = {}) {
+  c.in = in;
+  c.out = L::output_shape(in);
+  const tally t = check_layer<L>(what, c);
+  const lone_layer<L> layer(c.in, c.out);
+  std::size_t trainable = 0;
+  for (const auto& v : layer.vars) trainable += v.trainable ? v.size() : 0;
+  CHECK(t.checked + t.skipped == c.rows * in.elements() + trainable);
+  if (!c.relu) CHECK(t.skipped == 0);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("gradient check: conv2d, padding valid and same, strides 1 and 2, even kernels",
+          "[gradient][convolution]") {
+  using namespace tessel::layers;
+  const layer_case two{.rows = 2};
+  check_spatial<conv2d<3, 3>>("conv2d k3 s1 valid", {6, 6, 2}, two);
+  check_spatial<conv2d<3, 3, {.padding = "same", .use_bias = false}>>("conv2d k3 s1 same no bias",
+                                                                      {5, 5, 2}, two);
+  check_spatial<conv2d<3, 3, {.strides = 2}>>("conv2d k3 s2 valid", {7, 7, 2}, two);
+  // Stride 2 over an even size: "same" pads one row and column after, none before.
+  check_spatial<conv2d<3, 3, {.strides = 2, .padding = "same"}>>("conv2d k3 s2 same 8x8", {8, 8, 2},
+                                                                 two);
+  check_spatial<conv2d<3, 3, {.strides = 2, .padding = "same"}>>("conv2d k3 s2 same 7x7", {7, 7, 2},
+                                                                 two);
+  // Even kernels (seeds/002's kernel 6 stride 2): "same" pads one more after than before where
+  // the total is odd (kernel 2 on 5, kernel 6 stride 2 on 9: 2 before, 3 after; on 10: 2 and 2).
+  check_spatial<conv2d<3, 2, {.padding = "same"}>>("conv2d k2 s1 same", {5, 5, 2}, two);
+  check_spatial<conv2d<3, 6, {.strides = 2, .padding = "same"}>>("conv2d k6 s2 same 10x10",
+                                                                 {10, 10, 2}, two);
+  check_spatial<conv2d<3, 6, {.strides = 2, .padding = "same"}>>("conv2d k6 s2 same 9x9", {9, 9, 2},
+                                                                 two);
+  check_spatial<conv2d<3, 6, {.strides = 2, .use_bias = false}>>("conv2d k6 s2 valid no bias",
+                                                                 {10, 10, 2}, two);
+}
+
+TEST_CASE("gradient check: conv2d with a rectangular kernel and strides, and with relu",
+          "[gradient][convolution]") {
+  using namespace tessel::layers;
+  check_spatial<conv2d<3, {2, 3}, {.strides = {1, 2}, .padding = "same"}>>("conv2d k2x3 s1x2 same",
+                                                                           {7, 8, 2}, {.rows = 2});
+  check_spatial<conv2d<3, {3, 2}, {.strides = {2, 1}, .use_bias = false}>>(
+      "conv2d k3x2 s2x1 valid no bias", {7, 6, 2}, {.rows = 2});
+  // Elements whose step flips an output between zero and positive are skipped (seed 1 puts 29
+  // of the 157 within h of the kink, seed 2 puts 8).
+  check_spatial<conv2d<3, 3, {.padding = "same", .activation = "relu"}>>(
+      "conv2d k3 s1 same relu", {5, 5, 2}, {.rows = 2, .relu = true, .seed = 2});
+  check_spatial<conv2d<3, 3, {.strides = 2, .activation = "relu", .use_bias = false}>>(
+      "conv2d k3 s2 valid relu no bias", {7, 7, 2}, {.rows = 2, .relu = true});
+}
+
+TEST_CASE("gradient check: max, average and global average pooling", "[gradient][convolution]") {
+  using namespace tessel::layers;
+  // Max pooling is differentiable where a window's maximum is unique: distinct inputs.
+  const layer_case distinct{.rows = 2, .distinct = true};
+  check_spatial<max_pooling2d<2>>("max_pooling2d 2 valid", {6, 6, 2}, distinct);
+  check_spatial<max_pooling2d<2, {.strides = 1}>>("max_pooling2d 2 s1 (overlapping)", {5, 5, 2},
+                                                  distinct);
+  check_spatial<max_pooling2d<3, {.strides = 2, .padding = "same"}>>("max_pooling2d 3 s2 same",
+                                                                     {7, 7, 2}, distinct);
+  check_spatial<max_pooling2d<2, {.padding = "same"}>>("max_pooling2d 2 same 5x5", {5, 5, 2},
+                                                       distinct);
+  const layer_case two{.rows = 2};
+  check_spatial<average_pooling2d<2>>("average_pooling2d 2 valid", {6, 6, 2}, two);
+  check_spatial<average_pooling2d<2, {.strides = 1}>>("average_pooling2d 2 s1", {5, 5, 2}, two);
+  // "same": windows at the border cover fewer values and divide by that count.
+  check_spatial<average_pooling2d<3, {.strides = 2, .padding = "same"}>>(
+      "average_pooling2d 3 s2 same 8x8", {8, 8, 2}, two);
+  check_spatial<average_pooling2d<2, {.padding = "same"}>>("average_pooling2d 2 same 5x5",
+                                                           {5, 5, 2}, two);
+  check_spatial<global_average_pooling2d<>>("global_average_pooling2d", {4, 5, 3}, two);
+}
+
+TEST_CASE("gradient check: batch_normalization in training, with center and scale on and off",
+          "[gradient][batch_normalization]") {
+  // In training each channel is normalized with the batch's statistics, so every output depends
+  // on every row of its channel: L's finite differences see the mean's and the variance's
+  // gradient terms. The moving statistics have none (not trainable) and are not probed.
+  using namespace tessel::layers;
+  const layer_case images{.rows = 3, .seed = 7};
+  check_spatial<batch_normalization<>>("batch_normalization", {3, 4, 2}, images);
+  check_spatial<batch_normalization<{.center = true, .scale = false}>>(
+      "batch_normalization center only", {3, 4, 2}, images);
+  check_spatial<batch_normalization<{.center = false, .scale = true}>>(
+      "batch_normalization scale only", {3, 4, 2}, images);
+  check_spatial<batch_normalization<{.center = false, .scale = false}>>(
+      "batch_normalization neither", {3, 4, 2}, images);
+  // After a dense layer: few rows per channel, where the statistics' terms weigh the most.
+  check_layer<batch_normalization<>>(
+      "batch_normalization on features",
+      {.in = tessel::shape_value{5}, .out = tessel::shape_value{5}, .rows = 4, .seed = 8});
+  check_layer<batch_normalization<{.epsilon = 1e-5}>>(
+      "batch_normalization epsilon 1e-5",
+      {.in = tessel::shape_value{3}, .out = tessel::shape_value{3}, .rows = 6, .seed = 9});
+}
+
+namespace {
+
 // d(mean loss)/d(pred) from loss_and_gradient against finite differences of its value.
 void check_loss(const std::string& what, const tessel::loss_spec& loss, std::vector<float> pred,
                 std::size_t rows, std::size_t cols, const std::vector<std::int32_t>& labels,
@@ -398,10 +522,13 @@ TEST_CASE("gradient check: losses", "[gradient]") {
 namespace {
 
 // Every trainable variable's gradient from compute_loss_and_gradients against finite differences
-// of the loss it returns, with the weights perturbed through variable::assign.
+// of the loss it returns, with the weights perturbed through variable::assign. `crossed_kink`
+// (called after each perturbed evaluation) says whether the step moved across a relu kink or a
+// max pooling tie: that element is skipped.
 template <class Model, class Y>
-void check_model_gradients(Model& model, const tessel::array<float>& x, const tessel::array<Y>& y,
-                           float h) {
+void check_model_gradients(
+    Model& model, const tessel::array<float>& x, const tessel::array<Y>& y, float h,
+    const std::function<bool()>& crossed_kink = [] { return false; }) {
   const std::uint64_t step = model.training_step();  // replay one step's dropout masks
   model.compute_loss_and_gradients(x, y);
   std::vector<std::vector<float>> analytic;
@@ -410,22 +537,22 @@ void check_model_gradients(Model& model, const tessel::array<float>& x, const te
     model.set_training_step(step);
     return model.compute_loss_and_gradients(x, y);
   };
-  std::size_t i = 0, total = 0;
+  std::size_t i = 0, trainable = 0;
+  tally t;
   for (auto* v : model.trainable_variables()) {
     std::vector<float> w = v->numpy();
     auto with_weights = [&]() {
       v->assign(w);
       return loss();
     };
-    tally t;
-    check_elements(
-        "d(loss)/d(" + v->path + ")", w, analytic[i], with_weights, [] { return false; }, h, 1e-2,
-        t);
+    check_elements("d(loss)/d(" + v->path + ")", w, analytic[i], with_weights, crossed_kink, h,
+                   1e-2, t);
     v->assign(w);
-    total += t.checked;
+    trainable += v->size();
     ++i;
   }
-  CHECK(total == model.count_params());
+  CHECK(t.checked + t.skipped == trainable);
+  CHECK(t.skipped * 10 <= t.checked);
 }
 
 }  // namespace
@@ -500,4 +627,86 @@ TEST_CASE("gradient check: whole model with stateless layers before the first de
   for (auto& l : labels) l = static_cast<std::int32_t>(gen.below(3));
   check_model_gradients(model, tessel::array<float>({rows, 2, 2}, gen.values(rows * 4, -2, 2)),
                         tessel::array<std::int32_t>({rows}, labels), 1e-2f);
+}
+
+TEST_CASE("gradient check: whole model, conv2d -> batch_normalization -> relu -> pooling -> dense",
+          "[gradient][convolution]") {
+  // seeds/002's chain in small: the relu follows batch normalization, whose batch statistics
+  // move every pre-activation when any kernel entry moves. Those pre-activations are computed
+  // again beside the model by lone copies of the first two layers (with the model's weights): a
+  // step that flips one of their signs, or changes a max pooling window's largest element, is
+  // skipped, and the inputs are drawn so that no pre-activation lies within the largest step's
+  // reach of zero or of its window's runner-up.
+  using namespace tessel::layers;
+  using conv = conv2d<2, 3, {.padding = "same", .use_bias = false}>;
+  using bn = batch_normalization<>;
+  tessel::sequential<input<6, 6, 1>, conv, bn, relu<>, max_pooling2d<2>, global_average_pooling2d<>,
+                     dense<3>>
+      model;
+  model.compile(tessel::optimizers::sgd{},
+                tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
+  constexpr std::size_t rows = 4;
+  constexpr float h = 5e-3f;
+  rng gen(37);
+  // gamma and beta away from their initial ones and zeros.
+  model.get_variable("batch_normalization/gamma").assign(gen.values(2, 0.5f, 1.5f));
+  model.get_variable("batch_normalization/beta").assign(gen.values(2, -0.5f, 0.5f));
+
+  const tessel::shape_value image{6, 6, 1}, maps{6, 6, 2};
+  lone_layer<conv> conv_copy(image, maps);
+  lone_layer<bn> bn_copy(maps, maps);
+  const tessel::pass_context train{.training = true};
+  std::vector<float> xv;
+  // The pre-activations for the model's current weights.
+  auto pre_activations = [&]() {
+    conv_copy.vars[0].assign(model.get_variable("conv2d/kernel").numpy());
+    bn_copy.vars[0].assign(model.get_variable("batch_normalization/gamma").numpy());
+    bn_copy.vars[1].assign(model.get_variable("batch_normalization/beta").numpy());
+    const matrix x = device(xv, rows, image.elements());
+    const auto& z = tessel::call_forward(conv_copy.rt, tessel::batch_block<B>(x), train);
+    return host(tessel::call_forward(bn_copy.rt, z, train).local());
+  };
+  // Each pre-activation's sign, then each 2x2 window's largest relu output (the first of ties,
+  // so a window of zeros is stable while its signs are); and the smallest margin to a change.
+  auto pattern = [&](const std::vector<float>& z, double* margin) {
+    std::vector<std::size_t> p;
+    double m = 1e9;
+    for (float v : z) {
+      p.push_back(v > 0.0f ? 1 : 0);
+      m = std::min(m, std::fabs(static_cast<double>(v)));
+    }
+    for (std::size_t b = 0; b < rows; ++b)
+      for (std::size_t oy = 0; oy < 3; ++oy)
+        for (std::size_t ox = 0; ox < 3; ++ox)
+          for (std::size_t c = 0; c < 2; ++c) {
+            std::vector<std::pair<float, std::size_t>> w;
+            for (std::size_t ky = 0; ky < 2; ++ky)
+              for (std::size_t kx = 0; kx < 2; ++kx) {
+                const std::size_t at = ((b * 6 + 2 * oy + ky) * 6 + 2 * ox + kx) * 2 + c;
+                w.emplace_back(std::max(z[at], 0.0f), at);
+              }
+            std::stable_sort(w.begin(), w.end(),
+                             [](const auto& l, const auto& r) { return l.first > r.first; });
+            p.push_back(w[0].second);
+            if (w[1].first > 0.0f) m = std::min(m, static_cast<double>(w[0].first - w[1].first));
+          }
+    if (margin != nullptr) *margin = m;
+    return p;
+  };
+  // A kernel step of h moves a conv output by at most h (|x| <= 1), a pre-activation by about
+  // gamma h (1 + |z|) / sigma; beta's by h. Inputs with every margin above 4h, and the
+  // detection below for what the estimate misses.
+  double margin = 0;
+  for (int attempt = 0;; ++attempt) {
+    REQUIRE(attempt < 20000);
+    xv = gen.values(rows * image.elements(), -1.0f, 1.0f);
+    pattern(pre_activations(), &margin);
+    if (margin > 4 * h) break;
+  }
+  const std::vector<std::size_t> base = pattern(pre_activations(), nullptr);
+  std::vector<std::int32_t> labels(rows);
+  for (auto& l : labels) l = static_cast<std::int32_t>(gen.below(3));
+  check_model_gradients(model, tessel::array<float>({rows, 6, 6, 1}, xv),
+                        tessel::array<std::int32_t>({rows}, labels), h,
+                        [&] { return pattern(pre_activations(), nullptr) != base; });
 }
