@@ -252,6 +252,10 @@ struct host {
   // f(i) for every i in [0, n): a layer's functor over its kernel bodies (the same functor
   // backend::cuda runs one GPU thread per i), each i about `cost` elements of work; on the
   // pool's threads, contiguous blocks of i, once the work is worth a job.
+  // How large a block of a layer's intermediate matrix to make at a time, so that it is still in
+  // the core's cache (2 MB of L2 here) when the next step reads it: conv2d's im2col and dcols
+  // blocks (layers/convolution.hpp).
+  static constexpr std::size_t cache_block_bytes = 512 * 1024;
   // The convolutional and batch normalization layers' functors run through host_detail::launch
   // (the same values, over contiguous runs).
   template <class F>

@@ -10,6 +10,7 @@
 //   global_average_pooling2d<>
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <span>
 #include <string>
@@ -137,8 +138,6 @@ struct conv2d {
                                                window.kh, window.kw, window.sh, window.sw,
                                                window.same);
       cols_ = sized<B>(cols_store_, g_.out_rows(), g_.patch(), "conv2d_im2col");
-      B::for_each("conv2d_im2col", g_.out_rows(), g_.patch(),
-                  backend::convolution::im2col_rows{g_, x.local().data(), cols_.data()});
       const bool bias = Args.use_bias && a.adds_constants;
       if (a.layouts == nullptr) {
         y_ = rows_of<B>(x, out_, y_store_, "conv2d");
@@ -146,9 +145,17 @@ struct conv2d {
         y_ = reduce.make(shape_value{x.global_shape()[0], out_[0], out_[1], Filters},
                          a.layouts->result, y_store_, "conv2d");
       }
-      B::gemm_bias_activation(cols_, as_kernel(k.local()),
-                              bias ? a.variables[1]->local() : matrix(),
-                              a.whole ? activation : activation_kind::linear, pixels(y_.local()));
+      const matrix kernel = as_kernel(k.local()), y = pixels(y_.local());
+      for_blocks([&](std::size_t b0, const backend::convolution::geometry& g) {
+        const std::size_t r0 = b0 * pixels_per_sample(), r1 = r0 + g.out_rows();
+        B::for_each("conv2d_im2col", g.out_rows(), g.patch(),
+                    backend::convolution::im2col_rows{g, x.local().data() + b0 * B::cols(x.local()),
+                                                      cols_.data() + r0 * g.patch()});
+        B::gemm_bias_activation(B::row_range(cols_, r0, r1), kernel,
+                                bias ? a.variables[1]->local() : matrix(),
+                                a.whole ? activation : activation_kind::linear,
+                                B::row_range(y, r0, r1));
+      });
       return y_;
     }
     // The activation on the output, where the result was resharded first.
@@ -175,21 +182,56 @@ struct conv2d {
         B::gemm(true, false, 1.0f, cols_, dz, 0.0f, as_kernel(grads.variables[0]));
       if (a.wants_operand_gradients & 1u) {
         const tensor& x = *a.operands[0];
-        dcols_ = sized<B>(dcols_store_, g_.out_rows(), g_.patch(), "conv2d_dcols");
-        B::gemm(false, true, 1.0f, dz, as_kernel(a.variables[0]->local()), 0.0f, dcols_);
         const tensor dx =
             a.layouts == nullptr
                 ? x.like(sized<B>(dx_store_, B::rows(x.local()), B::cols(x.local()), "conv2d_dx"))
                 : reduce.make(x.global_shape(), with_partial(x.layout(), a.layouts->variables[0]),
                               dx_store_, "conv2d_dx");
-        B::for_each("conv2d_col2im", g_.in_size(), window.kh * window.kw,
-                    backend::convolution::col2im_elements{g_, dcols_.data(), dx.local().data()});
+        const matrix kernel = as_kernel(a.variables[0]->local());
+        dcols_ = sized<B>(dcols_store_, block_samples() * pixels_per_sample(), g_.patch(),
+                          "conv2d_dcols");
+        for_blocks([&](std::size_t b0, const backend::convolution::geometry& g) {
+          const std::size_t r0 = b0 * pixels_per_sample();
+          const matrix dcols = B::alias(dcols_, 0, g.out_rows(), g.patch());
+          B::gemm(false, true, 1.0f, B::row_range(dz, r0, r0 + g.out_rows()), kernel, 0.0f,
+                  dcols);
+          B::for_each("conv2d_col2im", g.in_size(), window.kh * window.kw,
+                      backend::convolution::col2im_elements{
+                          g, dcols.data(), dx.local().data() + b0 * B::cols(x.local())});
+        });
         out.operands[0] = dx;
       }
       return out;
     }
 
    private:
+    // The im2col matrix goes through the GEMMs in blocks of whole samples, each as large as the
+    // backend's cache_block_bytes allows where it names one (the host: each block's im2col rows
+    // are still in cache when the forward's GEMM reads them, and the input's gradient's dcols
+    // block when col2im reads it, instead of the whole matrix, 8 MB for the seed's second
+    // convolution at batch 32, going out to memory and back), else all at once (a GPU: one
+    // launch each).
+    std::size_t pixels_per_sample() const { return g_.h.out * g_.w.out; }
+    std::size_t block_samples() const {
+      const std::size_t all = std::max<std::size_t>(g_.batch, 1);
+      if constexpr (requires { B::cache_block_bytes; }) {
+        const std::size_t bytes = pixels_per_sample() * g_.patch() * sizeof(float);
+        return std::clamp<std::size_t>(B::cache_block_bytes / std::max<std::size_t>(bytes, 1), 1,
+                                       all);
+      } else {
+        return all;
+      }
+    }
+    // f(first sample, the block's geometry) for each block, in order.
+    template <class F>
+    void for_blocks(F&& f) const {
+      const std::size_t step = block_samples();
+      for (std::size_t b0 = 0; b0 < g_.batch; b0 += step) {
+        backend::convolution::geometry g = g_;
+        g.batch = std::min(step, g_.batch - b0);
+        f(b0, g);
+      }
+    }
     // The input's gradient's layout: the input's as used, partial over the kernel's filter axes.
     static layout_value with_partial(layout_value x, const layout_value& kernel) {
       x.partial = kernel.dims[3].mask();
