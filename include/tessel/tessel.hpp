@@ -12,6 +12,7 @@
 #include "losses.hpp"
 #include "metrics.hpp"
 #include "trainer/callbacks.hpp"
+#include "trainer/checkpoint_callbacks.hpp"
 #include "model/sequential.hpp"
 #include "trainer/functional.hpp"
 #include "trainer/sequential.hpp"

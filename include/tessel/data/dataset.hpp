@@ -790,6 +790,13 @@ class dataset {
     return out;
   }
 
+  // How many passes have started through this dataset and its copies: the key of the next
+  // begin(), from which a shuffle draws that pass's order. A checkpoint keeps it, and
+  // set_iterations() puts it back, so that a resumed fit draws the epoch's order again (as
+  // tf.train.Checkpoint(iterator=...) restores an iterator).
+  [[nodiscard]] std::uint64_t iterations() const noexcept { return passes_->load(); }
+  void set_iterations(std::uint64_t n) const noexcept { passes_->store(n); }
+
   // Each begin() starts a new pass (a new epoch: shuffles reshuffle).
   iterator begin() const {
     return iterator(std::make_shared<iteration>(top_, source_, passes_->fetch_add(1)));

@@ -40,7 +40,6 @@
 #include "../data/file_access.hpp"
 #include "../model/sequential.hpp"
 #include "../state.hpp"
-#include "atomic_file.hpp"
 
 namespace tessel {
 
@@ -105,6 +104,20 @@ inline void write_file(const fs::path& p, const void* data, std::size_t bytes) {
   ::close(fd);
   if (rc != 0)
     throw runtime_error("Cannot sync the checkpoint file '" + p.string() + "' to disk: " +
+                        std::strerror(e));
+}
+// Flushes a directory's entries to the disk (a file system that cannot sync directories has
+// nothing to flush).
+inline void sync_directory(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    throw runtime_error("Cannot open the directory '" + p.string() +
+                        "' to sync it: " + data::open_failure(p, errno, false));
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0 && e != EINVAL)
+    throw runtime_error("Cannot sync the directory '" + p.string() + "' to disk: " +
                         std::strerror(e));
 }
 inline void write_text(const fs::path& p, const std::string& text) {
@@ -324,11 +337,11 @@ void save_checkpoint(Model& model, const std::filesystem::path& dir,
                             {"variables", variables},
                             {"metadata", metadata}};
     cd::write_text(staging / "manifest.json", manifest.dump(1));
-    saving::detail::sync_path(staging, true);
+    cd::sync_directory(staging);
     std::error_code ec;
     fs::remove_all(dir, ec);
     fs::rename(staging, dir);
-    saving::detail::sync_path(dir.has_parent_path() ? dir.parent_path() : fs::path("."), true);
+    cd::sync_directory(dir.has_parent_path() ? dir.parent_path() : fs::path("."));
   });
 }
 
@@ -418,6 +431,27 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
   });
   model.set_state_tree(state);
   return metadata;
+}
+
+// The newest complete checkpoint under `dir` of those named `<prefix><number>` (as
+// backup_and_restore writes them: checkpoint-1, checkpoint-2, ...), or an empty path if there is
+// none. A directory without its manifest (a save that did not finish) does not count.
+inline std::filesystem::path latest_checkpoint(const std::filesystem::path& dir,
+                                               const std::string& prefix = "checkpoint-") {
+  std::filesystem::path best;
+  std::uint64_t best_n = 0;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return best;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::uint64_t n = std::stoull(digits);
+    if (std::filesystem::exists(e.path() / "manifest.json") && (best.empty() || n > best_n))
+      best = e.path(), best_n = n;
+  }
+  return best;
 }
 
 }  // namespace tessel

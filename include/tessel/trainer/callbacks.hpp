@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -24,6 +25,14 @@
 
 namespace tessel {
 
+// Where fit() is: the epoch, how many of its batches are done, and the pass of the training
+// dataset that epoch draws (its shuffle order: dataset::iterations()).
+struct training_position {
+  std::size_t epoch = 0;
+  std::size_t step = 0;
+  std::uint64_t data_pass = 0;
+};
+
 // What a callback may ask of the model it is attached to (Keras's `self.model`).
 class model_base {
  public:
@@ -37,6 +46,15 @@ class model_base {
   // Whether this process writes files and prints for the job (device 0 of a distributed model;
   // every process for a model on its own process).
   virtual bool is_chief() const { return true; }
+  // The whole training state to a checkpoint directory and back (saving/checkpoint.hpp), with
+  // the caller's metadata as JSON text; collective over the model's processes.
+  virtual void save_checkpoint(const std::string& dir, const std::string& metadata_json) = 0;
+  virtual std::string load_checkpoint(const std::string& dir) = 0;
+  // Where fit() is, and (from on_train_begin) where it should go on from instead of its
+  // initial_epoch: the epoch, past the batches already done, drawing that epoch's order again,
+  // without resetting the metrics a checkpoint restored mid-epoch.
+  virtual training_position position() const { return {}; }
+  virtual void resume_from(const training_position&) {}
 };
 
 // keras.callbacks.Callback: override the hooks you need.

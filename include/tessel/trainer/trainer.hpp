@@ -35,6 +35,7 @@
 #include "../optimizers.hpp"
 #include "../runtime/agreement.hpp"
 #include "../runtime/collectives.hpp"
+#include "../saving/checkpoint.hpp"
 #include "gradient_buckets.hpp"
 
 namespace tessel {
@@ -133,6 +134,14 @@ class trainer : public Model, public model_base {
       if (m.name() == name) return m.increases();
     return std::nullopt;
   }
+  void save_checkpoint(const std::string& dir, const std::string& metadata_json) override {
+    tessel::save_checkpoint(*this, dir, nlohmann::json::parse(metadata_json));
+  }
+  std::string load_checkpoint(const std::string& dir) override {
+    return tessel::load_checkpoint(*this, dir).dump();
+  }
+  training_position position() const override { return position_; }
+  void resume_from(const training_position& p) override { resume_ = p; }
 
   // ---- compile -------------------------------------------------------------------------------
   // compile()'s keyword arguments, with Keras's default optimizer.
@@ -384,27 +393,46 @@ class trainer : public Model, public model_base {
     progbar_logger bar(verbose, o.epochs, known_steps(train));
     stop_training = false;
     bar.on_train_begin();
+    resume_.reset();
+    position_ = {o.initial_epoch, 0, passes_of(train)};
     // A callback that fails here (csv_logger's file, on process 0 only) fails fit() on every
     // process, so that none goes on to wait in a training step for the others.
     detail::on_every_process(pm(), "a callback's on_train_begin", [&] {
       for (callback* c : cbs) c->on_train_begin({});
     });
+    // A callback that restored a checkpoint (backup_and_restore) asked to go on from its
+    // position: that epoch, drawing its order again, past the batches already done.
+    std::size_t first_epoch = o.initial_epoch, done = 0;
+    if (resume_) {
+      first_epoch = resume_->epoch;
+      done = resume_->step;
+      if constexpr (requires { train.set_iterations(resume_->data_pass); })
+        train.set_iterations(resume_->data_pass);
+    }
     logs epoch_logs;
-    for (std::size_t epoch = o.initial_epoch; epoch < o.epochs && !stop_training; ++epoch) {
-      reset_metrics();
+    for (std::size_t epoch = first_epoch; epoch < o.epochs && !stop_training; ++epoch) {
+      const std::size_t skip = epoch == first_epoch ? done : 0;
+      if (skip == 0) reset_metrics();  // else the checkpoint's accumulators go on
+      position_ = {epoch, skip, passes_of(train)};
       if (verbose) bar.on_epoch_begin(epoch);
       for (callback* c : cbs) c->on_epoch_begin(epoch, {});
       std::size_t step = 0;
       for (const auto& element : train) {
+        if (step < skip) {  // trained before the checkpoint
+          ++step;
+          continue;
+        }
         const auto& [x, y] = element;
         for (callback* c : cbs) c->on_train_batch_begin(step, {});
         const logs l = train_on_batch(x, y, false);
+        position_.step = step + 1;
         if (verbose) bar.on_train_batch_end(step, sorted_logs(l));
         for (callback* c : cbs) c->on_train_batch_end(step, l);
         ++step;
         if (stop_training) break;
       }
       if (step == 0) throw empty_data("fit", "the training data", "train on");
+      position_ = {epoch + 1, 0, passes_of(train)};
       epoch_logs = metric_logs();
       if (o.validation_data) {
         const logs v = run_evaluate(*o.validation_data, nullptr, cbs, true);
@@ -961,6 +989,14 @@ class trainer : public Model, public model_base {
                         "\"sparse_categorical_crossentropy\", {\"accuracy\"}).");
   }
 
+  // The passes a dataset has started (its next epoch's shuffle key), where it counts them.
+  template <class Dataset>
+  static std::uint64_t passes_of(const Dataset& d) {
+    if constexpr (requires { d.iterations(); }) return d.iterations();
+    else return 0;
+  }
+  training_position position_{};
+  std::optional<training_position> resume_;
   matrix loss_grad_store_, loss_grad_, targets_store_, targets_;
   typename B::index_vector labels_;
   std::size_t labels_rows_ = 0;
