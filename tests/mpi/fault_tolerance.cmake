@@ -2,7 +2,8 @@
 # backup_and_restore every 4 batches, double_checkpoint): the restarted run must end with the
 # weights and logs of an uninterrupted run, bit for bit. Then again with the newest backup
 # damaged (a flipped byte): the restart must say so, restore the backup before it, and still end
-# bit for bit as the uninterrupted run. -DPROGRAM, -DPROCS (0: alone, without mpiexec), -DWORK
+# bit for bit as the uninterrupted run. And with the backups written in the background.
+# -DPROGRAM, -DPROCS (0: alone, without mpiexec), -DWORK
 # (a scratch directory), -DMPIEXEC, -DOVERSUBSCRIBE; -DKILL_AT fixes the batch (else random).
 if(PROCS EQUAL 0)
   set(launch ${PROGRAM})
@@ -70,4 +71,14 @@ if(NOT output MATCHES "cannot be restored.*restoring the previous one")
   message(FATAL_ERROR "the restart did not say that the newest backup is damaged")
 endif()
 same(${WORK}/reference.bin ${WORK}/fallback.bin "restarted from the previous backup")
+
+# The backups written in the background: a kill may come while one is being written, which is
+# then not committed, and the restart goes on from the one before.
+math(EXPR KILL_BG "(${KILL_AT} * 7) % 17 + 1")
+run("the run saving in the background, killed after batch ${KILL_BG}" FALSE ${WORK}/backup3
+    ${WORK}/background.bin --kill-at ${KILL_BG} --kill-rank ${rank} --background 1)
+run("the restarted run saving in the background" TRUE ${WORK}/backup3 ${WORK}/background.bin
+    --background 1)
+same(${WORK}/reference.bin ${WORK}/background.bin
+     "saving in the background, restarted after a kill at batch ${KILL_BG}")
 file(REMOVE_RECURSE ${WORK})

@@ -1,12 +1,12 @@
 // Exact resume after a crash (backup_and_restore, trainer/checkpoint_callbacks.hpp): the program
 // fits a small classifier (dropout, Adam, shuffled batches, accuracy) for 3 epochs of 6 batches
-// with a backup every 4 batches, and writes its final weights and its last epoch's logs to a
-// file. Given --kill-at K, process --kill-rank (default the last) sends itself SIGKILL after
+// with a backup every 4 batches (written in the background with --background 1), and writes its
+// final weights and its last epoch's logs to a file. Given --kill-at K, process --kill-rank (default the last) sends itself SIGKILL after
 // batch K (counted over the whole run), mid-epoch or not; run again with the same backup
 // directory, fit restores the newest backup and goes on from the batch after it.
 // fault_tolerance.cmake compares the file with an uninterrupted run's, bit for bit.
 //
-//   fault_tolerance_test <backup_dir> <out_file> [--kill-at K] [--kill-rank R]
+//   fault_tolerance_test <backup_dir> <out_file> [--kill-at K] [--kill-rank R] [--background 1]
 //   fault_tolerance_test --flip <file>       flips the bits of the file's 9th byte
 #include <mpi.h>
 
@@ -43,9 +43,11 @@ int main(int argc, char** argv) {
     const std::string backup = argv[1], out = argv[2];
     long kill_at = -1;
     int kill_rank = num_processes() - 1;
+    bool background = false;
     for (int i = 3; i + 1 < argc; ++i) {
       if (std::strcmp(argv[i], "--kill-at") == 0) kill_at = std::atol(argv[++i]);
       else if (std::strcmp(argv[i], "--kill-rank") == 0) kill_rank = std::atoi(argv[++i]);
+      else if (std::strcmp(argv[i], "--background") == 0) background = std::atoi(argv[++i]) != 0;
     }
     const testing::data_set d = testing::make_data(96, 12, 4);
     model_t model;
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
                    .metrics = {"accuracy"}});
     callbacks::backup_and_restore backups(
         {.backup_dir = backup, .save_freq = 4, .delete_checkpoint = false,
-         .double_checkpoint = true});
+         .double_checkpoint = true, .save_on_background = background});
     long batches = 0;
     callbacks::lambda_callback killer({.on_batch_end = [&](std::size_t, const logs&) {
       if (++batches == kill_at && process_id() == kill_rank) {

@@ -27,12 +27,16 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../core/errors.hpp"
@@ -234,6 +238,155 @@ inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
 
 }  // namespace checkpoint_detail
 
+namespace checkpoint_detail {
+
+// What one process saves, taken from the model on the training thread (the only part a step
+// waits for): its owned blocks' values on the host and what they are, and (process 0) the
+// variables' list; then written to the staging directory on any thread, then committed.
+struct snapshot {
+  fs::path dir, staging;
+  std::size_t device = 0, devices = 1;
+  bool chief = false;
+  std::vector<char> bytes;   // the shard's contents
+  json blocks;               // what each block in it is
+  json variables;            // process 0: every variable, without its blocks
+  std::string mesh;
+  json metadata;
+  double copy_seconds = 0, write_seconds = 0;
+};
+
+template <class Model>
+snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) {
+  using B = typename Model::backend;
+  const auto start = std::chrono::steady_clock::now();
+  const auto& pm = model.mesh();
+  const mesh_value mesh = pm.shape();
+  snapshot s;
+  s.dir = dir;
+  s.staging = fs::path(dir.string() + ".partial");
+  s.device = pm.device();
+  s.devices = pm.size();
+  s.chief = pm.device() == 0;
+  s.mesh = to_string(mesh);
+  s.metadata = metadata;
+  s.blocks = json::array();
+  s.variables = json::array();
+  const auto state = model.get_state_tree();
+  const auto groups = groups_of(state);
+  for (std::size_t g = 0; g < groups.size(); ++g)
+    for (std::size_t i = 0; i < groups[g]->size(); ++i) {
+      const state_variable<B>& v = (*groups[g])[i];
+      if (s.chief) {
+        json e{{"group", group_names[g]}, {"index", i}, {"path", v.path},
+               {"dtype", std::string(v.dtype())}, {"shape", v.shape}};
+        if (v.is_tensor()) {
+          e["layout"] = to_string(v.tensor().layout(), mesh);
+          e["blocks"] = json::array();
+        } else if (v.dtype() == "int64") {
+          e["value"] = v.integer();
+        } else {
+          e["value"] = v.real();
+        }
+        s.variables.push_back(std::move(e));
+      }
+      if (!v.is_tensor()) continue;
+      // A block is written by the device at coordinate 0 of every axis it is not split over.
+      const basic_dtensor<B>& t = v.tensor();
+      const std::uint32_t split = t.layout().sharded_axes();
+      bool owner = true;
+      for (std::size_t a = 0; a < mesh.rank; ++a)
+        if (!((split >> a) & 1u) && pm.coordinates()[a] != 0) owner = false;
+      if (!owner) continue;
+      const std::vector<float> values = v.numpy();
+      const std::size_t at = s.bytes.size(), n = values.size() * sizeof(float);
+      s.bytes.resize(at + n);
+      std::memcpy(s.bytes.data() + at, values.data(), n);
+      const std::size_t rank = t.global_shape().rank;
+      const block& b = t.shard();
+      s.blocks.push_back(
+          {{"group", group_names[g]}, {"index", i}, {"path", v.path},
+           {"offset", std::vector<std::size_t>(b.offset.extents.begin(),
+                                               b.offset.extents.begin() + rank)},
+           {"extent", std::vector<std::size_t>(b.extent.extents.begin(),
+                                               b.extent.extents.begin() + rank)},
+           {"at", at}});
+    }
+  s.copy_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+// This process's shard and its list into the staging directory (made by process 0 first):
+// no collective, so it may run beside training.
+inline void write_snapshot(snapshot& s) {
+  const auto start = std::chrono::steady_clock::now();
+  for (auto& b : s.blocks) {
+    const std::size_t at = b.at("at");
+    std::size_t n = sizeof(float);
+    for (std::size_t e : b.at("extent")) n *= e;
+    json chunks = json::array();
+    for (std::size_t c = 0; c < n; c += chunk_bytes)
+      chunks.push_back(crc32_of(s.bytes.data() + at + c, std::min(chunk_bytes, n - c)));
+    b["chunks"] = std::move(chunks);
+  }
+  const std::string bin = shard_name(s.device, "bin");
+  write_file(s.staging / bin, s.bytes.data(), s.bytes.size());
+  write_text(s.staging / shard_name(s.device, "json"),
+             json{{"file", bin}, {"bytes", s.bytes.size()}, {"blocks", s.blocks}}.dump());
+  s.bytes.clear();
+  s.bytes.shrink_to_fit();
+  s.write_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Process 0, once every shard is written: the manifest from every shard's list, synced, and
+// the staging directory renamed into place.
+inline void commit_snapshot(snapshot& s) {
+  if (!s.chief) return;
+  json variables = std::move(s.variables);
+  json files = json::object();
+  for (std::size_t d = 0; d < s.devices; ++d) {
+    const json shard = read_json(s.staging / shard_name(d, "json"), "shard list");
+    files[shard.at("file").get<std::string>()] = shard.at("bytes");
+    for (const auto& b : shard.at("blocks")) {
+      std::size_t k = 0;
+      while (k < variables.size() &&
+             !(variables[k]["group"] == b["group"] && variables[k]["index"] == b["index"]))
+        ++k;
+      if (k == variables.size())
+        throw runtime_error("The shard list '" + (s.staging / shard_name(d, "json")).string() +
+                            "' names a variable process 0 does not have");
+      variables[k]["blocks"].push_back({{"file", shard["file"]}, {"offset", b["offset"]},
+                                        {"extent", b["extent"]}, {"at", b["at"]},
+                                        {"chunks", b["chunks"]}});
+    }
+  }
+  const json manifest{{"format", "tessel-checkpoint"}, {"version", 1},
+                      {"mesh", s.mesh},              {"processes", s.devices},
+                      {"files", files},              {"variables", variables},
+                      {"metadata", s.metadata}};
+  write_text(s.staging / "manifest.json", manifest.dump(1));
+  sync_directory(s.staging);
+  std::error_code ec;
+  fs::remove_all(s.dir, ec);
+  fs::rename(s.staging, s.dir);
+  sync_directory(s.dir.has_parent_path() ? s.dir.parent_path() : fs::path("."));
+}
+
+// Process 0 makes the staging directory, fresh, before anyone writes into it.
+inline void make_staging(const snapshot& s) {
+  if (!s.chief) return;
+  std::error_code ec;
+  fs::remove_all(s.staging, ec);
+  if (s.dir.has_parent_path()) fs::create_directories(s.dir.parent_path(), ec);
+  if (!fs::create_directory(s.staging, ec) || ec)
+    throw runtime_error("Cannot make the checkpoint directory '" + s.staging.string() +
+                        "': " + (ec ? ec.message() : std::string("it exists")) +
+                        "; check that its parent is writable");
+}
+
+}  // namespace checkpoint_detail
+
 // Saves `model`'s training state to the directory `dir` (replaced if it exists), every process
 // writing the blocks it owns; `metadata` (any JSON value) is kept in the manifest for the caller
 // (backup_and_restore keeps the epoch and step there). Collective over the model's processes.
@@ -241,109 +394,81 @@ template <class Model>
 void save_checkpoint(Model& model, const std::filesystem::path& dir,
                      const nlohmann::json& metadata = {}) {
   namespace cd = checkpoint_detail;
-  namespace fs = std::filesystem;
-  using B = typename Model::backend;
   const auto& pm = model.mesh();
-  const mesh_value mesh = pm.shape();
-  const fs::path staging = fs::path(dir.string() + ".partial");
-  const bool chief = pm.device() == 0;
-  const auto state = model.get_state_tree();
-  // The staging directory, fresh, made by process 0 before anyone writes into it.
-  tessel::detail::on_every_process(pm, "save_checkpoint", [&] {
-    if (!chief) return;
-    std::error_code ec;
-    fs::remove_all(staging, ec);
-    if (dir.has_parent_path()) fs::create_directories(dir.parent_path());
-    if (!fs::create_directory(staging, ec) || ec)
-      throw runtime_error("Cannot make the checkpoint directory '" + staging.string() +
-                          "': " + (ec ? ec.message() : std::string("it exists")) +
-                          "; check that its parent is writable");
-  });
-  // Each process: its blocks into its shard, and what they are.
-  tessel::detail::on_every_process(pm, "save_checkpoint", [&] {
-    std::vector<char> bytes;
-    cd::json blocks = cd::json::array();
-    const auto groups = cd::groups_of(state);
-    for (std::size_t g = 0; g < groups.size(); ++g)
-      for (std::size_t i = 0; i < groups[g]->size(); ++i) {
-        const state_variable<B>& v = (*groups[g])[i];
-        if (!v.is_tensor()) continue;
-        const basic_dtensor<B>& t = v.tensor();
-        const std::uint32_t split = t.layout().sharded_axes();
-        bool owner = true;
-        for (std::size_t a = 0; a < mesh.rank; ++a)
-          if (!((split >> a) & 1u) && pm.coordinates()[a] != 0) owner = false;
-        if (!owner) continue;
-        const std::vector<float> values = v.numpy();
-        const std::size_t at = bytes.size(), n = values.size() * sizeof(float);
-        bytes.resize(at + n);
-        std::memcpy(bytes.data() + at, values.data(), n);
-        cd::json chunks = cd::json::array();
-        for (std::size_t c = 0; c < n; c += cd::chunk_bytes)
-          chunks.push_back(cd::crc32_of(bytes.data() + at + c, std::min(cd::chunk_bytes, n - c)));
-        const block& b = t.shard();
-        std::vector<std::size_t> offset(b.offset.extents.begin(),
-                                        b.offset.extents.begin() + t.global_shape().rank);
-        std::vector<std::size_t> extent(b.extent.extents.begin(),
-                                        b.extent.extents.begin() + t.global_shape().rank);
-        blocks.push_back({{"group", cd::group_names[g]}, {"index", i}, {"path", v.path},
-                          {"offset", offset}, {"extent", extent}, {"at", at},
-                          {"chunks", chunks}});
-      }
-    const std::string bin = cd::shard_name(pm.device(), "bin");
-    cd::write_file(staging / bin, bytes.data(), bytes.size());
-    cd::write_text(staging / cd::shard_name(pm.device(), "json"),
-                   cd::json{{"file", bin}, {"bytes", bytes.size()}, {"blocks", blocks}}.dump());
-  });
-  // Process 0: the manifest, from every shard's list, then the commit.
-  tessel::detail::on_every_process(pm, "save_checkpoint", [&] {
-    if (!chief) return;
-    cd::json variables = cd::json::array();
-    const auto groups = cd::groups_of(state);
-    for (std::size_t g = 0; g < groups.size(); ++g)
-      for (std::size_t i = 0; i < groups[g]->size(); ++i) {
-        const state_variable<B>& v = (*groups[g])[i];
-        cd::json e{{"group", cd::group_names[g]}, {"index", i}, {"path", v.path},
-                   {"dtype", std::string(v.dtype())}, {"shape", v.shape}};
-        if (v.is_tensor()) {
-          e["layout"] = to_string(v.tensor().layout(), mesh);
-          e["blocks"] = cd::json::array();
-        } else if (v.dtype() == "int64") {
-          e["value"] = v.integer();
-        } else {
-          e["value"] = v.real();
-        }
-        variables.push_back(std::move(e));
-      }
-    cd::json files = cd::json::object();
-    for (std::size_t d = 0; d < pm.size(); ++d) {
-      const cd::json shard = cd::read_json(staging / cd::shard_name(d, "json"), "shard list");
-      files[shard.at("file").get<std::string>()] = shard.at("bytes");
-      for (const auto& b : shard.at("blocks")) {
-        std::size_t k = 0;
-        while (k < variables.size() && !(variables[k]["group"] == b["group"] &&
-                                         variables[k]["index"] == b["index"]))
-          ++k;
-        variables[k]["blocks"].push_back({{"file", shard["file"]}, {"offset", b["offset"]},
-                                          {"extent", b["extent"]}, {"at", b["at"]},
-                                          {"chunks", b["chunks"]}});
-      }
-    }
-    const cd::json manifest{{"format", "tessel-checkpoint"},
-                            {"version", 1},
-                            {"mesh", to_string(mesh)},
-                            {"processes", pm.size()},
-                            {"files", files},
-                            {"variables", variables},
-                            {"metadata", metadata}};
-    cd::write_text(staging / "manifest.json", manifest.dump(1));
-    cd::sync_directory(staging);
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    fs::rename(staging, dir);
-    cd::sync_directory(dir.has_parent_path() ? dir.parent_path() : fs::path("."));
-  });
+  cd::snapshot s = cd::take_snapshot(model, dir, metadata);
+  tessel::detail::on_every_process(pm, "save_checkpoint", [&] { cd::make_staging(s); });
+  tessel::detail::on_every_process(pm, "save_checkpoint", [&] { cd::write_snapshot(s); });
+  tessel::detail::on_every_process(pm, "save_checkpoint", [&] { cd::commit_snapshot(s); });
 }
+
+// Saves in the background, as Orbax's and DCP's asynchronous saves do: save() waits for the
+// previous save to finish (and commits it), copies the state to the host (what the training
+// step waits for), and leaves the files to a thread beside training; wait() (the next save, the
+// end of fit, the destructor) finishes and commits. Every call is collective over the model's
+// processes; a checkpoint is complete only once committed (its manifest written).
+template <class Model>
+class async_checkpointer {
+ public:
+  explicit async_checkpointer(Model& model) : model_(&model) {}
+  async_checkpointer(const async_checkpointer&) = delete;
+  async_checkpointer& operator=(const async_checkpointer&) = delete;
+  ~async_checkpointer() {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tessel: a background checkpoint failed: %s\n", e.what());
+    }
+  }
+
+  void save(const std::filesystem::path& dir, const nlohmann::json& metadata = {}) {
+    namespace cd = checkpoint_detail;
+    wait();
+    const auto start = std::chrono::steady_clock::now();
+    auto s = std::make_unique<cd::snapshot>(cd::take_snapshot(*model_, dir, metadata));
+    tessel::detail::on_every_process(model_->mesh(), "save_checkpoint",
+                                     [&] { cd::make_staging(*s); });
+    pending_ = std::move(s);
+    error_ = nullptr;
+    writer_ = std::thread([this] {
+      try {
+        checkpoint_detail::write_snapshot(*pending_);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    });
+    last_blocking_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    started_ = start;
+  }
+  // Finishes the save in flight, if any: the files, then the commit on every process.
+  void wait() {
+    if (!pending_) return;
+    if (writer_.joinable()) writer_.join();
+    const std::unique_ptr<checkpoint_detail::snapshot> s = std::move(pending_);
+    tessel::detail::on_every_process(model_->mesh(), "save_checkpoint", [&] {
+      if (error_) std::rethrow_exception(error_);
+    });
+    tessel::detail::on_every_process(model_->mesh(), "save_checkpoint",
+                                     [&] { checkpoint_detail::commit_snapshot(*s); });
+    last_total_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    last_write_ = s->write_seconds;
+  }
+  [[nodiscard]] bool pending() const noexcept { return pending_ != nullptr; }
+  // The last save's times: what the caller waited for (the copy), the background write, and
+  // from the start of save() to the end of its commit.
+  [[nodiscard]] double blocking_seconds() const noexcept { return last_blocking_; }
+  [[nodiscard]] double write_seconds() const noexcept { return last_write_; }
+  [[nodiscard]] double total_seconds() const noexcept { return last_total_; }
+
+ private:
+  Model* model_;
+  std::unique_ptr<checkpoint_detail::snapshot> pending_;
+  std::thread writer_;
+  std::exception_ptr error_;
+  std::chrono::steady_clock::time_point started_{};
+  double last_blocking_ = 0, last_write_ = 0, last_total_ = 0;
+};
 
 // Restores `model`'s training state from the checkpoint directory `dir`, saved on any mesh:
 // each process reads its own blocks under the model's layouts. Returns the caller's metadata.

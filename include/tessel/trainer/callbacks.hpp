@@ -47,8 +47,12 @@ class model_base {
   // every process for a model on its own process).
   virtual bool is_chief() const { return true; }
   // The whole training state to a checkpoint directory and back (saving/checkpoint.hpp), with
-  // the caller's metadata as JSON text; collective over the model's processes.
-  virtual void save_checkpoint(const std::string& dir, const std::string& metadata_json) = 0;
+  // the caller's metadata as JSON text; collective over the model's processes. In the
+  // background, the call waits only for a copy of the state and for the save before it;
+  // wait_for_checkpoint() finishes and commits the save in flight.
+  virtual void save_checkpoint(const std::string& dir, const std::string& metadata_json,
+                               bool background = false) = 0;
+  virtual void wait_for_checkpoint() {}
   virtual std::string load_checkpoint(const std::string& dir) = 0;
   // Where fit() is, and (from on_train_begin) where it should go on from instead of its
   // initial_epoch: the epoch, past the batches already done, drawing that epoch's order again,

@@ -52,6 +52,9 @@ class backup_and_restore : public callback {
     save_freq_arg save_freq = "epoch";
     bool delete_checkpoint = true;
     bool double_checkpoint = false;
+    // tessel's: write each backup beside training (as Orbax's save_on_background): the step
+    // waits for a copy of the state; the next backup and the end of fit wait for the files.
+    bool save_on_background = false;
   };
   explicit backup_and_restore(options o) : o_(std::move(o)) {
     if (o_.backup_dir.empty()) throw value_error("Empty `backup_dir` argument passed");
@@ -103,6 +106,8 @@ class backup_and_restore : public callback {
     if (o_.save_freq.batches == 0) save();
   }
   void on_train_end(const logs&) override {
+    model->wait_for_checkpoint();
+    prune();
     if (o_.delete_checkpoint && model->is_chief()) {
       std::error_code ec;
       std::filesystem::remove_all(o_.backup_dir, ec);
@@ -114,11 +119,18 @@ class backup_and_restore : public callback {
     const training_position p = model->position();
     const nlohmann::json meta{
         {"epoch", p.epoch}, {"batch", p.step}, {"data_pass", p.data_pass}};
+    if (o_.save_on_background) {
+      model->wait_for_checkpoint();  // the backup before is complete: the older ones may go
+      prune();
+    }
     ++seq_;
-    model->save_checkpoint(path_of(seq_).string(), meta.dump());
-    // The backups before the kept ones (the newest, and the one before it with
-    // double_checkpoint) go, once the new one is complete.
-    if (!model->is_chief()) return;
+    model->save_checkpoint(path_of(seq_).string(), meta.dump(), o_.save_on_background);
+    if (!o_.save_on_background) prune();
+  }
+  // The backups before the kept ones (the newest complete one, and the one before it with
+  // double_checkpoint) go.
+  void prune() {
+    if (!model->is_chief() || seq_ == 0) return;
     const std::uint64_t keep = o_.double_checkpoint ? 2 : 1;
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(o_.backup_dir, ec)) {

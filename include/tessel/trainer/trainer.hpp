@@ -134,10 +134,23 @@ class trainer : public Model, public model_base {
       if (m.name() == name) return m.increases();
     return std::nullopt;
   }
-  void save_checkpoint(const std::string& dir, const std::string& metadata_json) override {
-    tessel::save_checkpoint(*this, dir, nlohmann::json::parse(metadata_json));
+  void save_checkpoint(const std::string& dir, const std::string& metadata_json,
+                       bool background = false) override {
+    if (!background) {
+      wait_for_checkpoint();
+      tessel::save_checkpoint(*this, dir, nlohmann::json::parse(metadata_json));
+      return;
+    }
+    if (!async_) async_ = std::make_unique<async_checkpointer<trainer>>(*this);
+    async_->save(dir, nlohmann::json::parse(metadata_json));
   }
+  void wait_for_checkpoint() override {
+    if (async_) async_->wait();
+  }
+  // The background saves' times (the last one's), or null if none was made.
+  const async_checkpointer<trainer>* background_checkpoints() const { return async_.get(); }
   std::string load_checkpoint(const std::string& dir) override {
+    wait_for_checkpoint();
     return tessel::load_checkpoint(*this, dir).dump();
   }
   training_position position() const override { return position_; }
@@ -206,7 +219,6 @@ class trainer : public Model, public model_base {
     require_compiled("get_optimizer");
     return *optimizer_state_;
   }
-
 
   // ---- the custom-training-loop pieces ------------------------------------------------------
   // Loss of the batch and the gradient of every trainable variable (in variable::gradient), as
@@ -443,6 +455,7 @@ class trainer : public Model, public model_base {
       for (callback* c : cbs) c->on_epoch_end(epoch, shown);
     }
     for (callback* c : cbs) c->on_train_end(epoch_logs);
+    wait_for_checkpoint();  // a save in the background ends with fit
     return hist;
   }
 
@@ -997,6 +1010,7 @@ class trainer : public Model, public model_base {
   }
   training_position position_{};
   std::optional<training_position> resume_;
+  std::unique_ptr<async_checkpointer<trainer>> async_;  // the save in the background, if any
   matrix loss_grad_store_, loss_grad_, targets_store_, targets_;
   typename B::index_vector labels_;
   std::size_t labels_rows_ = 0;
