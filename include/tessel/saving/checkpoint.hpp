@@ -273,6 +273,11 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) 
   s.variables = json::array();
   const auto state = model.get_state_tree();
   const auto groups = groups_of(state);
+  std::size_t total = 0;
+  for (const auto* g : groups)
+    for (const auto& v : *g)
+      if (v.is_tensor()) total += v.tensor().size() * sizeof(float);
+  s.bytes.reserve(total);
   for (std::size_t g = 0; g < groups.size(); ++g)
     for (std::size_t i = 0; i < groups[g]->size(); ++i) {
       const state_variable<B>& v = (*groups[g])[i];
@@ -297,10 +302,10 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) 
       for (std::size_t a = 0; a < mesh.rank; ++a)
         if (!((split >> a) & 1u) && pm.coordinates()[a] != 0) owner = false;
       if (!owner) continue;
-      const std::vector<float> values = v.numpy();
-      const std::size_t at = s.bytes.size(), n = values.size() * sizeof(float);
-      s.bytes.resize(at + n);
-      std::memcpy(s.bytes.data() + at, values.data(), n);
+      const std::size_t at = s.bytes.size(), n = t.size() * sizeof(float);
+      s.bytes.resize(at + n);  // within the capacity reserved below: no reallocation
+      B::download(t.local(), std::span<float>(reinterpret_cast<float*>(s.bytes.data() + at),
+                                              t.size()));
       const std::size_t rank = t.global_shape().rank;
       const block& b = t.shard();
       s.blocks.push_back(
