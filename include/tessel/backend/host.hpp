@@ -780,19 +780,32 @@ TESSEL_INLINE void launch(const convolution::im2col_rows& f, std::size_t) {
     for (std::size_t r = r0; r < r1; ++r) {
       const std::size_t b = r / oh, oy = r % oh;
       float* row = f.cols + r * ow * patch;
+      if (c == 1) {
+        // One channel (a grayscale input): runs of a few values, each tap's value chosen in
+        // place (a run's copy would be a call for 3 values), a kernel row for every ox at once.
+        for (std::size_t ky = 0; ky < kh; ++ky) {
+          std::size_t iy = 0;
+          const bool in = convolution::input_at(g.h, oy, ky, iy);
+          const float* s = f.x + (b * g.h.in + iy) * g.w.in;
+          const auto w = static_cast<std::ptrdiff_t>(g.w.in);
+          for (std::size_t ox = 0; ox < ow; ++ox) {
+            float* d = row + ox * patch + ky * kw;
+            const auto start = static_cast<std::ptrdiff_t>(ox * g.w.stride) -
+                               static_cast<std::ptrdiff_t>(g.w.before);
+            for (std::size_t k = 0; k < kw; ++k) {
+              const std::ptrdiff_t ix = start + static_cast<std::ptrdiff_t>(k);
+              d[k] = in && ix >= 0 && ix < w ? s[ix] : 0.0f;
+            }
+          }
+        }
+        continue;
+      }
       for (std::size_t ox = 0; ox < ow; ++ox, row += patch) {
         const auto [k0, k1] = inside(g.w, ox);
         const float* first = f.x + (ox * g.w.stride + k0 - g.w.before) * c;  // tap k0's column
         for (std::size_t ky = 0; ky < kh; ++ky) {
           float* d = row + ky * kw * c;
           std::size_t iy = 0;
-          if (k1 > k0 && c == 1 && convolution::input_at(g.h, oy, ky, iy)) {
-            // One channel (a grayscale input): runs of a few values, copied one by one rather
-            // than by a call each.
-            const float* s = first + (b * g.h.in + iy) * g.w.in;
-            for (std::size_t k = 0; k < kw; ++k) d[k] = k >= k0 && k < k1 ? s[k - k0] : 0.0f;
-            continue;
-          }
           if (k1 == k0 || !convolution::input_at(g.h, oy, ky, iy)) {
             zero_run(d, kw * c);
             continue;
@@ -830,12 +843,20 @@ TESSEL_INLINE void launch(const convolution::col2im_elements& f, std::size_t) {
   });
 }
 
-// Pooling over one window, all channels at once: the channels in blocks of pool_block.
-inline constexpr std::size_t pool_block = 64;
+// Pooling over one window, all channels at once: the channels in blocks of pool_block. Below
+// few_channels a window's bookkeeping costs more than its values: the body, index by index.
+inline constexpr std::size_t pool_block = 64, few_channels = 4;
+template <class F>
+void body_blocks(const F& f, std::size_t n, std::size_t cost) {
+  blocks(n, cost, 1, [&](std::size_t i0, std::size_t i1) {
+    for (std::size_t i = i0; i < i1; ++i) f(i);
+  });
+}
 
-TESSEL_INLINE void launch(const convolution::max_pool_elements& f, std::size_t) {
+TESSEL_INLINE void launch(const convolution::max_pool_elements& f, std::size_t n) {
   const convolution::geometry& g = f.g;
   const std::size_t ch = g.channels;
+  if (ch < few_channels) return body_blocks(f, n, g.h.size * g.w.size);
   blocks(g.out_rows(), g.h.size * g.w.size * ch, 1, [&](std::size_t r0, std::size_t r1) {
     for (std::size_t r = r0; r < r1; ++r) {
       const std::size_t ox = r % g.w.out, oy = (r / g.w.out) % g.h.out;
@@ -856,9 +877,11 @@ TESSEL_INLINE void launch(const convolution::max_pool_elements& f, std::size_t) 
               any = true;
               continue;
             }
-            // NaN wins, as max_pool_value's comparison
-            for (std::size_t j = 0; j < n; ++j)
-              if (x[j] > best[j] || (x[j] != x[j] && best[j] == best[j])) best[j] = x[j];
+            // NaN wins, as max_pool_value's comparison; a select, not a branch
+            for (std::size_t j = 0; j < n; ++j) {
+              const bool take = x[j] > best[j] || (x[j] != x[j] && best[j] == best[j]);
+              best[j] = take ? x[j] : best[j];
+            }
           }
         float* y = f.y + r * ch + c0;
         for (std::size_t j = 0; j < n; ++j) y[j] = any ? best[j] : 0.0f;
@@ -867,9 +890,10 @@ TESSEL_INLINE void launch(const convolution::max_pool_elements& f, std::size_t) 
   });
 }
 
-TESSEL_INLINE void launch(const convolution::average_pool_elements& f, std::size_t) {
+TESSEL_INLINE void launch(const convolution::average_pool_elements& f, std::size_t n) {
   const convolution::geometry& g = f.g;
   const std::size_t ch = g.channels;
+  if (ch < few_channels) return body_blocks(f, n, g.h.size * g.w.size);
   blocks(g.out_rows(), g.h.size * g.w.size * ch, 1, [&](std::size_t r0, std::size_t r1) {
     for (std::size_t r = r0; r < r1; ++r) {
       const std::size_t ox = r % g.w.out, oy = (r / g.w.out) % g.h.out;
@@ -879,7 +903,8 @@ TESSEL_INLINE void launch(const convolution::average_pool_elements& f, std::size
       const auto count = static_cast<float>(convolution::pool_count(g, oy, ox));
       for (std::size_t c0 = 0; c0 < ch; c0 += pool_block) {
         const std::size_t n = std::min(pool_block, ch - c0);
-        float s[pool_block] = {};
+        float s[pool_block];
+        zero_run(s, n);
         for (std::size_t ky = ky0; ky < ky1; ++ky)
           for (std::size_t kx = kx0; kx < kx1; ++kx)
             add_run(f.x +
@@ -893,17 +918,59 @@ TESSEL_INLINE void launch(const convolution::average_pool_elements& f, std::size
   });
 }
 
-TESSEL_INLINE void launch(const convolution::max_pool_gradient_elements& f, std::size_t) {
+TESSEL_INLINE void launch(const convolution::max_pool_gradient_elements& f, std::size_t n) {
   const convolution::geometry& g = f.g;
   const std::size_t ch = g.channels, image = g.h.in * g.w.in * ch;
   const std::size_t outputs = g.h.out * g.w.out;
+  if (ch < few_channels) {
+    // Each output's maximum found again by the body, its gradient added where it came from.
+    return blocks(g.batch, outputs * g.h.size * g.w.size * ch, 1,
+                  [&](std::size_t b0, std::size_t b1) {
+                    zero_run(f.dx + b0 * image, (b1 - b0) * image);
+                    for (std::size_t o = b0 * outputs * ch; o < b1 * outputs * ch; ++o) {
+                      std::size_t from = 0;
+                      convolution::max_pool_value(g, f.x, o, from);
+                      f.dx[from] += f.dy[o];
+                    }
+                  });
+  }
+  (void)n;
   blocks(g.batch, outputs * g.h.size * g.w.size * ch, 1, [&](std::size_t b0, std::size_t b1) {
-    for (std::size_t b = b0; b < b1; ++b) {
-      zero_run(f.dx + b * image, image);
-      for (std::size_t o = b * outputs * ch; o < (b + 1) * outputs * ch; ++o) {
-        std::size_t from = 0;
-        convolution::max_pool_value(g, f.x, o, from);
-        f.dx[from] += f.dy[o];
+    zero_run(f.dx + b0 * image, (b1 - b0) * image);
+    for (std::size_t r = b0 * outputs; r < b1 * outputs; ++r) {
+      const std::size_t ox = r % g.w.out, oy = (r / g.w.out) % g.h.out;
+      const std::size_t b = r / outputs;
+      const auto [ky0, ky1] = inside(g.h, oy);
+      const auto [kx0, kx1] = inside(g.w, ox);
+      if (ky1 == ky0 || kx1 == kx0) continue;
+      for (std::size_t c0 = 0; c0 < ch; c0 += pool_block) {
+        const std::size_t m = std::min(pool_block, ch - c0);
+        // Each channel's maximum and the tap it came from (32-bit, so that the selects
+        // vectorise with the floats'), as max_pool_value finds them.
+        float best[pool_block];
+        std::uint32_t from[pool_block];
+        const float* x0 = f.x + ((b * g.h.in + oy * g.h.stride + ky0 - g.h.before) * g.w.in +
+                                 ox * g.w.stride + kx0 - g.w.before) * ch + c0;
+        for (std::size_t j = 0; j < m; ++j) {
+          best[j] = x0[j];
+          from[j] = 0;
+        }
+        for (std::size_t ky = ky0; ky < ky1; ++ky)
+          for (std::size_t kx = ky == ky0 ? kx0 + 1 : kx0; kx < kx1; ++kx) {
+            const float* x = x0 + ((ky - ky0) * g.w.in + kx - kx0) * ch;
+            const auto tap = static_cast<std::uint32_t>((ky - ky0) * g.w.size + kx - kx0);
+            for (std::size_t j = 0; j < m; ++j) {
+              const bool take = x[j] > best[j] || (x[j] != x[j] && best[j] == best[j]);
+              best[j] = take ? x[j] : best[j];
+              from[j] = take ? tap : from[j];
+            }
+          }
+        const float* dy = f.dy + r * ch + c0;
+        float* dx = f.dx + (x0 - f.x);
+        for (std::size_t j = 0; j < m; ++j) {
+          const std::size_t ky = from[j] / g.w.size, kx = from[j] % g.w.size;
+          dx[(ky * g.w.in + kx) * ch + j] += dy[j];
+        }
       }
     }
   });
