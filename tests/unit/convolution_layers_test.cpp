@@ -291,3 +291,66 @@ TEST_CASE("the seeds/002 CNN (without Dropout): three Adam steps and predictions
   tessel::testing::golden::check_close(model.predict(x, 8, 0).values, values(m.at("predictions")),
                                        "predictions", 1e-4, 2e-6);
 }
+
+TEST_CASE("the seeds/002 loop as the seed runs it: value_and_grad in inference mode, as Keras",
+          "[convolution][golden][model]") {
+  // The seed's loss calls stateless_call without training=True: its three steps differentiate
+  // the inference computation (batch normalization with moving statistics 0 and 1, never
+  // updated; dropout off). value_and_grad(..., training = false) is that loop.
+  const json m = tessel::testing::golden::load("cnn_step.json");
+  const json& loop = m.at("seed_loop");
+  using bn = batch_normalization<{.center = true, .scale = false}>;
+  tessel::basic_sequential<B, tessel::one_device, input<28, 28, 1>, rescaling<1.0 / 255.0>,
+                           conv2d<12, 3, {.padding = "same", .use_bias = false}>, bn, relu<>,
+                           conv2d<24, 6, {.strides = 2, .use_bias = false}>, bn, relu<>,
+                           conv2d<32, 6, {.strides = 2, .padding = "same", .name = "large_k"}>,
+                           bn, relu<>, global_average_pooling2d<>,
+                           dense<256, {.activation = "relu"}>, dropout<0.5>, dense<10>>
+      model;
+  model.compile(tessel::optimizers::adam{.learning_rate = 1e-3},
+                tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
+  std::vector<tessel::array<float>> w;
+  for (const json& v : m.at("initial_weights"))
+    w.push_back(tessel::testing::golden::to_array(v.at("value")));
+  model.set_weights(w);
+  const tessel::array<float> x = tessel::testing::golden::to_array(m.at("x"));
+  const auto labels = m.at("y").at("data").get<std::vector<std::int32_t>>();
+  const tessel::array<std::int32_t> y({labels.size()}, labels);
+  auto state = model.get_state_tree();
+  const auto moving_before = state.non_trainable_variables;
+  const auto expected_losses = loop.at("losses").get<std::vector<float>>();
+  for (std::size_t s = 0; s < expected_losses.size(); ++s) {
+    auto [loss, grads, non_trainable] = model.value_and_grad(
+        state.trainable_variables, state.non_trainable_variables, x, y, /*training=*/false);
+    tessel::testing::golden::check_close({static_cast<float>(loss)}, {expected_losses[s]},
+                                         "seed loop step " + std::to_string(s) + " loss");
+    auto [trainable, optimizer_variables] = model.get_optimizer().stateless_apply(
+        state.optimizer_variables, grads, state.trainable_variables);
+    state.trainable_variables = std::move(trainable);
+    state.non_trainable_variables = std::move(non_trainable);
+    state.optimizer_variables = std::move(optimizer_variables);
+  }
+  // The moving statistics and the random stream's counter are unchanged.
+  REQUIRE(state.non_trainable_variables.size() == moving_before.size());
+  for (std::size_t v = 0; v < moving_before.size(); ++v) {
+    INFO(moving_before[v].path);
+    CHECK(state.non_trainable_variables[v].numpy() == moving_before[v].numpy());
+  }
+  std::size_t compared = 0;
+  for (const json& f : loop.at("final_trainable_weights")) {
+    const std::string path = f.at("path");
+    const auto it = std::find_if(state.trainable_variables.begin(), state.trainable_variables.end(),
+                                 [&](const auto& v) { return v.path == path; });
+    REQUIRE(it != state.trainable_variables.end());
+    // An absolute floor of 1e-3 of the most three Adam steps move a weight (3 lr): a step is
+    // lr m / (sqrt(v) + eps), so a weight whose gradient is near its rounding moves by an amount
+    // the rounding decides (here the deepest kernel, by 1.8e-6 at most).
+    tessel::testing::golden::check_close(it->numpy(), values(f.at("value")), "seed loop " + path,
+                                         1e-5, 3e-6);
+    ++compared;
+  }
+  CHECK(compared == 8);
+  const auto out = model.stateless_call(state.trainable_variables, state.non_trainable_variables, x);
+  tessel::testing::golden::check_close(host(out.y_pred.local()), values(loop.at("outputs_after_3")),
+                                       "seed loop outputs after 3 steps", 1e-4, 2e-6);
+}

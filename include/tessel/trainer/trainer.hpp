@@ -229,6 +229,13 @@ class trainer : public Model, public model_base {
   template <class Y>
   double compute_loss_and_gradients(const array<float>& x, const array<Y>& y) {
     require_compiled("compute_loss_and_gradients");
+    return loss_and_gradients(x, y, true);
+  }
+  // The loss and gradients of one batch, the forward pass in training or inference mode (the
+  // gradient of what the model computes in that mode: batch normalization with its moving
+  // statistics, dropout off, no new random draws, when not training).
+  template <class Y>
+  double loss_and_gradients(const array<float>& x, const array<Y>& y, bool training) {
     if (!agreed_) {
       agreed_ = true;
       std::vector<fact> f = model_facts();
@@ -238,7 +245,7 @@ class trainer : public Model, public model_base {
       agree("train_on_batch", f);
     }
     buckets_for(x.rows());
-    const std::size_t global = forward_and_loss(x, y, true);
+    const std::size_t global = forward_and_loss(x, y, training);
     buckets_.begin();
     this->backward(loss_grad_, [this](std::span<variable<B>* const> layer_variables) {
       if (buckets_.empty()) return;
@@ -247,7 +254,7 @@ class trainer : public Model, public model_base {
     });
     buckets_.finish();
     // The next training call draws new dropout masks, as Keras's seed generator.
-    this->set_training_step(this->training_step() + 1);
+    if (training) this->set_training_step(this->training_step() + 1);
     return finish_metrics(global);
   }
   // One optimizer step on the gradients computed last (Keras's optimizer.apply).
@@ -335,8 +342,11 @@ class trainer : public Model, public model_base {
   // The value and gradient of the compiled loss with these values (Keras's
   // compute_loss_and_updates under jax.value_and_grad, has_aux): the batch's mean loss, the
   // gradient of every trainable variable (its path and layout; under data_parallel reduced over
-  // the batch axis, as train_on_batch's), and the non-trainable values after the training call.
-  // The model's state and the compiled metrics are unchanged. x and y are the global batch.
+  // the batch axis, as train_on_batch's), and the non-trainable values after the call. The
+  // model's state and the compiled metrics are unchanged. x and y are the global batch.
+  // `training` is the forward pass's mode, as stateless_call's: false differentiates the
+  // inference computation (moving statistics, no dropout), as a loop whose loss calls
+  // stateless_call without training=True does (seeds/002's).
   struct value_and_grad_result {
     double loss = 0;
     state_list<B> grads;
@@ -345,7 +355,7 @@ class trainer : public Model, public model_base {
   template <class Y>
   value_and_grad_result value_and_grad(const state_list<B>& trainable,
                                        const state_list<B>& non_trainable, const array<float>& x,
-                                       const array<Y>& y) {
+                                       const array<Y>& y, bool training = true) {
     require_compiled("value_and_grad");
     const metrics::mean loss_tracker = loss_tracker_;
     const std::vector<metrics::mean> means = metric_means_;
@@ -360,7 +370,7 @@ class trainer : public Model, public model_base {
     } guard{this, loss_tracker, means};
     return this->with_state(trainable, non_trainable, "value_and_grad", [&] {
       value_and_grad_result r;
-      r.loss = compute_loss_and_gradients(x, y);
+      r.loss = loss_and_gradients(x, y, training);
       for (variable<B>* v : this->trainable_variables())
         r.grads.push_back({v->path, v->shape, copy_of(v->value.like(v->gradient), v->path)});
       r.non_trainable_variables = this->non_trainable_state();
