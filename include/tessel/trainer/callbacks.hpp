@@ -46,6 +46,16 @@ class model_base {
   // Whether this process writes files and prints for the job (device 0 of a distributed model;
   // every process for a model on its own process).
   virtual bool is_chief() const { return true; }
+  // Keras's model.save_weights(filepath) and model.save(filepath), for model_checkpoint; every
+  // process calls them.
+  virtual void save_weights(const std::string& filepath) {
+    throw value_error("save_weights('" + filepath + "'): this model cannot save weights files");
+  }
+  virtual void save(const std::string& filepath) {
+    throw value_error("save('" + filepath +
+                      "'): saving a whole model (.keras) is not available yet; save its weights "
+                      "(a .weights.h5 filepath with save_weights_only=True) instead");
+  }
   // The whole training state to a checkpoint directory and back (saving/checkpoint.hpp), with
   // the caller's metadata as JSON text; collective over the model's processes. In the
   // background, the call waits only for a copy of the state and for the save before it;
@@ -158,6 +168,10 @@ class terminate_on_nan : public callback {
 
 // Python's repr() of a float: the shortest text that reads back to the same double.
 TESSEL_INLINE std::string python_float_repr(double v);
+// Whether a larger value of the monitored quantity is better, by Keras's rules for `mode`
+// ("auto": the loss decreases; a metric by its direction), or the error Keras gives.
+TESSEL_INLINE bool monitor_increases(const model_base& model, const std::string& mode,
+                                     const std::string& monitor, const char* callback_name);
 
 // keras.callbacks.CSVLogger: one row per epoch, "epoch" then the logs in sorted order. On a
 // distributed model only the chief process (device 0) writes: the logs are global, the same on
@@ -283,17 +297,22 @@ TESSEL_INLINE void early_stopping::on_train_end(const logs&) {
 }
 
 TESSEL_INLINE bool early_stopping::direction() const {
-  if (o_.mode == "min") return false;
-  if (o_.mode == "max") return true;
-  std::string_view name = o_.monitor;
+  return monitor_increases(*model, o_.mode, o_.monitor, "EarlyStopping");
+}
+
+TESSEL_INLINE bool monitor_increases(const model_base& model, const std::string& mode,
+                                     const std::string& monitor, const char* callback_name) {
+  if (mode == "min") return false;
+  if (mode == "max") return true;
+  std::string_view name = monitor;
   if (name.starts_with("val_")) name.remove_prefix(4);
   if (name == "loss") return false;
-  if (auto up = model->metric_increases(name)) return *up;
-  throw value_error("EarlyStopping callback received monitor=" + o_.monitor +
-                    " but Keras isn't able to automatically determine whether that metric "
-                    "should be maximized or minimized. Pass `mode='max'` in order to do early "
-                    "stopping based on the highest metric value, or pass `mode='min'` in order "
-                    "to use the lowest value.");
+  if (auto up = model.metric_increases(name)) return *up;
+  throw value_error(std::string(callback_name) + " callback received monitor=" + monitor +
+                    ", but Keras isn't able to automatically determine whether that metric "
+                    "should be maximized or minimized. Pass `mode='max'` in order to monitor "
+                    "based on the highest metric value, or pass `mode='min'` in order to use "
+                    "the lowest value.");
 }
 
 TESSEL_INLINE void terminate_on_nan::on_train_batch_end(std::size_t batch, const logs& l) {

@@ -1,5 +1,10 @@
-// The callbacks that save the training state: backup_and_restore (Keras's BackupAndRestore), on
-// the sharded checkpoints of saving/checkpoint.hpp.
+// The callbacks that save: model_checkpoint (Keras's ModelCheckpoint: .weights.h5 or .keras files
+// named after the epoch and the logs) and backup_and_restore (Keras's BackupAndRestore), on the
+// sharded checkpoints of saving/checkpoint.hpp.
+//
+//   model.fit(train, {.epochs = 10, .callbacks = {tessel::callbacks::model_checkpoint(
+//                         {.filepath = "ckpt/weights-{epoch:02d}-{val_loss:.2f}.weights.h5",
+//                          .save_best_only = true, .save_weights_only = true})}});
 //
 //   model.fit(train, {.epochs = 10, .callbacks = {tessel::callbacks::backup_and_restore(
 //                         {.backup_dir = "/tmp/backup", .save_freq = 100})}});
@@ -12,10 +17,13 @@
 // the batch but replays the epoch from its first batch with the mid-epoch weights.)
 #pragma once
 
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -40,6 +48,201 @@ struct save_freq_arg {
                         std::to_string(n) + ". Expected either 'epoch' or a positive integer.");
     batches = static_cast<std::size_t>(n);
   }
+};
+
+namespace detail {
+
+// One `{name}` or `{name:spec}` field of Python's str.format, for a filepath: spec is
+// [0][width][.precision][type] with type d (integers), f, e, g, % or none.
+inline std::string format_field(const std::string& spec, std::optional<long long> integer,
+                                double real, const std::string& name) {
+  std::size_t i = 0;
+  bool zero = false;
+  if (i < spec.size() && spec[i] == '0') zero = true, ++i;
+  int width = 0;
+  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])))
+    width = width * 10 + (spec[i++] - '0');
+  int precision = -1;
+  if (i < spec.size() && spec[i] == '.') {
+    precision = 0;
+    ++i;
+    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])))
+      precision = precision * 10 + (spec[i++] - '0');
+  }
+  const char type = i < spec.size() ? spec[i++] : '\0';
+  if (i != spec.size())
+    throw value_error("Invalid format specifier '" + spec + "' for '" + name + "' in a filepath");
+  char buf[128];
+  if (integer && (type == 'd' || type == '\0') && precision < 0) {
+    std::snprintf(buf, sizeof buf, zero ? "%0*lld" : "%*lld", width, *integer);
+    return buf;
+  }
+  if (type == 'd')
+    throw value_error("Unknown format code 'd' for object of type 'float' ('" + name +
+                      "' in a filepath)");
+  const double v = integer ? static_cast<double>(*integer) : real;
+  if (type == '\0' && precision < 0) {  // Python's str(float)
+    std::string r = integer ? std::to_string(*integer) : python_float_repr(v);
+    if (static_cast<int>(r.size()) < width) r.insert(0, width - r.size(), zero ? '0' : ' ');
+    return r;
+  }
+  const char conv = type == '\0' ? 'g' : type == '%' ? 'f' : type;
+  if (conv != 'f' && conv != 'e' && conv != 'g')
+    throw value_error(std::string("Unknown format code '") + type + "' for '" + name +
+                      "' in a filepath");
+  const std::string fmt = std::string(zero ? "%0*.*" : "%*.*") + conv;
+  std::snprintf(buf, sizeof buf, fmt.c_str(), width, precision < 0 ? 6 : precision,
+                type == '%' ? v * 100 : v);
+  return std::string(buf) + (type == '%' ? "%" : "");
+}
+
+}  // namespace detail
+
+// Keras's filepath.format(epoch=epoch + 1, batch=batch + 1, **logs): `{epoch:02d}`,
+// `{val_loss:.2f}`, `{batch}`. A name neither given nor in the logs is Keras's KeyError.
+inline std::string format_filepath(const std::string& filepath, std::size_t epoch,
+                                   std::optional<std::size_t> batch, const logs& l) {
+  std::string out;
+  for (std::size_t i = 0; i < filepath.size(); ++i) {
+    const char c = filepath[i];
+    if (c == '{' && i + 1 < filepath.size() && filepath[i + 1] == '{') {
+      out += '{', ++i;
+      continue;
+    }
+    if (c == '}' && i + 1 < filepath.size() && filepath[i + 1] == '}') {
+      out += '}', ++i;
+      continue;
+    }
+    if (c != '{') {
+      out += c;
+      continue;
+    }
+    const std::size_t close = filepath.find('}', i);
+    if (close == std::string::npos)
+      throw value_error("Failed to format this callback filepath: \"" + filepath +
+                        "\". Reason: Single '{' encountered in format string");
+    const std::string field = filepath.substr(i + 1, close - i - 1);
+    const std::size_t colon = field.find(':');
+    const std::string name = field.substr(0, colon);
+    const std::string spec = colon == std::string::npos ? "" : field.substr(colon + 1);
+    if (name == "epoch") {
+      out += detail::format_field(spec, static_cast<long long>(epoch + 1), 0, name);
+    } else if (name == "batch" && batch) {
+      out += detail::format_field(spec, static_cast<long long>(*batch + 1), 0, name);
+    } else if (const std::optional<double> v = find_log(l, name)) {
+      out += detail::format_field(spec, std::nullopt, *v, name);
+    } else {
+      throw value_error("Failed to format this callback filepath: \"" + filepath +
+                        "\". Reason: '" + name + "'");
+    }
+    i = close;
+  }
+  return out;
+}
+
+// keras.callbacks.ModelCheckpoint, with Keras's arguments, defaults, checks and messages: at
+// the end of every epoch (or every save_freq batches) the weights (save_weights_only, a
+// .weights.h5 filepath) or the whole model (.keras) to the formatted filepath; with
+// save_best_only, only when `monitor` improves (mode "auto", "min" or "max"; beyond
+// initial_value_threshold when given). Every process calls it; the files are written as
+// save_weights and save write them (by process 0 under data parallelism).
+class model_checkpoint : public callback {
+ public:
+  struct options {
+    std::string filepath;
+    std::string monitor = "val_loss";
+    int verbose = 0;
+    bool save_best_only = false;
+    bool save_weights_only = false;
+    std::string mode = "auto";
+    save_freq_arg save_freq = "epoch";
+    std::optional<double> initial_value_threshold = std::nullopt;
+  };
+  explicit model_checkpoint(options o) : o_(std::move(o)) {
+    if (o_.mode != "auto" && o_.mode != "min" && o_.mode != "max")
+      throw value_error("ModelCheckpoint mode '" + o_.mode +
+                        "' is unknown; use one of 'auto', 'min' or 'max'.");
+    const auto ends = [&](std::string_view e) {
+      return o_.filepath.size() >= e.size() &&
+             o_.filepath.compare(o_.filepath.size() - e.size(), e.size(), e) == 0;
+    };
+    if (o_.save_weights_only && !ends(".weights.h5"))
+      throw value_error("When using `save_weights_only=True` in `ModelCheckpoint`, the filepath "
+                        "provided must end in `.weights.h5` (Keras weights format). Received: "
+                        "filepath=" + o_.filepath);
+    if (!o_.save_weights_only && !ends(".keras") && !ends(".h5"))
+      throw value_error("The filepath provided must end in `.keras` (Keras model format). "
+                        "Received: filepath=" + o_.filepath);
+  }
+  // The best monitored value so far (Keras's `best`).
+  std::optional<double> best;
+
+  void on_train_begin(const logs&) override {
+    best = o_.initial_value_threshold;
+    increases_.reset();
+    since_save_ = 0;
+    last_batch_.reset();
+  }
+  void on_epoch_begin(std::size_t epoch, const logs&) override { epoch_ = epoch; }
+  void on_train_batch_end(std::size_t batch, const logs& l) override {
+    if (o_.save_freq.batches == 0) return;
+    since_save_ += !last_batch_ || batch <= *last_batch_ ? batch + 1 : batch - *last_batch_;
+    last_batch_ = batch;
+    if (since_save_ >= o_.save_freq.batches) {
+      since_save_ = 0;
+      save(epoch_, batch, l);
+    }
+  }
+  void on_epoch_end(std::size_t epoch, const logs& l) override {
+    if (!increases_) increases_ = monitor_increases(*model, o_.mode, o_.monitor, "ModelCheckpoint");
+    if (o_.save_freq.batches == 0) save(epoch, std::nullopt, l);
+  }
+
+ private:
+  void save(std::size_t epoch, std::optional<std::size_t> batch, const logs& l) {
+    const std::string path = format_filepath(o_.filepath, epoch, batch, l);
+    const bool chief = model->is_chief();
+    if (o_.save_best_only) {
+      if (!increases_)
+        increases_ = monitor_increases(*model, o_.mode, o_.monitor, "ModelCheckpoint");
+      const std::optional<double> current = find_log(l, o_.monitor);
+      if (!current) {
+        if (chief)
+          std::cerr << "UserWarning: Can save best model only with " << o_.monitor
+                    << " available.\n";
+      } else {
+        char best_text[64] = "None", now[64];
+        if (best) std::snprintf(best_text, sizeof best_text, "%.5f", *best);
+        std::snprintf(now, sizeof now, "%.5f", *current);
+        if (best && !(*increases_ ? *current > *best : *current < *best)) {
+          if (o_.verbose > 0 && chief)
+            std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from "
+                      << best_text << "\n";
+          return;
+        }
+        if (o_.verbose > 0 && chief)
+          std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " improved from "
+                    << best_text << " to " << now << ", saving model to " << path << "\n";
+        best = *current;
+      }
+    } else if (o_.verbose > 0 && chief) {
+      std::cout << "\nEpoch " << epoch + 1 << ": saving model to " << path << "\n";
+    }
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (!dir.empty() && chief) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+    }
+    if (o_.save_weights_only) model->save_weights(path);
+    else model->save(path);
+    if (o_.verbose > 0 && chief)
+      std::cout << "\nEpoch " << epoch + 1 << ": finished saving model to " << path << "\n";
+  }
+
+  options o_;
+  std::optional<bool> increases_;
+  std::size_t epoch_ = 0, since_save_ = 0;
+  std::optional<std::size_t> last_batch_;
 };
 
 // keras.callbacks.BackupAndRestore, with Keras's arguments and defaults. The backups are
