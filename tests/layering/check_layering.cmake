@@ -2,7 +2,7 @@
 # ../shared/docs/architecture.md §8 (and docs/design.md, "Layers of the code"):
 #   1 core (standard library only)   2 random, shared vocabulary   3 backend, comm, tensor
 #   4 runtime
-#   5 layers, losses, metrics, optimizers   6 distribution   7 model, data, io   8 trainer
+#   5 layers, losses, metrics, optimizers   6 distribution   7 model, data, io, saving   8 trainer
 #   9 strategy
 # plus: data/ needs no MPI (neither <mpi.h> nor comm/ or runtime/); backend/ includes nothing of
 # comm/ (a communicator may use a backend's context: the other way would make the two a circle);
@@ -22,6 +22,7 @@ set(group_distribution 6)
 set(group_model 7)
 set(group_data 7)
 set(group_io 7)
+set(group_saving 7)
 set(group_trainer 8)
 set(group_strategy 9)
 # The headers at the top of include/tessel: umbrellas and the group-5 headers.
