@@ -517,6 +517,13 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   }
   // The name of layer `i`, as the plan's steps number them.
   static constexpr std::string_view layer_name(std::size_t i) { return layer_infos[i].name.view(); }
+  // The Keras class of layer `i` ("Dense"), and whether Keras's model.layers lists an InputLayer
+  // first (a functional model's): what a weights file names its groups by (saving/).
+  static constexpr std::string_view layer_class_name(std::size_t i) {
+    constexpr std::array<std::string_view, layer_count + 1> classes{Layers::class_name..., ""};
+    return classes[i];
+  }
+  static constexpr bool keras_functional = Graph::functional;
   // x's values against its shape, then its shape against the model's input.
   void check_input_shape(const array<float>& x) const {
     data::check_shape(x, "x");

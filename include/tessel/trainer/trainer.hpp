@@ -36,6 +36,7 @@
 #include "../runtime/agreement.hpp"
 #include "../runtime/collectives.hpp"
 #include "../saving/checkpoint.hpp"
+#include "../saving/model_weights.hpp"
 #include "gradient_buckets.hpp"
 
 namespace tessel {
@@ -218,6 +219,16 @@ class trainer : public Model, public model_base {
   optimizer<B>& get_optimizer() {
     require_compiled("get_optimizer");
     return *optimizer_state_;
+  }
+
+  // ---- saving (saving/model_weights.hpp) ------------------------------------------------------
+  // Keras's model.save_weights(filepath) and model.load_weights(filepath): a .weights.h5 file in
+  // Keras 3's layout, with the compiled optimizer's state; every process calls them.
+  void save_weights(const std::string& filepath) override {
+    saving::save_model_weights(*this, optimizer_state_ ? &*optimizer_state_ : nullptr, filepath);
+  }
+  void load_weights(const std::string& filepath) {
+    saving::load_model_weights(*this, optimizer_state_ ? &*optimizer_state_ : nullptr, filepath);
   }
 
   // ---- the custom-training-loop pieces ------------------------------------------------------

@@ -1,0 +1,102 @@
+// file_checksum: a CRC-32 (zlib's) of a whole file, kept in a 24-byte trailer after its content,
+// so that a reader finds any damaged byte before a library that trusts the bytes parses them.
+// libhdf5 does not survive every damaged file (a flipped byte in its metadata can crash it or
+// send it into an endless loop): tessel checks the trailer of every file it wrote before handing
+// the file to libhdf5. Readers that do not know the trailer ignore it: HDF5 reads a file up to
+// the end its superblock records, and h5py (Keras) and libhdf5 accept bytes after it.
+//
+//   bytes [0, n)       the content
+//   "TSLCRC32"         8 bytes
+//   n                  uint64, little-endian
+//   crc32 of [0, n)    uint32, little-endian
+//   0                  uint32 (reserved)
+#pragma once
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../core/errors.hpp"
+
+namespace tessel::saving {
+
+inline constexpr std::size_t checksum_trailer_size = 24;
+
+namespace detail {
+inline constexpr char checksum_magic[8] = {'T', 'S', 'L', 'C', 'R', 'C', '3', '2'};
+
+// zlib's CRC-32 of the first `bytes` bytes of `in` (read from its start).
+inline std::optional<std::uint32_t> crc32_of_stream(std::istream& in, std::uint64_t bytes) {
+  in.clear();
+  in.seekg(0);
+  std::vector<char> buffer(std::size_t{4} << 20);
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  while (bytes > 0) {
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, buffer.size()));
+    in.read(buffer.data(), static_cast<std::streamsize>(n));
+    if (static_cast<std::size_t>(in.gcount()) != n) return std::nullopt;
+    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
+    bytes -= n;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+}  // namespace detail
+
+// Appends the trailer to the file at `path` (its whole content so far).
+inline void append_checksum(const std::filesystem::path& path) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  if (!f) throw runtime_error("Cannot open '" + path.string() + "' to append its checksum.");
+  f.seekg(0, std::ios::end);
+  const auto size = static_cast<std::uint64_t>(f.tellg());
+  const std::optional<std::uint32_t> crc = detail::crc32_of_stream(f, size);
+  if (!crc) throw runtime_error("Cannot read '" + path.string() + "' back to checksum it.");
+  std::array<unsigned char, checksum_trailer_size> t{};
+  std::memcpy(t.data(), detail::checksum_magic, 8);
+  for (std::size_t i = 0; i < 8; ++i) t[8 + i] = static_cast<unsigned char>(size >> (8 * i));
+  for (std::size_t i = 0; i < 4; ++i) t[16 + i] = static_cast<unsigned char>(*crc >> (8 * i));
+  f.clear();
+  f.seekp(0, std::ios::end);
+  f.write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size()));
+  f.flush();
+  if (!f) throw runtime_error("Cannot append the checksum to '" + path.string() + "'.");
+}
+
+// What the trailer of a file says about it.
+enum class checksum_state {
+  none,     // no trailer (a file tessel did not write, or whose trailer is gone)
+  ok,       // the content's CRC-32 is the one recorded
+  damaged,  // the trailer is there and the content does not match it
+};
+
+// Checks the trailer of the file at `path`, `size` bytes long; `content` is set to the length of
+// the content before it (the whole size without a trailer).
+inline checksum_state verify_checksum(const std::filesystem::path& path, std::uint64_t size,
+                                      std::uint64_t& content) {
+  content = size;
+  if (size < checksum_trailer_size) return checksum_state::none;
+  std::ifstream in(path, std::ios::binary);
+  std::array<unsigned char, checksum_trailer_size> t{};
+  in.seekg(static_cast<std::streamoff>(size - checksum_trailer_size));
+  in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size()));
+  if (static_cast<std::size_t>(in.gcount()) != t.size() ||
+      std::memcmp(t.data(), detail::checksum_magic, 8) != 0)
+    return checksum_state::none;
+  std::uint64_t n = 0;
+  std::uint32_t crc = 0;
+  for (std::size_t i = 8; i-- > 0;) n = (n << 8) | t[8 + i];
+  for (std::size_t i = 4; i-- > 0;) crc = (crc << 8) | t[16 + i];
+  if (n != size - checksum_trailer_size) return checksum_state::damaged;
+  content = n;
+  const std::optional<std::uint32_t> actual = detail::crc32_of_stream(in, n);
+  return actual && *actual == crc ? checksum_state::ok : checksum_state::damaged;
+}
+
+}  // namespace tessel::saving

@@ -1,0 +1,377 @@
+// h5: a small C++ face on libhdf5's C API (Debian's serial libhdf5-dev), as much of it as Keras's
+// weights files need: files, groups, float and integer datasets, scalar attributes. Every handle
+// closes itself; every failure is a tessel error naming the file and what was being done, with
+// libhdf5's own words (its error stack, which it no longer prints itself).
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../core/errors.hpp"
+
+namespace tessel::saving::h5 {
+
+// libhdf5 prints its error stack to stderr on every failure unless told not to: tessel reports
+// the failure itself, once, as an exception. Called before any other libhdf5 call.
+inline void silence_errors() {
+  static const bool done = [] {
+    H5open();
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+// The descriptions on libhdf5's current error stack, innermost first ("" when it is empty).
+inline std::string error_stack() {
+  std::string out;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+        auto& s = *static_cast<std::string*>(data);
+        if (e->desc == nullptr || *e->desc == '\0') return 0;
+        if (s.find(e->desc) != std::string::npos) return 0;
+        if (!s.empty()) s += "; ";
+        s += e->desc;
+        return 0;
+      },
+      &out);
+  H5Eclear2(H5E_DEFAULT);
+  return out;
+}
+
+// Thrown for a file libhdf5 cannot read or write: "<file>: <what> (libhdf5: <its words>)".
+[[noreturn]] inline void fail(const std::string& file, const std::string& what) {
+  const std::string stack = error_stack();
+  throw value_error(file + ": " + what + (stack.empty() ? "" : " (libhdf5: " + stack + ")"));
+}
+
+// An open libhdf5 object (file, group, dataset, dataspace, datatype, attribute, property list),
+// closed by the matching H5?close when it goes.
+class handle {
+ public:
+  using closer = herr_t (*)(hid_t);
+  handle() = default;
+  handle(hid_t id, closer close) : id_(id), close_(close) {}
+  handle(handle&& o) noexcept : id_(std::exchange(o.id_, H5I_INVALID_HID)), close_(o.close_) {}
+  handle& operator=(handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, H5I_INVALID_HID);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  handle(const handle&) = delete;
+  handle& operator=(const handle&) = delete;
+  ~handle() { reset(); }
+  hid_t id() const noexcept { return id_; }
+  explicit operator bool() const noexcept { return id_ >= 0; }
+  // Closes now, reporting a failure (a file's last write happens in H5Fclose).
+  bool close() {
+    const hid_t id = std::exchange(id_, H5I_INVALID_HID);
+    return id < 0 || close_(id) >= 0;
+  }
+
+ private:
+  void reset() noexcept {
+    if (id_ >= 0) close_(id_);
+    id_ = H5I_INVALID_HID;
+  }
+  hid_t id_ = H5I_INVALID_HID;
+  closer close_ = nullptr;
+};
+
+// An object, its file's name for messages, and its path in the file.
+struct object {
+  handle h;
+  std::string file;
+  std::string path;  // "/", "/layers/dense/vars"
+  hid_t id() const noexcept { return h.id(); }
+  std::string child_path(std::string_view name) const {
+    return (path == "/" ? "/" : path + "/") + std::string(name);
+  }
+};
+
+// The file format's version bounds: HDF5 1.8's format, whose superblock, object headers and
+// B-trees carry checksums, so that libhdf5 finds damaged metadata instead of following it;
+// every libhdf5 since 1.8 (h5py's included) reads it. Closing the file closes every object still
+// open in it, so that the file is complete when H5Fclose returns (by default libhdf5 would
+// finish it only when the last object goes).
+inline handle file_access_list(const std::string& file) {
+  handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl || H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_V18, H5F_LIBVER_V18) < 0 ||
+      H5Pset_fclose_degree(fapl.id(), H5F_CLOSE_STRONG) < 0)
+    fail(file, "cannot set up its file access properties");
+  return fapl;
+}
+
+// Creates (or truncates) a file to write.
+inline object create_file(const std::string& file) {
+  silence_errors();
+  const handle fapl = file_access_list(file);
+  handle f(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose);
+  if (!f) fail(file, "libhdf5 cannot create the file");
+  return {std::move(f), file, "/"};
+}
+
+// Opens a file to read.
+inline object open_file(const std::string& file) {
+  silence_errors();
+  handle f(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!f) fail(file, "libhdf5 cannot open it as an HDF5 file");
+  return {std::move(f), file, "/"};
+}
+
+// Whether `parent` has a link `name` that resolves to an object. Soft and external links are
+// refused, as Keras refuses them (they could point outside the file).
+inline bool has(const object& parent, std::string_view name) {
+  const std::string n(name);
+  const htri_t e = H5Lexists(parent.id(), n.c_str(), H5P_DEFAULT);
+  if (e < 0) fail(parent.file, "cannot look up '" + parent.child_path(name) + "'");
+  if (e == 0) return false;
+  H5L_info_t info{};
+  if (H5Lget_info(parent.id(), n.c_str(), &info, H5P_DEFAULT) < 0)
+    fail(parent.file, "cannot read the link '" + parent.child_path(name) + "'");
+  if (info.type != H5L_TYPE_HARD)
+    fail(parent.file, "'" + parent.child_path(name) + "' is a " +
+                          (info.type == H5L_TYPE_SOFT ? "soft" : "external") +
+                          " link; a weights file holds its groups and datasets itself");
+  return true;
+}
+
+inline object create_group(const object& parent, std::string_view name) {
+  const std::string n(name);
+  handle g(H5Gcreate2(parent.id(), n.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+  if (!g) fail(parent.file, "cannot create the group '" + parent.child_path(name) + "'");
+  return {std::move(g), parent.file, parent.child_path(name)};
+}
+
+// The group `name` of `parent`, which must exist (check with has()) and be a group.
+inline object open_group(const object& parent, std::string_view name) {
+  const std::string n(name), path = parent.child_path(name);
+  H5O_info_t info{};
+  if (H5Oget_info_by_name(parent.id(), n.c_str(), &info, H5P_DEFAULT) < 0)
+    fail(parent.file, "cannot read the object '" + path + "'");
+  if (info.type != H5O_TYPE_GROUP) fail(parent.file, "'" + path + "' is not a group");
+  handle g(H5Gopen2(parent.id(), n.c_str(), H5P_DEFAULT), H5Gclose);
+  if (!g) fail(parent.file, "cannot open the group '" + path + "'");
+  return {std::move(g), parent.file, path};
+}
+
+// The names of a group's members, in libhdf5's name order.
+inline std::vector<std::string> members(const object& group) {
+  H5G_info_t info{};
+  if (H5Gget_info(group.id(), &info) < 0)
+    fail(group.file, "cannot list the group '" + group.path + "'");
+  std::vector<std::string> out;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t n = H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr,
+                                         0, H5P_DEFAULT);
+    if (n < 0) fail(group.file, "cannot read a member's name in '" + group.path + "'");
+    std::string name(static_cast<std::size_t>(n), '\0');
+    if (H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
+                           name.size() + 1, H5P_DEFAULT) < 0)
+      fail(group.file, "cannot read a member's name in '" + group.path + "'");
+    out.push_back(std::move(name));
+  }
+  return out;
+}
+
+// ---- attributes ----------------------------------------------------------------------------
+// A scalar string attribute, variable-length UTF-8 (as h5py writes a Python str).
+inline void write_attribute(const object& o, std::string_view name, std::string_view value) {
+  const std::string n(name), v(value);
+  handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  if (!type || !space || H5Tset_size(type.id(), H5T_VARIABLE) < 0 ||
+      H5Tset_cset(type.id(), H5T_CSET_UTF8) < 0)
+    fail(o.file, "cannot make a string type");
+  handle a(H5Acreate2(o.id(), n.c_str(), type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT),
+           H5Aclose);
+  const char* p = v.c_str();
+  if (!a || H5Awrite(a.id(), type.id(), &p) < 0)
+    fail(o.file, "cannot write the attribute '" + n + "' of '" + o.path + "'");
+}
+
+// A scalar string attribute (variable-length or fixed-length), if `o` has one of that name.
+inline std::optional<std::string> read_string_attribute(const object& o, std::string_view name) {
+  const std::string n(name);
+  const htri_t e = H5Aexists(o.id(), n.c_str());
+  if (e < 0) fail(o.file, "cannot look up the attribute '" + n + "' of '" + o.path + "'");
+  if (e == 0) return std::nullopt;
+  handle a(H5Aopen(o.id(), n.c_str(), H5P_DEFAULT), H5Aclose);
+  if (!a) fail(o.file, "cannot open the attribute '" + n + "' of '" + o.path + "'");
+  handle space(H5Aget_space(a.id()), H5Sclose);
+  handle type(H5Aget_type(a.id()), H5Tclose);
+  if (!space || !type || H5Sget_simple_extent_type(space.id()) != H5S_SCALAR ||
+      H5Tget_class(type.id()) != H5T_STRING)
+    fail(o.file, "the attribute '" + n + "' of '" + o.path + "' is not a string");
+  const htri_t variable = H5Tis_variable_str(type.id());
+  handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  // libhdf5 converts no string between character sets: read it in the attribute's own.
+  if (variable < 0 || !mem || H5Tset_cset(mem.id(), H5Tget_cset(type.id())) < 0)
+    fail(o.file, "cannot read the type of the attribute '" + n + "'");
+  if (variable > 0) {
+    char* p = nullptr;
+    if (H5Tset_size(mem.id(), H5T_VARIABLE) < 0 || H5Aread(a.id(), mem.id(), &p) < 0)
+      fail(o.file, "cannot read the attribute '" + n + "' of '" + o.path + "'");
+    std::string out = p ? p : "";
+    H5free_memory(p);
+    return out;
+  }
+  const std::size_t size = H5Tget_size(type.id());
+  if (size == 0 || size > (1u << 16))
+    fail(o.file, "the attribute '" + n + "' of '" + o.path + "' has an unusable size");
+  std::string out(size, '\0');
+  if (H5Tset_size(mem.id(), size) < 0 || H5Aread(a.id(), mem.id(), out.data()) < 0)
+    fail(o.file, "cannot read the attribute '" + n + "' of '" + o.path + "'");
+  out.resize(out.find('\0') == std::string::npos ? out.size() : out.find('\0'));
+  return out;
+}
+
+namespace detail {
+template <class T>
+hid_t native_type() {
+  if constexpr (std::is_same_v<T, std::uint32_t>) return H5T_NATIVE_UINT32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_NATIVE_INT64;
+  else return H5T_NATIVE_DOUBLE;
+}
+template <class T>
+hid_t file_type() {
+  if constexpr (std::is_same_v<T, std::uint32_t>) return H5T_STD_U32LE;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_STD_I64LE;
+  else return H5T_IEEE_F64LE;
+}
+}  // namespace detail
+
+// A scalar number attribute (uint32, int64 or float64).
+template <class T>
+  requires std::is_same_v<T, std::uint32_t> || std::is_same_v<T, std::int64_t> ||
+           std::is_same_v<T, double>
+void write_attribute(const object& o, std::string_view name, T value) {
+  const std::string n(name);
+  handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  handle a(H5Acreate2(o.id(), n.c_str(), detail::file_type<T>(), space.id(), H5P_DEFAULT,
+                      H5P_DEFAULT),
+           H5Aclose);
+  if (!a || H5Awrite(a.id(), detail::native_type<T>(), &value) < 0)
+    fail(o.file, "cannot write the attribute '" + n + "' of '" + o.path + "'");
+}
+
+// A scalar number attribute, if `o` has one of that name; a non-scalar or non-numeric one is an
+// error.
+template <class T>
+std::optional<T> read_attribute(const object& o, std::string_view name) {
+  const std::string n(name);
+  const htri_t e = H5Aexists(o.id(), n.c_str());
+  if (e < 0) fail(o.file, "cannot look up the attribute '" + n + "' of '" + o.path + "'");
+  if (e == 0) return std::nullopt;
+  handle a(H5Aopen(o.id(), n.c_str(), H5P_DEFAULT), H5Aclose);
+  if (!a) fail(o.file, "cannot open the attribute '" + n + "' of '" + o.path + "'");
+  handle space(H5Aget_space(a.id()), H5Sclose);
+  handle type(H5Aget_type(a.id()), H5Tclose);
+  const H5T_class_t c = type ? H5Tget_class(type.id()) : H5T_NO_CLASS;
+  if (!space || H5Sget_simple_extent_type(space.id()) != H5S_SCALAR ||
+      (c != H5T_INTEGER && c != H5T_FLOAT))
+    fail(o.file, "the attribute '" + n + "' of '" + o.path + "' is not a scalar number");
+  T value{};
+  if (H5Aread(a.id(), detail::native_type<T>(), &value) < 0)
+    fail(o.file, "cannot read the attribute '" + n + "' of '" + o.path + "'");
+  return value;
+}
+
+// ---- datasets ------------------------------------------------------------------------------
+// Writes a float32 dataset (little-endian, contiguous, as h5py writes a NumPy array) of `shape`
+// ({} for a scalar); returns it, for attributes.
+inline object write_dataset(const object& group, std::string_view name,
+                            const std::vector<std::size_t>& shape, std::span<const float> values) {
+  const std::string n(name);
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  handle space(dims.empty() ? H5Screate(H5S_SCALAR)
+                            : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+               H5Sclose);
+  handle d(H5Dcreate2(group.id(), n.c_str(), H5T_IEEE_F32LE, space.id(), H5P_DEFAULT, H5P_DEFAULT,
+                      H5P_DEFAULT),
+           H5Dclose);
+  if (!d || H5Dwrite(d.id(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+    fail(group.file, "cannot write the dataset '" + group.child_path(name) + "'");
+  return {std::move(d), group.file, group.child_path(name)};
+}
+// A scalar int32 dataset (Keras's optimizer iteration count).
+inline object write_scalar(const object& group, std::string_view name, std::int32_t value) {
+  const std::string n(name);
+  handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  handle d(H5Dcreate2(group.id(), n.c_str(), H5T_STD_I32LE, space.id(), H5P_DEFAULT, H5P_DEFAULT,
+                      H5P_DEFAULT),
+           H5Dclose);
+  if (!d || H5Dwrite(d.id(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value) < 0)
+    fail(group.file, "cannot write the dataset '" + group.child_path(name) + "'");
+  return {std::move(d), group.file, group.child_path(name)};
+}
+
+// What a dataset holds, read before its values: its shape ({} for a scalar) and its element
+// type's class.
+struct dataset_info {
+  std::vector<std::size_t> shape;
+  H5T_class_t type_class = H5T_NO_CLASS;
+  std::size_t type_size = 0;
+  std::size_t elements() const {
+    std::size_t n = 1;
+    for (std::size_t d : shape) n *= d;
+    return n;
+  }
+};
+
+// The dataset `name` of `group` (which must exist), and what it holds. Datasets whose values
+// live outside the file (external storage, virtual datasets) are refused, as Keras refuses them.
+inline std::pair<object, dataset_info> open_dataset(const object& group, std::string_view name) {
+  const std::string n(name), path = group.child_path(name);
+  H5O_info_t oi{};
+  if (H5Oget_info_by_name(group.id(), n.c_str(), &oi, H5P_DEFAULT) < 0)
+    fail(group.file, "cannot read the object '" + path + "'");
+  if (oi.type != H5O_TYPE_DATASET) fail(group.file, "'" + path + "' is not a dataset");
+  handle d(H5Dopen2(group.id(), n.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!d) fail(group.file, "cannot open the dataset '" + path + "'");
+  handle plist(H5Dget_create_plist(d.id()), H5Pclose);
+  if (!plist) fail(group.file, "cannot read how '" + path + "' is stored");
+  const int external = H5Pget_external_count(plist.id());
+  const H5D_layout_t layout = H5Pget_layout(plist.id());
+  if (external != 0 || layout == H5D_VIRTUAL || layout == H5D_LAYOUT_ERROR)
+    fail(group.file, "'" + path + "' keeps its values outside the file (external or virtual "
+                     "storage), which a weights file does not");
+  handle space(H5Dget_space(d.id()), H5Sclose);
+  handle type(H5Dget_type(d.id()), H5Tclose);
+  if (!space || !type) fail(group.file, "cannot read the shape and type of '" + path + "'");
+  dataset_info info;
+  const int rank = H5Sget_simple_extent_ndims(space.id());
+  if (rank < 0 || rank > 32) fail(group.file, "cannot read the shape of '" + path + "'");
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (rank > 0 && H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr) < 0)
+    fail(group.file, "cannot read the shape of '" + path + "'");
+  info.shape.assign(dims.begin(), dims.end());
+  info.type_class = H5Tget_class(type.id());
+  info.type_size = H5Tget_size(type.id());
+  return {object{std::move(d), group.file, path}, std::move(info)};
+}
+
+// Reads a dataset's values, converted to T (float, double or int64) by libhdf5; `out` has one
+// element per value (the caller checked the shape first).
+template <class T>
+void read_values(const object& dataset, std::span<T> out) {
+  hid_t mem = H5T_NATIVE_FLOAT;
+  if constexpr (std::is_same_v<T, double>) mem = H5T_NATIVE_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int64_t>) mem = H5T_NATIVE_INT64;
+  if (H5Dread(dataset.id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    fail(dataset.file, "cannot read the values of '" + dataset.path + "'");
+}
+
+}  // namespace tessel::saving::h5

@@ -1,0 +1,172 @@
+// model_weights: a model's save_weights and load_weights (Keras's model.save_weights and
+// model.load_weights) in a .weights.h5 file (weights_file.hpp): the model's variables by layer
+// and its optimizer's state, as Keras lays them out. A distributed model saves global values
+// (a sharded variable or slot is gathered first, as get_weights gathers it) from the process at
+// device 0 alone; every process loads, keeping its block of each variable. A failure on one
+// process is an error on every one (none is left waiting in a collective).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "../core/errors.hpp"
+#include "../core/tensor_layout.hpp"
+#include "../data/array.hpp"
+#include "../model/distribute.hpp"
+#include "../model/sequential.hpp"
+#include "../optimizers.hpp"
+#include "../state.hpp"
+#include "weights_file.hpp"
+
+namespace tessel::saving {
+
+// A model's weights file as values: `content` in Keras's layout, and where each of its
+// variables is in the model's lists (get_weights' order; the optimizer's state() slots).
+struct model_weights_layout {
+  weights_content content;
+  std::vector<std::size_t> weight_index;  // content's variables, layer by layer -> get_weights
+  std::vector<std::size_t> slot_index;    // content's slots, in Keras's order -> state() slots
+};
+
+namespace detail {
+
+// The Keras name of an optimizer ("adam", "sgd", "rm_sprop": its class name in snake case).
+template <class B>
+std::string keras_optimizer_name(const optimizer<B>& o) {
+  return std::visit([](const auto& s) { return keras_snake_case(s.name); }, o.spec().value());
+}
+
+// A tensor's global values, row-major, on every process (a sharded one gathered).
+template <class Model, class B>
+std::vector<float> global_values(Model& m, const basic_dtensor<B>& t,
+                                 const std::vector<std::size_t>& shape) {
+  std::vector<float> values(tessel::saving::detail::elements(shape));
+  if (t.size() == values.size()) {
+    B::download(t.local(), std::span<float>(values));
+    return values;
+  }
+  typename B::matrix store;
+  const basic_dtensor<B> whole =
+      m.resharding()(t, layout_value::replicated(shape.size()), store, "gathered");
+  B::download(whole.local(), std::span<float>(values));
+  return values;
+}
+
+}  // namespace detail
+
+// The layout of `m`'s weights file: Keras's model.layers (a functional model's InputLayer
+// first), each with its variables (trainable first, then the others, each in creation order),
+// and the optimizer `opt` (if any) with its slots in Keras's order. The values are left empty.
+template <class Model, class B>
+model_weights_layout weights_layout(Model& m, const optimizer<B>* opt) {
+  model_weights_layout out;
+  out.content.model_name = m.name();
+  std::vector<std::string> classes, names;
+  if constexpr (Model::keras_functional) {
+    classes.push_back("input_layer");
+    names.push_back("input_layer");
+  }
+  for (std::size_t i = 0; i < Model::layer_count; ++i) {
+    classes.push_back(keras_snake_case(Model::layer_class_name(i)));
+    names.push_back(std::string(Model::layer_name(i)));
+  }
+  const std::vector<std::string> groups = keras_unique_names(classes);
+  const std::vector<variable<B>*> vars = m.variables();
+  for (std::size_t l = 0; l < groups.size(); ++l) {
+    saved_layer layer{groups[l], names[l], {}};
+    const std::string prefix = names[l] + "/";
+    for (const bool trainable : {true, false})
+      for (std::size_t i = 0; i < vars.size(); ++i)
+        if (vars[i]->trainable == trainable && vars[i]->path.starts_with(prefix)) {
+          layer.variables.push_back({vars[i]->path, vars[i]->shape, {}});
+          out.weight_index.push_back(i);
+        }
+    out.content.layers.push_back(std::move(layer));
+  }
+  if (opt != nullptr) {
+    saved_optimizer o{detail::keras_optimizer_name(*opt), 0, 0, {}};
+    const state_list<B> state = opt->state();
+    std::vector<std::string> paths;
+    for (std::size_t i = 2; i < state.size(); ++i) paths.push_back(state[i].path);
+    out.slot_index = keras_slot_order(o.name, paths);
+    for (std::size_t k : out.slot_index)
+      o.slots.push_back({state[k + 2].path, state[k + 2].shape, {}});
+    out.content.optimizer = std::move(o);
+  }
+  return out;
+}
+
+namespace detail {
+inline void check_weights_path(const std::string& filepath, const char* where) {
+  if (!filepath.ends_with(".weights.h5"))
+    throw value_error(std::string(where) + ": the filename must end in `.weights.h5` (Keras's "
+                      "weights file). Received: filepath=" + filepath);
+}
+}  // namespace detail
+
+// Keras's model.save_weights(filepath): every process calls it (a sharded variable is gathered
+// from all of them); the process at device 0 writes the file, atomically. `opt` is the compiled
+// optimizer (nullptr before compile: no optimizer group, as Keras writes none).
+template <class Model, class B>
+void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& filepath) {
+  tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
+    detail::check_weights_path(filepath, "save_weights");
+  });
+  model_weights_layout layout = weights_layout(m, opt);
+  const std::vector<array<float>> weights = m.get_weights();
+  std::size_t next = 0;
+  for (auto& layer : layout.content.layers)
+    for (auto& v : layer.variables) v.values = weights[layout.weight_index[next++]].values;
+  if (opt != nullptr) {
+    const state_list<B> state = opt->state();
+    saved_optimizer& o = *layout.content.optimizer;
+    o.iterations = state[0].integer();
+    o.learning_rate = state[1].real();
+    for (std::size_t k = 0; k < o.slots.size(); ++k)
+      o.slots[k].values =
+          detail::global_values(m, state[layout.slot_index[k] + 2].tensor(), o.slots[k].shape);
+  }
+  tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
+    if (m.mesh().is_chief()) write_weights_file(filepath, layout.content);
+  });
+}
+
+// Keras's model.load_weights(filepath): every process calls it and reads the file; the model's
+// variables (and the optimizer's state, where the file has it and `opt` is the compiled
+// optimizer) are replaced only once every process has read every value and found it fit.
+template <class Model, class B>
+void load_model_weights(Model& m, optimizer<B>* opt, const std::string& filepath) {
+  if (opt != nullptr) opt->build(m.trainable_variables());
+  model_weights_layout layout = weights_layout(m, static_cast<const optimizer<B>*>(opt));
+  optimizer_found found = optimizer_found::none;
+  tessel::detail::on_every_process(m.mesh(), "load_weights", [&] {
+    detail::check_weights_path(filepath, "load_weights");
+    found = read_weights_file(filepath, layout.content, "load_weights");
+  });
+  const std::vector<variable<B>*> vars = m.variables();
+  std::vector<array<float>> weights(vars.size());
+  std::size_t next = 0;
+  for (auto& layer : layout.content.layers)
+    for (auto& v : layer.variables)
+      weights[layout.weight_index[next++]] = array<float>(v.shape, std::move(v.values));
+  m.set_weights(weights);
+  if (opt == nullptr || found == optimizer_found::none) return;
+  state_list<B> state = opt->state();
+  const saved_optimizer& o = *layout.content.optimizer;
+  state[0].value = o.iterations;
+  state[1].value = o.learning_rate;
+  if (found == optimizer_found::all)
+    for (std::size_t k = 0; k < o.slots.size(); ++k) {
+      const basic_dtensor<B>& t = state[layout.slot_index[k] + 2].tensor();
+      const std::vector<float> block = block_of(t, std::span<const float>(o.slots[k].values));
+      B::upload(std::span<const float>(block), t.local());
+    }
+  opt->set_state(state, "load_weights");
+}
+
+}  // namespace tessel::saving
