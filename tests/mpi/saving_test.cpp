@@ -59,9 +59,12 @@ std::vector<std::vector<float>> local_state(Model& m) {
   std::vector<std::vector<float>> out;
   for (const auto& w : m.get_weights()) out.push_back(w.values);
   for (const auto& v : m.get_optimizer().state()) {
-    if (v.is_tensor()) out.push_back(v.numpy());
-    else if (v.dtype() == "int64") out.push_back({static_cast<float>(v.integer())});
-    else out.push_back({static_cast<float>(v.real())});
+    if (v.is_tensor())
+      out.push_back(v.numpy());
+    else if (v.dtype() == "int64")
+      out.push_back({static_cast<float>(v.integer())});
+    else
+      out.push_back({static_cast<float>(v.real())});
   }
   return out;
 }
@@ -92,9 +95,9 @@ void data_parallel_saves_once_and_every_process_loads(const fs::path& dir) {
   const std::size_t before = saving::files_written();
   a.save_weights(path);
   const std::size_t wrote = saving::files_written() - before;
-  check(wrote == (process_id() == 0 ? 1u : 0u),
-        "process " + std::to_string(process_id()) + " wrote " + std::to_string(wrote) +
-            " files; only process 0 writes");
+  check(wrote == (process_id() == 0 ? 1u : 0u), "process " + std::to_string(process_id()) +
+                                                    " wrote " + std::to_string(wrote) +
+                                                    " files; only process 0 writes");
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++files;
   check(files == 1, "the directory holds the file alone (no temporary left): " +
@@ -117,8 +120,8 @@ void data_parallel_saves_once_and_every_process_loads(const fs::path& dir) {
     check(e.find("failed on 1 other process") != std::string::npos,
           "process 0 says another process failed: '" + e + "'");
   else
-    check(e.find("does not exist") != std::string::npos, "process 1 names its missing file: '" +
-                                                             e + "'");
+    check(e.find("does not exist") != std::string::npos,
+          "process 1 names its missing file: '" + e + "'");
   check(same(local_state(b), kept), "a failed load changes no model");
 }
 

@@ -53,8 +53,8 @@ using x = input<28, 28, 1>;
 using c1 = relu<>::on<bn::on<
     conv2d<12, 3, {.padding = "same", .use_bias = false}>::on<rescaling<1.0 / 255.0>::on<x>>>>;
 using c2 = relu<>::on<bn::on<conv2d<24, 6, {.strides = 2, .use_bias = false}>::on<c1>>>;
-using c3 = relu<>::on<
-    bn::on<conv2d<32, 6, {.strides = 2, .padding = "same", .name = "large_k"}>::on<c2>>>;
+using c3 =
+    relu<>::on<bn::on<conv2d<32, 6, {.strides = 2, .padding = "same", .name = "large_k"}>::on<c2>>>;
 using y = dense<10>::on<dense<256, {.activation = "relu"}>::on<global_average_pooling2d<>::on<c3>>>;
 using model = tessel::functional<x, y>;
 void compile(model& m) {
@@ -102,9 +102,12 @@ std::vector<std::vector<float>> state_of(Model& m) {
   std::vector<std::vector<float>> out;
   for (const auto& w : m.get_weights()) out.push_back(w.values);
   for (const auto& v : m.get_optimizer().state()) {
-    if (v.is_tensor()) out.push_back(v.numpy());
-    else if (v.dtype() == "int64") out.push_back({float(v.integer())});
-    else out.push_back({float(v.real()), float(v.real() - double(float(v.real())))});
+    if (v.is_tensor())
+      out.push_back(v.numpy());
+    else if (v.dtype() == "int64")
+      out.push_back({float(v.integer())});
+    else
+      out.push_back({float(v.real()), float(v.real() - double(float(v.real())))});
   }
   return out;
 }
@@ -188,9 +191,9 @@ TEST_CASE("saving: Keras's names for layer groups and the optimizer", "[saving]"
   CHECK(tessel::saving::keras_unique_names({"dense", "re_lu", "dense", "re_lu", "dense"}) ==
         std::vector<std::string>{"dense", "re_lu", "dense_1", "re_lu_1", "dense_2"});
   // RMSprop's slots by kind in Keras's order; Adam's by variable, as tessel keeps them.
-  const std::vector<std::string> slots{"rmsprop/a_velocity", "rmsprop/a_momentum",
+  const std::vector<std::string> slots{"rmsprop/a_velocity",         "rmsprop/a_momentum",
                                        "rmsprop/a_average_gradient", "rmsprop/b_velocity",
-                                       "rmsprop/b_momentum", "rmsprop/b_average_gradient"};
+                                       "rmsprop/b_momentum",         "rmsprop/b_average_gradient"};
   CHECK(tessel::saving::keras_slot_order("rm_sprop", slots) ==
         std::vector<std::size_t>{0, 3, 1, 4, 2, 5});
   CHECK(tessel::saving::keras_slot_order("adam", slots) ==
@@ -215,9 +218,10 @@ TEST_CASE("saving: Keras loads tessel's .weights.h5 files and predicts as tessel
   }
 }
 
-TEST_CASE("saving: save then load gives back the weights and optimizer state bitwise, and "
-          "training goes on as without the reload",
-          "[saving]") {
+TEST_CASE(
+    "saving: save then load gives back the weights and optimizer state bitwise, and "
+    "training goes on as without the reload",
+    "[saving]") {
   const json g = load("saving/seed002.json");
   seed002::model a;
   seed002::compile(a);

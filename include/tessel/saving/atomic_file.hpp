@@ -25,8 +25,8 @@ namespace detail {
 inline void sync_path(const std::filesystem::path& p, bool directory) {
   const int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
   if (fd < 0)
-    throw runtime_error("Cannot open '" + p.string() + "' to sync it to disk: " +
-                        data::open_failure(p, errno, false));
+    throw runtime_error("Cannot open '" + p.string() +
+                        "' to sync it to disk: " + data::open_failure(p, errno, false));
   const int rc = ::fsync(fd);
   const int error = errno;
   ::close(fd);

@@ -174,8 +174,8 @@ inline std::vector<std::string> members(const object& group) {
     fail(group.file, "cannot list the group '" + group.path + "'");
   std::vector<std::string> out;
   for (hsize_t i = 0; i < info.nlinks; ++i) {
-    const ssize_t n = H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr,
-                                         0, H5P_DEFAULT);
+    const ssize_t n =
+        H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
     if (n < 0) fail(group.file, "cannot read a member's name in '" + group.path + "'");
     std::string name(static_cast<std::size_t>(n), '\0');
     if (H5Lget_name_by_idx(group.id(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(),
@@ -241,28 +241,34 @@ inline std::optional<std::string> read_string_attribute(const object& o, std::st
 namespace detail {
 template <class T>
 hid_t native_type() {
-  if constexpr (std::is_same_v<T, std::uint32_t>) return H5T_NATIVE_UINT32;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_NATIVE_INT64;
-  else return H5T_NATIVE_DOUBLE;
+  if constexpr (std::is_same_v<T, std::uint32_t>)
+    return H5T_NATIVE_UINT32;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return H5T_NATIVE_INT64;
+  else
+    return H5T_NATIVE_DOUBLE;
 }
 template <class T>
 hid_t file_type() {
-  if constexpr (std::is_same_v<T, std::uint32_t>) return H5T_STD_U32LE;
-  else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_STD_I64LE;
-  else return H5T_IEEE_F64LE;
+  if constexpr (std::is_same_v<T, std::uint32_t>)
+    return H5T_STD_U32LE;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    return H5T_STD_I64LE;
+  else
+    return H5T_IEEE_F64LE;
 }
 }  // namespace detail
 
 // A scalar number attribute (uint32, int64 or float64).
 template <class T>
-  requires std::is_same_v<T, std::uint32_t> || std::is_same_v<T, std::int64_t> ||
-           std::is_same_v<T, double>
+requires std::is_same_v<T, std::uint32_t> || std::is_same_v<T, std::int64_t> ||
+    std::is_same_v<T, double>
 void write_attribute(const object& o, std::string_view name, T value) {
   const std::string n(name);
   handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  handle a(H5Acreate2(o.id(), n.c_str(), detail::file_type<T>(), space.id(), H5P_DEFAULT,
-                      H5P_DEFAULT),
-           H5Aclose);
+  handle a(
+      H5Acreate2(o.id(), n.c_str(), detail::file_type<T>(), space.id(), H5P_DEFAULT, H5P_DEFAULT),
+      H5Aclose);
   if (!a || H5Awrite(a.id(), detail::native_type<T>(), &value) < 0)
     fail(o.file, "cannot write the attribute '" + n + "' of '" + o.path + "'");
 }
@@ -346,8 +352,9 @@ inline std::pair<object, dataset_info> open_dataset(const object& group, std::st
   const int external = H5Pget_external_count(plist.id());
   const H5D_layout_t layout = H5Pget_layout(plist.id());
   if (external != 0 || layout == H5D_VIRTUAL || layout == H5D_LAYOUT_ERROR)
-    fail(group.file, "'" + path + "' keeps its values outside the file (external or virtual "
-                     "storage), which a weights file does not");
+    fail(group.file, "'" + path +
+                         "' keeps its values outside the file (external or virtual "
+                         "storage), which a weights file does not");
   handle space(H5Dget_space(d.id()), H5Sclose);
   handle type(H5Dget_type(d.id()), H5Tclose);
   if (!space || !type) fail(group.file, "cannot read the shape and type of '" + path + "'");
@@ -368,8 +375,10 @@ inline std::pair<object, dataset_info> open_dataset(const object& group, std::st
 template <class T>
 void read_values(const object& dataset, std::span<T> out) {
   hid_t mem = H5T_NATIVE_FLOAT;
-  if constexpr (std::is_same_v<T, double>) mem = H5T_NATIVE_DOUBLE;
-  else if constexpr (std::is_same_v<T, std::int64_t>) mem = H5T_NATIVE_INT64;
+  if constexpr (std::is_same_v<T, double>)
+    mem = H5T_NATIVE_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int64_t>)
+    mem = H5T_NATIVE_INT64;
   if (H5Dread(dataset.id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     fail(dataset.file, "cannot read the values of '" + dataset.path + "'");
 }

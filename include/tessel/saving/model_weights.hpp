@@ -104,8 +104,10 @@ model_weights_layout weights_layout(Model& m, const optimizer<B>* opt) {
 namespace detail {
 inline void check_weights_path(const std::string& filepath, const char* where) {
   if (!filepath.ends_with(".weights.h5"))
-    throw value_error(std::string(where) + ": the filename must end in `.weights.h5` (Keras's "
-                      "weights file). Received: filepath=" + filepath);
+    throw value_error(std::string(where) +
+                      ": the filename must end in `.weights.h5` (Keras's "
+                      "weights file). Received: filepath=" +
+                      filepath);
 }
 }  // namespace detail
 
@@ -114,9 +116,8 @@ inline void check_weights_path(const std::string& filepath, const char* where) {
 // optimizer (nullptr before compile: no optimizer group, as Keras writes none).
 template <class Model, class B>
 void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& filepath) {
-  tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
-    detail::check_weights_path(filepath, "save_weights");
-  });
+  tessel::detail::on_every_process(m.mesh(), "save_weights",
+                                   [&] { detail::check_weights_path(filepath, "save_weights"); });
   model_weights_layout layout = weights_layout(m, opt);
   const std::vector<array<float>> weights = m.get_weights();
   std::size_t next = 0;

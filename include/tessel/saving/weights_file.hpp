@@ -243,11 +243,13 @@ inline void check_weights_file(const std::filesystem::path& path, std::string_vi
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) throw value_error(head + "cannot read its size: " + ec.message() + ".");
   if (size == 0)
-    throw value_error(head + "the file is empty (0 bytes), not a weights file. Was its write "
+    throw value_error(head +
+                      "the file is empty (0 bytes), not a weights file. Was its write "
                       "interrupted? Save the weights again or use another copy.");
   std::uint64_t content = size;
   if (verify_checksum(path, size, content) == checksum_state::damaged)
-    throw value_error(head + "the file was damaged after tessel wrote it: its bytes do not match "
+    throw value_error(head +
+                      "the file was damaged after tessel wrote it: its bytes do not match "
                       "the CRC-32 tessel recorded at its end (flipped bytes on the disk or in a "
                       "copy, or a part overwritten). Use another copy of the file.");
   std::ifstream in(path, std::ios::binary);
@@ -257,13 +259,15 @@ inline void check_weights_file(const std::filesystem::path& path, std::string_vi
   if (!in && !in.eof()) throw value_error(head + "the file cannot be read.");
   static constexpr unsigned char signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
   if (got < 8 || std::memcmp(b.data(), signature, 8) != 0)
-    throw value_error(head + "it is not an HDF5 file (it does not start with HDF5's signature "
+    throw value_error(head +
+                      "it is not an HDF5 file (it does not start with HDF5's signature "
                       "\\x89HDF\\r\\n\\x1a\\n, as every .weights.h5 file Keras or tessel writes "
                       "does). Pass a file written by save_weights.");
   const std::string truncated =
       head + "the file is truncated: it has " + std::to_string(size) + " bytes, ";
-  const std::string again = " Was a copy or a write cut short? Save the weights again or use "
-                            "another copy.";
+  const std::string again =
+      " Was a copy or a write cut short? Save the weights again or use "
+      "another copy.";
   if (got < 12) throw value_error(truncated + "too few for an HDF5 superblock." + again);
   // The superblock (HDF5 file format, "Superblock"): versions 0 and 1 keep the end-of-file
   // address after the base and free-space addresses, 2 and 3 after the base and extension ones.
@@ -311,8 +315,8 @@ inline void read_variable(const h5::object& vars, std::size_t i, saved_variable&
                       "') does not hold numbers.");
   if (info.shape != v.shape)
     throw value_error(head + "variable '" + v.path + "' has shape " + shape_text(v.shape) +
-                      " in this model, but " + shape_text(info.shape) + " in the file ('" +
-                      d.path + "'). The file is of another model (or of this model built with "
+                      " in this model, but " + shape_text(info.shape) + " in the file ('" + d.path +
+                      "'). The file is of another model (or of this model built with "
                       "other sizes); load a file saved from this one.");
   v.values.assign(elements(v.shape), 0.0f);
   h5::read_values(d, std::span<float>(v.values));
@@ -340,7 +344,8 @@ inline optimizer_found read_weights_file(const std::filesystem::path& path,
   try {
     const h5::object file = h5::open_file(path.string());
     if (!h5::has(file, "layers"))
-      throw value_error(head + "the file has no 'layers' group, so it is not a Keras weights "
+      throw value_error(head +
+                        "the file has no 'layers' group, so it is not a Keras weights "
                         "file (model.save_weights writes one).");
     const h5::object layers = h5::open_group(file, "layers");
     // Groups with variables in the file that the model has no layer for: another model.
@@ -364,14 +369,15 @@ inline optimizer_found read_weights_file(const std::filesystem::path& path,
       const std::string what = "layer '" + l.name + "' (group 'layers/" + l.group + "')";
       if (!h5::has(layers, l.group) || !h5::has(h5::open_group(layers, l.group), "vars"))
         throw value_error(head + "the file has no weights for " + what + ", whose variables are " +
-                          paths + ". The file is of another model; load a file saved from this "
+                          paths +
+                          ". The file is of another model; load a file saved from this "
                           "one.");
       const h5::object vars = h5::open_group(h5::open_group(layers, l.group), "vars");
       const std::size_t n = h5::members(vars).size();
       if (n != l.variables.size())
         throw value_error(head + "the file has " + std::to_string(n) + " variables for " + what +
-                          ", this model has " + std::to_string(l.variables.size()) + " (" +
-                          paths + "). The file is of another model; load a file saved from "
+                          ", this model has " + std::to_string(l.variables.size()) + " (" + paths +
+                          "). The file is of another model; load a file saved from "
                           "this one.");
       for (std::size_t i = 0; i < l.variables.size(); ++i)
         detail::read_variable(vars, i, l.variables[i], head, what);
@@ -403,7 +409,8 @@ inline optimizer_found read_weights_file(const std::filesystem::path& path,
     {
       auto [d, info] = h5::open_dataset(vars, "0");
       if (!info.shape.empty() || info.type_class != H5T_INTEGER)
-        throw value_error(head + "'" + d.path + "', the optimizer's iteration count, is not an "
+        throw value_error(head + "'" + d.path +
+                          "', the optimizer's iteration count, is not an "
                           "integer scalar.");
       std::int64_t it = 0;
       h5::read_values(d, std::span<std::int64_t>(&it, 1));
@@ -418,7 +425,8 @@ inline optimizer_found read_weights_file(const std::filesystem::path& path,
     {
       auto [d, info] = h5::open_dataset(vars, "1");
       if (!info.shape.empty() || info.type_class != H5T_FLOAT)
-        throw value_error(head + "'" + d.path + "', the optimizer's learning rate, is not a "
+        throw value_error(head + "'" + d.path +
+                          "', the optimizer's learning rate, is not a "
                           "float scalar.");
       float lr = 0;
       h5::read_values(d, std::span<float>(&lr, 1));
