@@ -6,6 +6,7 @@
 // process is an error on every one (none is left waiting in a collective).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -88,6 +89,12 @@ model_weights_layout weights_layout(Model& m, const optimizer<B>* opt) {
         }
     out.content.layers.push_back(std::move(layer));
   }
+  // Each variable is in its layer's group once (its path starts with the layer's name).
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    if (std::count(out.weight_index.begin(), out.weight_index.end(), i) != 1)
+      throw value_error("weights file: variable '" + vars[i]->path +
+                        "' belongs to no layer of model '" + m.name() +
+                        "' (its path does not start with a layer's name)");
   if (opt != nullptr) {
     saved_optimizer o{detail::keras_optimizer_name(*opt), 0, 0, {}};
     const state_list<B> state = opt->state();
