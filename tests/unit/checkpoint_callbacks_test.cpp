@@ -1,9 +1,14 @@
 // The saving callbacks' own logic (trainer/checkpoint_callbacks.hpp): model_checkpoint's filepath
 // formatting as Python's str.format does it for Keras (`{epoch:02d}`, `{val_loss:.2f}`, the
 // epoch and batch counted from 1, a float's repr, Keras's KeyError text), its argument checks
-// with Keras's messages, and save_freq's two spellings.
+// with Keras's messages, and save_freq's two spellings; latest_checkpoint.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <tessel/tessel.hpp>
 
@@ -52,4 +57,29 @@ TEST_CASE("model_checkpoint and backup_and_restore: arguments checked as Keras c
                     Catch::Contains("Expected either 'epoch' or an integer value."));
   CHECK_THROWS_WITH(backup_and_restore({.backup_dir = "b", .save_freq = 0}),
                     Catch::Contains("Received: save_freq=0"));
+}
+
+TEST_CASE("latest_checkpoint: the newest complete checkpoint in a directory", "[saving]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tessel_latest_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  CHECK(tessel::latest_checkpoint(dir).empty());  // no directory
+  fs::create_directories(dir);
+  CHECK(tessel::latest_checkpoint(dir).empty());
+  const auto touch = [&](const fs::path& p, int age_seconds) {
+    std::ofstream(p) << "x";
+    fs::last_write_time(p, fs::file_time_type::clock::now() - std::chrono::seconds(age_seconds));
+  };
+  touch(dir / "ckpt-1.weights.h5", 30);
+  touch(dir / "ckpt-2.keras", 20);
+  touch(dir / "notes.txt", 1);
+  touch(dir / "ckpt-3.weights.h5.tmp.123", 1);  // a save that did not finish
+  CHECK(tessel::latest_checkpoint(dir) == dir / "ckpt-2.keras");
+  fs::create_directories(dir / "checkpoint-4.partial");  // unfinished: no manifest
+  fs::create_directories(dir / "checkpoint-5");
+  CHECK(tessel::latest_checkpoint(dir) == dir / "ckpt-2.keras");  // checkpoint-5 is unfinished
+  touch(dir / "checkpoint-5" / "manifest.json", 5);
+  fs::last_write_time(dir / "checkpoint-5", fs::file_time_type::clock::now() - std::chrono::seconds(10));
+  CHECK(tessel::latest_checkpoint(dir) == dir / "checkpoint-5");
+  fs::remove_all(dir);
 }

@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -563,23 +564,29 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
   return metadata;
 }
 
-// The newest complete checkpoint under `dir` of those named `<prefix><number>` (as
-// backup_and_restore writes them: checkpoint-1, checkpoint-2, ...), or an empty path if there is
-// none. A directory without its manifest (a save that did not finish) does not count.
-inline std::filesystem::path latest_checkpoint(const std::filesystem::path& dir,
-                                               const std::string& prefix = "checkpoint-") {
-  std::filesystem::path best;
-  std::uint64_t best_n = 0;
+// The newest checkpoint in `dir` (seeds/001's "restore the latest" step), or an empty path if
+// there is none: of the complete ones there (a directory with its manifest.json, as
+// save_checkpoint and backup_and_restore write; a .weights.h5 or .keras file, as
+// model_checkpoint writes), the one modified last, ties going to the larger name. Temporary names
+// of a save that did not finish (`<name>.partial`, `<name>.tmp.<pid>`) do not count.
+inline std::filesystem::path latest_checkpoint(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  fs::path best;
+  fs::file_time_type best_time{};
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return best;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+  if (!fs::is_directory(dir, ec)) return best;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::uint64_t n = std::stoull(digits);
-    if (std::filesystem::exists(e.path() / "manifest.json") && (best.empty() || n > best_n))
-      best = e.path(), best_n = n;
+    const auto ends = [&](std::string_view x) {
+      return name.size() > x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0;
+    };
+    const bool complete = e.is_directory(ec) ? fs::exists(e.path() / "manifest.json", ec)
+                                             : ends(".weights.h5") || ends(".keras");
+    if (!complete) continue;
+    const fs::file_time_type t = fs::last_write_time(e.path(), ec);
+    if (ec) continue;
+    if (best.empty() || t > best_time || (t == best_time && e.path() > best))
+      best = e.path(), best_time = t;
   }
   return best;
 }

@@ -264,7 +264,7 @@ class backup_and_restore : public callback {
   }
 
   // The newest backup's path (empty if none), and where the last restore went on from.
-  [[nodiscard]] std::filesystem::path latest() const { return latest_checkpoint(o_.backup_dir); }
+  [[nodiscard]] std::filesystem::path latest() const { return previous_of(~std::uint64_t{0}); }
   [[nodiscard]] const training_position& restored_position() const noexcept { return restored_; }
 
   void on_train_begin(const logs&) override {
