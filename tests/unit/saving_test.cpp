@@ -1,9 +1,12 @@
 // save_weights / load_weights: Keras 3's .weights.h5 files both ways (tests/golden/saving, written
 // by scripts/golden/keras_saving.py), the round trip of weights and optimizer state, and every
 // kind of damaged or foreign file as a clear error.
+#include <fcntl.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -387,6 +390,24 @@ TEST_CASE("saving: damaged and foreign files are clear errors, never a crash", "
     }
     INFO(errors << " errors, " << same << " loads of the same state");
     CHECK(errors > 0);
+  }
+  SECTION("libhdf5's failures are tessel errors with its words, and it prints nothing") {
+    // Without the trailer, a byte of the superblock flipped (its checksum then fails in libhdf5).
+    std::vector<char> damaged(bytes.begin(), bytes.end() - tessel::saving::checksum_trailer_size);
+    damaged[20] ^= 0x01;
+    write_bytes(dir / "superblock.weights.h5", damaged);
+    std::fflush(stderr);
+    const int saved_stderr = ::dup(2);
+    const fs::path err = dir / "stderr.txt";
+    const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 2);
+    const std::string msg = load_into_fresh(dir / "superblock.weights.h5");
+    std::fflush(stderr);
+    ::dup2(saved_stderr, 2);
+    ::close(fd);
+    ::close(saved_stderr);
+    CHECK_THAT(msg, Contains("libhdf5 cannot open it") && Contains("(libhdf5: "));
+    CHECK(fs::file_size(err) == 0);
   }
   SECTION("a file of another model names the layer or variable") {
     CHECK_THAT(load_into_fresh(golden_file("seed001.weights.h5")),
