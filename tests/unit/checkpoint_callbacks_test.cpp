@@ -83,3 +83,60 @@ TEST_CASE("latest_checkpoint: the newest complete checkpoint in a directory", "[
   CHECK(tessel::latest_checkpoint(dir) == dir / "checkpoint-5");
   fs::remove_all(dir);
 }
+
+TEST_CASE("model_checkpoint: the files fit writes, and what they hold", "[callbacks][saving]") {
+  // save_best_only on val_loss: a file per improving epoch, named by the epoch and the value;
+  // each holds that epoch's weights (a fresh model loading it predicts as the model did then).
+  namespace fs = std::filesystem;
+  using namespace tessel::layers;
+  using model_t = tessel::sequential<tessel::one_device, input<6>, dense<8, {.activation = "tanh"}>,
+                                     dense<3, {.activation = "softmax"}>>;
+  const fs::path dir = fs::temp_directory_path() / ("tessel_mc_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  tessel::array<float> x({48, 6});
+  tessel::array<std::int32_t> y({48});
+  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>((i * 37) % 11) / 11;
+  for (std::size_t r = 0; r < 48; ++r) y.values[r] = static_cast<std::int32_t>((r * 7) % 3);
+  model_t model;
+  model.compile(tessel::optimizers::adam{.learning_rate = 0.5},
+                tessel::losses::sparse_categorical_crossentropy{});
+  std::vector<double> val_losses;
+  std::vector<std::vector<float>> predictions;
+  tessel::callbacks::lambda_callback record({.on_epoch_end = [&](std::size_t, const tessel::logs& l) {
+    val_losses.push_back(*tessel::find_log(l, "val_loss"));
+    predictions.push_back(model.predict(x, 16, 0).values);
+  }});
+  // Validation labels partly unlike the training labels, and a large step: val_loss does not
+  // improve at every epoch (measured: 1.662, 1.252, 1.123, 1.154, 1.118, 1.103).
+  tessel::array<std::int32_t> yv = y;
+  for (std::size_t r = 0; r < 48; r += 2) yv.values[r] = static_cast<std::int32_t>((r * 5 + 1) % 3);
+  const auto val = tessel::from_tensor_slices(x, yv).batch(16);
+  model.fit(tessel::from_tensor_slices(x, y).batch(8),
+            {.epochs = 6, .verbose = 0,
+             .callbacks = {tessel::callbacks::model_checkpoint(
+                               {.filepath = (dir / "w-{epoch:02d}-{val_loss:.3f}.weights.h5").string(),
+                                .save_best_only = true, .save_weights_only = true}),
+                           record},
+             .validation_data = val});
+  REQUIRE(val_losses.size() == 6);
+  double best = 1e300;
+  std::size_t files = 0;
+  for (std::size_t e = 0; e < 6; ++e) {
+    char name[64];
+    std::snprintf(name, sizeof name, "w-%02zu-%.3f.weights.h5", e + 1, val_losses[e]);
+    const bool improved = val_losses[e] < best;
+    INFO("epoch " << e + 1 << " val_loss " << val_losses[e]);
+    CHECK(fs::exists(dir / name) == improved);
+    if (!improved) continue;
+    best = val_losses[e];
+    ++files;
+    model_t fresh;
+    fresh.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+    fresh.load_weights((dir / name).string());
+    CHECK(fresh.predict(x, 16, 0).values == predictions[e]);
+  }
+  CHECK(files >= 2);
+  CHECK(files < 6);
+  CHECK(static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), {})) == files);
+  fs::remove_all(dir);
+}
