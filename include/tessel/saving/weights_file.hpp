@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <optional>
 #include <span>
@@ -387,8 +388,16 @@ inline optimizer_found read_weights_file(const std::filesystem::path& path,
     if (!h5::has(group, "vars")) return optimizer_found::none;
     const h5::object vars = h5::open_group(group, "vars");
     saved_optimizer& o = *expected.optimizer;
+    // Keras names an optimizer after its class unless told otherwise: a file of another of
+    // Keras's optimizers is refused by name (Adam's and RMSprop's slots have the same shapes); a
+    // name of the user's own is left to the counts and shapes below.
+    static constexpr std::string_view keras_optimizers[] = {
+        "sgd",   "adam", "adam_w", "rm_sprop", "adagrad",   "adadelta", "adamax",
+        "nadam", "ftrl", "lion",   "lamb",     "adafactor", "muon"};
     const std::optional<std::string> name = h5::read_string_attribute(vars, "name");
-    if (name && *name != o.name)
+    if (name && *name != o.name &&
+        std::find(std::begin(keras_optimizers), std::end(keras_optimizers), *name) !=
+            std::end(keras_optimizers))
       throw value_error(head + "the file holds the state of the optimizer '" + *name +
                         "', and this model is compiled with '" + o.name +
                         "'. Compile the model with the file's optimizer before loading, or "
