@@ -15,6 +15,7 @@
 
 #include "../backend/batch_normalization_bodies.hpp"
 #include "../core/fixed_string.hpp"
+#include "keras_config.hpp"
 #include "layer.hpp"
 #include "node.hpp"
 #include "op.hpp"
@@ -53,6 +54,25 @@ struct batch_normalization {
   }
   static constexpr op_desc plan_op(std::string_view name) {
     return batch_normalization_op<{.center = Args.center, .scale = Args.scale}>(name);
+  }
+  // Keras's BatchNormalization.get_config() (on the last axis).
+  static void keras_config(layers::keras_config& c) {
+    c.field("axis", -1);
+    c.field("momentum", Args.momentum);
+    c.field("epsilon", Args.epsilon);
+    c.field("center", Args.center);
+    c.field("scale", Args.scale);
+    c.initializer("beta_initializer", Args.beta_initializer.view());
+    c.initializer("gamma_initializer", Args.gamma_initializer.view());
+    c.initializer("moving_mean_initializer", Args.moving_mean_initializer.view());
+    c.initializer("moving_variance_initializer", Args.moving_variance_initializer.view());
+    for (const char* k :
+         {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
+      c.null(k);
+    c.field("synchronized", false);
+    c.field("renorm", false);
+    c.null("renorm_clipping");
+    c.field("renorm_momentum", 0.99);
   }
 
   template <class B>

@@ -20,6 +20,7 @@
 #include "../core/activations.hpp"
 #include "../core/errors.hpp"
 #include "../core/fixed_string.hpp"
+#include "keras_config.hpp"
 #include "layer.hpp"
 #include "node.hpp"
 #include "op.hpp"
@@ -101,6 +102,23 @@ struct conv2d {
   static constexpr op_desc plan_op(std::string_view name) {
     return conv2d_op<{.filters = Filters, .window = window, .use_bias = Args.use_bias,
                       .activation = activation}>(name);
+  }
+  // Keras's Conv2D.get_config().
+  static void keras_config(layers::keras_config& c) {
+    c.field("filters", Filters);
+    c.field("kernel_size", {window.kh, window.kw});
+    c.field("strides", {window.sh, window.sw});
+    c.field("padding", Args.padding.view());
+    c.field("data_format", "channels_last");
+    c.field("dilation_rate", {1, 1});
+    c.field("groups", 1);
+    c.field("activation", Args.activation.view());
+    c.field("use_bias", Args.use_bias);
+    c.initializer("kernel_initializer", Args.kernel_initializer.view());
+    c.initializer("bias_initializer", Args.bias_initializer.view());
+    for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer",
+                          "kernel_constraint", "bias_constraint"})
+      c.null(k);
   }
 
   template <class B>
@@ -339,6 +357,14 @@ struct pooling2d {
   }
   static constexpr std::size_t param_count(const shape_value&) { return 0; }
   static constexpr op_desc plan_op(std::string_view name) { return pooling2d_op<window>(name); }
+  // Keras's MaxPooling2D / AveragePooling2D.get_config() (built when made).
+  static void keras_config(layers::keras_config& c) {
+    c.build_config = false;
+    c.field("pool_size", {window.kh, window.kw});
+    c.field("padding", Args.padding.view());
+    c.field("strides", {window.sh, window.sw});
+    c.field("data_format", "channels_last");
+  }
 
   template <class B>
   struct runtime : pool_runtime<B, Max> {
@@ -382,6 +408,12 @@ struct global_average_pooling2d {
   static constexpr std::size_t param_count(const shape_value&) { return 0; }
   static constexpr op_desc plan_op(std::string_view name) {
     return global_average_pooling2d_op(name);
+  }
+  // Keras's GlobalAveragePooling2D.get_config() (built when made).
+  static void keras_config(layers::keras_config& c) {
+    c.build_config = false;
+    c.field("data_format", "channels_last");
+    c.field("keepdims", false);
   }
 
   // Average pooling with one window over the whole image.

@@ -10,6 +10,7 @@
 #include "../core/fixed_string.hpp"
 #include "../core/layer_planner.hpp"
 #include "../core/propagation.hpp"
+#include "keras_config.hpp"
 #include "layer.hpp"
 #include "node.hpp"
 #include "op.hpp"
@@ -49,6 +50,18 @@ struct dense {
   }
   static constexpr op_desc plan_op(std::string_view name) {
     return dense_op<{.units = Units, .use_bias = Args.use_bias, .activation = activation}>(name);
+  }
+  // Keras's Dense.get_config().
+  static void keras_config(layers::keras_config& c) {
+    c.field("units", Units);
+    c.field("activation", Args.activation.view());
+    c.field("use_bias", Args.use_bias);
+    c.initializer("kernel_initializer", Args.kernel_initializer.view());
+    c.initializer("bias_initializer", Args.bias_initializer.view());
+    for (const char* k :
+         {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint",
+          "quantization_config"})
+      c.null(k);
   }
 
   template <class B>

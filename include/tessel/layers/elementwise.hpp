@@ -6,6 +6,7 @@
 #include "../core/activations.hpp"
 #include "../core/fixed_string.hpp"
 #include "../core/layer_planner.hpp"
+#include "keras_config.hpp"
 #include "layer.hpp"
 #include "node.hpp"
 #include "op.hpp"
@@ -46,6 +47,8 @@ struct flatten : stateless_layer {
     return shape_value{in.elements()};
   }
   static constexpr op_desc plan_op(std::string_view name) { return flatten_op(name); }
+  // Keras's Flatten.get_config().
+  static void keras_config(layers::keras_config& c) { c.field("data_format", "channels_last"); }
   template <class B>
   struct runtime {
     using matrix = typename B::matrix;
@@ -106,6 +109,16 @@ struct dropout : stateless_layer {
   template <class... In>
   using on = node<dropout, In...>;
   static constexpr op_desc plan_op(std::string_view name) { return dropout_op(name); }
+  // Keras's Dropout.get_config() (built when made).
+  static void keras_config(layers::keras_config& c) {
+    c.build_config = false;
+    c.field("rate", Rate);
+    if (Args.seed >= 0)
+      c.field("seed", Args.seed);
+    else
+      c.null("seed");
+    c.null("noise_shape");
+  }
   template <class B>
   class runtime {
    public:
@@ -182,6 +195,19 @@ struct activation_layer : stateless_layer {
   template <class... In>
   using on = node<activation_layer, In...>;
   static constexpr op_desc plan_op(std::string_view name) { return activation_op<A>(name); }
+  // Keras's ReLU, Softmax and Activation get_config() (built when made).
+  static void keras_config(layers::keras_config& c) {
+    c.build_config = false;
+    if constexpr (ClassName.view() == "ReLU") {
+      c.null("max_value");
+      c.field("negative_slope", 0.0);
+      c.field("threshold", 0.0);
+    } else if constexpr (ClassName.view() == "Softmax") {
+      c.field("axis", -1);
+    } else {
+      c.field("activation", activation_name(A));
+    }
+  }
   template <class B>
   class runtime {
    public:
@@ -250,6 +276,11 @@ struct rescaling : stateless_layer {
   static constexpr name_string given_name = Args.name;
   template <class... In>
   using on = node<rescaling, In...>;
+  // Keras's Rescaling.get_config().
+  static void keras_config(layers::keras_config& c) {
+    c.field("scale", Scale);
+    c.field("offset", Args.offset);
+  }
   template <class B>
   class runtime {
    public:

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../core/fixed_string.hpp"
+#include "keras_config.hpp"
 #include "layer.hpp"
 #include "node.hpp"
 #include "op.hpp"
@@ -41,6 +42,19 @@ struct layer_normalization {
   }
   static constexpr op_desc plan_op(std::string_view name) {
     return layer_normalization_op<{.center = Args.center, .scale = Args.scale}>(name);
+  }
+  // Keras's LayerNormalization.get_config() (on the last axis).
+  static void keras_config(layers::keras_config& c) {
+    c.raw("axis", "[-1]");
+    c.field("epsilon", Args.epsilon);
+    c.field("center", Args.center);
+    c.field("scale", Args.scale);
+    c.field("rms_scaling", false);
+    c.initializer("beta_initializer", Args.beta_initializer.view());
+    c.initializer("gamma_initializer", Args.gamma_initializer.view());
+    for (const char* k :
+         {"beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint"})
+      c.null(k);
   }
 
   template <class B>

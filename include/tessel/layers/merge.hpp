@@ -7,6 +7,7 @@
 
 #include "../core/fixed_string.hpp"
 #include "../core/model_plan.hpp"
+#include "keras_config.hpp"
 #include "layer.hpp"
 #include "node.hpp"
 #include "op.hpp"
@@ -38,6 +39,8 @@ struct add : merge_layer {
   }
   static constexpr shape_value merged_shape(const shape_value* in, std::size_t) { return in[0]; }
   static constexpr op_desc plan_op(std::string_view name) { return add_op(name); }
+  // Keras's Add.get_config(): the common fields alone.
+  static void keras_config(layers::keras_config&) {}
 
   template <class B>
   class runtime {
@@ -94,6 +97,8 @@ struct concatenate : merge_layer {
     return out;
   }
   static constexpr op_desc plan_op(std::string_view name) { return concatenate_op(name); }
+  // Keras's Concatenate.get_config() (tessel joins on the last axis).
+  static void keras_config(layers::keras_config& c) { c.field("axis", -1); }
 
   template <class B>
   class runtime {
