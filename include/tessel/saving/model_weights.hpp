@@ -22,6 +22,9 @@
 #include "../model/sequential.hpp"
 #include "../optimizers.hpp"
 #include "../state.hpp"
+#include "keras_archive.hpp"
+#include "model_config.hpp"
+#include "sharded_weights.hpp"
 #include "weights_file.hpp"
 
 namespace tessel::saving {
@@ -118,13 +121,10 @@ inline void check_weights_path(const std::string& filepath, const char* where) {
 }
 }  // namespace detail
 
-// Keras's model.save_weights(filepath): every process calls it (a sharded variable is gathered
-// from all of them); the process at device 0 writes the file, atomically. `opt` is the compiled
-// optimizer (nullptr before compile: no optimizer group, as Keras writes none).
+// The model's weights file as values: every variable's global values (a sharded one gathered
+// on every process) and the optimizer's counters and slots. Every process calls it.
 template <class Model, class B>
-void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& filepath) {
-  tessel::detail::on_every_process(m.mesh(), "save_weights",
-                                   [&] { detail::check_weights_path(filepath, "save_weights"); });
+weights_content model_weights_content(Model& m, const optimizer<B>* opt) {
   model_weights_layout layout = weights_layout(m, opt);
   const std::vector<array<float>> weights = m.get_weights();
   std::size_t next = 0;
@@ -139,12 +139,48 @@ void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& fi
       o.slots[k].values =
           detail::global_values(m, state[layout.slot_index[k] + 2].tensor(), o.slots[k].shape);
   }
+  return std::move(layout.content);
+}
+
+// Keras's model.save_weights(filepath, max_shard_size=...): every process calls it (a sharded
+// variable is gathered from all of them); the process at device 0 writes the file, atomically:
+// one .weights.h5 file, or with `options.max_shard_size` a .weights.json and its shards
+// (sharded_weights.hpp). `opt` is the compiled optimizer (nullptr before compile: no optimizer
+// group, as Keras writes none).
+template <class Model, class B>
+void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& filepath,
+                        const save_weights_options& options = {}) {
   tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
-    if (m.mesh().is_chief()) write_weights_file(filepath, layout.content);
+    if (!options.max_shard_size) detail::check_weights_path(filepath, "save_weights");
+  });
+  const weights_content content = model_weights_content(m, opt);
+  tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
+    if (!m.mesh().is_chief()) return;
+    if (options.max_shard_size)
+      write_sharded_weights(filepath, content, *options.max_shard_size);
+    else
+      write_weights_file(filepath, content);
   });
 }
 
-// Keras's model.load_weights(filepath): every process calls it and reads the file; the model's
+// Keras's model.save(filepath): a .keras archive (keras_archive.hpp) of the model's config
+// (`compiled`: what compile() was given, or nullptr), the metadata and the weights file; every
+// process calls it, the process at device 0 writes it.
+template <class Model, class B>
+void save_model_archive(Model& m, const optimizer<B>* opt, const compile_info* compiled,
+                        const std::string& filepath) {
+  tessel::detail::on_every_process(m.mesh(), "save",
+                                   [&] { detail::check_archive_path(filepath, "save"); });
+  const std::string config = model_config_json<Model>(m.name(), compiled);
+  const weights_content content = model_weights_content(m, opt);
+  tessel::detail::on_every_process(m.mesh(), "save", [&] {
+    if (m.mesh().is_chief()) write_keras_archive(filepath, config, content);
+  });
+}
+
+// Keras's model.load_weights(filepath): every process calls it and reads the file (a
+// .weights.h5 file, a .keras archive whose config must describe this model, or sharded weights'
+// .weights.json); the model's
 // variables (and the optimizer's state, where the file has it and `opt` is the compiled
 // optimizer) are replaced only once every process has read every value and found it fit.
 template <class Model, class B>
@@ -153,8 +189,16 @@ void load_model_weights(Model& m, optimizer<B>* opt, const std::string& filepath
   model_weights_layout layout = weights_layout(m, static_cast<const optimizer<B>*>(opt));
   optimizer_found found = optimizer_found::none;
   tessel::detail::on_every_process(m.mesh(), "load_weights", [&] {
-    detail::check_weights_path(filepath, "load_weights");
-    found = read_weights_file(filepath, layout.content, "load_weights");
+    if (filepath.ends_with(".keras")) {
+      const nlohmann::json ours =
+          nlohmann::json::parse(model_config_json<Model>(m.name(), nullptr));
+      found = read_keras_archive(filepath, ours, layout.content, "load_weights");
+    } else if (filepath.ends_with(".weights.json")) {
+      found = read_sharded_weights(filepath, layout.content, "load_weights");
+    } else {
+      detail::check_weights_path(filepath, "load_weights");
+      found = read_weights_file(filepath, layout.content, "load_weights");
+    }
   });
   const std::vector<variable<B>*> vars = m.variables();
   std::vector<array<float>> weights(vars.size());

@@ -52,9 +52,7 @@ class model_base {
     throw value_error("save_weights('" + filepath + "'): this model cannot save weights files");
   }
   virtual void save(const std::string& filepath) {
-    throw value_error("save('" + filepath +
-                      "'): saving a whole model (.keras) is not available yet; save its weights "
-                      "(a .weights.h5 filepath with save_weights_only=True) instead");
+    throw value_error("save('" + filepath + "'): this model cannot save .keras archives");
   }
   // The whole training state to a checkpoint directory and back (saving/checkpoint.hpp), with
   // the caller's metadata as JSON text; collective over the model's processes. In the

@@ -230,6 +230,25 @@ class trainer : public Model, public model_base {
   void load_weights(const std::string& filepath) {
     saving::load_model_weights(*this, optimizer_state_ ? &*optimizer_state_ : nullptr, filepath);
   }
+  // Keras's save_weights(filepath, max_shard_size=...): with a max_shard_size (GB), a
+  // .weights.json and its .weights.h5 shards, as Keras writes them.
+  void save_weights(const std::string& filepath, const saving::save_weights_options& options) {
+    saving::save_model_weights(*this, optimizer_state_ ? &*optimizer_state_ : nullptr, filepath,
+                               options);
+  }
+  // Keras's model.save(filepath): a .keras archive (saving/keras_archive.hpp) that
+  // keras.saving.load_model rebuilds the model from, with its compile config and weights;
+  // load_weights(filepath) reads it back into a model of the same type.
+  void save(const std::string& filepath) override {
+    std::optional<saving::compile_info> compiled;
+    if (optimizer_state_ && loss_) {
+      compiled = saving::compile_info{optimizer_state_->spec(), optimizer_state_->learning_rate(),
+                                      std::string(loss_->name()), loss_->plan_kind(), {}};
+      for (const auto& m : metrics_) compiled->metrics.push_back(m.name());
+    }
+    saving::save_model_archive(*this, optimizer_state_ ? &*optimizer_state_ : nullptr,
+                               compiled ? &*compiled : nullptr, filepath);
+  }
 
   // ---- the custom-training-loop pieces ------------------------------------------------------
   // Loss of the batch and the gradient of every trainable variable (in variable::gradient), as

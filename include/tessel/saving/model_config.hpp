@@ -1,0 +1,326 @@
+// model_config: a model's config.json as Keras's `serialize_keras_object(model)` writes it into a
+// .keras archive (what `keras.saving.load_model` rebuilds the model from): a Sequential or a
+// Functional model, each layer's config written by the layer itself (its keras_config trait,
+// layers/keras_config.hpp), the layers' connections, and the compile config. And the check that a
+// file's config describes the model it is loaded into: the first layer that differs is named,
+// with what differs.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "../core/errors.hpp"
+#include "../layers/keras_config.hpp"
+#include "../losses.hpp"
+#include "../model/sequential.hpp"
+#include "../optimizers.hpp"
+#include "weights_file.hpp"
+
+namespace tessel::saving {
+
+// What compile() was given, as Keras's compile_config records it (no value: not compiled).
+struct compile_info {
+  optimizer_spec optimizer = "rmsprop";
+  double learning_rate = 0.001;  // the optimizer's current one
+  std::string loss;              // the loss's Keras name
+  loss_kind loss_plan = loss_kind::none;
+  std::vector<std::string> metrics;
+};
+
+// Fails to compile, naming the layer type (the template argument in the diagnostic), when a layer
+// has no keras_config trait: a .keras archive must describe every layer.
+template <class Layer>
+struct keras_archive_layer {
+  static_assert(layers::has_keras_config<Layer>,
+                "save(\".keras\"): a layer of this model has no keras_config trait (static void "
+                "keras_config(layers::keras_config&)), so a .keras archive cannot describe it; "
+                "the layer is keras_archive_layer's template argument");
+  static constexpr bool ok = true;
+};
+
+namespace detail {
+// A model's layers as types and its graph, recovered from its graph_model base.
+template <class Graph, class... Layers>
+struct model_layers {
+  using graph_type = Graph;
+  static constexpr bool all_described = (keras_archive_layer<Layers>::ok && ...);
+  // Layer i's config fields and whether Keras records its build_config.
+  static layers::keras_config config_of(std::size_t i) {
+    layers::keras_config c;
+    std::size_t k = 0;
+    ((k++ == i ? Layers::keras_config(c) : void()), ...);
+    return c;
+  }
+};
+template <class B, class D, std::size_t... Dims, class G, class... L>
+model_layers<G, L...> model_layers_of(const graph_model<B, D, layers::input<Dims...>, G, L...>*);
+
+inline const char* dtype_policy =
+    R"({"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, )"
+    R"("registered_name": null})";
+
+inline std::string batch_shape(const shape_value& s) {
+  std::string out = "[null";
+  for (std::size_t d = 0; d < s.rank; ++d) out += ", " + std::to_string(s[d]);
+  return out + "]";
+}
+
+inline std::string optimizer_config(const compile_info& c) {
+  using layers::keras_config;
+  keras_config o;
+  std::string cls;
+  std::visit(
+      [&](const auto& spec) {
+        cls = std::string(spec.name);
+        o.field("name", keras_snake_case(spec.name));
+        // Keras holds the learning rate as a float32 variable and writes that value.
+        o.field("learning_rate", static_cast<double>(static_cast<float>(c.learning_rate)));
+        for (const char* k : {"weight_decay", "clipnorm", "global_clipnorm", "clipvalue"})
+          o.null(k);
+        o.field("use_ema", false);
+        o.field("ema_momentum", 0.99);
+        for (const char* k :
+             {"ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
+          o.null(k);
+        using S = std::decay_t<decltype(spec)>;
+        if constexpr (std::is_same_v<S, optimizers::adam>) {
+          o.field("beta_1", spec.beta_1);
+          o.field("beta_2", spec.beta_2);
+          o.field("epsilon", spec.epsilon);
+          o.field("amsgrad", false);
+        } else if constexpr (std::is_same_v<S, optimizers::rmsprop>) {
+          o.field("rho", spec.rho);
+          o.field("momentum", spec.momentum);
+          o.field("epsilon", spec.epsilon);
+          o.field("centered", spec.centered);
+        } else {
+          o.field("momentum", spec.momentum);
+          o.field("nesterov", spec.nesterov);
+        }
+      },
+      c.optimizer.value());
+  return R"({"module": "keras.optimizers", "class_name": )" + keras_config::quote(cls) +
+         R"(, "config": {)" + o.text() + R"(}, "registered_name": null})";
+}
+
+// The loss as Keras serializes it: a cross-entropy over classes as its object (so that
+// from_logits, which tessel knows from the loss's kind, goes with it), any other by its name.
+inline std::string loss_config(const compile_info& c) {
+  using layers::keras_config;
+  const bool sparse = c.loss == "sparse_categorical_crossentropy";
+  if (!sparse && c.loss != "categorical_crossentropy") return keras_config::quote(c.loss);
+  keras_config l;
+  l.field("name", c.loss);
+  l.field("reduction", "sum_over_batch_size");
+  l.field("from_logits", c.loss_plan == loss_kind::softmax_cross_entropy);
+  if (sparse) {
+    l.null("ignore_class");
+  } else {
+    l.field("label_smoothing", 0.0);
+    l.field("axis", -1);
+  }
+  return R"({"module": "keras.losses", "class_name": )" +
+         keras_config::quote(sparse ? "SparseCategoricalCrossentropy" : "CategoricalCrossentropy") +
+         R"(, "config": {)" + l.text() + R"(}, "registered_name": null})";
+}
+
+inline std::string compile_config(const compile_info* c) {
+  if (c == nullptr) return "{}";
+  std::string metrics = "null";
+  if (!c->metrics.empty()) {
+    metrics = "[";
+    for (std::size_t i = 0; i < c->metrics.size(); ++i)
+      metrics += (i ? ", " : "") + layers::keras_config::quote(c->metrics[i]);
+    metrics += "]";
+  }
+  return R"({"optimizer": )" + optimizer_config(*c) + R"(, "loss": )" + loss_config(*c) +
+         R"(, "loss_weights": null, "metrics": )" + metrics +
+         R"(, "weighted_metrics": null, "run_eagerly": false, "steps_per_execution": 1, )"
+         R"("jit_compile": true})";
+}
+}  // namespace detail
+
+// The config.json of a model of type Model named `name` (compiled as `compiled` says, or not).
+template <class Model>
+std::string model_config_json(const std::string& name, const compile_info* compiled) {
+  using info = decltype(detail::model_layers_of(static_cast<const Model*>(nullptr)));
+  static_assert(info::all_described);
+  using layers::keras_config;
+  constexpr bool functional = Model::keras_functional;
+  constexpr std::size_t n = Model::layer_count;
+  // The shape of graph node k: 0 the model's input, i + 1 layer i's output.
+  auto node_shape = [](std::size_t k) {
+    return k == 0 ? Model::input_shape : Model::layer_infos[k - 1].output;
+  };
+  auto node_name = [](std::size_t k) {
+    return k == 0 ? std::string("input_layer") : std::string(Model::layer_name(k - 1));
+  };
+  constexpr auto edges = info::graph_type::edges;
+  std::string list =
+      R"({"module": "keras.layers", "class_name": "InputLayer", "config": )"
+      R"({"batch_shape": )" +
+      detail::batch_shape(Model::input_shape) +
+      R"(, "dtype": "float32", "sparse": false, "ragged": false, "name": )"
+      R"("input_layer", "optional": false}, "registered_name": null)" +
+      std::string(functional ? R"(, "name": "input_layer", "inbound_nodes": [])" : "") + "}";
+  for (std::size_t i = 0; i < n; ++i) {
+    const keras_config c = info::config_of(i);
+    const std::string lname = std::string(Model::layer_name(i));
+    std::string entry = R"({"module": "keras.layers", "class_name": )" +
+                        keras_config::quote(Model::layer_class_name(i)) +
+                        R"(, "config": {"name": )" + keras_config::quote(lname) +
+                        R"(, "trainable": true, "dtype": )" + detail::dtype_policy +
+                        (c.text().empty() ? "" : ", " + c.text()) + R"(}, "registered_name": null)";
+    const std::size_t inputs = edges.count[i];
+    if (c.build_config) {
+      std::string shapes;
+      if (inputs > 1) {
+        shapes = "[";
+        for (std::size_t k = 0; k < inputs; ++k)
+          shapes += (k ? ", " : "") + detail::batch_shape(node_shape(edges.inputs[i][k]));
+        shapes += "]";
+      } else {
+        shapes = detail::batch_shape(node_shape(edges.inputs[i][0]));
+      }
+      entry += R"(, "build_config": {"input_shape": )" + shapes + "}";
+    }
+    if constexpr (functional) {
+      std::string args;
+      for (std::size_t k = 0; k < inputs; ++k) {
+        const std::size_t from = edges.inputs[i][k];
+        args += std::string(k ? ", " : "") +
+                R"({"class_name": "__keras_tensor__", "config": {"shape": )" +
+                detail::batch_shape(node_shape(from)) +
+                R"(, "dtype": "float32", "keras_history": [)" +
+                keras_config::quote(node_name(from)) + ", 0, 0]}}";
+      }
+      if (inputs > 1) args = "[" + args + "]";
+      entry += R"(, "name": )" + keras_config::quote(lname) + R"(, "inbound_nodes": [{"args": [)" +
+               args + R"(], "kwargs": {}}])";
+    }
+    list += ", " + entry + "}";
+  }
+  const std::string input = detail::batch_shape(Model::input_shape);
+  if constexpr (functional)
+    return R"({"module": "keras.src.models.functional", "class_name": "Functional", "config": )"
+           R"({"name": )" +
+           keras_config::quote(name) + R"(, "trainable": true, "layers": [)" + list +
+           R"(], "input_layers": ["input_layer", 0, 0], "output_layers": [)" +
+           keras_config::quote(node_name(n)) +
+           R"(, 0, 0]}, "registered_name": "Functional", "build_config": {"input_shape": null}, )"
+           R"("compile_config": )" +
+           detail::compile_config(compiled) + "}";
+  else
+    return R"({"module": "keras", "class_name": "Sequential", "config": {"name": )" +
+           keras_config::quote(name) + R"(, "trainable": true, "dtype": )" + detail::dtype_policy +
+           R"(, "layers": [)" + list + R"(], "build_input_shape": )" + input +
+           R"(}, "registered_name": null, "build_config": {"input_shape": )" + input +
+           R"(}, "compile_config": )" + detail::compile_config(compiled) + "}";
+}
+
+// ---- the check on load -------------------------------------------------------------------------
+namespace detail {
+// Whether two config values are the same (numbers within float32's precision: Keras may write
+// a float32 value where tessel writes the double).
+inline bool same_value(const nlohmann::json& a, const nlohmann::json& b) {
+  if (a.is_number() && b.is_number()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    return x == y || std::abs(x - y) <= 1e-6 * std::max(std::abs(x), std::abs(y));
+  }
+  if (a.is_array() && b.is_array()) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!same_value(a[i], b[i])) return false;
+    return true;
+  }
+  return a == b;
+}
+// The config keys that make a layer's type (not its name, dtype or how it was initialized).
+inline bool compared_key(const std::string& k) {
+  return k != "name" && k != "trainable" && k != "dtype" && !k.ends_with("_initializer") &&
+         !k.ends_with("_regularizer") && !k.ends_with("_constraint") && k != "seed" &&
+         k != "quantization_config";
+}
+// The layers a functional layer reads, as positions in the model's layer list.
+inline std::vector<long> inbound_positions(const nlohmann::json& layers, const nlohmann::json& l) {
+  std::vector<long> out;
+  auto position = [&](const nlohmann::json& history) {
+    const std::string from = history.is_array() && !history.empty() && history[0].is_string()
+                                 ? history[0].get<std::string>()
+                                 : std::string();
+    for (std::size_t j = 0; j < layers.size(); ++j)
+      if (layers[j].value("name", layers[j]["config"].value("name", std::string())) == from)
+        return static_cast<long>(j);
+    return -1L;
+  };
+  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& v) {
+    if (v.is_object()) {
+      if (v.contains("class_name") && v["class_name"] == "__keras_tensor__" &&
+          v.contains("config") && v["config"].contains("keras_history"))
+        out.push_back(position(v["config"]["keras_history"]));
+      else
+        for (const auto& [k, x] : v.items()) walk(x);
+    } else if (v.is_array()) {
+      for (const auto& x : v) walk(x);
+    }
+  };
+  if (l.contains("inbound_nodes")) walk(l["inbound_nodes"]);
+  return out;
+}
+}  // namespace detail
+
+// Checks that `file` (a config.json from `what`) describes the same model as `ours` (the model's
+// own config): its kind, its input, its layers' classes, their arguments that make the type
+// (units, filters, kernel sizes, ...) and their connections. A difference is an error naming the
+// first layer that differs and what differs.
+inline void check_model_config(const nlohmann::json& file, const nlohmann::json& ours,
+                               const std::string& head) {
+  const std::string again = " Load a file saved from this model.";
+  auto text = [](const nlohmann::json& v) { return v.dump(); };
+  const std::string kind = file.value("class_name", std::string("?"));
+  if (kind != ours["class_name"])
+    throw value_error(head + "the file holds a " + kind + " model, and this model is a " +
+                      ours["class_name"].get<std::string>() + "." + again);
+  if (!file.contains("config") || !file["config"].contains("layers") ||
+      !file["config"]["layers"].is_array())
+    throw value_error(head + "its config.json has no layer list (config.layers)." + again);
+  const nlohmann::json& fl = file["config"]["layers"];
+  const nlohmann::json& ol = ours["config"]["layers"];
+  for (std::size_t i = 0; i < std::min(fl.size(), ol.size()); ++i) {
+    const nlohmann::json& f = fl[i];
+    const nlohmann::json& o = ol[i];
+    const std::string name = o["config"]["name"].get<std::string>();
+    const std::string label = i == 0 ? "the input layer"
+                                     : "layer " + std::to_string(i - 1) + " ('" + name + "', " +
+                                           o["class_name"].get<std::string>() + ")";
+    const std::string fclass = f.is_object() ? f.value("class_name", std::string("?")) : "?";
+    if (fclass != o["class_name"])
+      throw value_error(head + label + " differs: the file has a " + fclass + " layer there." +
+                        again);
+    if (!f.contains("config") || !f["config"].is_object())
+      throw value_error(head + label + " has no config in the file." + again);
+    for (const auto& [k, v] : o["config"].items()) {
+      if (!detail::compared_key(k)) continue;
+      if (!f["config"].contains(k) || !detail::same_value(f["config"][k], v))
+        throw value_error(head + label + " differs: " + k + " is " +
+                          (f["config"].contains(k) ? text(f["config"][k]) : "missing") +
+                          " in the file and " + text(v) + " in this model." + again);
+    }
+    if (o.contains("inbound_nodes") &&
+        detail::inbound_positions(fl, f) != detail::inbound_positions(ol, o))
+      throw value_error(head + label + " differs: it reads other layers in the file." + again);
+  }
+  if (fl.size() != ol.size())
+    throw value_error(head + "the file's model has " + std::to_string(fl.size() - 1) +
+                      " layers after its input, and this model " + std::to_string(ol.size() - 1) +
+                      "." + again);
+}
+
+}  // namespace tessel::saving

@@ -1,0 +1,294 @@
+// sharded_weights: Keras's sharded weights (save_weights(..., max_shard_size=GB);
+// keras/src/saving/saving_lib.py, ShardedH5IOStore): `<name>.weights.json` beside the shards
+// `<name>_00000.weights.h5`, `<name>_00001.weights.h5`, ... Each shard is a weights file in
+// Keras's layout holding some of the variables; Keras fills one until the next variable would
+// take it past max_shard_size bytes (a variable larger than that is an error), and a layer's
+// variables may span two shards. The JSON, written with indent 4 as Keras writes it, holds
+//
+//   {"metadata": {"total_size": <bytes of every variable, a float>},
+//    "weight_map": {"/layers/dense/vars": "m_00000.weights.h5"  (one variable written)
+//                   "/layers/dense_1/vars": ["m_00000.weights.h5", "m_00001.weights.h5"], ...}}
+//
+// Every shard is written atomically first, the JSON last (it is what a reader starts from). A
+// shard tessel wrote carries its checksums (weights_file.hpp). Reading checks the JSON and every
+// shard it names, then merges the shards' variables into one temporary weights file and reads it
+// as read_weights_file does, so that the checks and errors are the same.
+#pragma once
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../core/errors.hpp"
+#include "atomic_file.hpp"
+#include "file_checksum.hpp"
+#include "h5.hpp"
+#include "keras_archive.hpp"
+#include "weights_file.hpp"
+
+namespace tessel::saving {
+
+// save_weights' keyword arguments, by Keras's names.
+struct save_weights_options {
+  // The largest shard, in GB (2^30 bytes, as Keras counts them); none: one .weights.h5 file.
+  std::optional<double> max_shard_size = std::nullopt;
+};
+
+namespace detail {
+// What goes where: each variable (or counter) of `content` and the shard it is written to.
+struct shard_item {
+  std::string group;  // "layers/dense/vars", "optimizer/vars", "vars"
+  std::string name;   // the group's name attribute, set where Keras makes the group
+  bool makes_group = false;
+  std::size_t index = 0;
+  const saved_variable* variable = nullptr;  // else a counter
+  std::int32_t iterations = 0;
+  double learning_rate = 0;
+  bool is_iterations = false;
+};
+
+inline std::string shard_name(const std::string& base, std::size_t i) {
+  char b[24];
+  std::snprintf(b, sizeof b, "%05zu", i);
+  return base + "_" + b + ".weights.h5";
+}
+
+inline void write_shard(const std::filesystem::path& path, const std::vector<shard_item>& items) {
+  write_atomically(path, [&](const std::filesystem::path& tmp) {
+    h5::object file = h5::create_file(tmp.string());
+    for (const shard_item& it : items) {
+      // Create the group path as far as it goes.
+      std::vector<h5::object> chain;
+      std::string part;
+      const h5::object* parent = &file;
+      h5::object holder;
+      std::size_t start = 0;
+      while (start <= it.group.size()) {
+        const std::size_t end = std::min(it.group.find('/', start), it.group.size());
+        part = it.group.substr(start, end - start);
+        holder = h5::has(*parent, part) ? h5::open_group(*parent, part)
+                                        : h5::create_group(*parent, part);
+        chain.push_back(std::move(holder));
+        parent = &chain.back();
+        start = end + 1;
+      }
+      const h5::object& vars = chain.back();
+      if (it.makes_group) {
+        h5::write_attribute(vars, "name", it.name);
+        continue;
+      }
+      if (it.variable != nullptr) {
+        write_variable(vars, it.index, *it.variable);
+      } else if (it.is_iterations) {
+        h5::write_attribute(h5::write_scalar(vars, "0", it.iterations), crc_attribute,
+                            crc32_of(&it.iterations, sizeof it.iterations));
+      } else {
+        const auto lr = static_cast<float>(it.learning_rate);
+        const h5::object d = h5::write_dataset(vars, "1", {}, std::span<const float>(&lr, 1));
+        h5::write_attribute(d, crc_attribute, crc32_of(&lr, sizeof lr));
+        h5::write_attribute(d, learning_rate_attribute, it.learning_rate);
+      }
+    }
+    if (!file.h.close()) h5::fail(tmp.string(), "libhdf5 cannot finish writing the file");
+    append_checksum(tmp);
+  });
+}
+}  // namespace detail
+
+// Writes `content` as Keras's sharded weights at `path` (a `.weights.json` name), shards of at
+// most `max_shard_size` GB.
+inline void write_sharded_weights(const std::filesystem::path& path, const weights_content& content,
+                                  double max_shard_size) {
+  const std::string p = path.string();
+  if (!p.ends_with(".weights.json"))
+    throw value_error(
+        "save_weights: The filename must end in `.weights.json` when `max_shard_size` is "
+        "specified. Received: filepath=" +
+        p);
+  if (!(max_shard_size > 0) || !std::isfinite(max_shard_size))
+    throw value_error("save_weights: max_shard_size must be a positive number of GB. Received: " +
+                      std::to_string(max_shard_size));
+  const double max_bytes = max_shard_size * 1024.0 * 1024.0 * 1024.0;
+  const std::string file = path.filename().string();
+  const std::string base = file.substr(0, file.size() - std::string_view(".weights.json").size());
+  std::vector<std::vector<detail::shard_item>> shards(1);
+  nlohmann::ordered_json map = nlohmann::ordered_json::object();
+  double total = 0, current = 0;
+  auto make = [&](const std::string& group, const std::string& name) {
+    detail::shard_item it;
+    it.group = group;
+    it.name = name;
+    it.makes_group = true;
+    shards.back().push_back(it);
+  };
+  auto put = [&](detail::shard_item it, double bytes, const std::string& what) {
+    total += bytes;
+    if (bytes > max_bytes)
+      throw value_error("save_weights: The size of " + what + " is " +
+                        std::to_string(static_cast<long long>(bytes)) +
+                        " bytes, which exceeds the maximum shard size of " +
+                        std::to_string(static_cast<long long>(max_bytes)) +
+                        " bytes. You can increase the `max_shard_size` parameter to "
+                        "accommodate the size.");
+    current += bytes;
+    if (current > max_bytes) {
+      shards.emplace_back();
+      current = bytes;
+    }
+    const std::string shard = detail::shard_name(base, shards.size() - 1);
+    shards.back().push_back(std::move(it));
+    const std::string key = "/" + shards.back().back().group;
+    if (!map.contains(key)) {
+      map[key] = shard;
+    } else {
+      if (!map[key].is_array()) map[key] = nlohmann::ordered_json::array({map[key]});
+      if (std::find(map[key].begin(), map[key].end(), shard) == map[key].end())
+        map[key].push_back(shard);
+    }
+  };
+  make("vars", content.model_name);
+  for (const saved_layer& l : content.layers) {
+    const std::string group = "layers/" + l.group + "/vars";
+    make(group, l.name);
+    for (std::size_t i = 0; i < l.variables.size(); ++i) {
+      detail::shard_item it;
+      it.group = group;
+      it.index = i;
+      it.variable = &l.variables[i];
+      put(it, 4.0 * static_cast<double>(detail::elements(l.variables[i].shape)),
+          l.variables[i].path);
+    }
+  }
+  if (content.optimizer) {
+    const saved_optimizer& o = *content.optimizer;
+    make("optimizer/vars", o.name);
+    if (o.iterations < 0 || o.iterations > std::numeric_limits<std::int32_t>::max())
+      throw value_error("save_weights: the optimizer's iteration count " +
+                        std::to_string(o.iterations) +
+                        " does not fit Keras's int32 counter in a weights file");
+    detail::shard_item it;
+    it.group = "optimizer/vars";
+    it.is_iterations = true;
+    it.iterations = static_cast<std::int32_t>(o.iterations);
+    put(it, 4.0, "the optimizer's iteration count");
+    it.is_iterations = false;
+    it.index = 1;
+    it.learning_rate = o.learning_rate;
+    put(it, 4.0, "the optimizer's learning rate");
+    for (std::size_t i = 0; i < o.slots.size(); ++i) {
+      detail::shard_item s;
+      s.group = "optimizer/vars";
+      s.index = i + 2;
+      s.variable = &o.slots[i];
+      put(s, 4.0 * static_cast<double>(detail::elements(o.slots[i].shape)), o.slots[i].path);
+    }
+  }
+  const std::filesystem::path dir = path.parent_path();
+  for (std::size_t k = 0; k < shards.size(); ++k)
+    detail::write_shard(dir / detail::shard_name(base, k), shards[k]);
+  nlohmann::ordered_json j;
+  j["metadata"]["total_size"] = total;
+  j["weight_map"] = map;
+  const std::string text = j.dump(4);
+  write_atomically(path, [&](const std::filesystem::path& tmp) {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) throw runtime_error("Cannot write '" + tmp.string() + "'.");
+  });
+}
+
+// Reads Keras's sharded weights at `path` (the .weights.json) into `expected`
+// (read_weights_file's contract).
+inline optimizer_found read_sharded_weights(const std::filesystem::path& path,
+                                            weights_content& expected,
+                                            std::string_view where = "load_weights") {
+  const std::string p = path.string();
+  const std::string head = std::string(where) + ": cannot load '" + p + "': ";
+  const data::path_access a = data::check_path(path, data::path_kind::file);
+  if (!a.ok()) throw value_error(head + "it " + a.reason + ".");
+  nlohmann::json j;
+  try {
+    std::ifstream in(path, std::ios::binary);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw value_error(head + "it is not valid JSON (" + e.what() +
+                      "); a sharded weights file is the JSON save_weights writes with "
+                      "max_shard_size.");
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw value_error(head +
+                      "it has no \"weight_map\" object, so it is not Keras's sharded weights "
+                      "file (save_weights with max_shard_size writes one).");
+  // The shards, in the order the map first names them.
+  std::vector<std::string> files;
+  for (const auto& [key, v] : j["weight_map"].items()) {
+    const auto names = v.is_array() ? v : nlohmann::json::array({v});
+    for (const auto& n : names) {
+      if (!n.is_string())
+        throw value_error(head + "its weight_map entry \"" + key +
+                          "\" is not a file name or a list of them.");
+      const std::string f = n.get<std::string>();
+      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+        throw value_error(head + "its weight_map names the shard \"" + f +
+                          "\", which is not a file name beside it.");
+      if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+    }
+  }
+  const detail::temporary_file merged(".weights.h5");
+  {
+    h5::object out = h5::create_file(merged.path().string());
+    for (const std::string& f : files) {
+      const std::filesystem::path shard = path.parent_path() / f;
+      const data::path_access s = data::check_path(shard, data::path_kind::file);
+      if (!s.ok())
+        throw value_error(head + "its shard '" + shard.string() + "' " + s.reason +
+                          ". Copy every shard the .weights.json names beside it.");
+      check_weights_file(shard, where);
+      const h5::object in = h5::open_file(shard.string());
+      std::vector<std::string> groups;
+      if (h5::has(in, "vars")) groups.push_back("vars");
+      if (h5::has(in, "layers"))
+        for (const auto& g : h5::members(h5::open_group(in, "layers")))
+          groups.push_back("layers/" + g + "/vars");
+      if (h5::has(in, "optimizer")) groups.push_back("optimizer/vars");
+      for (const std::string& g : groups) {
+        if (H5Lexists(in.id(), g.c_str(), H5P_DEFAULT) <= 0) continue;  // a layer's name alone
+        h5::handle src(H5Gopen2(in.id(), g.c_str(), H5P_DEFAULT), H5Gclose);
+        if (!src) h5::fail(shard.string(), "cannot open the group '" + g + "'");
+        const h5::object from{std::move(src), shard.string(), "/" + g};
+        if (H5Lexists(out.id(), g.c_str(), H5P_DEFAULT) <= 0) {
+          h5::handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+          H5Pset_create_intermediate_group(lcpl.id(), 1);
+          h5::handle made(H5Gcreate2(out.id(), g.c_str(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
+                          H5Gclose);
+          if (!made) h5::fail(merged.path().string(), "cannot create the group '" + g + "'");
+        }
+        h5::handle dst(H5Gopen2(out.id(), g.c_str(), H5P_DEFAULT), H5Gclose);
+        const h5::object to{std::move(dst), merged.path().string(), "/" + g};
+        if (const auto name = h5::read_string_attribute(from, "name"))
+          if (!h5::read_string_attribute(to, "name")) h5::write_attribute(to, "name", *name);
+        for (const auto& m : h5::members(from)) {
+          if (h5::has(to, m))
+            throw value_error(head + "the variable '/" + g + "/" + m +
+                              "' is in more than one shard (again in '" + f + "').");
+          if (H5Ocopy(from.id(), m.c_str(), to.id(), m.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
+            h5::fail(shard.string(), "cannot copy '/" + g + "/" + m + "'");
+        }
+      }
+    }
+    if (!out.h.close()) h5::fail(merged.path().string(), "libhdf5 cannot finish the file");
+  }
+  try {
+    return read_weights_file(merged.path(), expected, where);
+  } catch (const value_error& e) {
+    throw value_error(detail::renamed(e.what(), merged.path().string(), p));
+  }
+}
+
+}  // namespace tessel::saving
