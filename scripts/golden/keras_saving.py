@@ -25,8 +25,16 @@ Two steps, both writing into tests/golden/saving/:
    Keras's predictions on the evaluation inputs, its optimizer's iteration count, and its
    predictions after training on the next batch, which the test compares with tessel's.
 
-Everything under tests/golden/saving/ comes from this script (the .h5 files from step 1 and
-each JSON file from its step); nothing is edited by hand. JSON conventions are
+The seeds' models (ARCHIVED) also go both ways as a .keras archive (model.save /
+keras.saving.load_model) and as sharded weights (save_weights with a max_shard_size of 128 KiB to 1 MiB, a
+`.weights.json` and `<model>_0000N.weights.h5` shards): step 1 writes `<model>.keras`,
+`<model>.weights.json` and its shards (the trained weights in a freshly compiled model, whose
+optimizer has no state yet: small files); step 2 loads tessel's `<dir>/<model>.keras` and
+`<dir>/<model>.weights.json` and writes `keras_loads_tessel_<model>_archive.json`.
+
+Everything under tests/golden/saving/ comes from this script (the .h5, .keras and
+.weights.json files from step 1 and each other JSON file from its step); nothing is edited by
+hand. JSON conventions are
 tests/golden/README.md's (arrays as {shape, data}, float32 as the shortest round-trip decimal).
 """
 
@@ -199,6 +207,8 @@ def keras_writes(keras, jax, names):
         model.train_on_batch(d["x1"], d["y1"])
         model.train_on_batch(d["x2"], d["y2"])
         model.save_weights(os.path.join(OUT, f"{name}.weights.h5"))
+        if name in ARCHIVED:
+            keras_writes_archive(keras, name, model)
         out = {
             "meta": meta(
                 keras,
@@ -217,6 +227,50 @@ def keras_writes(keras, jax, names):
             model.train_on_batch(d["x_next"], d["y_next"])
             out["after_next_step"] = arr(model.predict(d["x_eval"], verbose=0))
         write_json(f"{name}.json", out)
+
+
+# The seeds' models also go to a .keras archive and to sharded weights. Their optimizers are
+# left out (a fresh compiled model takes the trained weights), so that the files stay small; the
+# .weights.h5 files above hold the optimizer's state.
+ARCHIVED = ("seed000", "seed001", "seed002")
+# max_shard_size in KiB: just above each model's largest variable, so two shards or more.
+SHARD_KIB = {"seed000": 615, "seed001": 1024, "seed002": 128}
+
+
+def keras_writes_archive(keras, name, model):
+    build = MODELS[name][0]
+    light = build(keras)
+    light.set_weights(model.get_weights())
+    light.save(os.path.join(OUT, f"{name}.keras"))
+    light.save_weights(os.path.join(OUT, f"{name}.weights.json"), max_shard_size=SHARD_KIB[name] / 1024**2)
+    for f in sorted(os.listdir(OUT)):
+        if f.startswith(f"{name}.") or f.startswith(f"{name}_0"):
+            print(f"  {f} ({os.path.getsize(os.path.join(OUT, f))} bytes)")
+
+
+def keras_reads_archive(keras, jax, name, tessel_dir):
+    """Keras loads tessel's .keras archive (load_model) and sharded weights of the model."""
+    d = data(name)
+    keras.backend.clear_session()
+    loaded = keras.saving.load_model(os.path.join(tessel_dir, f"{name}.keras"))
+    build = MODELS[name][0]
+    sharded = build(keras)
+    sharded.load_weights(os.path.join(tessel_dir, f"{name}.weights.json"))
+    out = {
+        "meta": meta(
+            keras,
+            jax,
+            f"{name}: Keras loads tessel's {name}.keras (keras.saving.load_model) and "
+            f"{name}.weights.json (load_weights into the model built here), the Keras file "
+            "trained on (x1, y1) and (x2, y2) in tessel; predictions of each on x_eval",
+        ),
+        "load_model_class": type(loaded).__name__,
+        "load_model_layers": [type(l).__name__ for l in loaded.layers],
+        "load_model_optimizer": type(loaded.optimizer).__name__ if loaded.optimizer else None,
+        "load_model_predictions": arr(loaded.predict(d["x_eval"], verbose=0)),
+        "sharded_predictions": arr(sharded.predict(d["x_eval"], verbose=0)),
+    }
+    write_json(f"keras_loads_tessel_{name}_archive.json", out)
 
 
 def keras_reads(keras, jax, names, tessel_dir):
@@ -246,6 +300,8 @@ def keras_reads(keras, jax, names, tessel_dir):
             model.train_on_batch(d["x_next"], d["y_next"])
             out["after_next_step"] = arr(model.predict(d["x_eval"], verbose=0))
         write_json(f"keras_loads_tessel_{name}.json", out)
+        if name in ARCHIVED:
+            keras_reads_archive(keras, jax, name, tessel_dir)
 
 
 def main():

@@ -1,0 +1,302 @@
+// model.save(".keras") and sharded weights (.weights.json): Keras's archives and shards
+// (tests/golden/saving, written by scripts/golden/keras_saving.py) load in tessel and predict as
+// Keras does; tessel's load in Keras (keras_loads_tessel_<model>_archive.json); round trips;
+// damaged archives and another model's config are clear errors; model_checkpoint saves .keras.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <tessel/tessel.hpp>
+#include <vector>
+
+#include "golden.hpp"
+#include "test_helpers.hpp"
+
+namespace {
+
+using namespace tessel::layers;
+using tessel::testing::message_of;
+using tessel::testing::temp_dir;
+using tessel::testing::golden::json;
+using tessel::testing::golden::load;
+using tessel::testing::golden::to_array;
+using tessel::testing::golden::values;
+namespace fs = std::filesystem;
+namespace optimizers = tessel::optimizers;
+namespace losses = tessel::losses;
+
+// The models of scripts/golden/keras_saving.py (saving_test.cpp's).
+namespace seed000 {
+using x = input<28, 28, 1>;
+using h = dense<200, {.activation = "relu", .use_bias = false}>::on<flatten<>::on<x>>;
+using y = dense<10, {.activation = "softmax"}>::on<dropout<0.4>::on<h>>;
+using model = tessel::functional<x, y>;
+void compile(model& m) { m.compile(optimizers::adam{}, losses::mean_squared_error{}); }
+}  // namespace seed000
+namespace seed001 {
+using x = input<784>;
+using h = dense<256, {.activation = "relu"}>::on<dense<256, {.activation = "relu"}>::on<x>>;
+using y = dense<10>::on<h>;
+using model = tessel::functional<x, y>;
+void compile(model& m) {
+  m.compile(optimizers::adam{}, losses::sparse_categorical_crossentropy{.from_logits = true});
+}
+// The same with a wider first layer: another model's type.
+using wide = tessel::functional<
+    x, dense<10>::on<dense<256, {.activation = "relu"}>::on<dense<300, {.activation = "relu"}>::on<x>>>>;
+}  // namespace seed001
+namespace seed002 {
+using bn = batch_normalization<{.center = true, .scale = false}>;
+using x = input<28, 28, 1>;
+using c1 = relu<>::on<bn::on<
+    conv2d<12, 3, {.padding = "same", .use_bias = false}>::on<rescaling<1.0 / 255.0>::on<x>>>>;
+using c2 = relu<>::on<bn::on<conv2d<24, 6, {.strides = 2, .use_bias = false}>::on<c1>>>;
+using c3 =
+    relu<>::on<bn::on<conv2d<32, 6, {.strides = 2, .padding = "same", .name = "large_k"}>::on<c2>>>;
+using y = dense<10>::on<dense<256, {.activation = "relu"}>::on<global_average_pooling2d<>::on<c3>>>;
+using model = tessel::functional<x, y>;
+void compile(model& m) {
+  m.compile(optimizers::adam{.learning_rate = 1e-3},
+            losses::sparse_categorical_crossentropy{.from_logits = true});
+}
+}  // namespace seed002
+
+std::string golden_file(const std::string& name) {
+  return tessel::testing::golden::golden_dir() + "/saving/" + name;
+}
+
+// Within `rel` of Keras's values, relative to their largest magnitude (at least 1).
+double worst = 0;
+void check_near(const std::vector<float>& a, const std::vector<float>& e, const std::string& what,
+                double rel) {
+  REQUIRE(a.size() == e.size());
+  double scale = 1;
+  for (float v : e) scale = std::max(scale, std::fabs(double(v)));
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO(what << "[" << i << "]: tessel " << a[i] << ", Keras " << e[i]);
+    worst = std::max(worst, std::fabs(double(a[i]) - e[i]) / scale);
+    REQUIRE(std::fabs(double(a[i]) - e[i]) <= rel * scale);
+  }
+}
+
+std::vector<std::vector<float>> weights_of(const auto& m) {
+  std::vector<std::vector<float>> out;
+  for (const auto& w : m.get_weights()) out.push_back(w.values);
+  return out;
+}
+
+// Keras's .keras archive and sharded weights load in tessel and predict Keras's outputs (1e-6).
+// Then tessel, trained two steps further as saving_test trains it, writes both forms (into
+// TESSEL_SAVING_GOLDEN_OUT too, where set), which load back bitwise and, in Keras
+// (keras_loads_tessel_<name>_archive.json), predict as tessel does.
+template <class Model>
+void archives_both_ways(const std::string& name, void (*compile)(Model&)) {
+  const json g = load("saving/" + name + ".json");
+  for (const std::string& file : {name + ".keras", name + ".weights.json"}) {
+    Model m;
+    compile(m);
+    m.load_weights(golden_file(file));
+    check_near(m.predict(to_array(g["x_eval"])).values, values(g["predictions"]),
+               name + " from Keras's " + file, 1e-6);
+  }
+  Model m;
+  compile(m);
+  m.load_weights(golden_file(name + ".weights.h5"));
+  m.train_on_batch(to_array(g["x1"]), to_array(g["y1"]));
+  m.train_on_batch(to_array(g["x2"]), to_array(g["y2"]));
+  temp_dir dir;
+  const std::string archive = (dir / (name + ".keras")).string();
+  const std::string sharded = (dir / (name + ".weights.json")).string();
+  m.save(archive);
+  m.save_weights(sharded, {.max_shard_size = 1.0 / 1024});
+  if (const char* out = std::getenv("TESSEL_SAVING_GOLDEN_OUT"); out != nullptr && *out) {
+    fs::create_directories(out);
+    m.save((fs::path(out) / (name + ".keras")).string());
+    m.save_weights((fs::path(out) / (name + ".weights.json")).string(),
+                   {.max_shard_size = 1.0 / 1024});
+  }
+  for (const std::string& file : {archive, sharded}) {
+    Model r;
+    compile(r);
+    r.load_weights(file);
+    CHECK(weights_of(r) == weights_of(m));
+    CHECK(r.get_optimizer().iterations() == m.get_optimizer().iterations());
+  }
+  const fs::path recorded = golden_file("keras_loads_tessel_" + name + "_archive.json");
+  if (!fs::exists(recorded)) return;
+  const json k = load("saving/keras_loads_tessel_" + name + "_archive.json");
+  CHECK(k["load_model_class"] == "Functional");
+  const std::vector<float> ours = m.predict(to_array(g["x_eval"])).values;
+  check_near(ours, values(k["load_model_predictions"]),
+             name + ": Keras's load_model of tessel's archive", 1e-5);
+  check_near(ours, values(k["sharded_predictions"]),
+             name + ": Keras's load_weights of tessel's shards", 1e-5);
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+void write_file(const fs::path& p, const std::string& b) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << b;
+}
+
+}  // namespace
+
+TEST_CASE("keras archive: seeds/000's model both ways", "[saving][golden][keras_archive]") {
+  archives_both_ways<seed000::model>("seed000", seed000::compile);
+}
+TEST_CASE("keras archive: seeds/001's model both ways", "[saving][golden][keras_archive]") {
+  archives_both_ways<seed001::model>("seed001", seed001::compile);
+}
+TEST_CASE("keras archive: seeds/002's model both ways", "[saving][golden][keras_archive]") {
+  archives_both_ways<seed002::model>("seed002", seed002::compile);
+  WARN("largest difference from Keras, of the outputs' scale: " << worst);
+}
+
+TEST_CASE("keras archive: Keras's entries, names and sharded JSON", "[saving][keras_archive]") {
+  temp_dir dir;
+  seed002::model m;
+  seed002::compile(m);
+  m.save((dir / "m.keras").string());
+  tessel::saving::zip::reader z(dir / "m.keras");
+  REQUIRE(z.entries().size() == 3);
+  CHECK(z.entries()[0].name == "metadata.json");
+  CHECK(z.entries()[1].name == "config.json");
+  CHECK(z.entries()[2].name == "model.weights.h5");
+  for (const auto& e : z.entries()) CHECK(e.method == 0);  // ZIP_STORED, as Keras
+  const auto meta = nlohmann::json::parse(z.read("metadata.json", ""));
+  CHECK(meta["keras_version"] == "3.15.1");
+  const auto config = nlohmann::json::parse(z.read("config.json", ""));
+  CHECK(config["class_name"] == "Functional");
+  CHECK(config["compile_config"]["optimizer"]["class_name"] == "Adam");
+  CHECK(config["compile_config"]["loss"]["config"]["from_logits"] == true);
+  const auto& l = config["config"]["layers"];
+  REQUIRE(l.size() == 14);
+  CHECK(l[5]["class_name"] == "Conv2D");
+  CHECK(l[5]["config"]["kernel_size"] == nlohmann::json::array({6, 6}));
+  CHECK(l[8]["config"]["name"] == "large_k");
+  // Keras's weights file, unchanged, as the entry.
+  m.save_weights((dir / "w.weights.h5").string());
+  CHECK(z.read("model.weights.h5", "").size() == fs::file_size(dir / "w.weights.h5"));
+
+  m.save_weights((dir / "s.weights.json").string(), {.max_shard_size = 128.0 / (1 << 20)});
+  const auto j = nlohmann::json::parse(read_file(dir / "s.weights.json"));
+  const auto k = nlohmann::json::parse(read_file(golden_file("seed002.weights.json")));
+  // The same layout as Keras's shards of this model at this size (the optimizer aside: Keras's
+  // file holds its counters alone, this one's its slots too).
+  CHECK(j["weight_map"]["/layers/conv2d/vars"] == "s_00000.weights.h5");
+  CHECK(j["weight_map"]["/layers/conv2d_2/vars"] == nlohmann::json::array({"s_00001.weights.h5"}));
+  CHECK(k["weight_map"]["/layers/conv2d_2/vars"] ==
+        nlohmann::json::array({"seed002_00001.weights.h5"}));
+  CHECK(fs::exists(dir / "s_00000.weights.h5"));
+  CHECK_THROWS_WITH(m.save_weights((dir / "s.weights.h5").string(), {.max_shard_size = 1.0}),
+                    Catch::Contains("must end in `.weights.json` when `max_shard_size`"));
+  CHECK_THROWS_WITH(m.save_weights((dir / "t.weights.json").string(), {.max_shard_size = 1e-6}),
+                    Catch::Contains("exceeds the maximum shard size"));
+  CHECK_THROWS_WITH(m.save((dir / "m.h5").string()), Catch::Contains("`.keras` extension"));
+}
+
+TEST_CASE("keras archive: damaged archives and another model's are clear errors",
+          "[saving][keras_archive]") {
+  temp_dir dir;
+  seed001::model m;
+  seed001::compile(m);
+  const fs::path good = dir / "m.keras";
+  m.save(good.string());
+  const std::string bytes = read_file(good);
+  seed001::model r;
+  seed001::compile(r);
+  const auto before = weights_of(r);
+  auto load_error = [&](const std::string& content) {
+    const fs::path p = dir / "bad.keras";
+    write_file(p, content);
+    return message_of([&] { r.load_weights(p.string()); });
+  };
+  // Truncated at several places: never a crash, always the file named.
+  for (std::size_t cut : {std::size_t{0}, std::size_t{10}, bytes.size() / 2, bytes.size() - 30}) {
+    INFO("cut at " << cut);
+    const std::string e = load_error(bytes.substr(0, cut));
+    CHECK(e.find("bad.keras") != std::string::npos);
+  }
+  CHECK_THAT(load_error(bytes.substr(0, bytes.size() / 2)), Catch::Contains("zip archive"));
+  // A flipped byte in the weights entry: its CRC-32.
+  {
+    std::string b = bytes;
+    b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 0x10);
+    const std::string e = load_error(b);
+    CHECK_THAT(e, Catch::Contains("entry 'model.weights.h5'") && Catch::Contains("CRC-32"));
+  }
+  // A flipped byte in config.json.
+  {
+    std::string b = bytes;
+    const std::size_t at = b.find("\"units\"");
+    REQUIRE(at != std::string::npos);
+    b[at + 2] = 'X';
+    CHECK_THAT(load_error(b), Catch::Contains("entry 'config.json'") && Catch::Contains("CRC-32"));
+  }
+  // A missing entry: the name in the directory changed.
+  {
+    std::string b = bytes;
+    for (std::size_t at = b.find("config.json"); at != std::string::npos;
+         at = b.find("config.json", at + 1))
+      b[at] = 'k';
+    CHECK_THAT(load_error(b), Catch::Contains("no entry 'config.json'"));
+  }
+  // Another model's archive: the first layer that differs, and what differs.
+  {
+    seed001::wide w;
+    w.save((dir / "wide.keras").string());
+    const std::string e = message_of([&] { r.load_weights((dir / "wide.keras").string()); });
+    CHECK_THAT(e, Catch::Contains("layer 0") && Catch::Contains("units is 300 in the file and "
+                                                                "256 in this model"));
+    seed002::model c;
+    c.save((dir / "cnn.keras").string());
+    CHECK_THAT(message_of([&] { r.load_weights((dir / "cnn.keras").string()); }),
+               Catch::Contains("the input layer differs: batch_shape is [null,28,28,1] in the file"));
+  }
+  // Sharded: a missing shard, and a damaged one.
+  {
+    m.save_weights((dir / "s.weights.json").string(), {.max_shard_size = 1.0 / 1024});
+    fs::rename(dir / "s_00001.weights.h5", dir / "moved.h5");
+    CHECK_THAT(message_of([&] { r.load_weights((dir / "s.weights.json").string()); }),
+               Catch::Contains("s_00001.weights.h5") && Catch::Contains("does not exist"));
+    std::string b = read_file(dir / "moved.h5");
+    b[b.size() / 3] = static_cast<char>(b[b.size() / 3] ^ 1);
+    write_file(dir / "s_00001.weights.h5", b);
+    CHECK_THAT(message_of([&] { r.load_weights((dir / "s.weights.json").string()); }),
+               Catch::Contains("CRC-32"));
+    write_file(dir / "s.weights.json", "{\"weight_map\": [1, 2]");
+    CHECK_THAT(message_of([&] { r.load_weights((dir / "s.weights.json").string()); }),
+               Catch::Contains("not valid JSON"));
+  }
+  CHECK(weights_of(r) == before);  // nothing loaded from any of them
+}
+
+TEST_CASE("keras archive: model_checkpoint with a .keras filepath saves the whole model",
+          "[saving][keras_archive][callbacks]") {
+  temp_dir dir;
+  const json g = load("saving/seed001.json");
+  seed001::model m;
+  seed001::compile(m);
+  const auto x = to_array(g["x1"]);
+  const auto y = to_array(g["y1"]);
+  m.fit(x, y,
+        {.batch_size = 4,
+         .epochs = 2,
+         .verbose = 0,
+         .callbacks = {tessel::callbacks::model_checkpoint(
+             {.filepath = (dir / "m-{epoch:02d}.keras").string(), .monitor = "loss"})}});
+  REQUIRE(fs::exists(dir / "m-01.keras"));
+  REQUIRE(fs::exists(dir / "m-02.keras"));
+  seed001::model r;
+  seed001::compile(r);
+  r.load_weights((dir / "m-02.keras").string());
+  CHECK(weights_of(r) == weights_of(m));
+}
