@@ -1,7 +1,8 @@
 // The saving callbacks' own logic (trainer/checkpoint_callbacks.hpp): model_checkpoint's filepath
 // formatting as Python's str.format does it for Keras (`{epoch:02d}`, `{val_loss:.2f}`, the
 // epoch and batch counted from 1, a float's repr, Keras's KeyError text), its argument checks
-// with Keras's messages, and save_freq's two spellings; latest_checkpoint.
+// with Keras's messages, and save_freq's two spellings; latest_checkpoint; model_checkpoint's
+// files through fit; backup_and_restore's fall back from each kind of damaged backup.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -9,6 +10,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <tessel/tessel.hpp>
 
@@ -139,4 +142,100 @@ TEST_CASE("model_checkpoint: the files fit writes, and what they hold", "[callba
   CHECK(files < 6);
   CHECK(static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), {})) == files);
   fs::remove_all(dir);
+}
+
+TEST_CASE("backup_and_restore: a damaged newest backup falls back to the one before",
+          "[callbacks][saving]") {
+  // Two backups kept (double_checkpoint); the newest damaged in each way the restart must
+  // survive: it restores the previous backup and goes on from its position.
+  namespace fs = std::filesystem;
+  using namespace tessel::layers;
+  using model_t = tessel::sequential<tessel::one_device, input<6>, dense<8, {.activation = "relu"}>,
+                                     dropout<0.25>, dense<3, {.activation = "softmax"}>>;
+  const fs::path root = fs::temp_directory_path() / ("tessel_bar_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  tessel::array<float> x({64, 6});
+  tessel::array<std::int32_t> y({64});
+  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>((i * 37) % 11) / 11;
+  for (std::size_t r = 0; r < 64; ++r) y.values[r] = static_cast<std::int32_t>((r * 7) % 3);
+  const auto fit = [&](const fs::path& dir, std::size_t epochs) {
+    model_t model;
+    model.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+    tessel::callbacks::backup_and_restore backup({.backup_dir = dir.string(), .save_freq = 3,
+                                                  .delete_checkpoint = false,
+                                                  .double_checkpoint = true});
+    model.fit(x, y, {.batch_size = 8, .epochs = epochs, .verbose = 0, .callbacks = {backup}});
+    return backup.restored_position();
+  };
+  fit(root / "pristine", 1);  // 8 batches: backups after batches 3 and 6
+  REQUIRE(fs::exists(root / "pristine" / "checkpoint-1" / "manifest.json"));
+  REQUIRE(fs::exists(root / "pristine" / "checkpoint-2" / "manifest.json"));
+  const auto edit_manifest = [](const fs::path& m, auto&& change) {
+    std::ifstream in(m);
+    nlohmann::json j = nlohmann::json::parse(in);
+    in.close();
+    change(j);
+    std::ofstream(m, std::ios::trunc) << j.dump();
+  };
+  struct damage {
+    const char* what;
+    std::function<void(const fs::path&)> harm;
+  };
+  const damage cases[] = {
+      {"a truncated shard",
+       [](const fs::path& c) { fs::resize_file(c / "shard-00000.bin", 10); }},
+      {"flipped bytes",
+       [](const fs::path& c) {
+         std::fstream f(c / "shard-00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(20);
+         f.put('\x7f');
+         f.put('\x01');
+       }},
+      {"the wrong model",
+       [&](const fs::path& c) {
+         edit_manifest(c / "manifest.json", [](nlohmann::json& j) {
+           j["variables"][0]["shape"] = {7, 8};
+         });
+       }},
+      {"a missing variable",
+       [&](const fs::path& c) {
+         edit_manifest(c / "manifest.json",
+                       [](nlohmann::json& j) { j["variables"].erase(j["variables"].begin()); });
+       }},
+      {"a checkpoint without its manifest",
+       [](const fs::path& c) { fs::remove(c / "manifest.json"); }},
+      {"a manifest whose shards are missing",
+       [](const fs::path& c) { fs::remove(c / "shard-00000.bin"); }},
+  };
+  for (const damage& d : cases) {
+    INFO(d.what);
+    const fs::path dir = root / "run";
+    fs::remove_all(dir);
+    fs::copy(root / "pristine", dir, fs::copy_options::recursive);
+    d.harm(dir / "checkpoint-2");
+    const tessel::training_position p = fit(dir, 1);
+    CHECK(p.epoch == 0);
+    CHECK(p.step == 3);  // checkpoint-1's: after batch 3
+  }
+  // What the errors say, loading directly.
+  {
+    const fs::path c = root / "missing";
+    fs::remove_all(c);
+    fs::copy(root / "pristine" / "checkpoint-2", c, fs::copy_options::recursive);
+    edit_manifest(c / "manifest.json",
+                  [](nlohmann::json& j) { j["variables"].erase(j["variables"].begin()); });
+    model_t model;
+    model.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+    CHECK_THROWS_WITH(tessel::load_checkpoint(model, c),
+                      Catch::Contains("it lacks the model's 'dense/kernel'"));
+  }
+  // Without double_checkpoint's second backup, the damage is the error.
+  const fs::path dir = root / "single";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy(root / "pristine" / "checkpoint-2", dir / "checkpoint-2", fs::copy_options::recursive);
+  fs::resize_file(dir / "checkpoint-2" / "shard-00000.bin", 10);
+  CHECK_THROWS_WITH(fit(dir, 1), Catch::Contains("shard-00000.bin") &&
+                                     Catch::Contains("restore from another checkpoint"));
+  fs::remove_all(root);
 }

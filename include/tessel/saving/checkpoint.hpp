@@ -516,11 +516,26 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
       for (const auto& v : m.at("variables"))
         if (v.at("group") == cd::group_names[g]) saved.push_back(&v);
       if (groups[g]->empty()) continue;
-      if (saved.size() != groups[g]->size())
+      if (saved.size() != groups[g]->size()) {
+        // Name the first variable one side has and the other lacks.
+        std::string missing, extra;
+        for (const auto& v : *groups[g])
+          if (missing.empty() &&
+              std::none_of(saved.begin(), saved.end(), [&](const cd::json* e) {
+                return e->at("path") == v.path;
+              }))
+            missing = v.path;
+        for (const cd::json* e : saved)
+          if (extra.empty() && std::none_of(groups[g]->begin(), groups[g]->end(),
+                                            [&](const auto& v) { return e->at("path") == v.path; }))
+            extra = e->at("path").get<std::string>();
         throw value_error("The checkpoint '" + dir.string() + "' has " +
                           std::to_string(saved.size()) + " " + cd::group_names[g] +
                           ", the model " + std::to_string(groups[g]->size()) +
+                          (missing.empty() ? "" : "; it lacks the model's '" + missing + "'") +
+                          (extra.empty() ? "" : "; it holds '" + extra + "', which the model lacks") +
                           ": it was saved from another model (or another optimizer)");
+      }
       for (std::size_t i = 0; i < saved.size(); ++i) {
         state_variable<B>& v = (*groups[g])[i];
         const cd::json& e = *saved[i];
