@@ -243,9 +243,38 @@ def keras_writes_archive(keras, name, model):
     light.set_weights(model.get_weights())
     light.save(os.path.join(OUT, f"{name}.keras"))
     light.save_weights(os.path.join(OUT, f"{name}.weights.json"), max_shard_size=SHARD_KIB[name] / 1024**2)
+    if name in DEFLATED:
+        deflate_archive(name)
     for f in sorted(os.listdir(OUT)):
         if f.startswith(f"{name}.") or f.startswith(f"{name}_0"):
             print(f"  {f} ({os.path.getsize(os.path.join(OUT, f))} bytes)")
+
+
+# The archives recompressed with DEFLATE, as other zip tools may leave a .keras file (Keras writes
+# ZIP_STORED entries; tessel's reader inflates DEFLATE ones too).
+DEFLATED = ("seed002",)
+
+
+def deflate_archive(name):
+    """<name>.deflated.keras: <name>.keras's entries, in its order, with its names, times and
+    attributes, each compressed with ZIP_DEFLATED (zlib's default level). The same input gives
+    the same bytes."""
+    import zipfile
+
+    src = os.path.join(OUT, f"{name}.keras")
+    dst = os.path.join(OUT, f"{name}.deflated.keras")
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            out = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+            out.external_attr = info.external_attr
+            out.create_system = info.create_system
+            out.compress_type = zipfile.ZIP_DEFLATED
+            zout.writestr(out, zin.read(info))
+    with zipfile.ZipFile(dst) as z:
+        assert all(i.compress_type == zipfile.ZIP_DEFLATED for i in z.infolist())
+        assert z.testzip() is None
+    print(f"  {name}.deflated.keras ({os.path.getsize(dst)} bytes, {name}.keras "
+          f"{os.path.getsize(src)})")
 
 
 def keras_reads_archive(keras, jax, name, tessel_dir):
@@ -309,8 +338,16 @@ def main():
     p.add_argument("--from-tessel", metavar="DIR",
                    help="load the files tessel wrote in DIR into Keras (step 2)")
     p.add_argument("--only", help="comma-separated model names (default: all)")
+    p.add_argument("--deflate", action="store_true",
+                   help="only recompress the committed <model>.keras archives of DEFLATED into "
+                        "<model>.deflated.keras (step 1 does it too)")
     args = p.parse_args()
     names = args.only.split(",") if args.only else list(MODELS)
+    if args.deflate:
+        for name in names:
+            if name in DEFLATED:
+                deflate_archive(name)
+        return
     import jax
     import keras
 
