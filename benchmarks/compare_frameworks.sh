@@ -43,6 +43,13 @@ torch() { "$torch_python" "$here/torch_mlp_fashion_mnist.py" "$@" | grep '^RESUL
 # seeds/002's CNN, 60,000 images an epoch, batch 64, the mean of the epochs (the first included,
 # with its compilation where there is one); PyTorch on 2 threads.
 threads="$(nproc)"
+# The table, the plot and the raw lines from what has been measured so far (after each part of
+# each round, so that a run cut short still leaves its complete rounds).
+write_outputs() {
+  "$venv/bin/python" "$here/plot_throughput.py" "$results" "$(lscpu | sed -n 's/^Model name: *//p')" "$out"
+  cp "$results" "$out/cpu_throughput.txt"
+}
+trap 'rm -f "$results"' EXIT
 for round in $(seq "$rounds"); do
   if [[ " $models " == *" cnn "* ]]; then
     line="$(mpiexec -n 2 --oversubscribe "$build/benchmarks/cnn_fashion_mnist_bench" --epochs "$epochs" --seed "$round" | grep '^RESULT')"
@@ -56,6 +63,7 @@ for round in $(seq "$rounds"); do
       echo "cnn torch $(field "$line" seconds_per_epoch) $(field "$line" test_accuracy)" | tee -a "$results"
     fi
   fi
+  write_outputs
   [[ " $models " == *" mlp "* ]] || continue
   for batch in 32 256; do
     line="$("$build/benchmarks/mlp_fashion_mnist_bench" --epochs "$epochs" --batch "$batch" | grep '^RESULT')"
@@ -83,5 +91,4 @@ for round in $(seq "$rounds"); do
   if ((have_keras)); then echo "wide keras $(field "$(keras --wide --steps 5)" gflops)" | tee -a "$results"; fi
   if ((have_torch)); then echo "wide torch $(field "$(torch --wide --steps 5)" gflops)" | tee -a "$results"; fi
 done
-"$venv/bin/python" "$here/plot_throughput.py" "$results" "$(lscpu | sed -n 's/^Model name: *//p')" "$out"
-mv "$results" "$out/cpu_throughput.txt"
+write_outputs
