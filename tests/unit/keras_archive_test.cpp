@@ -1,11 +1,14 @@
 // model.save(".keras") and sharded weights (.weights.json): Keras's archives and shards
 // (tests/golden/saving, written by scripts/golden/keras_saving.py) load in tessel and predict as
 // Keras does; tessel's load in Keras (keras_loads_tessel_<model>_archive.json); round trips;
-// damaged archives and another model's config are clear errors; model_checkpoint saves .keras.
+// Keras's archive recompressed with DEFLATE loads the same weights; shards filled as Keras fills
+// them; damaged archives (stored and DEFLATE) and another model's config are clear errors;
+// model_checkpoint saves .keras.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -47,8 +50,11 @@ void compile(model& m) {
   m.compile(optimizers::adam{}, losses::sparse_categorical_crossentropy{.from_logits = true});
 }
 // The same with a wider first layer: another model's type.
-using wide = tessel::functional<
-    x, dense<10>::on<dense<256, {.activation = "relu"}>::on<dense<300, {.activation = "relu"}>::on<x>>>>;
+using wide = tessel::functional<x, dense<10>::on<dense<256, {.activation = "relu"}>::on<
+                                       dense<300, {.activation = "relu"}>::on<x>>>>;
+// The same shapes with another activation: only the config tells the two apart.
+using tanh_model = tessel::functional<x, dense<10>::on<dense<256, {.activation = "relu"}>::on<
+                                             dense<256, {.activation = "tanh"}>::on<x>>>>;
 }  // namespace seed001
 namespace seed002 {
 using bn = batch_normalization<{.center = true, .scale = false}>;
@@ -258,8 +264,9 @@ TEST_CASE("keras archive: damaged archives and another model's are clear errors"
                                                                 "256 in this model"));
     seed002::model c;
     c.save((dir / "cnn.keras").string());
-    CHECK_THAT(message_of([&] { r.load_weights((dir / "cnn.keras").string()); }),
-               Catch::Contains("the input layer differs: batch_shape is [null,28,28,1] in the file"));
+    CHECK_THAT(
+        message_of([&] { r.load_weights((dir / "cnn.keras").string()); }),
+        Catch::Contains("the input layer differs: batch_shape is [null,28,28,1] in the file"));
   }
   // Sharded: a missing shard, and a damaged one.
   {
@@ -299,4 +306,165 @@ TEST_CASE("keras archive: model_checkpoint with a .keras filepath saves the whol
   seed001::compile(r);
   r.load_weights((dir / "m-02.keras").string());
   CHECK(weights_of(r) == weights_of(m));
+}
+
+namespace {
+
+// Keras's shards of a compiled model whose optimizer has not stepped (its counters alone), at
+// the max_shard_size of scripts/golden/keras_saving.py (SHARD_KIB): tessel writes the same JSON,
+// byte for byte, and the same shard files.
+template <class Model>
+void same_shards_as_keras(const std::string& name, double kib, void (*compile)(Model&)) {
+  temp_dir dir;
+  Model m;
+  compile(m);
+  m.save_weights((dir / (name + ".weights.json")).string(), {.max_shard_size = kib / (1 << 20)});
+  CHECK(read_file(dir / (name + ".weights.json")) ==
+        read_file(golden_file(name + ".weights.json")));
+  for (std::size_t k = 0; k < 4; ++k) {
+    const std::string shard = name + "_0000" + std::to_string(k) + ".weights.h5";
+    INFO(shard);
+    CHECK(fs::exists(dir / shard) == fs::exists(golden_file(shard)));
+  }
+}
+
+// An entry's local header and central directory record in an archive's bytes (the name's first
+// and last occurrences), and where its data starts.
+struct entry_bytes {
+  std::size_t local = 0, central = 0, data = 0;
+};
+entry_bytes locate(const std::string& b, const std::string& name) {
+  entry_bytes e;
+  e.local = b.find(name) - 30;
+  e.central = b.rfind(name) - 46;
+  const auto u16 = [&](std::size_t at) {
+    return std::size_t(static_cast<unsigned char>(b[at])) |
+           std::size_t(static_cast<unsigned char>(b[at + 1])) << 8;
+  };
+  e.data = e.local + 30 + u16(e.local + 26) + u16(e.local + 28);
+  return e;
+}
+void put_u32(std::string& b, std::size_t at, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+}  // namespace
+
+TEST_CASE("keras archive: shards are filled as Keras fills them", "[saving][keras_archive]") {
+  same_shards_as_keras<seed000::model>("seed000", 615, seed000::compile);
+  same_shards_as_keras<seed001::model>("seed001", 1024, seed001::compile);
+  same_shards_as_keras<seed002::model>("seed002", 128, seed002::compile);
+  // A variable that fills a shard exactly stays in it (Keras starts a new shard only past the
+  // size): dense's kernel and bias are 803,840 bytes. Keras 3.15 writes this JSON for the model.
+  temp_dir dir;
+  seed001::model m;
+  seed001::compile(m);
+  m.save_weights((dir / "exact.weights.json").string(), {.max_shard_size = 803840.0 / (1 << 30)});
+  CHECK(nlohmann::json::parse(read_file(dir / "exact.weights.json")) == nlohmann::json::parse(R"({
+      "metadata": {"total_size": 1077296.0},
+      "weight_map": {"/layers/dense/vars": ["exact_00000.weights.h5"],
+                     "/layers/dense_1/vars": ["exact_00001.weights.h5"],
+                     "/layers/dense_2/vars": ["exact_00001.weights.h5"],
+                     "/optimizer/vars": ["exact_00001.weights.h5"]}})"));
+  CHECK_FALSE(fs::exists(dir / "exact_00002.weights.h5"));
+}
+
+TEST_CASE("keras archive: DEFLATE entries load the same weights as stored ones",
+          "[saving][golden][keras_archive]") {
+  // seed002.deflated.keras is Keras's seed002.keras with every entry recompressed by Python's
+  // zipfile (ZIP_DEFLATED), as other zip tools may leave an archive.
+  const fs::path deflated = golden_file("seed002.deflated.keras");
+  {
+    tessel::saving::zip::reader z(deflated);
+    tessel::saving::zip::reader s(golden_file("seed002.keras"));
+    REQUIRE(z.entries().size() == 3);
+    REQUIRE(s.entries().size() == 3);
+    for (std::size_t i = 0; i < 3; ++i) {
+      INFO(z.entries()[i].name);
+      CHECK(z.entries()[i].name == s.entries()[i].name);
+      CHECK(z.entries()[i].method == 8);
+      CHECK(s.entries()[i].method == 0);
+      CHECK(z.read(z.entries()[i]) == s.read(s.entries()[i]));
+    }
+    const auto* w = z.find("model.weights.h5");
+    CHECK(w->compressed < w->size);
+  }
+  const json g = load("saving/seed002.json");
+  seed002::model stored, inflated;
+  seed002::compile(stored);
+  seed002::compile(inflated);
+  stored.load_weights(golden_file("seed002.keras"));
+  inflated.load_weights(deflated.string());
+  CHECK(weights_of(inflated) == weights_of(stored));
+  check_near(inflated.predict(to_array(g["x_eval"])).values, values(g["predictions"]),
+             "seed002 from the DEFLATE archive", 1e-6);
+}
+
+TEST_CASE("keras archive: damage in Keras's archives, stored and DEFLATE, is an error",
+          "[saving][keras_archive]") {
+  temp_dir dir;
+  seed002::model r;
+  seed002::compile(r);
+  const auto before = weights_of(r);
+  auto load_error = [&](const std::string& content) {
+    const fs::path p = dir / "bad.keras";
+    write_file(p, content);
+    return message_of([&] { r.load_weights(p.string()); });
+  };
+  const std::uint64_t weights_size =
+      tessel::saving::zip::reader(golden_file("seed002.keras")).find("model.weights.h5")->size;
+  // A flipped byte in the values of Keras's weights entry: Keras's file has no checksum of its
+  // own, so the archive's CRC-32 alone finds it.
+  {
+    std::string b = read_file(golden_file("seed002.keras"));
+    const entry_bytes e = locate(b, "model.weights.h5");
+    const std::size_t at = e.data + weights_size / 2;  // in large_k's kernel (/layers/conv2d_2)
+    b[at] = static_cast<char>(b[at] ^ 0x04);
+    CHECK_THAT(load_error(b), Catch::Contains("bad.keras") &&
+                                  Catch::Contains("entry 'model.weights.h5'") &&
+                                  Catch::Contains("CRC-32"));
+  }
+  const std::string deflated = read_file(golden_file("seed002.deflated.keras"));
+  const entry_bytes e = locate(deflated, "model.weights.h5");
+  // A flipped byte in the DEFLATE data: zlib's error or the CRC-32, for the entry.
+  for (std::size_t offset : {std::size_t{100}, std::size_t{90000}, std::size_t{187000}}) {
+    INFO("flipped at " << offset << " of the entry's data");
+    std::string b = deflated;
+    b[e.data + offset] = static_cast<char>(b[e.data + offset] ^ 0x20);
+    CHECK_THAT(load_error(b),
+               Catch::Contains("bad.keras") && Catch::Contains("entry 'model.weights.h5'"));
+  }
+  // The recorded size one byte more than the data inflates to; and a size no model compresses
+  // from (a zip bomb).
+  {
+    std::string b = deflated;
+    put_u32(b, e.central + 24, static_cast<std::uint32_t>(weights_size + 1));
+    CHECK_THAT(load_error(b), Catch::Contains("entry 'model.weights.h5'") &&
+                                  Catch::Contains("DEFLATE data is damaged"));
+    put_u32(b, e.central + 24, 0x7fffffff);
+    CHECK_THAT(load_error(b),
+               Catch::Contains("entry 'model.weights.h5'") && Catch::Contains("implausibly large"));
+  }
+  CHECK(weights_of(r) == before);  // nothing loaded from any of them
+}
+
+TEST_CASE("keras archive: a model of the same shapes and another config is refused",
+          "[saving][keras_archive]") {
+  // Every variable has the shape of the model's own, so only the config check finds that the
+  // archive is another model's; nothing may load.
+  temp_dir dir;
+  seed001::tanh_model t;
+  t.compile(optimizers::adam{}, losses::sparse_categorical_crossentropy{.from_logits = true});
+  t.save((dir / "tanh.keras").string());
+  seed001::model r;
+  seed001::compile(r);
+  const auto before = weights_of(r);
+  CHECK_THAT(message_of([&] { r.load_weights((dir / "tanh.keras").string()); }),
+             Catch::Contains("tanh.keras") && Catch::Contains("layer 0 ('dense', Dense) differs") &&
+                 Catch::Contains("activation is \"tanh\" in the file and \"relu\" in this model"));
+  CHECK(weights_of(r) == before);
+  // Its weights alone (a .weights.h5 file has no config) load: the check is the archive's.
+  t.save_weights((dir / "tanh.weights.h5").string());
+  r.load_weights((dir / "tanh.weights.h5").string());
+  CHECK(weights_of(r) == weights_of(t));
 }
