@@ -52,6 +52,8 @@ TEST_CASE("model_checkpoint and backup_and_restore: arguments checked as Keras c
                     "filepath=model.tf");
   CHECK_THROWS_WITH(model_checkpoint({.filepath = "m.keras", .mode = "up"}),
                     Catch::Contains("mode 'up' is unknown"));
+  CHECK_THROWS_WITH(model_checkpoint({.filepath = "model.h5"}),
+                    Catch::Contains("not Keras's legacy `.h5` format"));
   CHECK_NOTHROW(model_checkpoint({.filepath = "m-{epoch}.keras", .save_freq = 100}));
   CHECK_NOTHROW(model_checkpoint({.filepath = "w.weights.h5", .save_weights_only = true,
                                   .save_freq = "epoch"}));
@@ -78,7 +80,8 @@ TEST_CASE("latest_checkpoint: the newest complete checkpoint in a directory", "[
   touch(dir / "notes.txt", 1);
   touch(dir / "ckpt-3.weights.h5.tmp.123", 1);  // a save that did not finish
   CHECK(tessel::latest_checkpoint(dir) == dir / "ckpt-2.keras");
-  fs::create_directories(dir / "checkpoint-4.partial");  // unfinished: no manifest
+  fs::create_directories(dir / "checkpoint-4.partial");  // a staging directory, even with its
+  touch(dir / "checkpoint-4.partial" / "manifest.json", 0);  // manifest, is not a checkpoint
   fs::create_directories(dir / "checkpoint-5");
   CHECK(tessel::latest_checkpoint(dir) == dir / "ckpt-2.keras");  // checkpoint-5 is unfinished
   touch(dir / "checkpoint-5" / "manifest.json", 5);

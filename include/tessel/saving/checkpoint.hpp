@@ -45,6 +45,7 @@
 #include "../data/file_access.hpp"
 #include "../model/sequential.hpp"
 #include "../state.hpp"
+#include "atomic_file.hpp"
 
 namespace tessel {
 
@@ -109,20 +110,6 @@ inline void write_file(const fs::path& p, const void* data, std::size_t bytes) {
   ::close(fd);
   if (rc != 0)
     throw runtime_error("Cannot sync the checkpoint file '" + p.string() + "' to disk: " +
-                        std::strerror(e));
-}
-// Flushes a directory's entries to the disk (a file system that cannot sync directories has
-// nothing to flush).
-inline void sync_directory(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0)
-    throw runtime_error("Cannot open the directory '" + p.string() +
-                        "' to sync it: " + data::open_failure(p, errno, false));
-  const int rc = ::fsync(fd);
-  const int e = errno;
-  ::close(fd);
-  if (rc != 0 && e != EINVAL)
-    throw runtime_error("Cannot sync the directory '" + p.string() + "' to disk: " +
                         std::strerror(e));
 }
 inline void write_text(const fs::path& p, const std::string& text) {
@@ -372,11 +359,11 @@ inline void commit_snapshot(snapshot& s) {
                       {"files", files},              {"variables", variables},
                       {"metadata", s.metadata}};
   write_text(s.staging / "manifest.json", manifest.dump(1));
-  sync_directory(s.staging);
+  saving::detail::sync_path(s.staging, true);
   std::error_code ec;
   fs::remove_all(s.dir, ec);
   fs::rename(s.staging, s.dir);
-  sync_directory(s.dir.has_parent_path() ? s.dir.parent_path() : fs::path("."));
+  saving::detail::sync_path(s.dir.has_parent_path() ? s.dir.parent_path() : fs::path("."), true);
 }
 
 // Process 0 makes the staging directory, fresh, before anyone writes into it.
@@ -595,8 +582,9 @@ inline std::filesystem::path latest_checkpoint(const std::filesystem::path& dir)
     const auto ends = [&](std::string_view x) {
       return name.size() > x.size() && name.compare(name.size() - x.size(), x.size(), x) == 0;
     };
-    const bool complete = e.is_directory(ec) ? fs::exists(e.path() / "manifest.json", ec)
-                                             : ends(".weights.h5") || ends(".keras");
+    const bool complete = e.is_directory(ec)
+                              ? !ends(".partial") && fs::exists(e.path() / "manifest.json", ec)
+                              : ends(".weights.h5") || ends(".keras");
     if (!complete) continue;
     const fs::file_time_type t = fs::last_write_time(e.path(), ec);
     if (ec) continue;

@@ -173,6 +173,12 @@ class model_checkpoint : public callback {
     if (!o_.save_weights_only && !ends(".keras") && !ends(".h5"))
       throw value_error("The filepath provided must end in `.keras` (Keras model format). "
                         "Received: filepath=" + o_.filepath);
+    // Keras also writes its legacy whole-model .h5 format; tessel writes only .keras archives.
+    if (!o_.save_weights_only && !ends(".keras"))
+      throw value_error("ModelCheckpoint: tessel saves whole models as `.keras` archives, not "
+                        "Keras's legacy `.h5` format. Received: filepath=" + o_.filepath +
+                        "; use a `.keras` filepath, or save_weights_only=True with a "
+                        "`.weights.h5` filepath.");
   }
   // The best monitored value so far (Keras's `best`).
   std::optional<double> best;
