@@ -301,7 +301,10 @@ class cuda_communicator {
   // Every process has a GPU and none shares it with another process of the group, and none set
   // TESSEL_NCCL=0: each sends its GPU's UUID and its two flags, and all decide alike.
   bool every_process_has_its_own_gpu() const {
-    std::uint64_t mine[3] = {0, 0, 0};
+    // This process's three words, then every process's, in one vector (GCC 12 took a stack
+    // array here for a freed heap object: -Wfree-nonheap-object, a false positive).
+    std::vector<std::uint64_t> words(3 * (static_cast<std::size_t>(size()) + 1), 0);
+    std::uint64_t* mine = words.data();
     int count = 0;
     if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) {
       cudaDeviceProp p{};
@@ -314,8 +317,8 @@ class cuda_communicator {
     }
     if (!environment::nccl().value_or(true))
       mine[2] |= 2u;
-    std::vector<std::uint64_t> all(3 * static_cast<std::size_t>(size()));
-    mpi_.all_gather(std::span<const std::uint64_t>(mine, 3), std::span<std::uint64_t>(all));
+    const std::span<std::uint64_t> all(words.data() + 3, 3 * static_cast<std::size_t>(size()));
+    mpi_.all_gather(std::span<const std::uint64_t>(mine, 3), all);
     for (int p = 0; p < size(); ++p) {
       const std::uint64_t* a = all.data() + 3 * static_cast<std::size_t>(p);
       if (a[2] != 1u) return false;  // no GPU, or NCCL turned off
