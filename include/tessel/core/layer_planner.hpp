@@ -85,7 +85,8 @@ class layer_planner {
     // The targets, the loss and predict's rows follow the input's batch: the output's rows must
     // be laid out as they are. A variable split over the batch axis gathers the batch (each
     // device then computes every row), and nothing yet splits it again before the output.
-    if (plan_.ok && model_.count > 0 && !(cur_.layout.dims[0] == nodes_[0].layout.dims[0]))
+    if (plan_.ok && model_.count > 0 &&
+        !(split_rows(cur_.layout.dims[0]) == split_rows(nodes_[0].layout.dims[0])))
       fail("its output rows are gathered, not split over the batch axis. The model's output "
            "must be split over the batch axis as its input is; a variable split over the batch "
            "axis gathers the batch: split that variable over another mesh axis, or lay this "
@@ -100,6 +101,14 @@ class layer_planner {
     for (std::size_t g = groups_; g-- > 0;)
       for (std::size_t k = group_begin_[g]; k < group_end_[g]; ++k) push(backward_[k]);
     return plan_;
+  }
+
+  // A dimension's sharding without the mesh axes of one device (they split nothing).
+  [[nodiscard]] constexpr dim_sharding split_rows(const dim_sharding& d) const noexcept {
+    dim_sharding out{};
+    for (std::size_t k = 0; k < d.count; ++k)
+      if (plan_.mesh.sizes[d.axes[k]] != 1) out.push(d.axes[k]);
+    return out;
   }
 
   // ---- what a rule reads ---------------------------------------------------------------------
