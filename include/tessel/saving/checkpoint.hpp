@@ -21,7 +21,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -46,6 +45,7 @@
 #include "../model/sequential.hpp"
 #include "../state.hpp"
 #include "atomic_file.hpp"
+#include "file_checksum.hpp"
 
 namespace tessel {
 
@@ -69,17 +69,6 @@ std::array<state_list<B>*, 4> groups_of(state_tree<B>& t) {
           &t.metrics_variables};
 }
 
-inline std::uint32_t crc32_of(const void* data, std::size_t bytes) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  const auto* p = static_cast<const Bytef*>(data);
-  while (bytes > 0) {
-    const auto n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
-    crc = ::crc32(crc, p, n);
-    p += n;
-    bytes -= n;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
 
 inline std::string shard_name(std::size_t device, const char* ext) {
   char name[40];
@@ -198,7 +187,7 @@ inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
   for (std::size_t c = c0; c < c1; ++c) {
     const std::size_t b = c * chunk_bytes - span_begin;
     const std::size_t n = std::min(chunk_bytes, block_bytes - c * chunk_bytes);
-    if (crc32_of(dst + b, n) != s.chunks[c])
+    if (saving::detail::crc32_of(dst + b, n) != s.chunks[c])
       throw runtime_error("The checkpoint file '" + file.string() + "' is damaged: bytes " +
                           std::to_string(s.at + c * chunk_bytes) + " to " +
                           std::to_string(s.at + c * chunk_bytes + n) + " of '" + path +
@@ -319,7 +308,8 @@ inline void write_snapshot(snapshot& s) {
     for (std::size_t e : b.at("extent")) n *= e;
     json chunks = json::array();
     for (std::size_t c = 0; c < n; c += chunk_bytes)
-      chunks.push_back(crc32_of(s.bytes.data() + at + c, std::min(chunk_bytes, n - c)));
+      chunks.push_back(
+          saving::detail::crc32_of(s.bytes.data() + at + c, std::min(chunk_bytes, n - c)));
     b["chunks"] = std::move(chunks);
   }
   const std::string bin = shard_name(s.device, "bin");

@@ -33,6 +33,18 @@ inline constexpr std::size_t checksum_trailer_size = 24;
 namespace detail {
 inline constexpr char checksum_magic[8] = {'T', 'S', 'L', 'C', 'R', 'C', '3', '2'};
 
+// zlib's CRC-32 of `bytes` bytes in memory (every file tessel writes checks with it).
+inline std::uint32_t crc32_of(const void* data, std::size_t bytes) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {  // zlib takes a uInt length
+    const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
+    crc = ::crc32(crc, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
 // zlib's CRC-32 of the first `bytes` bytes of `in` (read from its start).
 inline std::optional<std::uint32_t> crc32_of_stream(std::istream& in, std::uint64_t bytes) {
   in.clear();

@@ -149,17 +149,6 @@ struct weights_content {
 };
 
 namespace detail {
-inline std::uint32_t crc32_of(const void* data, std::size_t bytes) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  const auto* p = static_cast<const Bytef*>(data);
-  while (bytes > 0) {  // zlib takes a uInt length
-    const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
-    crc = ::crc32(crc, p, n);
-    p += n;
-    bytes -= n;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
 inline constexpr std::string_view crc_attribute = "tessel_crc32";
 inline constexpr std::string_view learning_rate_attribute = "tessel_learning_rate";
 
