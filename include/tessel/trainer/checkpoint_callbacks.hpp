@@ -50,6 +50,21 @@ struct save_freq_arg {
   }
 };
 
+// Keras's count of the batches since the last save (its callbacks' _should_save_on_batch): a
+// batch index not past the last one seen starts a new epoch. `last` empty: none seen yet.
+struct batch_counter {
+  std::size_t since = 0;
+  std::optional<std::size_t> last;
+  // Counts up to `batch`; true (and the count starts again) when `every` batches are reached.
+  bool due(std::size_t batch, std::size_t every) {
+    since += !last || batch <= *last ? batch + 1 : batch - *last;
+    last = batch;
+    if (since < every) return false;
+    since = 0;
+    return true;
+  }
+};
+
 namespace detail {
 
 // One `{name}` or `{name:spec}` field of Python's str.format, for a filepath: spec is
@@ -186,18 +201,12 @@ class model_checkpoint : public callback {
   void on_train_begin(const logs&) override {
     best = o_.initial_value_threshold;
     increases_.reset();
-    since_save_ = 0;
-    last_batch_.reset();
+    batches_ = {};  // ModelCheckpoint starts with no batch seen (None)
   }
   void on_epoch_begin(std::size_t epoch, const logs&) override { epoch_ = epoch; }
   void on_train_batch_end(std::size_t batch, const logs& l) override {
-    if (o_.save_freq.batches == 0) return;
-    since_save_ += !last_batch_ || batch <= *last_batch_ ? batch + 1 : batch - *last_batch_;
-    last_batch_ = batch;
-    if (since_save_ >= o_.save_freq.batches) {
-      since_save_ = 0;
+    if (o_.save_freq.batches != 0 && batches_.due(batch, o_.save_freq.batches))
       save(epoch_, batch, l);
-    }
   }
   void on_epoch_end(std::size_t epoch, const logs& l) override {
     if (!increases_) increases_ = monitor_increases(*model, o_.mode, o_.monitor, "ModelCheckpoint");
@@ -247,8 +256,8 @@ class model_checkpoint : public callback {
 
   options o_;
   std::optional<bool> increases_;
-  std::size_t epoch_ = 0, since_save_ = 0;
-  std::optional<std::size_t> last_batch_;
+  std::size_t epoch_ = 0;
+  batch_counter batches_;
 };
 
 // keras.callbacks.BackupAndRestore, with Keras's arguments and defaults. The backups are
@@ -274,8 +283,7 @@ class backup_and_restore : public callback {
   [[nodiscard]] const training_position& restored_position() const noexcept { return restored_; }
 
   void on_train_begin(const logs&) override {
-    since_save_ = 0;
-    last_batch_ = 0;
+    batches_ = {0, 0};  // BackupAndRestore starts with batch 0 as the last seen
     restored_ = {};
     const std::filesystem::path newest = latest();
     seq_ = number_of(newest);
@@ -296,22 +304,14 @@ class backup_and_restore : public callback {
     const nlohmann::json m = nlohmann::json::parse(meta);
     restored_ = {m.at("epoch").get<std::size_t>(), m.at("batch").get<std::size_t>(),
                  m.at("data_pass").get<std::uint64_t>()};
-    if (restored_.step > 0) last_batch_ = restored_.step - 1;  // the batches before are seen
+    if (restored_.step > 0) batches_.last = restored_.step - 1;  // the batches before are seen
     model->resume_from(restored_);
   }
   void on_train_batch_end(std::size_t batch, const logs&) override {
-    if (o_.save_freq.batches == 0) return;
-    // Keras's count of the batches since the last save (a batch index not past the last one
-    // starts a new epoch).
-    since_save_ += batch <= last_batch_ ? batch + 1 : batch - last_batch_;
-    last_batch_ = batch;
-    if (since_save_ >= o_.save_freq.batches) {
-      since_save_ = 0;
-      save();
-    }
+    if (o_.save_freq.batches != 0 && batches_.due(batch, o_.save_freq.batches)) save();
   }
   void on_epoch_end(std::size_t, const logs&) override {
-    last_batch_ = 0;
+    batches_.last = 0;
     if (o_.save_freq.batches == 0) save();
   }
   void on_train_end(const logs&) override {
@@ -374,7 +374,7 @@ class backup_and_restore : public callback {
 
   options o_;
   std::uint64_t seq_ = 0;
-  std::size_t since_save_ = 0, last_batch_ = 0;
+  batch_counter batches_{0, 0};
   training_position restored_{};
 };
 
