@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "golden.hpp"
+#include "keras_models.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -33,22 +34,12 @@ namespace fs = std::filesystem;
 namespace optimizers = tessel::optimizers;
 namespace losses = tessel::losses;
 
-// The models of scripts/golden/keras_saving.py (saving_test.cpp's).
-namespace seed000 {
-using x = input<28, 28, 1>;
-using h = dense<200, {.activation = "relu", .use_bias = false}>::on<flatten<>::on<x>>;
-using y = dense<10, {.activation = "softmax"}>::on<dropout<0.4>::on<h>>;
-using model = tessel::functional<x, y>;
-void compile(model& m) { m.compile(optimizers::adam{}, losses::mean_squared_error{}); }
-}  // namespace seed000
+// The models of scripts/golden/keras_saving.py (support/keras_models.hpp).
+namespace seed000 = tessel::testing::keras_models::seed000;
+namespace seed002 = tessel::testing::keras_models::seed002;
+using tessel::testing::keras_models::golden_file;
 namespace seed001 {
-using x = input<784>;
-using h = dense<256, {.activation = "relu"}>::on<dense<256, {.activation = "relu"}>::on<x>>;
-using y = dense<10>::on<h>;
-using model = tessel::functional<x, y>;
-void compile(model& m) {
-  m.compile(optimizers::adam{}, losses::sparse_categorical_crossentropy{.from_logits = true});
-}
+using namespace tessel::testing::keras_models::seed001;
 // The same with a wider first layer: another model's type.
 using wide = tessel::functional<x, dense<10>::on<dense<256, {.activation = "relu"}>::on<
                                        dense<300, {.activation = "relu"}>::on<x>>>>;
@@ -56,25 +47,6 @@ using wide = tessel::functional<x, dense<10>::on<dense<256, {.activation = "relu
 using tanh_model = tessel::functional<x, dense<10>::on<dense<256, {.activation = "relu"}>::on<
                                              dense<256, {.activation = "tanh"}>::on<x>>>>;
 }  // namespace seed001
-namespace seed002 {
-using bn = batch_normalization<{.center = true, .scale = false}>;
-using x = input<28, 28, 1>;
-using c1 = relu<>::on<bn::on<
-    conv2d<12, 3, {.padding = "same", .use_bias = false}>::on<rescaling<1.0 / 255.0>::on<x>>>>;
-using c2 = relu<>::on<bn::on<conv2d<24, 6, {.strides = 2, .use_bias = false}>::on<c1>>>;
-using c3 =
-    relu<>::on<bn::on<conv2d<32, 6, {.strides = 2, .padding = "same", .name = "large_k"}>::on<c2>>>;
-using y = dense<10>::on<dense<256, {.activation = "relu"}>::on<global_average_pooling2d<>::on<c3>>>;
-using model = tessel::functional<x, y>;
-void compile(model& m) {
-  m.compile(optimizers::adam{.learning_rate = 1e-3},
-            losses::sparse_categorical_crossentropy{.from_logits = true});
-}
-}  // namespace seed002
-
-std::string golden_file(const std::string& name) {
-  return tessel::testing::golden::golden_dir() + "/saving/" + name;
-}
 
 // Within `rel` of Keras's values, relative to their largest magnitude (at least 1).
 double worst = 0;
