@@ -127,6 +127,9 @@ class optimizer {
   // Keras's optimizer.variables: "<name>/iteration" (int64), "<name>/learning_rate" (float64),
   // then copies of the slots in creation order ("adam/dense_kernel_momentum", ...). Build first.
   state_list<B> state() const { return entries(true); }
+  // state() without the copies: the slots share the optimizer's memory, valid until its next
+  // step or set_state (saving reads them, and a load writes them, through it).
+  state_list<B> state_view() const { return entries(false); }
   // Checks values against state()'s entries (path, dtype, shape, layout), naming the first that
   // differs.
   void check_state(const state_list<B>& values, std::string_view where = "set_state_tree") const {

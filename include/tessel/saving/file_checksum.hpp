@@ -45,30 +45,67 @@ inline std::uint32_t crc32_of(const void* data, std::size_t bytes) {
   }
   return static_cast<std::uint32_t>(crc);
 }
-// zlib's CRC-32 of the first `bytes` bytes of `in` (read from its start).
-inline std::optional<std::uint32_t> crc32_of_stream(std::istream& in, std::uint64_t bytes) {
-  in.clear();
-  in.seekg(0);
-  std::vector<char> buffer(std::size_t{4} << 20);
-  uLong crc = ::crc32(0L, Z_NULL, 0);
-  while (bytes > 0) {
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, buffer.size()));
-    in.read(buffer.data(), static_cast<std::streamsize>(n));
-    if (static_cast<std::size_t>(in.gcount()) != n) return std::nullopt;
-    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
-    bytes -= n;
+}  // namespace detail
+
+// A run of a file's bytes whose CRC-32 the writer already has (a dataset's values, which it
+// checksummed before handing them to libhdf5): append_checksum combines it instead of reading it
+// back.
+struct known_crc {
+  std::uint64_t offset = 0, bytes = 0;
+  std::uint32_t crc = 0;
+};
+
+namespace detail {
+// The CRC-32 of the file's first `size` bytes: the runs in `known` (sorted, inside the file, not
+// overlapping; otherwise they are ignored and every byte is read) by zlib's crc32_combine, the
+// bytes between them read. A 1 GB weights file is then checksummed from its few kilobytes of
+// HDF5 metadata, not read back whole.
+inline std::optional<std::uint32_t> crc32_of_file(std::istream& in, std::uint64_t size,
+                                                  std::vector<known_crc> known) {
+  std::sort(known.begin(), known.end(),
+            [](const known_crc& a, const known_crc& b) { return a.offset < b.offset; });
+  std::uint64_t end = 0;
+  for (const known_crc& k : known) {
+    if (k.offset < end || k.bytes > size || k.offset > size - k.bytes) {
+      known.clear();
+      break;
+    }
+    end = k.offset + k.bytes;
   }
+  std::vector<char> buffer(std::size_t{1} << 20);
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  std::uint64_t at = 0;
+  const auto read_to = [&](std::uint64_t stop) {
+    in.clear();
+    in.seekg(static_cast<std::streamoff>(at));
+    while (at < stop) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(stop - at, buffer.size()));
+      in.read(buffer.data(), static_cast<std::streamsize>(n));
+      if (static_cast<std::size_t>(in.gcount()) != n) return false;
+      crc = ::crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
+      at += n;
+    }
+    return true;
+  };
+  for (const known_crc& k : known) {
+    if (!read_to(k.offset)) return std::nullopt;
+    crc = ::crc32_combine(crc, k.crc, static_cast<z_off_t>(k.bytes));
+    at += k.bytes;
+  }
+  if (!read_to(size)) return std::nullopt;
   return static_cast<std::uint32_t>(crc);
 }
 }  // namespace detail
 
-// Appends the trailer to the file at `path` (its whole content so far).
-inline void append_checksum(const std::filesystem::path& path) {
+// Appends the trailer to the file at `path` (its whole content so far). `known`: runs of it
+// whose CRC-32 the caller has (see known_crc); the rest is read back.
+inline void append_checksum(const std::filesystem::path& path,
+                            const std::vector<known_crc>& known = {}) {
   std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
   if (!f) throw runtime_error("Cannot open '" + path.string() + "' to append its checksum.");
   f.seekg(0, std::ios::end);
   const auto size = static_cast<std::uint64_t>(f.tellg());
-  const std::optional<std::uint32_t> crc = detail::crc32_of_stream(f, size);
+  const std::optional<std::uint32_t> crc = detail::crc32_of_file(f, size, known);
   if (!crc) throw runtime_error("Cannot read '" + path.string() + "' back to checksum it.");
   std::array<unsigned char, checksum_trailer_size> t{};
   std::memcpy(t.data(), detail::checksum_magic, 8);
@@ -79,6 +116,17 @@ inline void append_checksum(const std::filesystem::path& path) {
   f.write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size()));
   f.flush();
   if (!f) throw runtime_error("Cannot append the checksum to '" + path.string() + "'.");
+}
+
+// Whether the file at `path`, `size` bytes long, ends in a trailer (verify_checksum tells whether
+// it matches; a reader that verified the file may then trust every byte of it).
+inline bool has_checksum_trailer(const std::filesystem::path& path, std::uint64_t size) {
+  if (size < checksum_trailer_size) return false;
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.seekg(static_cast<std::streamoff>(size - checksum_trailer_size));
+  in.read(magic, 8);
+  return in.gcount() == 8 && std::memcmp(magic, detail::checksum_magic, 8) == 0;
 }
 
 // What the trailer of a file says about it.
@@ -107,7 +155,7 @@ inline checksum_state verify_checksum(const std::filesystem::path& path, std::ui
   for (std::size_t i = 4; i-- > 0;) crc = (crc << 8) | t[16 + i];
   if (n != size - checksum_trailer_size) return checksum_state::damaged;
   content = n;
-  const std::optional<std::uint32_t> actual = detail::crc32_of_stream(in, n);
+  const std::optional<std::uint32_t> actual = detail::crc32_of_file(in, n, {});
   return actual && *actual == crc ? checksum_state::ok : checksum_state::damaged;
 }
 

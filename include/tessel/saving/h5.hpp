@@ -312,6 +312,14 @@ inline object write_dataset(const object& group, std::string_view name,
     fail(group.file, "cannot write the dataset '" + group.child_path(name) + "'");
   return {std::move(d), group.file, group.child_path(name)};
 }
+// Where a contiguous dataset's values start in its file (its bytes as written, little-endian
+// floats, one after another), or nothing when libhdf5 keeps them elsewhere (a compact dataset's
+// values sit in its header).
+inline std::optional<std::uint64_t> raw_data_offset(const object& dataset) {
+  const haddr_t at = H5Dget_offset(dataset.id());
+  if (at == HADDR_UNDEF) return std::nullopt;
+  return static_cast<std::uint64_t>(at);
+}
 // A scalar int32 dataset (Keras's optimizer iteration count).
 inline object write_scalar(const object& group, std::string_view name, std::int32_t value) {
   const std::string n(name);

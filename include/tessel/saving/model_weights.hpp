@@ -45,20 +45,43 @@ std::string keras_optimizer_name(const optimizer<B>& o) {
   return std::visit([](const auto& s) { return keras_snake_case(s.name); }, o.spec().value());
 }
 
-// A tensor's global values, row-major, on every process (a sharded one gathered).
+// Whether the backend keeps a tensor's values in host memory (backend::host), where a replicated
+// tensor's block is already its global values, row-major.
+template <class B>
+inline constexpr bool host_memory = B::device_kind == std::string_view("cpu");
+
+// `v`'s values for a save: a replicated tensor in host memory borrowed (no copy: the save writes
+// from the model's own memory), any other downloaded (a sharded one gathered, on every process).
 template <class Model, class B>
-std::vector<float> global_values(Model& m, const basic_dtensor<B>& t,
-                                 const std::vector<std::size_t>& shape) {
-  std::vector<float> values(tessel::saving::detail::elements(shape));
-  if (t.size() == values.size()) {
-    B::download(t.local(), std::span<float>(values));
-    return values;
+void take_values(Model& m, const basic_dtensor<B>& t, saved_variable& v) {
+  const std::size_t n = tessel::saving::detail::elements(v.shape);
+  if constexpr (host_memory<B>) {
+    if (t.size() == n) {
+      v.borrowed = std::span<const float>(t.local().data(), n);
+      return;
+    }
+  }
+  v.values.resize(n);
+  if (t.size() == n) {
+    B::download(t.local(), std::span<float>(v.values));
+    return;
   }
   typename B::matrix store;
   const basic_dtensor<B> whole =
-      m.resharding()(t, layout_value::replicated(shape.size()), store, "gathered");
-  B::download(whole.local(), std::span<float>(values));
-  return values;
+      m.resharding()(t, layout_value::replicated(v.shape.size()), store, "gathered");
+  B::download(whole.local(), std::span<float>(v.values));
+}
+
+// Sets `t` (this process's block) from its variable's global values `global`: a replicated
+// tensor straight from them, a sharded one from its block of them.
+template <class B>
+void assign_values(const basic_dtensor<B>& t, std::span<const float> global) {
+  if (t.size() == global.size()) {
+    B::upload(global, t.local());
+    return;
+  }
+  const std::vector<float> block = block_of(t, global);
+  B::upload(std::span<const float>(block), t.local());
 }
 
 }  // namespace detail
@@ -100,7 +123,7 @@ model_weights_layout weights_layout(Model& m, const optimizer<B>* opt) {
                         "' (its path does not start with a layer's name)");
   if (opt != nullptr) {
     saved_optimizer o{detail::keras_optimizer_name(*opt), 0, 0, {}};
-    const state_list<B> state = opt->state();
+    const state_list<B> state = opt->state_view();
     std::vector<std::string> paths;
     for (std::size_t i = 2; i < state.size(); ++i) paths.push_back(state[i].path);
     out.slot_index = keras_slot_order(o.name, paths);
@@ -122,22 +145,22 @@ inline void check_weights_path(const std::string& filepath, const char* where) {
 }  // namespace detail
 
 // The model's weights file as values: every variable's global values (a sharded one gathered
-// on every process) and the optimizer's counters and slots. Every process calls it.
+// on every process; a replicated one in host memory borrowed, valid while the model is not
+// changed) and the optimizer's counters and slots. Every process calls it.
 template <class Model, class B>
 weights_content model_weights_content(Model& m, const optimizer<B>* opt) {
   model_weights_layout layout = weights_layout(m, opt);
-  const std::vector<array<float>> weights = m.get_weights();
+  const std::vector<variable<B>*> vars = m.variables();
   std::size_t next = 0;
   for (auto& layer : layout.content.layers)
-    for (auto& v : layer.variables) v.values = weights[layout.weight_index[next++]].values;
+    for (auto& v : layer.variables) detail::take_values(m, vars[layout.weight_index[next++]]->value, v);
   if (opt != nullptr) {
-    const state_list<B> state = opt->state();
+    const state_list<B> state = opt->state_view();
     saved_optimizer& o = *layout.content.optimizer;
     o.iterations = state[0].integer();
     o.learning_rate = state[1].real();
     for (std::size_t k = 0; k < o.slots.size(); ++k)
-      o.slots[k].values =
-          detail::global_values(m, state[layout.slot_index[k] + 2].tensor(), o.slots[k].shape);
+      detail::take_values(m, state[layout.slot_index[k] + 2].tensor(), o.slots[k]);
   }
   return std::move(layout.content);
 }
@@ -199,25 +222,29 @@ void load_model_weights(Model& m, optimizer<B>* opt, const std::string& filepath
       detail::check_weights_path(filepath, "load_weights");
       found = read_weights_file(filepath, layout.content, "load_weights");
     }
+    if (found != optimizer_found::none && layout.content.optimizer->iterations < 0)
+      throw value_error("load_weights: cannot load '" + filepath +
+                        "': the optimizer's iteration count in it is " +
+                        std::to_string(layout.content.optimizer->iterations) +
+                        "; a count is at least 0. Load a file saved by save_weights.");
   });
+  // Every process read the whole file and found every value fit: each now keeps its block of
+  // each variable (the file's values, not a broadcast of one process's).
   const std::vector<variable<B>*> vars = m.variables();
-  std::vector<array<float>> weights(vars.size());
   std::size_t next = 0;
   for (auto& layer : layout.content.layers)
     for (auto& v : layer.variables)
-      weights[layout.weight_index[next++]] = array<float>(v.shape, std::move(v.values));
-  m.set_weights(weights);
+      detail::assign_values(vars[layout.weight_index[next++]]->value,
+                            std::span<const float>(v.values));
   if (opt == nullptr || found == optimizer_found::none) return;
-  state_list<B> state = opt->state();
+  state_list<B> state = opt->state_view();
   const saved_optimizer& o = *layout.content.optimizer;
   state[0].value = o.iterations;
   state[1].value = o.learning_rate;
   if (found == optimizer_found::all)
-    for (std::size_t k = 0; k < o.slots.size(); ++k) {
-      const basic_dtensor<B>& t = state[layout.slot_index[k] + 2].tensor();
-      const std::vector<float> block = block_of(t, std::span<const float>(o.slots[k].values));
-      B::upload(std::span<const float>(block), t.local());
-    }
+    for (std::size_t k = 0; k < o.slots.size(); ++k)
+      detail::assign_values(state[layout.slot_index[k] + 2].tensor(),
+                            std::span<const float>(o.slots[k].values));
   opt->set_state(state, "load_weights");
 }
 

@@ -60,6 +60,7 @@ inline std::string shard_name(const std::string& base, std::size_t i) {
 
 inline void write_shard(const std::filesystem::path& path, const std::vector<shard_item>& items) {
   write_atomically(path, [&](const std::filesystem::path& tmp) {
+    std::vector<known_crc> known;
     h5::object file = h5::create_file(tmp.string());
     for (const shard_item& it : items) {
       // Create the group path as far as it goes.
@@ -83,7 +84,7 @@ inline void write_shard(const std::filesystem::path& path, const std::vector<sha
         continue;
       }
       if (it.variable != nullptr) {
-        write_variable(vars, it.index, *it.variable);
+        write_variable(vars, it.index, *it.variable, known);
       } else if (it.is_iterations) {
         h5::write_attribute(h5::write_scalar(vars, "0", it.iterations), crc_attribute,
                             crc32_of(&it.iterations, sizeof it.iterations));
@@ -95,7 +96,7 @@ inline void write_shard(const std::filesystem::path& path, const std::vector<sha
       }
     }
     if (!file.h.close()) h5::fail(tmp.string(), "libhdf5 cannot finish writing the file");
-    append_checksum(tmp);
+    append_checksum(tmp, known);
   });
 }
 }  // namespace detail

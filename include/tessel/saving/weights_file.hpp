@@ -123,11 +123,17 @@ inline std::vector<std::size_t> keras_slot_order(std::string_view keras_optimize
 
 // ---- the file's content as values ------------------------------------------------------------
 // A variable: its path in the model ("dense/kernel", "adam/dense_kernel_momentum", for messages),
-// its global shape and its values (row-major).
+// its global shape and its values (row-major): held in `values`, or, when saving, `borrowed`
+// from memory that outlives the write (a replicated variable's host memory, written without a
+// copy).
 struct saved_variable {
   std::string path;
   std::vector<std::size_t> shape;
   std::vector<float> values;
+  std::span<const float> borrowed = {};
+  std::span<const float> data() const {
+    return borrowed.data() != nullptr ? borrowed : std::span<const float>(values);
+  }
 };
 // A layer: its group ("dense_1"), its name ("d2") and its variables in Keras's order.
 struct saved_layer {
@@ -163,19 +169,27 @@ inline std::size_t elements(const std::vector<std::size_t>& s) {
   return n;
 }
 
-inline void write_variable(const h5::object& vars, std::size_t i, const saved_variable& v) {
-  if (v.values.size() != elements(v.shape))
+// Writes `v` as dataset `i` of `vars`, with its checksum, which `known` records with where its
+// values lie in the file (so that the file's checksum does not read them back).
+inline void write_variable(const h5::object& vars, std::size_t i, const saved_variable& v,
+                           std::vector<known_crc>& known) {
+  const std::span<const float> values = v.data();
+  if (values.size() != elements(v.shape))
     throw value_error("save_weights: variable '" + v.path + "' has " +
-                      std::to_string(v.values.size()) + " values for its shape " +
+                      std::to_string(values.size()) + " values for its shape " +
                       shape_text(v.shape));
-  const h5::object d = h5::write_dataset(vars, std::to_string(i), v.shape, v.values);
-  h5::write_attribute(d, crc_attribute, crc32_of(v.values.data(), v.values.size() * sizeof(float)));
+  const h5::object d = h5::write_dataset(vars, std::to_string(i), v.shape, values);
+  const std::uint32_t crc = crc32_of(values.data(), values.size_bytes());
+  h5::write_attribute(d, crc_attribute, crc);
+  if (const auto at = h5::raw_data_offset(d); at && !values.empty())
+    known.push_back({*at, values.size_bytes(), crc});
 }
 }  // namespace detail
 
 // Writes `content` to `path` in Keras's layout, atomically (atomic_file.hpp).
 inline void write_weights_file(const std::filesystem::path& path, const weights_content& content) {
   write_atomically(path, [&](const std::filesystem::path& tmp) {
+    std::vector<known_crc> known;
     h5::object file = h5::create_file(tmp.string());
     h5::write_attribute(h5::create_group(file, "vars"), "name", content.model_name);
     {
@@ -184,7 +198,7 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
         const h5::object vars = h5::create_group(h5::create_group(layers, layer.group), "vars");
         h5::write_attribute(vars, "name", layer.name);
         for (std::size_t i = 0; i < layer.variables.size(); ++i)
-          detail::write_variable(vars, i, layer.variables[i]);
+          detail::write_variable(vars, i, layer.variables[i], known);
       }
     }
     if (content.optimizer) {
@@ -203,10 +217,10 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
       h5::write_attribute(d, detail::crc_attribute, detail::crc32_of(&lr, sizeof lr));
       h5::write_attribute(d, detail::learning_rate_attribute, o.learning_rate);
       for (std::size_t i = 0; i < o.slots.size(); ++i)
-        detail::write_variable(vars, i + 2, o.slots[i]);
+        detail::write_variable(vars, i + 2, o.slots[i], known);
     }
     if (!file.h.close()) h5::fail(tmp.string(), "libhdf5 cannot finish writing the file");
-    append_checksum(tmp);
+    append_checksum(tmp, known);
   });
 }
 
@@ -293,7 +307,7 @@ namespace detail {
 // Reads dataset `i` of `vars` into `v` (whose path and shape say what the model expects), with
 // its checksum where tessel wrote one. `what` names the place for messages.
 inline void read_variable(const h5::object& vars, std::size_t i, saved_variable& v,
-                          const std::string& head, const std::string& what) {
+                          const std::string& head, const std::string& what, bool verified) {
   const std::string name = std::to_string(i);
   if (!h5::has(vars, name))
     throw value_error(head + "the file has no variable " + std::to_string(i) + " of " + what +
@@ -310,6 +324,7 @@ inline void read_variable(const h5::object& vars, std::size_t i, saved_variable&
                       "other sizes); load a file saved from this one.");
   v.values.assign(elements(v.shape), 0.0f);
   h5::read_values(d, std::span<float>(v.values));
+  if (verified) return;  // the file's checksum covered these bytes
   const std::optional<std::uint32_t> crc = h5::read_attribute<std::uint32_t>(d, crc_attribute);
   if (crc && *crc != crc32_of(v.values.data(), v.values.size() * sizeof(float)))
     throw value_error(head + "the values of '" + v.path + "' ('" + d.path +
@@ -330,6 +345,11 @@ inline optimizer_found read_weights_file(const std::filesystem::path& path,
                                          weights_content& expected,
                                          std::string_view where = "load_weights") {
   check_weights_file(path, where);
+  // A file that passed the check with a trailer matched its checksum: every value in it is as
+  // tessel wrote it, and the datasets' own checksums need not be computed again.
+  std::error_code size_error;
+  const std::uintmax_t size = std::filesystem::file_size(path, size_error);
+  const bool verified = !size_error && has_checksum_trailer(path, size);
   const std::string head = std::string(where) + ": cannot load '" + path.string() + "': ";
   try {
     const h5::object file = h5::open_file(path.string());
@@ -370,7 +390,7 @@ inline optimizer_found read_weights_file(const std::filesystem::path& path,
                           "). The file is of another model; load a file saved from "
                           "this one.");
       for (std::size_t i = 0; i < l.variables.size(); ++i)
-        detail::read_variable(vars, i, l.variables[i], head, what);
+        detail::read_variable(vars, i, l.variables[i], head, what, verified);
     }
     if (!expected.optimizer || !h5::has(file, "optimizer")) return optimizer_found::none;
     const h5::object group = h5::open_group(file, "optimizer");
@@ -439,7 +459,8 @@ inline optimizer_found read_weights_file(const std::filesystem::path& path,
     }
     if (n == 2) return optimizer_found::counters;
     for (std::size_t i = 0; i < o.slots.size(); ++i)
-      detail::read_variable(vars, i + 2, o.slots[i], head, "the optimizer '" + o.name + "'");
+      detail::read_variable(vars, i + 2, o.slots[i], head, "the optimizer '" + o.name + "'",
+                            verified);
     return optimizer_found::all;
   } catch (const value_error& e) {
     // libhdf5's failures (h5.hpp) name the file; say which call met them too.
