@@ -88,7 +88,7 @@ if wide_median:
             ratios.append(f"4096-wide step: tessel {wide_median['tessel'] / wide_median[other]:.2f}"
                           f"x {what}")
 cnn_labels = {"tessel": "tessel (2 processes, data parallel)", "keras": "Keras 3 (JAX, CPU)",
-              "torch": "PyTorch (eager, CPU, channels_last)"}
+              "torch": "PyTorch (eager, CPU)"}
 cnn_names = [n for n in ("tessel", "keras", "torch") if n in cnn_median]
 cnn_rows = []
 if cnn_names:

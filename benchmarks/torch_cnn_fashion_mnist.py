@@ -20,7 +20,9 @@ uniform kernels, zero biases). Batch normalization with Keras's epsilon 1e-3 and
 (PyTorch counts momentum the other way: 1 - 0.99 = 0.01), beta trainable and gamma held at 1
 (scale=False). Adam(1e-3, epsilon 1e-7 as Keras), cross-entropy on logits, batch 64, a new
 shuffle every epoch, the last partial batch kept (as Keras's fit); no validation. Tensors in
-channels_last (NHWC) memory, which oneDNN's convolutions prefer (--channels-first to compare).
+PyTorch's default NCHW memory: on this machine's 2 cores it runs a step in about half the time
+of channels_last (NHWC), which oneDNN is said to prefer (--channels-last to compare: 17.6 against
+34.5 ms a step over 100 steps).
 The last line is
 
     RESULT torch_cnn seconds_per_epoch=<mean over the epochs> test_accuracy=<acc>
@@ -70,13 +72,13 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--channels-first", action="store_true")
+    p.add_argument("--channels-last", action="store_true")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     a = p.parse_args()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     torch.set_flush_denormal(True)
-    fmt = torch.contiguous_format if a.channels_first else torch.channels_last
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"mkldnn {torch.backends.mkldnn.is_available()}, {fmt}", flush=True)
 
