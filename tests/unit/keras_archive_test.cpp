@@ -440,3 +440,66 @@ TEST_CASE("keras archive: a model of the same shapes and another config is refus
   r.load_weights((dir / "tanh.weights.h5").string());
   CHECK(weights_of(r) == weights_of(t));
 }
+
+TEST_CASE("keras archive: a config.json of the wrong JSON types is an error, never a crash",
+          "[saving][keras_archive]") {
+  // Keras's seeds/002 archive with its config.json altered: names and classes of other JSON types,
+  // a layer without its config or not an object. Each is a value_error naming the archive (none
+  // is nlohmann's exception or a read of a key that is not there), and nothing loads.
+  namespace zip = tessel::saving::zip;
+  using nlohmann::json;
+  temp_dir dir;
+  zip::reader keras(golden_file("seed002.keras"));
+  const json config = json::parse(keras.read("config.json", "the config"));
+  const std::string metadata = keras.read("metadata.json", "the metadata");
+  const std::string weights = keras.read("model.weights.h5", "the weights");
+  seed002::model r;
+  const auto before = weights_of(r);
+  const auto error_with = [&](auto&& harm) {
+    json c = config;
+    harm(c["config"]["layers"], c);
+    const fs::path p = dir / "altered.keras";
+    {
+      std::ofstream out(p, std::ios::binary | std::ios::trunc);
+      zip::writer z(out, p.string());
+      z.add("metadata.json", metadata);
+      z.add("config.json", c.dump());
+      z.add("model.weights.h5", weights);
+      z.finish();
+    }
+    return message_of([&] { r.load_weights(p.string()); });
+  };
+  using Catch::Contains;
+  CHECK_THAT(error_with([](json&, json& c) { c["class_name"] = 7; }),
+             Contains("altered.keras") && Contains("the file holds a ? model"));
+  CHECK_THAT(error_with([](json& l, json&) { l[3]["class_name"] = nullptr; }),
+             Contains("altered.keras") &&
+                 Contains("layer 2 ('batch_normalization', BatchNormalization) differs"));
+  CHECK_THAT(error_with([](json& l, json&) { l[5].erase("config"); }),
+             Contains("altered.keras") && Contains("layer 4 ('conv2d_1', Conv2D) has no config"));
+  // A layer that reads one of no name: every layer is looked at for that name, the damaged too.
+  const auto history = [](json& layer) -> json& {
+    return layer["inbound_nodes"][0]["args"][0]["config"]["keras_history"][0];
+  };
+  CHECK_THAT(error_with([&](json& l, json&) {
+               l[5].erase("config");
+               history(l[3]) = "missing";
+             }),
+             Contains("altered.keras") && Contains("layer 2 ('batch_normalization', "
+                                                   "BatchNormalization) differs: it reads other "
+                                                   "layers in the file"));
+  CHECK_THAT(error_with([&](json& l, json&) {
+               l[4] = "re_lu";
+               history(l[1]) = "missing";
+             }),
+             Contains("altered.keras") && Contains("layer 0 ('rescaling', Rescaling) differs: it "
+                                                   "reads other layers in the file"));
+  CHECK_THAT(error_with([](json& l, json&) { l[2]["name"] = l[2]["config"]["name"] = 12; }),
+             Contains("altered.keras") && Contains("layer 2 ('batch_normalization', "
+                                                   "BatchNormalization) differs: it reads other "
+                                                   "layers in the file"));
+  CHECK_THAT(error_with([](json& l, json&) { l[4] = "re_lu"; }),
+             Contains("altered.keras") &&
+                 Contains("layer 3 ('re_lu', ReLU) differs: the file has a ? layer there"));
+  CHECK(weights_of(r) == before);
+}

@@ -6,9 +6,9 @@
 // with what differs.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -248,6 +248,22 @@ inline bool compared_key(const std::string& k) {
          !k.ends_with("_regularizer") && !k.ends_with("_constraint") && k != "seed" &&
          k != "quantization_config";
 }
+// The string at `key` of `v`, or `otherwise` where `v` is not an object or has no string there
+// (a file's config may hold any JSON anywhere).
+inline std::string string_at(const nlohmann::json& v, const char* key,
+                             const std::string& otherwise = {}) {
+  if (!v.is_object()) return otherwise;
+  const auto it = v.find(key);
+  return it != v.end() && it->is_string() ? it->get<std::string>() : otherwise;
+}
+// Whether `v` nests no deeper than `depth` levels (its text, written recursively, is then shown).
+inline bool nested_within(const nlohmann::json& v, int depth) {
+  if (!v.is_object() && !v.is_array()) return true;
+  if (depth == 0) return false;
+  for (const auto& x : v)
+    if (!nested_within(x, depth - 1)) return false;
+  return true;
+}
 // The layers a functional layer reads, as positions in the model's layer list.
 inline std::vector<long> inbound_positions(const nlohmann::json& layers, const nlohmann::json& l) {
   std::vector<long> out;
@@ -255,23 +271,29 @@ inline std::vector<long> inbound_positions(const nlohmann::json& layers, const n
     const std::string from = history.is_array() && !history.empty() && history[0].is_string()
                                  ? history[0].get<std::string>()
                                  : std::string();
-    for (std::size_t j = 0; j < layers.size(); ++j)
-      if (layers[j].value("name", layers[j]["config"].value("name", std::string())) == from)
-        return static_cast<long>(j);
+    for (std::size_t j = 0; j < layers.size(); ++j) {
+      const auto config = layers[j].is_object() ? layers[j].find("config") : layers[j].end();
+      const std::string config_name =
+          config != layers[j].end() ? string_at(*config, "name") : std::string();
+      if (string_at(layers[j], "name", config_name) == from) return static_cast<long>(j);
+    }
     return -1L;
   };
-  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& v) {
-    if (v.is_object()) {
-      if (v.contains("class_name") && v["class_name"] == "__keras_tensor__" &&
-          v.contains("config") && v["config"].contains("keras_history"))
-        out.push_back(position(v["config"]["keras_history"]));
-      else
-        for (const auto& [k, x] : v.items()) walk(x);
-    } else if (v.is_array()) {
-      for (const auto& x : v) walk(x);
+  // Depth first, in order, with a stack of its own: a file's nesting may be as deep as it likes.
+  std::vector<const nlohmann::json*> todo;
+  if (l.is_object() && l.contains("inbound_nodes")) todo.push_back(&l["inbound_nodes"]);
+  while (!todo.empty()) {
+    const nlohmann::json& v = *todo.back();
+    todo.pop_back();
+    if (v.is_object() && v.contains("class_name") && v["class_name"] == "__keras_tensor__" &&
+        v.contains("config") && v["config"].contains("keras_history")) {
+      out.push_back(position(v["config"]["keras_history"]));
+    } else if (v.is_object() || v.is_array()) {
+      const std::size_t first = todo.size();
+      for (const auto& x : v) todo.push_back(&x);
+      std::reverse(todo.begin() + static_cast<std::ptrdiff_t>(first), todo.end());
     }
-  };
-  if (l.contains("inbound_nodes")) walk(l["inbound_nodes"]);
+  }
   return out;
 }
 }  // namespace detail
@@ -283,8 +305,10 @@ inline std::vector<long> inbound_positions(const nlohmann::json& layers, const n
 inline void check_model_config(const nlohmann::json& file, const nlohmann::json& ours,
                                const std::string& head) {
   const std::string again = " Load a file saved from this model.";
-  auto text = [](const nlohmann::json& v) { return v.dump(); };
-  const std::string kind = file.value("class_name", std::string("?"));
+  auto text = [](const nlohmann::json& v) {
+    return detail::nested_within(v, 16) ? v.dump() : std::string("a value nested too deep to show");
+  };
+  const std::string kind = detail::string_at(file, "class_name", "?");
   if (kind != ours["class_name"])
     throw value_error(head + "the file holds a " + kind + " model, and this model is a " +
                       ours["class_name"].get<std::string>() + "." + again);
@@ -300,7 +324,7 @@ inline void check_model_config(const nlohmann::json& file, const nlohmann::json&
     const std::string label = i == 0 ? "the input layer"
                                      : "layer " + std::to_string(i - 1) + " ('" + name + "', " +
                                            o["class_name"].get<std::string>() + ")";
-    const std::string fclass = f.is_object() ? f.value("class_name", std::string("?")) : "?";
+    const std::string fclass = detail::string_at(f, "class_name", "?");
     if (fclass != o["class_name"])
       throw value_error(head + label + " differs: the file has a " + fclass + " layer there." +
                         again);
