@@ -164,6 +164,26 @@ class tensor_resharder {
     B::upload(std::span<const float>(host_out_), r.local());
     return r;
   }
+  // `t`'s global values, row-major, on the host of every process, in `out`: operator()'s gather
+  // to the replicated layout without the copy back into the backend's memory (saving writes the
+  // values from `out`).
+  void gather_to_host(const tensor& t, std::vector<float>& out) {
+    const layout_value to = layout_value::replicated(t.global_shape().rank);
+    const reshard_plan plan = plan_reshard(t.layout(), to, mesh_, t.global_shape());
+    if (!plan.ok)
+      throw value_error("tessel: no resharding plan from " + to_string(t.layout(), mesh_) +
+                        " to " + to_string(to, mesh_) + " for a tensor of shape " +
+                        to_string(t.global_shape()));
+    if (plan.empty()) {
+      out.resize(t.size());
+      B::download(t.local(), std::span<float>(out));
+      return;
+    }
+    host_in_.resize(t.size());
+    B::download(t.local(), std::span<float>(host_in_));
+    run_reshard(*pm_, plan, t.local_shape(), std::span<const float>(host_in_), out, scratch_,
+                &log_);
+  }
   // All-reduces per-row values (`rows`: one or two columns per row of a block) over the mesh axes
   // in `axes`, the axes a row's elements are split over: one all_reduce per axis of more than
   // one device, in the mesh's order, as the plan's row reductions list them.

@@ -61,15 +61,7 @@ void take_values(Model& m, const basic_dtensor<B>& t, saved_variable& v) {
       return;
     }
   }
-  v.values.resize(n);
-  if (t.size() == n) {
-    B::download(t.local(), std::span<float>(v.values));
-    return;
-  }
-  typename B::matrix store;
-  const basic_dtensor<B> whole =
-      m.resharding()(t, layout_value::replicated(v.shape.size()), store, "gathered");
-  B::download(whole.local(), std::span<float>(v.values));
+  m.resharding().gather_to_host(t, v.values);
 }
 
 // Sets `t` (this process's block) from its variable's global values `global`: a replicated
@@ -153,7 +145,8 @@ weights_content model_weights_content(Model& m, const optimizer<B>* opt) {
   const std::vector<variable<B>*> vars = m.variables();
   std::size_t next = 0;
   for (auto& layer : layout.content.layers)
-    for (auto& v : layer.variables) detail::take_values(m, vars[layout.weight_index[next++]]->value, v);
+    for (auto& v : layer.variables)
+      detail::take_values(m, vars[layout.weight_index[next++]]->value, v);
   if (opt != nullptr) {
     const state_list<B> state = opt->state_view();
     saved_optimizer& o = *layout.content.optimizer;
