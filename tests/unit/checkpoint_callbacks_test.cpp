@@ -8,9 +8,12 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tessel/tessel.hpp>
@@ -241,4 +244,123 @@ TEST_CASE("backup_and_restore: a damaged newest backup falls back to the one bef
   CHECK_THROWS_WITH(fit(dir, 1), Catch::Contains("shard-00000.bin") &&
                                      Catch::Contains("restore from another checkpoint"));
   fs::remove_all(root);
+}
+
+TEST_CASE("load_checkpoint: a damaged manifest is a clear error, never a crash or a wrong load",
+          "[saving]") {
+  // A checkpoint of a small model, its manifest altered in ways fuzz_checkpoint_manifest
+  // (tests/fuzz) reaches: values of the wrong JSON type (nlohmann's exceptions escaped), a file
+  // outside the checkpoint's directory (read), two blocks at the same place leaving rows
+  // unwritten (loaded as zeros). Each is a tessel error naming the manifest; the model keeps its
+  // state.
+  namespace fs = std::filesystem;
+  using namespace tessel::layers;
+  using model_t = tessel::sequential<tessel::one_device, input<6>, dense<4>, dense<3>>;
+  using nlohmann::json;
+  const fs::path root = fs::temp_directory_path() / ("tessel_manifest_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  model_t saved;
+  saved.compile({.optimizer = "adam", .loss = "mse"});
+  tessel::array<float> x({8, 6}), y({8, 3});
+  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>(i % 7) / 7;
+  for (std::size_t i = 0; i < y.size(); ++i) y.values[i] = static_cast<float>(i % 3) / 3;
+  saved.fit(x, y, {.batch_size = 4, .epochs = 1, .verbose = 0});
+  tessel::save_checkpoint(saved, root / "pristine", json{{"epoch", 1}});
+  std::ifstream in(root / "pristine" / "manifest.json");
+  const json pristine = json::parse(in);
+  model_t model;
+  model.compile({.optimizer = "adam", .loss = "mse"});
+  const auto before = model.get_weights();
+  // The error of loading the checkpoint with its manifest changed; other exceptions escape.
+  const auto load_error = [&](auto&& change) {
+    const fs::path c = root / "damaged";
+    fs::remove_all(c);
+    fs::copy(root / "pristine", c);
+    json m = pristine;
+    change(m);
+    std::ofstream(c / "manifest.json", std::ios::trunc) << m.dump();
+    try {
+      tessel::load_checkpoint(model, c);
+    } catch (const tessel::runtime_error& e) {
+      return std::string(e.what());
+    } catch (const tessel::value_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no exception");
+  };
+  const std::string manifest = (root / "damaged" / "manifest.json").string();
+  const auto check_damaged = [&](const std::string& error, const std::string& what) {
+    CHECK_THAT(error, Catch::Contains(manifest) &&
+                          Catch::Contains("restore from another checkpoint") &&
+                          Catch::Contains(what));
+  };
+  check_damaged(load_error([](json& m) { m["variables"][0]["shape"] = "6x4"; }), "has no shape");
+  check_damaged(load_error([](json& m) { m["variables"][0]["blocks"][0]["at"] = -4; }),
+                "has no place in its file");
+  check_damaged(load_error([](json& m) { m.erase("files"); }), "has no list of its files");
+  CHECK_THAT(load_error([](json& m) { m = json::array({m}); }),
+             Catch::Contains("is not a tessel checkpoint manifest"));
+  check_damaged(load_error([](json& m) {
+                  for (json& v : m["variables"])
+                    if (v["path"] == "adam/iteration") v["value"] = "12";
+                }),
+                "'adam/iteration'), an int64 scalar, has no int64 value");
+  // A shard outside the directory (a copy of the real one, which would load) is never read.
+  fs::copy_file(root / "pristine" / "shard-00000.bin", root / "outside.bin");
+  check_damaged(load_error([](json& m) {
+                  m["files"]["../outside.bin"] = m["files"]["shard-00000.bin"];
+                  for (json& v : m["variables"])
+                    if (v.contains("blocks"))
+                      for (json& b : v["blocks"]) b["file"] = "../outside.bin";
+                }),
+                "'../outside.bin', which is not the name of a file");
+  // The first kernel's block as two blocks of its first rows (their checksums right): the
+  // values copied add up to the kernel's, and its last rows would load as zeros.
+  std::ifstream shard(root / "pristine" / "shard-00000.bin", std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(shard), std::istreambuf_iterator<char>()};
+  check_damaged(load_error([&](json& m) {
+                  json& k = m["variables"][0];
+                  REQUIRE(k["path"] == "dense/kernel");
+                  REQUIRE(k["shape"] == json::array({6, 4}));
+                  json b = k["blocks"][0];
+                  b["extent"] = {3, 4};
+                  b["chunks"] = {tessel::saving::detail::crc32_of(
+                      bytes.data() + b["at"].get<std::size_t>(), 3 * 4 * sizeof(float))};
+                  k["blocks"] = {b, b};
+                }),
+                "'dense/kernel')'s blocks 0 and 1 overlap");
+  CHECK(model.get_weights() == before);
+  fs::remove_all(root);
+}
+
+TEST_CASE("load_checkpoint: a float64 scalar that is not finite survives the round trip",
+          "[saving]") {
+  // A NaN loss makes the loss metric's float64 total NaN, which JSON cannot hold: nlohmann
+  // wrote it as null and the load failed on it with nlohmann's type_error. It is saved as "nan"
+  // (and "inf", "-inf") and read back as it was; a null is read as NaN.
+  namespace fs = std::filesystem;
+  using namespace tessel::layers;
+  using model_t = tessel::sequential<tessel::one_device, input<2>, dense<1>>;
+  const fs::path dir = fs::temp_directory_path() / ("tessel_nan_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  model_t m;
+  m.compile({.optimizer = "sgd", .loss = "mse"});
+  tessel::array<float> x({4, 2}), y({4, 1});
+  x.values.assign(8, std::numeric_limits<float>::quiet_NaN());
+  y.values.assign(4, 1.0f);
+  m.fit(x, y, {.batch_size = 4, .epochs = 1, .verbose = 0});
+  const auto total = [](auto& model) {
+    for (const auto& v : model.get_state_tree().metrics_variables)
+      if (v.path == "loss/total") return v.real();
+    FAIL("no loss/total");
+    return 0.0;
+  };
+  REQUIRE(std::isnan(total(m)));
+  tessel::save_checkpoint(m, dir);
+  model_t r;
+  r.compile({.optimizer = "sgd", .loss = "mse"});
+  tessel::load_checkpoint(r, dir);
+  CHECK(std::isnan(total(r)));
+  fs::remove_all(dir);
 }

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <chrono>
@@ -31,12 +32,15 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../core/errors.hpp"
@@ -193,9 +197,9 @@ inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
                           std::to_string(s.at + c * chunk_bytes + n) + " of '" + path +
                           "' do not match their checksum; restore from another checkpoint");
   }
-  // Copy the overlap's contiguous runs along the last dimension.
+  // Copy the overlap's contiguous runs along the last dimension (a rank-0 block: its one value).
   std::vector<std::size_t> idx(lo);
-  const std::size_t run = hi[rank - 1] - lo[rank - 1];
+  const std::size_t run = rank == 0 ? 1 : hi[rank - 1] - lo[rank - 1];
   std::size_t copied = 0;
   std::vector<std::size_t> rel_s(rank), rel_m(rank);
   while (true) {
@@ -203,7 +207,7 @@ inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
     const std::size_t from = linear(rel_s, s.extent) - span_begin / sizeof(float);
     std::copy_n(buf.data() + from, run, out.data() + linear(rel_m, me));
     copied += run;
-    std::size_t d = rank - 1;
+    std::size_t d = rank == 0 ? 0 : rank - 1;
     while (d-- > 0) {
       if (++idx[d] < hi[d]) break;
       idx[d] = lo[d];
@@ -211,6 +215,286 @@ inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
     if (d == static_cast<std::size_t>(-1)) break;
   }
   return copied;
+}
+
+// A variable as the manifest lists it, checked by read_manifest.
+struct manifest_variable {
+  std::size_t group = 0;    // its index in group_names
+  std::string path, dtype;  // "float32" (a tensor), "int64" or "float64" (a scalar)
+  std::vector<std::size_t> shape;
+  std::int64_t integer = 0;         // an int64 scalar's value
+  double real = 0;                  // a float64 scalar's value
+  std::vector<saved_block> blocks;  // a tensor's blocks: inside its shape, disjoint, covering it
+};
+
+// A checkpoint's manifest, checked: what load_checkpoint may trust without looking again.
+struct manifest {
+  std::vector<manifest_variable> variables;
+  json metadata;  // the caller's (null when the manifest has none)
+};
+
+// A float64 scalar as the manifest holds it: JSON has no NaN or infinity, so save_checkpoint
+// writes them as the strings "nan", "inf" and "-inf" (and nlohmann's dump writes them as null).
+inline json real_to_json(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+inline std::optional<double> real_from_json(const json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_null() || v == "nan") return std::numeric_limits<double>::quiet_NaN();
+  if (v == "inf") return std::numeric_limits<double>::infinity();
+  if (v == "-inf") return -std::numeric_limits<double>::infinity();
+  return std::nullopt;
+}
+
+// A list of sizes (non-negative integers), or nothing when `v` is absent or is not one.
+inline std::optional<std::vector<std::size_t>> sizes_of(const json* v) {
+  if (v == nullptr || !v->is_array()) return std::nullopt;
+  std::vector<std::size_t> out;
+  out.reserve(v->size());
+  for (const json& x : *v) {
+    if (!x.is_number_unsigned()) return std::nullopt;
+    out.push_back(x.get<std::size_t>());
+  }
+  return out;
+}
+inline const json* field(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+inline std::string sizes_text(const std::vector<std::size_t>& s) {
+  std::string t = "[";
+  for (std::size_t d = 0; d < s.size(); ++d) t += (d ? ", " : "") + std::to_string(s[d]);
+  return t + "]";
+}
+
+// Reads `dir`'s manifest.json and checks everything in it that a load trusts: its files are plain
+// names in `dir`, there, of the sizes it lists; every variable has a known group and dtype, a
+// shape, and a value (a scalar) or blocks (a tensor); every block lies inside its file and its
+// variable's shape, has one checksum per chunk, the blocks of a variable are disjoint and cover
+// it, and no two blocks share bytes of a file. Anything else is a runtime_error naming the manifest
+// and what is wrong: a damaged manifest never reaches a read, an allocation or an index.
+inline manifest read_manifest(const fs::path& dir) {
+  const fs::path mpath = dir / "manifest.json";
+  std::error_code ec;
+  if (!fs::exists(mpath, ec))
+    throw runtime_error("No checkpoint at '" + dir.string() +
+                        "': it has no manifest.json (a save that did not finish, or not a "
+                        "tessel checkpoint directory); pass a directory save_checkpoint wrote");
+  const json m = read_json(mpath, "manifest");
+  const json* format = m.is_object() ? field(m, "format") : nullptr;
+  if (format == nullptr || *format != "tessel-checkpoint" || !m.contains("variables"))
+    throw runtime_error("'" + mpath.string() + "' is not a tessel checkpoint manifest");
+  const auto damaged = [&](const std::string& what) {
+    return runtime_error("The checkpoint manifest '" + mpath.string() + "' is damaged: " + what +
+                         "; restore from another checkpoint");
+  };
+
+  // The files, each checked against the disk before any block in it is trusted.
+  const json* files = field(m, "files");
+  if (files == nullptr || !files->is_object())
+    throw damaged("it has no list of its files (\"files\")");
+  std::vector<std::pair<std::string, std::uint64_t>> sizes;
+  for (const auto& item : files->items()) {
+    const std::string& file = item.key();
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+        file.find('\0') != std::string::npos)
+      throw damaged("it lists the file '" + file +
+                    "', which is not the name of a file in the checkpoint's directory");
+    if (!item.value().is_number_unsigned())
+      throw damaged("the size it lists for '" + file + "' is not a number of bytes");
+    const std::uint64_t bytes = item.value().get<std::uint64_t>();
+    const fs::path f = dir / file;
+    const auto size = fs::file_size(f, ec);
+    if (ec)
+      throw runtime_error("The checkpoint '" + dir.string() + "' lacks its file '" + file +
+                          "'; restore from another checkpoint");
+    if (size != bytes)
+      throw runtime_error("The checkpoint file '" + f.string() + "' has " + std::to_string(size) +
+                          " bytes, but the manifest says " + std::to_string(bytes) +
+                          " (truncated or replaced); restore from another checkpoint");
+    sizes.emplace_back(file, bytes);
+  }
+
+  const json& variables = m["variables"];
+  if (!variables.is_array()) throw damaged("its \"variables\" is not a list");
+  manifest out;
+  out.variables.reserve(variables.size());
+  for (std::size_t k = 0; k < variables.size(); ++k) {
+    const json& e = variables[k];
+    std::string which = "variable " + std::to_string(k);
+    if (!e.is_object()) throw damaged(which + " is not an object");
+    manifest_variable v;
+    const json* path = field(e, "path");
+    if (path == nullptr || !path->is_string()) throw damaged(which + " has no path");
+    v.path = path->get<std::string>();
+    which += " ('" + v.path + "')";
+    const json* group = field(e, "group");
+    const auto* g = group == nullptr ? std::end(group_names)
+                                     : std::find_if(std::begin(group_names), std::end(group_names),
+                                                    [&](const char* n) { return *group == n; });
+    if (g == std::end(group_names)) throw damaged(which + " has no group of a training state");
+    v.group = static_cast<std::size_t>(g - std::begin(group_names));
+    const json* dtype = field(e, "dtype");
+    if (dtype == nullptr || !(*dtype == "float32" || *dtype == "int64" || *dtype == "float64"))
+      throw damaged(which + " has no dtype of tessel's (float32, int64 or float64)");
+    v.dtype = dtype->get<std::string>();
+    std::optional<std::vector<std::size_t>> shape = sizes_of(field(e, "shape"));
+    if (!shape) throw damaged(which + " has no shape (a list of sizes)");
+    v.shape = std::move(*shape);
+
+    if (v.dtype != "float32") {
+      const json* value = field(e, "value");
+      if (v.dtype == "int64") {
+        if (value == nullptr || !value->is_number_integer() ||
+            (value->is_number_unsigned() &&
+             value->get<std::uint64_t>() > std::uint64_t{std::numeric_limits<std::int64_t>::max()}))
+          throw damaged(which + ", an int64 scalar, has no int64 value");
+        v.integer = value->get<std::int64_t>();
+      } else {
+        const std::optional<double> x = value == nullptr ? std::nullopt : real_from_json(*value);
+        if (!x) throw damaged(which + ", a float64 scalar, has no number as its value");
+        v.real = *x;
+      }
+      out.variables.push_back(std::move(v));
+      continue;
+    }
+
+    const std::size_t rank = v.shape.size();
+    // Its number of values (unless that overflows: then no files could hold them).
+    std::uint64_t volume = 0;
+    bool overflows = false;
+    if (std::find(v.shape.begin(), v.shape.end(), std::size_t{0}) == v.shape.end()) {
+      volume = 1;
+      for (std::size_t n : v.shape) {
+        if (volume > std::numeric_limits<std::uint64_t>::max() / n) {
+          overflows = true;
+          break;
+        }
+        volume *= n;
+      }
+    }
+    const json* blocks = field(e, "blocks");
+    if (blocks == nullptr || !blocks->is_array())
+      throw damaged(which + ", a float32 tensor, has no list of blocks");
+    std::uint64_t held = 0;  // the values of its blocks, which are disjoint
+    for (std::size_t b = 0; b < blocks->size(); ++b) {
+      const json& x = (*blocks)[b];
+      const std::string block = which + "'s block " + std::to_string(b);
+      if (!x.is_object()) throw damaged(block + " is not an object");
+      saved_block s;
+      const json* file = field(x, "file");
+      const auto in = file == nullptr ? sizes.end()
+                                      : std::find_if(sizes.begin(), sizes.end(), [&](const auto& f) {
+                                          return *file == f.first;
+                                        });
+      if (in == sizes.end()) throw damaged(block + " is in no file the manifest lists");
+      s.file = in->first;
+      std::optional<std::vector<std::size_t>> offset = sizes_of(field(x, "offset"));
+      std::optional<std::vector<std::size_t>> extent = sizes_of(field(x, "extent"));
+      if (!offset || !extent || offset->size() != rank || extent->size() != rank)
+        throw damaged(block + " has no offset and extent of the variable's rank (" +
+                      std::to_string(rank) + ")");
+      s.offset = std::move(*offset);
+      s.extent = std::move(*extent);
+      for (std::size_t d = 0; d < rank; ++d)
+        if (s.offset[d] > v.shape[d] || s.extent[d] > v.shape[d] - s.offset[d])
+          throw damaged(block + " (offset " + sizes_text(s.offset) + ", extent " +
+                        sizes_text(s.extent) + ") lies outside the variable's shape " +
+                        sizes_text(v.shape));
+      const json* at = field(x, "at");
+      if (at == nullptr || !at->is_number_unsigned())
+        throw damaged(block + " has no place in its file (\"at\")");
+      s.at = at->get<std::uint64_t>();
+      // Its bytes, inside its file: the extents' product never exceeds the file's size.
+      const std::uint64_t file_bytes = in->second;
+      std::uint64_t values = 0;
+      bool fits = true;
+      if (std::find(s.extent.begin(), s.extent.end(), std::size_t{0}) == s.extent.end()) {
+        values = 1;
+        for (std::size_t n : s.extent) {
+          if (values > file_bytes / sizeof(float) / n) {
+            fits = false;
+            break;
+          }
+          values *= n;
+        }
+      }
+      if (!fits || s.at > file_bytes || values * sizeof(float) > file_bytes - s.at)
+        throw damaged(block + " (extent " + sizes_text(s.extent) + ", at byte " +
+                      std::to_string(s.at) + ") runs past the end of '" + s.file + "' (" +
+                      std::to_string(file_bytes) + " bytes)");
+      const json* chunks = field(x, "chunks");
+      const std::uint64_t want = (values * sizeof(float) + chunk_bytes - 1) / chunk_bytes;
+      if (chunks == nullptr || !chunks->is_array() || chunks->size() != want)
+        throw damaged(block + " has no list of " + std::to_string(want) +
+                      " checksums, one per MiB");
+      for (const json& c : *chunks) {
+        if (!c.is_number_unsigned() ||
+            c.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max())
+          throw damaged(block + " has a checksum that is not a CRC-32");
+        s.chunks.push_back(c.get<std::uint32_t>());
+      }
+      held += values;
+      v.blocks.push_back(std::move(s));
+    }
+    // Disjoint (a sweep along the first dimension: a block meets only those that start before it
+    // ends there), so that the values they hold add up to the tensor's when they cover it.
+    std::vector<std::size_t> order(v.blocks.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const auto first_row = [&](std::size_t i) {
+      return rank == 0 ? std::size_t{0} : v.blocks[i].offset[0];
+    };
+    const auto past_row = [&](std::size_t i) {
+      return rank == 0 ? std::size_t{1} : v.blocks[i].offset[0] + v.blocks[i].extent[0];
+    };
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return first_row(a) < first_row(b); });
+    for (std::size_t i = 0; i < order.size(); ++i)
+      for (std::size_t j = i + 1; j < order.size() && first_row(order[j]) < past_row(order[i]);
+           ++j) {
+        const saved_block& a = v.blocks[order[i]];
+        const saved_block& b = v.blocks[order[j]];
+        bool meet = true;
+        for (std::size_t d = 0; d < rank && meet; ++d)
+          meet = std::max(a.offset[d], b.offset[d]) <
+                 std::min(a.offset[d] + a.extent[d], b.offset[d] + b.extent[d]);
+        if (meet)
+          throw damaged(which + "'s blocks " + std::to_string(std::min(order[i], order[j])) +
+                        " and " + std::to_string(std::max(order[i], order[j])) + " overlap");
+      }
+    if (overflows || held != volume)
+      throw damaged(which + "'s blocks hold " + std::to_string(held) + " values of its shape " +
+                    sizes_text(v.shape) + "'s " +
+                    (overflows ? std::string("more than 2^64") : std::to_string(volume)));
+    out.variables.push_back(std::move(v));
+  }
+  // No two blocks share bytes of a file (each was written once): the values the manifest
+  // declares are at most what its files hold.
+  struct span_in_file {
+    std::string_view file;
+    std::uint64_t at, bytes;
+    const std::string* path;
+  };
+  std::vector<span_in_file> spans;
+  for (const manifest_variable& v : out.variables)
+    for (const saved_block& b : v.blocks) {
+      std::uint64_t values = 1;
+      for (std::size_t n : b.extent) values *= n;  // checked above: inside the file
+      if (values > 0) spans.push_back({b.file, b.at, values * sizeof(float), &v.path});
+    }
+  std::sort(spans.begin(), spans.end(), [](const span_in_file& a, const span_in_file& b) {
+    return a.file != b.file ? a.file < b.file : a.at < b.at;
+  });
+  for (std::size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].file == spans[i - 1].file && spans[i].at < spans[i - 1].at + spans[i - 1].bytes)
+      throw damaged("blocks of '" + *spans[i - 1].path + "' and '" + *spans[i].path +
+                    "' share bytes of '" + std::string(spans[i].file) + "' (at " +
+                    std::to_string(spans[i].at) + ")");
+  const json* metadata = field(m, "metadata");
+  if (metadata != nullptr) out.metadata = *metadata;
+  return out;
 }
 
 }  // namespace checkpoint_detail
@@ -267,7 +551,7 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) 
         } else if (v.dtype() == "int64") {
           e["value"] = v.integer();
         } else {
-          e["value"] = v.real();
+          e["value"] = real_to_json(v.real());
         }
         s.variables.push_back(std::move(e));
       }
@@ -464,48 +748,25 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
   state_tree<B> state = model.get_state_tree();
   nlohmann::json metadata;
   tessel::detail::on_every_process(pm, "load_checkpoint", [&] {
-    const std::filesystem::path mpath = dir / "manifest.json";
-    if (!std::filesystem::exists(mpath))
-      throw runtime_error("No checkpoint at '" + dir.string() +
-                          "': it has no manifest.json (a save that did not finish, or not a "
-                          "tessel checkpoint directory); pass a directory save_checkpoint wrote");
-    const cd::json m = cd::read_json(mpath, "manifest");
-    if (m.value("format", "") != "tessel-checkpoint" || !m.contains("variables"))
-      throw runtime_error("'" + mpath.string() + "' is not a tessel checkpoint manifest");
-    for (const auto& item : m.at("files").items()) {
-      const std::string file = item.key();
-      const std::uint64_t bytes = item.value();
-      const std::filesystem::path f = dir / file;
-      std::error_code ec;
-      const auto size = std::filesystem::file_size(f, ec);
-      if (ec)
-        throw runtime_error("The checkpoint '" + dir.string() + "' lacks its file '" + file +
-                            "'; restore from another checkpoint");
-      if (size != bytes)
-        throw runtime_error("The checkpoint file '" + f.string() + "' has " +
-                            std::to_string(size) + " bytes, but the manifest says " +
-                            std::to_string(bytes) +
-                            " (truncated or replaced); restore from another checkpoint");
-    }
+    const cd::manifest m = cd::read_manifest(dir);
     const auto groups = cd::groups_of(state);
     for (std::size_t g = 0; g < groups.size(); ++g) {
-      std::vector<const cd::json*> saved;
-      for (const auto& v : m.at("variables"))
-        if (v.at("group") == cd::group_names[g]) saved.push_back(&v);
+      std::vector<const cd::manifest_variable*> saved;
+      for (const auto& v : m.variables)
+        if (v.group == g) saved.push_back(&v);
       if (groups[g]->empty()) continue;
       if (saved.size() != groups[g]->size()) {
         // Name the first variable one side has and the other lacks.
         std::string missing, extra;
         for (const auto& v : *groups[g])
           if (missing.empty() &&
-              std::none_of(saved.begin(), saved.end(), [&](const cd::json* e) {
-                return e->at("path") == v.path;
-              }))
+              std::none_of(saved.begin(), saved.end(),
+                           [&](const cd::manifest_variable* e) { return e->path == v.path; }))
             missing = v.path;
-        for (const cd::json* e : saved)
+        for (const cd::manifest_variable* e : saved)
           if (extra.empty() && std::none_of(groups[g]->begin(), groups[g]->end(),
-                                            [&](const auto& v) { return e->at("path") == v.path; }))
-            extra = e->at("path").get<std::string>();
+                                            [&](const auto& v) { return e->path == v.path; }))
+            extra = e->path;
         throw value_error("The checkpoint '" + dir.string() + "' has " +
                           std::to_string(saved.size()) + " " + cd::group_names[g] +
                           ", the model " + std::to_string(groups[g]->size()) +
@@ -515,18 +776,16 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
       }
       for (std::size_t i = 0; i < saved.size(); ++i) {
         state_variable<B>& v = (*groups[g])[i];
-        const cd::json& e = *saved[i];
-        if (e.at("path") != v.path || e.at("dtype") != v.dtype() ||
-            e.at("shape").get<std::vector<std::size_t>>() != v.shape)
-          throw value_error("The checkpoint '" + dir.string() + "' holds '" +
-                            e.at("path").get<std::string>() + "' " + e.at("dtype").get<std::string>() +
-                            " " + detail::shape_text(e.at("shape").get<std::vector<std::size_t>>()) +
-                            " where the model has '" + v.path + "' " + std::string(v.dtype()) + " " +
+        const cd::manifest_variable& e = *saved[i];
+        if (e.path != v.path || e.dtype != v.dtype() || e.shape != v.shape)
+          throw value_error("The checkpoint '" + dir.string() + "' holds '" + e.path + "' " +
+                            e.dtype + " " + detail::shape_text(e.shape) + " where the model has '" +
+                            v.path + "' " + std::string(v.dtype()) + " " +
                             detail::shape_text(v.shape) + " (" + cd::group_names[g] + " " +
                             std::to_string(i) + "): it was saved from another model");
         if (!v.is_tensor()) {
-          if (v.dtype() == "int64") v.value = e.at("value").get<std::int64_t>();
-          else v.value = e.at("value").get<double>();
+          if (v.dtype() == "int64") v.value = e.integer;
+          else v.value = e.real;
           continue;
         }
         const basic_dtensor<B>& t = v.tensor();
@@ -537,11 +796,8 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
                                     t.shard().extent.extents.begin() + rank);
         std::vector<float> host(t.size());
         std::size_t copied = 0;
-        for (const auto& b : e.at("blocks")) {
-          cd::saved_block s{b.at("file"), b.at("offset"), b.at("extent"), b.at("at"),
-                            b.at("chunks")};
+        for (const cd::saved_block& s : e.blocks)
           copied += cd::read_overlap(dir, s, mo, me, host, v.path);
-        }
         if (copied != host.size())
           throw runtime_error("The checkpoint '" + dir.string() + "' does not hold all of '" +
                               v.path + "' (" + std::to_string(copied) + " of this device's " +
@@ -550,7 +806,7 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
         B::upload(std::span<const float>(host), t.local());
       }
     }
-    metadata = m.value("metadata", cd::json{});
+    metadata = m.metadata;
   });
   model.set_state_tree(state);
   return metadata;
