@@ -212,6 +212,11 @@ TEST_CASE("backup_and_restore: a damaged newest backup falls back to the one bef
        [](const fs::path& c) { fs::remove(c / "manifest.json"); }},
       {"a manifest whose shards are missing",
        [](const fs::path& c) { fs::remove(c / "shard-00000.bin"); }},
+      {"damaged metadata",
+       [&](const fs::path& c) {
+         edit_manifest(c / "manifest.json",
+                       [](nlohmann::json& j) { j["metadata"]["batch"] = "6"; });
+       }},
   };
   for (const damage& d : cases) {
     INFO(d.what);
@@ -363,4 +368,25 @@ TEST_CASE("load_checkpoint: a float64 scalar that is not finite survives the rou
   tessel::load_checkpoint(r, dir);
   CHECK(std::isnan(total(r)));
   fs::remove_all(dir);
+}
+
+TEST_CASE("backup_and_restore: the metadata of a backup, checked", "[callbacks][saving]") {
+  // Where fit goes on from, as backup_and_restore saves it; anything else is an error naming the
+  // backup (nlohmann's exceptions escaped fit, and a negative or fractional count was converted).
+  using tessel::callbacks::detail::backup_position;
+  const tessel::training_position p =
+      backup_position(R"({"batch": 5, "data_pass": 7, "epoch": 2})", "b/checkpoint-3");
+  CHECK(p.epoch == 2);
+  CHECK(p.step == 5);
+  CHECK(p.data_pass == 7);
+  for (const char* metadata :
+       {R"({"batch": -1, "data_pass": 7, "epoch": 2})",
+        R"({"batch": 1.5, "data_pass": 7, "epoch": 2})", R"({"batch": 5, "data_pass": 7})",
+        R"({"batch": 5, "data_pass": "7", "epoch": 2})", "null", "[5, 7, 2]", "{\"batch\": 5"}) {
+    INFO(metadata);
+    CHECK_THROWS_AS(backup_position(metadata, "b/checkpoint-3"), tessel::runtime_error);
+    CHECK_THROWS_WITH(backup_position(metadata, "b/checkpoint-3"),
+                      Catch::Contains("The backup 'b/checkpoint-3' is damaged: its metadata") &&
+                          Catch::Contains("restore from another checkpoint"));
+  }
 }

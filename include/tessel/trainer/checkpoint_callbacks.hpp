@@ -260,6 +260,37 @@ class model_checkpoint : public callback {
   batch_counter batches_;
 };
 
+namespace detail {
+// Where fit goes on from after restoring `backup`: the metadata backup_and_restore saved with it
+// (the JSON text load_checkpoint returns), checked. A damaged one is a runtime_error naming the
+// backup, as damage elsewhere in a checkpoint is (and falls back to the backup before it alike).
+inline training_position backup_position(const std::string& metadata,
+                                         const std::filesystem::path& backup) {
+  const auto damaged = [&](const std::string& what) {
+    return runtime_error("The backup '" + backup.string() + "' is damaged: its metadata " + what +
+                         "; restore from another checkpoint");
+  };
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(metadata);
+  } catch (const nlohmann::json::exception& e) {
+    throw damaged(std::string("is not valid JSON (") + e.what() + ")");
+  }
+  if (!m.is_object()) throw damaged("is not an object holding the epoch, batch and data pass");
+  const auto count = [&](const char* key) {
+    const auto it = m.find(key);
+    if (it == m.end() || !it->is_number_unsigned())
+      throw damaged(std::string("has no \"") + key + "\" (a count)");
+    return it->get<std::uint64_t>();
+  };
+  training_position p;
+  p.epoch = count("epoch");
+  p.step = count("batch");
+  p.data_pass = count("data_pass");
+  return p;
+}
+}  // namespace detail
+
 // keras.callbacks.BackupAndRestore, with Keras's arguments and defaults. The backups are
 // directories `<backup_dir>/checkpoint-<n>`; the newest complete one is restored at the start of
 // fit (with double_checkpoint, the one before it where the newest cannot be read, saying so).
@@ -288,9 +319,8 @@ class backup_and_restore : public callback {
     const std::filesystem::path newest = latest();
     seq_ = number_of(newest);
     if (newest.empty()) return;
-    std::string meta;
     try {
-      meta = model->load_checkpoint(newest.string());
+      restored_ = detail::backup_position(model->load_checkpoint(newest.string()), newest);
     } catch (const std::exception& e) {
       const std::filesystem::path previous = previous_of(seq_);
       if (!o_.double_checkpoint || previous.empty()) throw;
@@ -299,11 +329,8 @@ class backup_and_restore : public callback {
                      "BackupAndRestore: the newest backup '%s' cannot be restored (%s); "
                      "restoring the previous one, '%s'\n",
                      newest.string().c_str(), e.what(), previous.string().c_str());
-      meta = model->load_checkpoint(previous.string());
+      restored_ = detail::backup_position(model->load_checkpoint(previous.string()), previous);
     }
-    const nlohmann::json m = nlohmann::json::parse(meta);
-    restored_ = {m.at("epoch").get<std::size_t>(), m.at("batch").get<std::size_t>(),
-                 m.at("data_pass").get<std::uint64_t>()};
     if (restored_.step > 0) batches_.last = restored_.step - 1;  // the batches before are seen
     model->resume_from(restored_);
   }
