@@ -320,6 +320,17 @@ TEST_CASE("saving: damaged and foreign files are clear errors, never a crash", "
     m.load_weights((dir / "cut.weights.h5").string());
     CHECK(state_of(m) == saved);
   }
+  SECTION("a Keras file (superblock version 0) cut inside its superblock") {
+    // Its size of offsets is byte 13: a file of 12 or 13 bytes was handed to libhdf5.
+    const std::vector<char> keras = read_bytes(golden_file("rmsprop_mlp.weights.h5"));
+    REQUIRE(keras[8] == 0);
+    for (std::size_t keep : {std::size_t{12}, std::size_t{13}, std::size_t{14}, std::size_t{47}}) {
+      write_bytes(dir / "cut.weights.h5", {keras.begin(), keras.begin() + keep});
+      INFO("kept " << keep << " bytes");
+      CHECK_THROWS_WITH(tessel::saving::check_weights_file(dir / "cut.weights.h5", "load_weights"),
+                        Contains("cut.weights.h5") && Contains("truncated"));
+    }
+  }
   SECTION("flipped bytes in a variable's values fail its checksum") {
     rmsprop_mlp::model m;
     rmsprop_mlp::compile(m);

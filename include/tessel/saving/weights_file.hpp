@@ -278,6 +278,8 @@ inline void check_weights_file(const std::filesystem::path& path, std::string_vi
   const unsigned version = b[8];
   std::size_t offsets = 0, at = 0;
   if (version <= 1) {
+    // Its size of offsets is byte 13: a file cut before it is cut inside the superblock.
+    if (got < 14) throw value_error(truncated + "too few for its superblock." + again);
     offsets = b[13];
     at = (version == 0 ? 24 : 28) + 2 * offsets;
   } else if (version <= 3) {
