@@ -331,6 +331,18 @@ TEST_CASE("saving: damaged and foreign files are clear errors, never a crash", "
                         Contains("cut.weights.h5") && Contains("truncated"));
     }
   }
+  SECTION("a superblock whose base and end-of-file addresses add up past 2^64") {
+    // Version 0, 8-byte offsets: the base address at byte 24, the end of file at 40. Their sum
+    // wrapped around to 16, within the file, and the file went to libhdf5.
+    std::vector<char> keras = read_bytes(golden_file("rmsprop_mlp.weights.h5"));
+    REQUIRE(keras[13] == 8);
+    for (int i = 0; i < 8; ++i) keras[24 + i] = static_cast<char>(i == 0 ? 0xf0 : 0xff);
+    for (int i = 0; i < 8; ++i) keras[40 + i] = static_cast<char>(i == 0 ? 0x20 : 0x00);
+    write_bytes(dir / "wrapped.weights.h5", keras);
+    CHECK_THROWS_WITH(
+        tessel::saving::check_weights_file(dir / "wrapped.weights.h5", "load_weights"),
+        Contains("wrapped.weights.h5") && Contains("ends at byte 2^64 or later"));
+  }
   SECTION("flipped bytes in a variable's values fail its checksum") {
     rmsprop_mlp::model m;
     rmsprop_mlp::compile(m);

@@ -293,9 +293,11 @@ inline void check_weights_file(const std::filesystem::path& path, std::string_vi
   const std::size_t base_at = version <= 1 ? (version == 0 ? 24 : 28) : 12;
   const std::uint64_t base = detail::little_endian(b.data() + base_at, offsets);
   const std::uint64_t eof = detail::little_endian(b.data() + at, offsets);
-  if (base + eof > size)
+  // base + eof may not fit 64 bits (damaged addresses): no sum that wraps passes for a size.
+  if (eof > size || base > size - eof)
     throw value_error(truncated + "and its HDF5 superblock says it ends at byte " +
-                      std::to_string(base + eof) + "." + again);
+                      (base > ~eof ? std::string("2^64 or later") : std::to_string(base + eof)) +
+                      "." + again);
 }
 
 // What a weights file held of the optimizer.
