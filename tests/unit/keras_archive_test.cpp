@@ -503,3 +503,63 @@ TEST_CASE("keras archive: a config.json of the wrong JSON types is an error, nev
                  Contains("layer 3 ('re_lu', ReLU) differs: the file has a ? layer there"));
   CHECK(weights_of(r) == before);
 }
+
+TEST_CASE("keras archive: a DEFLATE entry as compressed as DEFLATE allows is read",
+          "[saving][keras_archive]") {
+  // 48 MiB of zeros deflate 1029:1 (zlib, level 9): the zip-bomb check refused every entry of
+  // more than 1000 bytes per compressed byte (plus 1 MiB), as a mostly-zero weights file can be.
+  // It now refuses only what DEFLATE cannot make: more than 1032 bytes per compressed byte.
+  const std::string zeros(std::size_t{48} << 20, '\0');
+  z_stream z{};
+  REQUIRE(deflateInit2(&z, 9, Z_DEFLATED, -MAX_WBITS, 9, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string data(deflateBound(&z, zeros.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(zeros.data()));
+  z.avail_in = static_cast<uInt>(zeros.size());
+  z.next_out = reinterpret_cast<Bytef*>(data.data());
+  z.avail_out = static_cast<uInt>(data.size());
+  REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
+  data.resize(z.total_out);
+  deflateEnd(&z);
+  REQUIRE(zeros.size() > 1000 * data.size() + (1u << 20));
+  // The archive as Python's zipfile writes a ZIP_DEFLATED entry.
+  const std::string name = "zeros";
+  const auto crc = static_cast<std::uint32_t>(
+      crc32(0, reinterpret_cast<const Bytef*>(zeros.data()), static_cast<uInt>(zeros.size())));
+  std::string b;
+  const auto put = [&](std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) b += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  const auto header = [&](bool central) {
+    put(central ? 0x02014b50 : 0x04034b50, 4);
+    if (central) put(20, 2);  // made by
+    // needed, flags, method, time, date
+    for (std::uint64_t v : {20, 0, 8, 0, 0x21}) put(v, 2);
+    put(crc, 4);
+    put(data.size(), 4);
+    put(zeros.size(), 4);
+    put(name.size(), 2);
+    put(0, 2);  // extra
+    if (central)
+      for (int bytes : {2, 2, 2, 4, 4}) put(0, bytes);  // comment, disk, attributes, offset 0
+    b += name;
+  };
+  header(false);
+  b += data;
+  const std::size_t directory = b.size();
+  header(true);
+  const std::size_t directory_size = b.size() - directory;
+  for (std::uint64_t v : {0x06054b50, 0}) put(v, 4);
+  for (std::uint64_t v : {1, 1}) put(v, 2);
+  put(directory_size, 4);
+  put(directory, 4);
+  put(0, 2);
+  temp_dir dir;
+  write_file(dir / "zeros.zip", b);
+  tessel::saving::zip::reader r(dir / "zeros.zip");
+  CHECK(r.read("zeros", "zeros") == zeros);
+  // One byte more than DEFLATE can make of the data is refused before anything is allocated.
+  put_u32(b, directory + 24, static_cast<std::uint32_t>(1032 * data.size() + 1));
+  write_file(dir / "bomb.zip", b);
+  tessel::saving::zip::reader bomb(dir / "bomb.zip");
+  CHECK_THROWS_WITH(bomb.read("zeros", "zeros"), Catch::Contains("implausibly large"));
+}

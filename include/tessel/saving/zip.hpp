@@ -327,9 +327,14 @@ class reader {
   }
   // zlib's raw inflate (no zlib or gzip header, as ZIP's DEFLATE entries are).
   static std::string inflate(const std::string& in, const entry_info& e, const std::string& where) {
-    // A size above 1 GiB per compressed byte ratio of 1000 is not a genuine model (a zip bomb).
-    if (e.size > 1000 * std::max<std::uint64_t>(e.compressed, 1) + (1u << 20))
-      throw value_error(where + "its recorded size is implausibly large for its compressed size.");
+    // DEFLATE makes at most 1032 bytes of a compressed byte (a 258-byte match in two 1-bit
+    // codes): a larger recorded size is a damaged or hostile entry (a zip bomb), refused before
+    // it is allocated. A genuine entry may come close (all zeros deflate 1029:1).
+    if (e.size > 1032 * std::max<std::uint64_t>(e.compressed, 1))
+      throw value_error(where + "its recorded size (" + std::to_string(e.size) +
+                        " bytes) is implausibly large: DEFLATE makes at most 1032 bytes of each "
+                        "compressed byte, and it has " +
+                        std::to_string(e.compressed) + ".");
     std::string out(static_cast<std::size_t>(e.size), '\0');
     z_stream z{};
     if (inflateInit2(&z, -MAX_WBITS) != Z_OK) throw runtime_error(where + "zlib cannot start.");
