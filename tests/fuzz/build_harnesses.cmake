@@ -4,8 +4,12 @@
 # runtime is missing. Used by the CTest test fuzz.build_harnesses and by scripts/fuzz.sh.
 #
 #   cmake -DBINARY_DIR=<dir> [-DCXX=clang++] [-DSOURCE_DIR=<repo>] [-DSYSTEM_INCLUDES=a;b]
-#         [-DZLIB_INCLUDE_DIRS=..] [-DZLIB_LIBRARIES=..] [-DRUNS=200] [-DHARNESSES=idx;regex]
-#         -P tests/fuzz/build_harnesses.cmake
+#         [-DZLIB_INCLUDE_DIRS=..] [-DZLIB_LIBRARIES=..] [-DHDF5_LIBRARIES=..] [-DRUNS=200]
+#         [-DHARNESSES=idx;regex] -P tests/fuzz/build_harnesses.cmake
+#
+# The saving harnesses include headers that reach libhdf5's (saving/h5.hpp) and nlohmann's JSON:
+# SYSTEM_INCLUDES carries their directories, and every harness links HDF5_LIBRARIES (a harness
+# never hands its input to libhdf5: see docs/testing.md#fuzzing).
 cmake_minimum_required(VERSION 3.20)
 
 get_filename_component(here "${CMAKE_CURRENT_LIST_DIR}" ABSOLUTE)
@@ -43,6 +47,14 @@ if(NOT fuzzer_runtime)
                       "where ${CXX} looks for it; ${install_hint}")
 endif()
 
+# A script (cmake -P) has no system prefixes or library architecture to search as a project has:
+# the usual prefixes, and Debian's multiarch directory as the compiler names it.
+list(APPEND CMAKE_SYSTEM_PREFIX_PATH /usr/local /usr)
+if(NOT CMAKE_LIBRARY_ARCHITECTURE)
+  execute_process(COMMAND "${CXX}" -print-multiarch OUTPUT_VARIABLE CMAKE_LIBRARY_ARCHITECTURE
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+endif()
+
 if(NOT DEFINED SYSTEM_INCLUDES)
   # As the project's build has them: Kokkos's headers found as cmake/FindTesselKokkos.cmake
   # finds them (Debian: /usr/include/trilinos), MPI's from Open MPI's compiler wrapper.
@@ -50,6 +62,11 @@ if(NOT DEFINED SYSTEM_INCLUDES)
   set(SYSTEM_INCLUDES "")
   if(kokkos_include)
     list(APPEND SYSTEM_INCLUDES "${kokkos_include}")
+  endif()
+  # Debian's serial HDF5 as cmake/FindTesselHDF5.cmake finds it.
+  find_path(hdf5_include hdf5.h PATH_SUFFIXES hdf5/serial)
+  if(hdf5_include)
+    list(APPEND SYSTEM_INCLUDES "${hdf5_include}")
   endif()
   find_program(mpicxx NAMES mpicxx)
   if(mpicxx)
@@ -71,6 +88,16 @@ endforeach()
 if(NOT ZLIB_LIBRARIES)
   set(ZLIB_LIBRARIES -lz)
 endif()
+if(NOT HDF5_LIBRARIES)
+  find_library(hdf5_library NAMES hdf5_serial hdf5 PATH_SUFFIXES hdf5/serial)
+  if(NOT hdf5_library)
+    message(FATAL_ERROR "fuzz: libhdf5 not found (the saving harnesses link it); install "
+                        "Debian's libhdf5-dev, or pass -DHDF5_LIBRARIES=<library>")
+  endif()
+  set(HDF5_LIBRARIES "${hdf5_library}")
+endif()
+# Where a harness finds data files of its own (fuzz_keras_config's model config).
+list(APPEND flags "-DTESSEL_FUZZ_DIR=\"${here}\"")
 
 if(NOT HARNESSES)
   file(GLOB sources "${here}/fuzz_*.cpp")
@@ -88,7 +115,8 @@ foreach(name IN LISTS HARNESSES)
     message(FATAL_ERROR "fuzz: no harness '${name}' (${src})")
   endif()
   string(TIMESTAMP t0 "%s")
-  execute_process(COMMAND "${CXX}" ${flags} "${src}" -o "${BINARY_DIR}/fuzz_${name}" ${ZLIB_LIBRARIES}
+  execute_process(COMMAND "${CXX}" ${flags} "${src}" -o "${BINARY_DIR}/fuzz_${name}"
+                          ${HDF5_LIBRARIES} ${ZLIB_LIBRARIES}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   string(TIMESTAMP t1 "%s")
   if(NOT rc EQUAL 0)

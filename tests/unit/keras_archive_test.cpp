@@ -504,6 +504,25 @@ TEST_CASE("keras archive: a config.json of the wrong JSON types is an error, nev
   CHECK(weights_of(r) == before);
 }
 
+TEST_CASE("keras archive: the fuzz harness's models are tessel's configs",
+          "[saving][keras_archive]") {
+  // tests/fuzz/fuzz_keras_config.cpp compares configs with these two models' (clang++ cannot
+  // build tessel's models, so it reads them from tests/fuzz/keras_config_*.json).
+  using mlp = tessel::sequential<tessel::one_device, input<784>, dense<256, {.activation = "relu"}>,
+                                 dropout<0.2>, dense<10>>;
+  const std::string fuzz_dir = tessel::testing::golden::golden_dir() + "/../fuzz/";
+  const auto file = [&](const std::string& name) {
+    return nlohmann::json::parse(read_file(fuzz_dir + "keras_config_" + name + ".json"));
+  };
+  seed002::model c;
+  mlp s;
+  CHECK(
+      file("functional") ==
+      nlohmann::json::parse(tessel::saving::model_config_json<seed002::model>(c.name(), nullptr)));
+  CHECK(file("sequential") ==
+        nlohmann::json::parse(tessel::saving::model_config_json<mlp>(s.name(), nullptr)));
+}
+
 TEST_CASE("keras archive: a DEFLATE entry as compressed as DEFLATE allows is read",
           "[saving][keras_archive]") {
   // 48 MiB of zeros deflate 1029:1 (zlib, level 9): the zip-bomb check refused every entry of
