@@ -11,10 +11,10 @@
 // never read).
 //
 // The documented error is tessel::value_error, whose message must start with the caller's head
-// (it names the file). Any other exception (nlohmann's json::exception among them, other than the
-// parse error read_keras_archive turns into a value_error), a crash or a sanitizer report is a
-// finding, and so is an accepted config whose model differs from ours in its class, its number of
-// layers or a layer's class.
+// (it names the file). Any other exception (nlohmann's json::exception among them, other than
+// those of parsing, which read_keras_archive turns into a value_error), a crash or a sanitizer
+// report is a finding, and so is an accepted config whose model differs from ours in its class,
+// its number of layers or a layer's class.
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
@@ -60,8 +60,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   json file;
   try {
     file = json::parse(text);
-  } catch (const json::parse_error&) {
-    return 0;  // read_keras_archive: "its entry 'config.json' is not valid JSON"
+  } catch (const json::exception&) {
+    // read_keras_archive: "its entry 'config.json' is not valid JSON" (a parse_error, or an
+    // out_of_range for a number past a double's range, 1e400)
+    return 0;
   }
   if (!file.is_object()) return 0;  // read_keras_archive: "is not a JSON object"
   try {
