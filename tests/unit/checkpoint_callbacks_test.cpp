@@ -390,3 +390,39 @@ TEST_CASE("backup_and_restore: the metadata of a backup, checked", "[callbacks][
                           Catch::Contains("restore from another checkpoint"));
   }
 }
+
+TEST_CASE("model_checkpoint: a long width is formatted whole, a width past a path's is refused",
+          "[callbacks][saving]") {
+  const tessel::logs l{{"val_loss", 0.5}};
+  // Python: "{:0200d}".format(3) is 200 characters (a fixed buffer cut it at 127).
+  const std::string long_width = format_filepath("{epoch:0200d}", 2, std::nullopt, l);
+  CHECK(long_width == std::string(199, '0') + "3");
+  CHECK(format_filepath("{val_loss:.150f}", 0, std::nullopt, l).size() == 152);
+  // A width that overflowed an int (undefined behaviour) is an error naming the field.
+  CHECK_THROWS_WITH(format_filepath("{epoch:99999999999999d}", 0, std::nullopt, l),
+                    Catch::Contains("width") && Catch::Contains("'epoch'"));
+  CHECK_THROWS_WITH(format_filepath("{val_loss:.99999999999f}", 0, std::nullopt, l),
+                    Catch::Contains("precision") && Catch::Contains("'val_loss'"));
+}
+
+TEST_CASE("backup_and_restore: a name like a backup's with a number past 64 bits is not one",
+          "[callbacks][saving]") {
+  namespace fs = std::filesystem;
+  using namespace tessel::layers;
+  using model_t = tessel::sequential<tessel::one_device, input<4>, dense<2>>;
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessel_bar_big_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "checkpoint-99999999999999999999");  // std::stoull threw here
+  tessel::array<float> x({16, 4}), y({16, 2});
+  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>(i % 5);
+  model_t model;
+  model.compile({.optimizer = "sgd", .loss = "mse"});
+  tessel::callbacks::backup_and_restore backup(
+      {.backup_dir = dir.string(), .save_freq = 2, .delete_checkpoint = false});
+  CHECK_NOTHROW(model.fit(x, y, {.batch_size = 4, .epochs = 1, .verbose = 0,
+                                 .callbacks = {backup}}));
+  CHECK(fs::exists(dir / "checkpoint-99999999999999999999"));  // not ours: left alone
+  CHECK(fs::exists(dir / "checkpoint-2" / "manifest.json"));  // ours: the newest kept
+  fs::remove_all(dir);
+}

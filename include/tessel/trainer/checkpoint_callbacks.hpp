@@ -17,7 +17,9 @@
 // the batch but replays the epoch from its first batch with the mid-epoch weights.)
 #pragma once
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -74,24 +76,37 @@ inline std::string format_field(const std::string& spec, std::optional<long long
   std::size_t i = 0;
   bool zero = false;
   if (i < spec.size() && spec[i] == '0') zero = true, ++i;
-  int width = 0;
-  while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])))
-    width = width * 10 + (spec[i++] - '0');
+  // A width or precision longer than a path may be (PATH_MAX, 4096) cannot make a filepath.
+  constexpr int most = 4096;
+  const auto number = [&](const char* what) {
+    int n = 0;
+    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) {
+      n = n * 10 + (spec[i++] - '0');
+      if (n > most)
+        throw value_error("The " + std::string(what) + " in the format specifier '" + spec +
+                          "' for '" + name + "' in a filepath is more than " +
+                          std::to_string(most) + ", longer than a path may be");
+    }
+    return n;
+  };
+  const int width = number("width");
   int precision = -1;
   if (i < spec.size() && spec[i] == '.') {
-    precision = 0;
     ++i;
-    while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i])))
-      precision = precision * 10 + (spec[i++] - '0');
+    precision = number("precision");
   }
   const char type = i < spec.size() ? spec[i++] : '\0';
   if (i != spec.size())
     throw value_error("Invalid format specifier '" + spec + "' for '" + name + "' in a filepath");
-  char buf[128];
-  if (integer && (type == 'd' || type == '\0') && precision < 0) {
-    std::snprintf(buf, sizeof buf, zero ? "%0*lld" : "%*lld", width, *integer);
-    return buf;
-  }
+  // snprintf into a string of the length it asks for (a width of 200 makes 200 characters).
+  const auto print = [](const char* fmt, auto... args) {
+    const int n = std::snprintf(nullptr, 0, fmt, args...);
+    std::string out(static_cast<std::size_t>(std::max(n, 0)), '\0');
+    std::snprintf(out.data(), out.size() + 1, fmt, args...);
+    return out;
+  };
+  if (integer && (type == 'd' || type == '\0') && precision < 0)
+    return print(zero ? "%0*lld" : "%*lld", width, *integer);
   if (type == 'd')
     throw value_error("Unknown format code 'd' for object of type 'float' ('" + name +
                       "' in a filepath)");
@@ -106,9 +121,8 @@ inline std::string format_field(const std::string& spec, std::optional<long long
     throw value_error(std::string("Unknown format code '") + type + "' for '" + name +
                       "' in a filepath");
   const std::string fmt = std::string(zero ? "%0*.*" : "%*.*") + conv;
-  std::snprintf(buf, sizeof buf, fmt.c_str(), width, precision < 0 ? 6 : precision,
-                type == '%' ? v * 100 : v);
-  return std::string(buf) + (type == '%' ? "%" : "");
+  return print(fmt.c_str(), width, precision < 0 ? 6 : precision, type == '%' ? v * 100 : v) +
+         (type == '%' ? "%" : "");
 }
 
 }  // namespace detail
@@ -383,8 +397,10 @@ class backup_and_restore : public callback {
     constexpr std::string_view prefix = "checkpoint-";
     if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) return 0;
     const std::string digits = name.substr(prefix.size());
-    if (digits.find_first_not_of("0123456789") != std::string::npos) return 0;
-    return std::stoull(digits);
+    std::uint64_t n = 0;
+    // A number past 64 bits is not a name backup_and_restore wrote.
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+    return ec == std::errc() && end == digits.data() + digits.size() ? n : 0;
   }
   // The newest complete backup before number n, or an empty path.
   std::filesystem::path previous_of(std::uint64_t n) const {
