@@ -254,6 +254,11 @@ TEST_CASE("keras archive: damaged archives and another model's are clear errors"
     write_file(dir / "s.weights.json", "{\"weight_map\": [1, 2]");
     CHECK_THAT(message_of([&] { r.load_weights((dir / "s.weights.json").string()); }),
                Catch::Contains("not valid JSON"));
+    // A shard name with a NUL: the system would open "moved.h5", which exists, not the name.
+    write_file(dir / "s.weights.json",
+               "{\"weight_map\": {\"/layers/conv2d/vars\": \"moved.h5\\u0000x\"}}");
+    CHECK_THAT(message_of([&] { r.load_weights((dir / "s.weights.json").string()); }),
+               Catch::Contains("\"moved.h5\\0x\", which is not a file name beside it"));
   }
   CHECK(weights_of(r) == before);  // nothing loaded from any of them
 }

@@ -235,9 +235,14 @@ inline optimizer_found read_sharded_weights(const std::filesystem::path& path,
         throw value_error(head + "its weight_map entry \"" + key +
                           "\" is not a file name or a list of them.");
       const std::string f = n.get<std::string>();
-      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-        throw value_error(head + "its weight_map names the shard \"" + f +
+      // A NUL would cut the name short where the system opens it (another file than named).
+      if (f.empty() || f.find_first_of(std::string_view("/\0", 2)) != std::string::npos ||
+          f == "." || f == "..") {
+        std::string shown;  // a NUL would end the message where it stands
+        for (const char c : f) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
+        throw value_error(head + "its weight_map names the shard \"" + shown +
                           "\", which is not a file name beside it.");
+      }
       if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
     }
   }
