@@ -72,7 +72,8 @@ inline std::optional<std::uint32_t> crc32_of_file(std::istream& in, std::uint64_
     }
     end = k.offset + k.bytes;
   }
-  std::vector<char> buffer(std::size_t{1} << 20);
+  // At most 1 MiB, and no more than the file (a small file costs no 1 MiB fill).
+  std::vector<char> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(size, 1u << 20)));
   uLong crc = ::crc32(0L, Z_NULL, 0);
   std::uint64_t at = 0;
   const auto read_to = [&](std::uint64_t stop) {
