@@ -414,6 +414,10 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   // Copies of the non-trainable variables' values, then the random stream's counter (an int64
   // scalar) when a layer draws random numbers.
   state_list<B> non_trainable_state() const { return state_where(false, true); }
+  // The two lists without the copies: the variables' own memory, valid until the next step or
+  // assignment (for a reader that copies the values out itself, as a checkpoint's snapshot does).
+  state_list<B> trainable_state_view() const { return state_where(true, false); }
+  state_list<B> non_trainable_state_view() const { return state_where(false, false); }
   // Writes values back into the model (Keras's variable.assign over the lists): each checked
   // against the model's variable of the same place (path, dtype, shape, layout) on every
   // process before anything changes.

@@ -532,7 +532,9 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) 
   s.metadata = metadata;
   s.blocks = json::array();
   s.variables = json::array();
-  const auto state = model.get_state_tree();
+  // The state's own memory, copied once, into the shard's bytes (get_state_tree's copies would
+  // be a second copy of the whole state, in fresh memory, for the step to wait for).
+  const auto state = model.state_tree_view();
   const auto groups = groups_of(state);
   std::size_t total = 0;
   for (const auto* g : groups)

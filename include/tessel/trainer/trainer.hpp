@@ -315,6 +315,16 @@ class trainer : public Model, public model_base {
     t.metrics_variables = metrics_state();
     return t;
   }
+  // get_state_tree() without the copies: the model's and the optimizer's own memory, valid until
+  // the next step or set_state_tree (a checkpoint's snapshot copies out of it once).
+  state_tree<B> state_tree_view() {
+    state_tree<B> t{this->trainable_state_view(), this->non_trainable_state_view(), {}, {}};
+    if (!loss_) return t;
+    optimizer_state_->build(this->trainable_variables());
+    t.optimizer_variables = optimizer_state_->state_view();
+    t.metrics_variables = metrics_state();
+    return t;
+  }
   // Keras's set_state_tree(): writes a state back into the model, its optimizer and its
   // metrics. Every group is checked against the model's (paths, dtypes, shapes, layouts) before
   // anything changes; a group that is empty is left as it is.
