@@ -119,17 +119,6 @@ inline void append_checksum(const std::filesystem::path& path,
   if (!f) throw runtime_error("Cannot append the checksum to '" + path.string() + "'.");
 }
 
-// Whether the file at `path`, `size` bytes long, ends in a trailer (verify_checksum tells whether
-// it matches; a reader that verified the file may then trust every byte of it).
-inline bool has_checksum_trailer(const std::filesystem::path& path, std::uint64_t size) {
-  if (size < checksum_trailer_size) return false;
-  std::ifstream in(path, std::ios::binary);
-  char magic[8] = {};
-  in.seekg(static_cast<std::streamoff>(size - checksum_trailer_size));
-  in.read(magic, 8);
-  return in.gcount() == 8 && std::memcmp(magic, detail::checksum_magic, 8) == 0;
-}
-
 // What the trailer of a file says about it.
 enum class checksum_state {
   none,     // no trailer (a file tessel did not write, or whose trailer is gone)

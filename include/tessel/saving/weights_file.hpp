@@ -237,8 +237,10 @@ inline std::uint64_t little_endian(const unsigned char* p, std::size_t n) {
 // What tessel checks before handing `path` to libhdf5 (which is not robust against every damaged
 // file): it is a readable regular file, not empty, matches the checksum in its trailer (a file
 // tessel wrote), starts with HDF5's signature, and is at least as long as its superblock says the
-// file is (so a copy or a write cut short is named as such).
-inline void check_weights_file(const std::filesystem::path& path, std::string_view where) {
+// file is (so a copy or a write cut short is named as such). Returns what the trailer said: ok,
+// or none (a file without one, as Keras writes).
+inline checksum_state check_weights_file(const std::filesystem::path& path,
+                                         std::string_view where) {
   const std::string p = path.string();
   const std::string head = std::string(where) + ": cannot load '" + p + "': ";
   const data::path_access a = data::check_path(path, data::path_kind::file);
@@ -251,7 +253,8 @@ inline void check_weights_file(const std::filesystem::path& path, std::string_vi
                       "the file is empty (0 bytes), not a weights file. Was its write "
                       "interrupted? Save the weights again or use another copy.");
   std::uint64_t content = size;
-  if (verify_checksum(path, size, content) == checksum_state::damaged)
+  const checksum_state checksum = verify_checksum(path, size, content);
+  if (checksum == checksum_state::damaged)
     throw value_error(head +
                       "the file was damaged after tessel wrote it: its bytes do not match "
                       "the CRC-32 tessel recorded at its end (flipped bytes on the disk or in a "
@@ -286,9 +289,9 @@ inline void check_weights_file(const std::filesystem::path& path, std::string_vi
     offsets = b[9];
     at = 12 + 2 * offsets;
   } else {
-    return;  // a later format: libhdf5 checks it
+    return checksum;  // a later format: libhdf5 checks it
   }
-  if (offsets != 2 && offsets != 4 && offsets != 8) return;
+  if (offsets != 2 && offsets != 4 && offsets != 8) return checksum;
   if (at + offsets > got) throw value_error(truncated + "too few for its superblock." + again);
   const std::size_t base_at = version <= 1 ? (version == 0 ? 24 : 28) : 12;
   const std::uint64_t base = detail::little_endian(b.data() + base_at, offsets);
@@ -298,6 +301,7 @@ inline void check_weights_file(const std::filesystem::path& path, std::string_vi
     throw value_error(truncated + "and its HDF5 superblock says it ends at byte " +
                       (base > ~eof ? std::string("2^64 or later") : std::to_string(base + eof)) +
                       "." + again);
+  return checksum;
 }
 
 // What a weights file held of the optimizer.
@@ -348,12 +352,9 @@ inline void read_variable(const h5::object& vars, std::size_t i, saved_variable&
 inline optimizer_found read_weights_file(const std::filesystem::path& path,
                                          weights_content& expected,
                                          std::string_view where = "load_weights") {
-  check_weights_file(path, where);
-  // A file that passed the check with a trailer matched its checksum: every value in it is as
-  // tessel wrote it, and the datasets' own checksums need not be computed again.
-  std::error_code size_error;
-  const std::uintmax_t size = std::filesystem::file_size(path, size_error);
-  const bool verified = !size_error && has_checksum_trailer(path, size);
+  // A file whose trailer matched its checksum holds every value as tessel wrote it: the
+  // datasets' own checksums need not be computed again.
+  const bool verified = check_weights_file(path, where) == checksum_state::ok;
   const std::string head = std::string(where) + ": cannot load '" + path.string() + "': ";
   try {
     const h5::object file = h5::open_file(path.string());
