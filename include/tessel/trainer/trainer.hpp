@@ -307,24 +307,10 @@ class trainer : public Model, public model_base {
   // stream's counter last), the optimizer's variables (built here if no step has built them) and
   // the metric accumulators ("loss/total", "loss/count", then each metric's), each with its path.
   // Before compile() the optimizer and metric groups are empty.
-  state_tree<B> get_state_tree() {
-    state_tree<B> t{this->trainable_state(), this->non_trainable_state(), {}, {}};
-    if (!loss_) return t;
-    optimizer_state_->build(this->trainable_variables());
-    t.optimizer_variables = optimizer_state_->state();
-    t.metrics_variables = metrics_state();
-    return t;
-  }
+  state_tree<B> get_state_tree() { return state_tree_of(true); }
   // get_state_tree() without the copies: the model's and the optimizer's own memory, valid until
   // the next step or set_state_tree (a checkpoint's snapshot copies out of it once).
-  state_tree<B> state_tree_view() {
-    state_tree<B> t{this->trainable_state_view(), this->non_trainable_state_view(), {}, {}};
-    if (!loss_) return t;
-    optimizer_state_->build(this->trainable_variables());
-    t.optimizer_variables = optimizer_state_->state_view();
-    t.metrics_variables = metrics_state();
-    return t;
-  }
+  state_tree<B> state_tree_view() { return state_tree_of(false); }
   // Keras's set_state_tree(): writes a state back into the model, its optimizer and its
   // metrics. Every group is checked against the model's (paths, dtypes, shapes, layouts) before
   // anything changes; a group that is empty is left as it is.
@@ -611,6 +597,16 @@ class trainer : public Model, public model_base {
  private:
   const mesh_binding& pm() const noexcept { return this->mesh(); }
   // The metric accumulators as state: "loss/total", "loss/count", then each metric's.
+  // The state tree, its tensors copies (get_state_tree) or the model's own (state_tree_view).
+  state_tree<B> state_tree_of(bool copy) {
+    state_tree<B> t{copy ? this->trainable_state() : this->trainable_state_view(),
+                    copy ? this->non_trainable_state() : this->non_trainable_state_view(), {}, {}};
+    if (!loss_) return t;
+    optimizer_state_->build(this->trainable_variables());
+    t.optimizer_variables = copy ? optimizer_state_->state() : optimizer_state_->state_view();
+    t.metrics_variables = metrics_state();
+    return t;
+  }
   state_list<B> metrics_state() const {
     state_list<B> out;
     auto add = [&](const metrics::mean& m) {
