@@ -21,6 +21,11 @@
 
 namespace tessel {
 
+// Whether the backend `B` keeps a tensor's values in host memory (backend::host), where saving
+// can write them from the model's own memory instead of a copy.
+template <class B>
+inline constexpr bool host_memory = B::device_kind == std::string_view("cpu");
+
 // One variable of the state: a float32 tensor (this device's block), an int64 counter or a
 // float64 accumulator. Keras's dtypes are float32, int32 (an optimizer's iteration) and uint32
 // (a seed generator's state): the counters are int64 here so that no run outgrows them, and the

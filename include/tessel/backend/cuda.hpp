@@ -189,6 +189,7 @@ struct cuda {
     launched();
   }
   static void copy(const matrix& src, const matrix& dst) {
+    if (src.data() == dst.data()) return;  // onto itself: set_state_tree of the model's own state
     copy_2d(dst.data(), dst.stride(0), src.data(), src.stride(0), src.extent(1), src.extent(0),
             cudaMemcpyDeviceToDevice);
   }

@@ -50,6 +50,7 @@
 #include "../state.hpp"
 #include "atomic_file.hpp"
 #include "file_checksum.hpp"
+#include "file_writer.hpp"
 
 namespace tessel {
 
@@ -81,29 +82,9 @@ inline std::string shard_name(std::size_t device, const char* ext) {
 }
 
 inline void write_file(const fs::path& p, const void* data, std::size_t bytes) {
-  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw runtime_error("Cannot write the checkpoint file '" + p.string() +
-                        "': " + data::open_failure(p, errno, true));
-  const auto* c = static_cast<const char*>(data);
-  std::size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::write(fd, c + done, bytes - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      throw runtime_error("Cannot write the checkpoint file '" + p.string() +
-                          "': " + std::strerror(e) + " (is the disk full?)");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  const int rc = ::fsync(fd);
-  const int e = errno;
-  ::close(fd);
-  if (rc != 0)
-    throw runtime_error("Cannot sync the checkpoint file '" + p.string() + "' to disk: " +
-                        std::strerror(e));
+  saving::file_writer f(p, "checkpoint file");
+  f.write(data, bytes);
+  f.finish();
 }
 inline void write_text(const fs::path& p, const std::string& text) {
   write_file(p, text.data(), text.size());
@@ -167,7 +148,13 @@ inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
                         " bytes: the manifest is damaged; restore from another checkpoint");
   const std::size_t span_begin = c0 * chunk_bytes;
   const std::size_t span_end = std::min(c1 * chunk_bytes, block_bytes);
-  std::vector<float> buf((span_end - span_begin) / sizeof(float));
+  // The block is `mine` whole (a load onto the layout it was saved from): read into `out` itself.
+  bool whole = true;
+  for (std::size_t d = 0; d < rank; ++d)
+    whole = whole && s.offset[d] == mo[d] && s.extent[d] == me[d];
+  std::unique_ptr<float[]> own;
+  if (!whole) own.reset(new float[(span_end - span_begin) / sizeof(float)]);
+  float* const buf = whole ? out.data() : own.get();
   const fs::path file = dir / s.file;
   const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0)
@@ -175,7 +162,7 @@ inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
                         "': " + data::open_failure(file, errno, false));
   std::size_t done = 0;
   const std::size_t want = span_end - span_begin;
-  auto* dst = reinterpret_cast<char*>(buf.data());
+  auto* dst = reinterpret_cast<char*>(buf);
   while (done < want) {
     const ssize_t n = ::pread(fd, dst + done, want - done,
                               static_cast<off_t>(s.at + span_begin + done));
@@ -197,6 +184,7 @@ inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
                           std::to_string(s.at + c * chunk_bytes + n) + " of '" + path +
                           "' do not match their checksum; restore from another checkpoint");
   }
+  if (whole) return block_values;
   // Copy the overlap's contiguous runs along the last dimension (a rank-0 block: its one value).
   std::vector<std::size_t> idx(lo);
   const std::size_t run = rank == 0 ? 1 : hi[rank - 1] - lo[rank - 1];
@@ -205,7 +193,7 @@ inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
   while (true) {
     for (std::size_t d = 0; d < rank; ++d) rel_s[d] = idx[d] - s.offset[d], rel_m[d] = idx[d] - mo[d];
     const std::size_t from = linear(rel_s, s.extent) - span_begin / sizeof(float);
-    std::copy_n(buf.data() + from, run, out.data() + linear(rel_m, me));
+    std::copy_n(buf + from, run, out.data() + linear(rel_m, me));
     copied += run;
     std::size_t d = rank == 0 ? 0 : rank - 1;
     while (d-- > 0) {
@@ -501,23 +489,46 @@ inline manifest read_manifest(const fs::path& dir) {
 
 namespace checkpoint_detail {
 
+// Host memory a background save copies the state into, kept from one save to the next: a fresh
+// gigabyte costs its page faults (on a virtual machine, more than the copy itself) once, not at
+// every save. Not zeroed: every byte a save uses, it writes first.
+struct staging_buffer {
+  std::unique_ptr<char[]> data;
+  std::size_t capacity = 0;
+  char* reserve(std::size_t n) {
+    if (n > capacity) {
+      data.reset();
+      data.reset(new char[n]);
+      capacity = n;
+    }
+    return data.get();
+  }
+};
+
 // What one process saves, taken from the model on the training thread (the only part a step
-// waits for): its owned blocks' values on the host and what they are, and (process 0) the
-// variables' list; then written to the staging directory on any thread, then committed.
+// waits for): its owned blocks' values and what they are, and (process 0) the variables' list;
+// then written to the staging directory on any thread, then committed. The values are either the
+// model's own memory (a save in the foreground on the host: nothing is copied, the file is
+// written from it) or a copy in `buffer` (a save in the background, or from a device).
 struct snapshot {
   fs::path dir, staging;
   std::size_t device = 0, devices = 1;
   bool chief = false;
-  std::vector<char> bytes;   // the shard's contents
-  json blocks;               // what each block in it is
-  json variables;            // process 0: every variable, without its blocks
+  staging_buffer buffer;                      // the copy, when the values are copied
+  std::vector<std::span<const char>> values;  // each block's bytes, in the shard's order
+  json blocks;                                // what each block in it is
+  json variables;                             // process 0: every variable, without its blocks
   std::string mesh;
   json metadata;
   double copy_seconds = 0, write_seconds = 0;
 };
 
+// `copy`: whether the values are copied into `buffer` (the caller's, kept between saves) for
+// the write to go on while the model trains; otherwise they are the model's own memory where it
+// is the host's, valid until the model next changes.
 template <class Model>
-snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) {
+snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata, bool copy,
+                       staging_buffer buffer = {}) {
   using B = typename Model::backend;
   const auto start = std::chrono::steady_clock::now();
   const auto& pm = model.mesh();
@@ -532,15 +543,26 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) 
   s.metadata = metadata;
   s.blocks = json::array();
   s.variables = json::array();
-  // The state's own memory, copied once, into the shard's bytes (get_state_tree's copies would
-  // be a second copy of the whole state, in fresh memory, for the step to wait for).
+  s.buffer = std::move(buffer);
   const auto state = model.state_tree_view();
   const auto groups = groups_of(state);
-  std::size_t total = 0;
-  for (const auto* g : groups)
-    for (const auto& v : *g)
-      if (v.is_tensor()) total += v.tensor().size() * sizeof(float);
-  s.bytes.reserve(total);
+  // A block is written by the device at coordinate 0 of every axis it is not split over.
+  const auto owned = [&](const basic_dtensor<B>& t) {
+    const std::uint32_t split = t.layout().sharded_axes();
+    for (std::size_t a = 0; a < mesh.rank; ++a)
+      if (!((split >> a) & 1u) && pm.coordinates()[a] != 0) return false;
+    return true;
+  };
+  const bool borrow = host_memory<B> && !copy;
+  char* into = nullptr;
+  if (!borrow) {
+    std::size_t total = 0;
+    for (const auto* g : groups)
+      for (const auto& v : *g)
+        if (v.is_tensor() && owned(v.tensor())) total += v.tensor().size() * sizeof(float);
+    into = s.buffer.reserve(total);
+  }
+  std::size_t at = 0;
   for (std::size_t g = 0; g < groups.size(); ++g)
     for (std::size_t i = 0; i < groups[g]->size(); ++i) {
       const state_variable<B>& v = (*groups[g])[i];
@@ -557,18 +579,15 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) 
         }
         s.variables.push_back(std::move(e));
       }
-      if (!v.is_tensor()) continue;
-      // A block is written by the device at coordinate 0 of every axis it is not split over.
+      if (!v.is_tensor() || !owned(v.tensor())) continue;
       const basic_dtensor<B>& t = v.tensor();
-      const std::uint32_t split = t.layout().sharded_axes();
-      bool owner = true;
-      for (std::size_t a = 0; a < mesh.rank; ++a)
-        if (!((split >> a) & 1u) && pm.coordinates()[a] != 0) owner = false;
-      if (!owner) continue;
-      const std::size_t at = s.bytes.size(), n = t.size() * sizeof(float);
-      s.bytes.resize(at + n);  // within the capacity reserved below: no reallocation
-      B::download(t.local(), std::span<float>(reinterpret_cast<float*>(s.bytes.data() + at),
-                                              t.size()));
+      const std::size_t n = t.size() * sizeof(float);
+      if (borrow) {
+        s.values.emplace_back(reinterpret_cast<const char*>(t.local().data()), n);
+      } else {
+        B::download(t.local(), std::span<float>(reinterpret_cast<float*>(into + at), t.size()));
+        s.values.emplace_back(into + at, n);
+      }
       const std::size_t rank = t.global_shape().rank;
       const block& b = t.shard();
       s.blocks.push_back(
@@ -578,6 +597,7 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) 
            {"extent", std::vector<std::size_t>(b.extent.extents.begin(),
                                                b.extent.extents.begin() + rank)},
            {"at", at}});
+      at += n;
     }
   s.copy_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -585,25 +605,28 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata) 
 }
 
 // This process's shard and its list into the staging directory (made by process 0 first):
-// no collective, so it may run beside training.
+// no collective, so it may run beside training. Each chunk's checksum is taken just before the
+// chunk is written, while it is in the cache, and the file goes to the disk as it is written
+// (file_writer.hpp).
 inline void write_snapshot(snapshot& s) {
   const auto start = std::chrono::steady_clock::now();
-  for (auto& b : s.blocks) {
-    const std::size_t at = b.at("at");
-    std::size_t n = sizeof(float);
-    for (std::size_t e : b.at("extent")) n *= e;
-    json chunks = json::array();
-    for (std::size_t c = 0; c < n; c += chunk_bytes)
-      chunks.push_back(
-          saving::detail::crc32_of(s.bytes.data() + at + c, std::min(chunk_bytes, n - c)));
-    b["chunks"] = std::move(chunks);
-  }
   const std::string bin = shard_name(s.device, "bin");
-  write_file(s.staging / bin, s.bytes.data(), s.bytes.size());
+  saving::file_writer file(s.staging / bin, "checkpoint file");
+  for (std::size_t k = 0; k < s.values.size(); ++k) {
+    const std::span<const char> bytes = s.values[k];
+    json chunks = json::array();
+    for (std::size_t c = 0; c < bytes.size(); c += chunk_bytes) {
+      const std::size_t n = std::min(chunk_bytes, bytes.size() - c);
+      chunks.push_back(saving::detail::crc32_of(bytes.data() + c, n));
+      file.write(bytes.data() + c, n);
+    }
+    s.blocks[k]["chunks"] = std::move(chunks);
+  }
+  const std::uint64_t size = file.size();
+  file.finish();
   write_text(s.staging / shard_name(s.device, "json"),
-             json{{"file", bin}, {"bytes", s.bytes.size()}, {"blocks", s.blocks}}.dump());
-  s.bytes.clear();
-  s.bytes.shrink_to_fit();
+             json{{"file", bin}, {"bytes", size}, {"blocks", s.blocks}}.dump());
+  s.values.clear();
   s.write_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -664,7 +687,7 @@ void save_checkpoint(Model& model, const std::filesystem::path& dir,
                      const nlohmann::json& metadata = {}) {
   namespace cd = checkpoint_detail;
   const auto& pm = model.mesh();
-  cd::snapshot s = cd::take_snapshot(model, dir, metadata);
+  cd::snapshot s = cd::take_snapshot(model, dir, metadata, /*copy=*/false);
   tessel::detail::on_every_process(pm, "save_checkpoint", [&] { cd::make_staging(s); });
   tessel::detail::on_every_process(pm, "save_checkpoint", [&] { cd::write_snapshot(s); });
   tessel::detail::on_every_process(pm, "save_checkpoint", [&] { cd::commit_snapshot(s); });
@@ -693,7 +716,8 @@ class async_checkpointer {
     namespace cd = checkpoint_detail;
     wait();
     const auto start = std::chrono::steady_clock::now();
-    auto s = std::make_unique<cd::snapshot>(cd::take_snapshot(*model_, dir, metadata));
+    auto s = std::make_unique<cd::snapshot>(
+        cd::take_snapshot(*model_, dir, metadata, /*copy=*/true, std::move(buffer_)));
     tessel::detail::on_every_process(model_->mesh(), "save_checkpoint",
                                      [&] { cd::make_staging(*s); });
     pending_ = std::move(s);
@@ -722,6 +746,7 @@ class async_checkpointer {
     last_total_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     last_write_ = s->write_seconds;
+    buffer_ = std::move(s->buffer);
   }
   [[nodiscard]] bool pending() const noexcept { return pending_ != nullptr; }
   // The last save's times: what the caller waited for (the copy), the background write, and
@@ -733,6 +758,7 @@ class async_checkpointer {
  private:
   Model* model_;
   std::unique_ptr<checkpoint_detail::snapshot> pending_;
+  checkpoint_detail::staging_buffer buffer_;  // the host copy's memory, kept for the next save
   std::thread writer_;
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point started_{};
@@ -747,7 +773,17 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
   namespace cd = checkpoint_detail;
   using B = typename Model::backend;
   const auto& pm = model.mesh();
-  state_tree<B> state = model.get_state_tree();
+  // The model's own memory, which nothing changes until every process has read and checked all
+  // it needs into `staged` (its blocks, one after another).
+  state_tree<B> state = model.state_tree_view();
+  std::size_t total = 0;
+  for (const auto* g : cd::groups_of(state))
+    for (const auto& v : *g)
+      if (v.is_tensor()) total += v.tensor().size();
+  cd::staging_buffer staged;
+  auto* const into = reinterpret_cast<float*>(staged.reserve(total * sizeof(float)));
+  std::size_t used = 0;
+  std::vector<std::pair<const basic_dtensor<B>*, std::span<const float>>> reads;
   nlohmann::json metadata;
   tessel::detail::on_every_process(pm, "load_checkpoint", [&] {
     const cd::manifest m = cd::read_manifest(dir);
@@ -796,7 +832,8 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
                                     t.shard().offset.extents.begin() + rank);
         std::vector<std::size_t> me(t.shard().extent.extents.begin(),
                                     t.shard().extent.extents.begin() + rank);
-        std::vector<float> host(t.size());
+        const std::span<float> host(into + used, t.size());
+        used += t.size();
         std::size_t copied = 0;
         for (const cd::saved_block& s : e.blocks)
           copied += cd::read_overlap(dir, s, mo, me, host, v.path);
@@ -805,12 +842,13 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
                               v.path + "' (" + std::to_string(copied) + " of this device's " +
                               std::to_string(host.size()) +
                               " values): its manifest is damaged; restore from another checkpoint");
-        B::upload(std::span<const float>(host), t.local());
+        reads.emplace_back(&t, host);
       }
     }
     metadata = m.metadata;
   });
-  model.set_state_tree(state);
+  for (const auto& [t, values] : reads) B::upload(values, t->local());
+  model.set_state_tree(state);  // the scalars (its tensors are the model's own: not copied)
   return metadata;
 }
 

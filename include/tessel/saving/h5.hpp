@@ -123,6 +123,13 @@ inline object create_file(const std::string& file) {
   return {std::move(f), file, "/"};
 }
 
+// The POSIX file descriptor libhdf5 writes `file` through (its default driver's), or -1.
+inline int file_descriptor(const object& file) {
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file.id(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) return -1;
+  return *static_cast<int*>(handle);
+}
+
 // Opens a file to read.
 inline object open_file(const std::string& file) {
   silence_errors();

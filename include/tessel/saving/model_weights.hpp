@@ -45,17 +45,12 @@ std::string keras_optimizer_name(const optimizer<B>& o) {
   return std::visit([](const auto& s) { return keras_snake_case(s.name); }, o.spec().value());
 }
 
-// Whether the backend keeps a tensor's values in host memory (backend::host), where a replicated
-// tensor's block is already its global values, row-major.
-template <class B>
-inline constexpr bool host_memory = B::device_kind == std::string_view("cpu");
-
 // `v`'s values for a save: a replicated tensor in host memory borrowed (no copy: the save writes
 // from the model's own memory), any other downloaded (a sharded one gathered, on every process).
 template <class Model, class B>
 void take_values(Model& m, const basic_dtensor<B>& t, saved_variable& v) {
   const std::size_t n = tessel::saving::detail::elements(v.shape);
-  if constexpr (host_memory<B>) {
+  if constexpr (tessel::host_memory<B>) {  // a replicated block is its global values
     if (t.size() == n) {
       v.borrowed = std::span<const float>(t.local().data(), n);
       return;

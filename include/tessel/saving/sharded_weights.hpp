@@ -62,6 +62,7 @@ inline void write_shard(const std::filesystem::path& path, const std::vector<sha
   write_atomically(path, [&](const std::filesystem::path& tmp) {
     std::vector<known_crc> known;
     h5::object file = h5::create_file(tmp.string());
+    const int fd = h5::file_descriptor(file);
     for (const shard_item& it : items) {
       // Create the group path as far as it goes.
       std::vector<h5::object> chain;
@@ -84,7 +85,7 @@ inline void write_shard(const std::filesystem::path& path, const std::vector<sha
         continue;
       }
       if (it.variable != nullptr) {
-        write_variable(vars, it.index, *it.variable, known);
+        write_variable(vars, it.index, *it.variable, known, fd);
       } else if (it.is_iterations) {
         h5::write_attribute(h5::write_scalar(vars, "0", it.iterations), crc_attribute,
                             crc32_of(&it.iterations, sizeof it.iterations));

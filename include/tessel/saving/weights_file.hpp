@@ -41,6 +41,7 @@
 #include "../data/file_access.hpp"
 #include "atomic_file.hpp"
 #include "file_checksum.hpp"
+#include "file_writer.hpp"
 #include "h5.hpp"
 
 namespace tessel::saving {
@@ -170,9 +171,12 @@ inline std::size_t elements(const std::vector<std::size_t>& s) {
 }
 
 // Writes `v` as dataset `i` of `vars`, with its checksum, which `known` records with where its
-// values lie in the file (so that the file's checksum does not read them back).
+// values lie in the file (so that the file's checksum does not read them back). `fd`, the file's
+// descriptor (h5::file_descriptor, or -1): its values go to the disk at once, while the next
+// variable is checksummed and written, instead of all of them at the final fsync
+// (file_writer.hpp).
 inline void write_variable(const h5::object& vars, std::size_t i, const saved_variable& v,
-                           std::vector<known_crc>& known) {
+                           std::vector<known_crc>& known, int fd) {
   const std::span<const float> values = v.data();
   if (values.size() != elements(v.shape))
     throw value_error("save_weights: variable '" + v.path + "' has " +
@@ -183,6 +187,7 @@ inline void write_variable(const h5::object& vars, std::size_t i, const saved_va
   h5::write_attribute(d, crc_attribute, crc);
   if (const auto at = h5::raw_data_offset(d); at && !values.empty())
     known.push_back({*at, values.size_bytes(), crc});
+  if (fd >= 0) start_writeback(fd);
 }
 }  // namespace detail
 
@@ -191,6 +196,7 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
   write_atomically(path, [&](const std::filesystem::path& tmp) {
     std::vector<known_crc> known;
     h5::object file = h5::create_file(tmp.string());
+    const int fd = h5::file_descriptor(file);
     h5::write_attribute(h5::create_group(file, "vars"), "name", content.model_name);
     {
       const h5::object layers = h5::create_group(file, "layers");
@@ -198,7 +204,7 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
         const h5::object vars = h5::create_group(h5::create_group(layers, layer.group), "vars");
         h5::write_attribute(vars, "name", layer.name);
         for (std::size_t i = 0; i < layer.variables.size(); ++i)
-          detail::write_variable(vars, i, layer.variables[i], known);
+          detail::write_variable(vars, i, layer.variables[i], known, fd);
       }
     }
     if (content.optimizer) {
@@ -217,7 +223,7 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
       h5::write_attribute(d, detail::crc_attribute, detail::crc32_of(&lr, sizeof lr));
       h5::write_attribute(d, detail::learning_rate_attribute, o.learning_rate);
       for (std::size_t i = 0; i < o.slots.size(); ++i)
-        detail::write_variable(vars, i + 2, o.slots[i], known);
+        detail::write_variable(vars, i + 2, o.slots[i], known, fd);
     }
     if (!file.h.close()) h5::fail(tmp.string(), "libhdf5 cannot finish writing the file");
     append_checksum(tmp, known);
