@@ -18,7 +18,7 @@ for round in $(seq "$rounds"); do
   read -r value unit <<<"$rate"
   [[ "$unit" == G ]] && value=$(awk -v v="$value" 'BEGIN { print v * 1000 }')
   echo "RESULT dd round=$round write_mb_per_s=$value"
-  "$bench" --large --saves 2 --every 1 --dir "$dir/ckpt" | grep '^RESULT'
-  mpiexec -n 2 "$bench" --large --saves 2 --every 1 --dir "$dir/ckpt" | grep '^RESULT'
+  "$bench" --large --saves 3 --every 1 --dir "$dir/ckpt" | grep '^RESULT'
+  mpiexec -n 2 "$bench" --large --saves 3 --every 1 --dir "$dir/ckpt" | grep '^RESULT'
 done
 rm -rf "$dir"

@@ -33,9 +33,10 @@ inline constexpr std::size_t checksum_trailer_size = 24;
 namespace detail {
 inline constexpr char checksum_magic[8] = {'T', 'S', 'L', 'C', 'R', 'C', '3', '2'};
 
-// zlib's CRC-32 of `bytes` bytes in memory (every file tessel writes checks with it).
-inline std::uint32_t crc32_of(const void* data, std::size_t bytes) {
-  uLong crc = ::crc32(0L, Z_NULL, 0);
+// zlib's CRC-32 of `bytes` bytes in memory (every file tessel writes checks with it), going on
+// from `crc`, the CRC-32 of the bytes before them (0 for none).
+inline std::uint32_t crc32_of(const void* data, std::size_t bytes, std::uint32_t crc_before = 0) {
+  uLong crc = crc_before;
   const auto* p = static_cast<const Bytef*>(data);
   while (bytes > 0) {  // zlib takes a uInt length
     const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../core/errors.hpp"
+#include "file_checksum.hpp"
 
 namespace tessel::saving::zip {
 
@@ -37,16 +38,6 @@ inline std::uint64_t get(const unsigned char* p, std::size_t bytes) {
   std::uint64_t v = 0;
   for (std::size_t i = bytes; i-- > 0;) v = (v << 8) | p[i];
   return v;
-}
-inline std::uint32_t crc32_update(std::uint32_t crc, const char* data, std::size_t n) {
-  uLong c = crc;
-  while (n > 0) {
-    const uInt k = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
-    c = ::crc32(c, reinterpret_cast<const Bytef*>(data), k);
-    data += k;
-    n -= k;
-  }
-  return static_cast<std::uint32_t>(c);
 }
 }  // namespace detail
 
@@ -155,7 +146,7 @@ class writer {
   }
   void write(const char* data, std::size_t n) {
     entry& e = entries_.back();
-    e.crc = detail::crc32_update(e.crc, data, n);
+    e.crc = saving::detail::crc32_of(data, n, e.crc);
     e.size += n;
     raw(data, n);
   }
@@ -248,7 +239,7 @@ class reader {
     } else {
       out = inflate(stored, e, where);
     }
-    if (detail::crc32_update(0, out.data(), out.size()) != e.crc)
+    if (saving::detail::crc32_of(out.data(), out.size()) != e.crc)
       throw value_error(where +
                         "its content does not match its CRC-32 (flipped or overwritten bytes in "
                         "the archive). Use another copy of the file.");
