@@ -12,7 +12,7 @@ out=$here/corpus
 rm -rf "$out"
 mkdir -p "$out/idx" "$out/fashion_mnist" "$out/regex" "$out/collective_timeout" \
   "$out/checkpoint_manifest" "$out/checkpoint_metadata" "$out/keras_config" "$out/zip" \
-  "$out/weights_precheck"
+  "$out/weights_precheck" "$out/weights_index"
 
 byte() { printf "\\x$(printf %02x "$1")"; }
 be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
@@ -287,5 +287,19 @@ for version in range(4):
               b"\1" + superblock(version, offsets, 128))
 write("weights_precheck", "v0_truncated", b"\0" + superblock(0, 8, 128)[:100])
 write("weights_precheck", "not_hdf5", b"\0" + config[:200])
+# weights_index: the .weights.json the harness's own shards (m_00000..2.weights.h5) come with, as
+# save_weights writes it, compact, reordered, and without a shard.
+shards = ["m_00000.weights.h5", "m_00001.weights.h5", "m_00002.weights.h5"]
+index = {"metadata": {"total_size": 2552.0},
+         "weight_map": {"/layers/dense/vars": shards[:1], "/layers/dense_1/vars": shards[:1],
+                        "/optimizer/vars": shards}}
+write("weights_index", "saved", json.dumps(index, indent=4).encode())
+write("weights_index", "compact", json.dumps(index).encode())
+index["weight_map"]["/optimizer/vars"] = list(reversed(shards))
+write("weights_index", "reordered", json.dumps(index).encode())
+index["weight_map"]["/optimizer/vars"] = shards[:2]
+write("weights_index", "missing_shard", json.dumps(index).encode())
+index["weight_map"]["/optimizer/vars"] = [shards[0], 1]
+write("weights_index", "not_a_name", json.dumps(index).encode())
 EOF
 echo "seeds: $(find "$out" -type f | wc -l) files in $out"
