@@ -8,12 +8,12 @@
 #   scripts/fuzz.sh SECONDS [HARNESS...]     e.g. scripts/fuzz.sh 600, scripts/fuzz.sh 60 idx
 #
 # Harnesses (tests/fuzz/fuzz_<name>.cpp): idx, fashion_mnist, regex, collective_timeout, and the
-# saving ones: checkpoint_manifest, checkpoint_metadata, keras_config, zip, weights_precheck. The
-# corpus each run grows is kept in build-fuzz/corpus/<harness>/ and used again by the next run
-# (delete it to start from the seeds in tests/fuzz/corpus/<harness>/ alone); the log of the last
-# run is build-fuzz/logs/<harness>.log. Environment: FUZZ_BUILD (default build-fuzz), FUZZ_CXX
-# (default clang++), FUZZ_ARGS (more libFuzzer flags, e.g. "-max_len=8192"; not -jobs, whose
-# output goes to other logs).
+# saving ones: checkpoint_manifest, checkpoint_metadata, keras_config, zip, weights_precheck,
+# weights_index. The corpus each run grows is kept in build-fuzz/corpus/<harness>/ and used again
+# by the next run (delete it to start from the seeds in tests/fuzz/corpus/<harness>/ alone); the
+# log of the last run is build-fuzz/logs/<harness>.log. Environment: FUZZ_BUILD (default
+# build-fuzz), FUZZ_CXX (default clang++), FUZZ_ARGS (more libFuzzer flags, e.g.
+# "-max_len=8192"; not -jobs, whose output goes to other logs).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [[ $# -lt 1 || ! $1 =~ ^[0-9]+$ ]]; then
