@@ -285,8 +285,14 @@ TEST_CASE("the seeds/002 CNN (without Dropout): three Adam steps and predictions
       for (float b : now[v].values) CHECK(std::fabs(b) < 1e-4f);
       continue;
     }
+    // Adam divides each gradient element by its own running size, so an element whose gradient
+    // is a near-cancellation moves by up to the learning rate per step whatever its relative
+    // error: the floor is 1e-3 of what 3 steps at 1e-3 can move a weight. tessel's own GEMM
+    // kernels differ by over 1.2e-6 on large_k/kernel[6651] between AVX and AVX2+FMA code
+    // (LIBXSMM_TARGET=snb and hsw): Keras's value lies under 0.65e-6 from the one, 1.8e-6 from
+    // the other.
     tessel::testing::golden::check_close(now[v].values, values(f.at("value")), "final " + path,
-                                         1e-5, 1e-6);
+                                         1e-5, 3e-6);
   }
   tessel::testing::golden::check_close(model.predict(x, 8, 0).values, values(m.at("predictions")),
                                        "predictions", 1e-4, 2e-6);
