@@ -6,7 +6,9 @@
 //   and no model changes;
 // - model_parallel (d1's kernel and bias split over "model"): the file holds the gathered global
 //   values (a one-device model loads it and holds get_weights' values), and it loads back onto
-//   the split model with every process's blocks of the weights and slots bitwise as saved.
+//   the split model with every process's blocks of the weights and slots bitwise as saved; a
+//   write that fails on process 0 (which writes while the variables are gathered) is an error on
+//   both processes.
 #include <mpi.h>
 #include <unistd.h>
 
@@ -149,6 +151,18 @@ void model_parallel_saves_global_values(const fs::path& dir) {
   train(a, 3, 2);
   train(b, 3, 2);
   check(same(local_state(b), local_state(a)), "and trains on as the model that never stopped");
+
+  // Process 0 writes on a thread of its own while the variables are gathered: its write fails
+  // (no such directory), the gathers go on, and both processes throw, process 0 naming the file.
+  const std::string bad = (dir / "no_such_dir" / "mp.weights.h5").string();
+  const std::string e = error_of([&] { a.save_weights(bad); });
+  if (process_id() == 0)
+    check(e.find("no_such_dir") != std::string::npos,
+          "process 0 names the file it could not write: '" + e + "'");
+  else
+    check(e.find("save_weights failed on 1 other process") != std::string::npos,
+          "process 1 says process 0 failed: '" + e + "'");
+  check(!fs::exists(dir / "no_such_dir"), "a failed save leaves nothing");
 }
 
 }  // namespace

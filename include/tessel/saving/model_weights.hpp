@@ -7,11 +7,16 @@
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -129,6 +134,68 @@ inline void check_weights_path(const std::string& filepath, const char* where) {
                       "weights file). Received: filepath=" +
                       filepath);
 }
+
+// Takes every variable's values into `layout.content`, in the file's order (the layers'
+// variables, then the optimizer's slots; its counters first), calling `taken()` after each: a
+// sharded one gathered on every process (a collective), a replicated one in host memory
+// borrowed, valid while the model is not changed. Every process calls it.
+template <class Model, class B, class Taken>
+void take_model_values(Model& m, const optimizer<B>* opt, model_weights_layout& layout,
+                       Taken&& taken) {
+  std::optional<state_list<B>> state;
+  if (opt != nullptr) {
+    state.emplace(opt->state_view());
+    layout.content.optimizer->iterations = (*state)[0].integer();
+    layout.content.optimizer->learning_rate = (*state)[1].real();
+  }
+  const std::vector<variable<B>*> vars = m.variables();
+  std::size_t next = 0;
+  for (auto& layer : layout.content.layers)
+    for (auto& v : layer.variables) {
+      take_values(m, vars[layout.weight_index[next++]]->value, v);
+      taken();
+    }
+  if (opt == nullptr) return;
+  saved_optimizer& o = *layout.content.optimizer;
+  for (std::size_t k = 0; k < o.slots.size(); ++k) {
+    take_values(m, (*state)[layout.slot_index[k] + 2].tensor(), o.slots[k]);
+    taken();
+  }
+}
+
+// How many of a file's variables have their values, for a writer on another thread to wait
+// on; abandon() (the values will not come) makes its wait throw.
+class taken_count {
+ public:
+  void add() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      ++taken_;
+    }
+    changed_.notify_all();
+  }
+  void abandon() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      abandoned_ = true;
+    }
+    changed_.notify_all();
+  }
+  // Returns once `n` variables have their values.
+  void wait_for(std::size_t n) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return taken_ >= n || abandoned_; });
+    if (taken_ < n)
+      throw runtime_error("save_weights: the variables' values were not gathered; "
+                          "see the error of the gather");
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::size_t taken_ = 0;
+  bool abandoned_ = false;
+};
 }  // namespace detail
 
 // The model's weights file as values: every variable's global values (a sharded one gathered
@@ -137,19 +204,7 @@ inline void check_weights_path(const std::string& filepath, const char* where) {
 template <class Model, class B>
 weights_content model_weights_content(Model& m, const optimizer<B>* opt) {
   model_weights_layout layout = weights_layout(m, opt);
-  const std::vector<variable<B>*> vars = m.variables();
-  std::size_t next = 0;
-  for (auto& layer : layout.content.layers)
-    for (auto& v : layer.variables)
-      detail::take_values(m, vars[layout.weight_index[next++]]->value, v);
-  if (opt != nullptr) {
-    const state_list<B> state = opt->state_view();
-    saved_optimizer& o = *layout.content.optimizer;
-    o.iterations = state[0].integer();
-    o.learning_rate = state[1].real();
-    for (std::size_t k = 0; k < o.slots.size(); ++k)
-      detail::take_values(m, state[layout.slot_index[k] + 2].tensor(), o.slots[k]);
-  }
+  detail::take_model_values(m, opt, layout, [] {});
   return std::move(layout.content);
 }
 
@@ -157,20 +212,49 @@ weights_content model_weights_content(Model& m, const optimizer<B>* opt) {
 // variable is gathered from all of them); the process at device 0 writes the file, atomically:
 // one .weights.h5 file, or with `options.max_shard_size` a .weights.json and its shards
 // (sharded_weights.hpp). `opt` is the compiled optimizer (nullptr before compile: no optimizer
-// group, as Keras writes none).
+// group, as Keras writes none). On more than one process, a .weights.h5 file is written on a
+// thread of its own while the variables are gathered, each as soon as it has its values: the
+// gathers and the writes overlap, as in a one-process save the checksums and the disk do.
 template <class Model, class B>
 void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& filepath,
                         const save_weights_options& options = {}) {
   tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
     if (!options.max_shard_size) detail::check_weights_path(filepath, "save_weights");
   });
-  const weights_content content = model_weights_content(m, opt);
+  if (options.max_shard_size || m.mesh().size() == 1) {
+    const weights_content content = model_weights_content(m, opt);
+    tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
+      if (!m.mesh().is_chief()) return;
+      if (options.max_shard_size)
+        write_sharded_weights(filepath, content, *options.max_shard_size);
+      else
+        write_weights_file(filepath, content);
+    });
+    return;
+  }
+  model_weights_layout layout = weights_layout(m, opt);
+  detail::taken_count taken;
+  std::exception_ptr write_error;
+  std::thread writer;
+  if (m.mesh().is_chief())
+    writer = std::thread([&] {
+      try {
+        write_weights_file(filepath, layout.content,
+                           [&](std::size_t k) { taken.wait_for(k + 1); });
+      } catch (...) {
+        write_error = std::current_exception();
+      }
+    });
+  try {
+    detail::take_model_values(m, opt, layout, [&] { taken.add(); });
+  } catch (...) {
+    taken.abandon();
+    if (writer.joinable()) writer.join();
+    throw;
+  }
+  if (writer.joinable()) writer.join();
   tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
-    if (!m.mesh().is_chief()) return;
-    if (options.max_shard_size)
-      write_sharded_weights(filepath, content, *options.max_shard_size);
-    else
-      write_weights_file(filepath, content);
+    if (write_error) std::rethrow_exception(write_error);
   });
 }
 

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -191,8 +192,17 @@ inline void write_variable(const h5::object& vars, std::size_t i, const saved_va
 }
 }  // namespace detail
 
-// Writes `content` to `path` in Keras's layout, atomically (atomic_file.hpp).
-inline void write_weights_file(const std::filesystem::path& path, const weights_content& content) {
+// Writes `content` to `path` in Keras's layout, atomically (atomic_file.hpp). `ready(k)`, where
+// given, is called before the file's k-th variable (from 0: the layers' variables, then the
+// optimizer's slots) is read, and returns once its values may be read: a save whose values are
+// still being gathered on another thread writes those it has meanwhile.
+inline void write_weights_file(const std::filesystem::path& path, const weights_content& content,
+                               const std::function<void(std::size_t)>& ready = {}) {
+  std::size_t next = 0;
+  const auto wait = [&] {
+    if (ready) ready(next);
+    ++next;
+  };
   write_atomically(path, [&](const std::filesystem::path& tmp) {
     std::vector<known_crc> known;
     h5::object file = h5::create_file(tmp.string());
@@ -203,8 +213,10 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
       for (const auto& layer : content.layers) {
         const h5::object vars = h5::create_group(h5::create_group(layers, layer.group), "vars");
         h5::write_attribute(vars, "name", layer.name);
-        for (std::size_t i = 0; i < layer.variables.size(); ++i)
+        for (std::size_t i = 0; i < layer.variables.size(); ++i) {
+          wait();
           detail::write_variable(vars, i, layer.variables[i], known, fd);
+        }
       }
     }
     if (content.optimizer) {
@@ -222,8 +234,10 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
       const h5::object d = h5::write_dataset(vars, "1", {}, std::span<const float>(&lr, 1));
       h5::write_attribute(d, detail::crc_attribute, detail::crc32_of(&lr, sizeof lr));
       h5::write_attribute(d, detail::learning_rate_attribute, o.learning_rate);
-      for (std::size_t i = 0; i < o.slots.size(); ++i)
+      for (std::size_t i = 0; i < o.slots.size(); ++i) {
+        wait();
         detail::write_variable(vars, i + 2, o.slots[i], known, fd);
+      }
     }
     if (!file.h.close()) h5::fail(tmp.string(), "libhdf5 cannot finish writing the file");
     append_checksum(tmp, known);
