@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include <string>
 #include <tessel/saving/weights_file.hpp>
 #include <tessel/tessel.hpp>
+#include <thread>
 #include <vector>
 
 #include "golden.hpp"
@@ -446,4 +449,35 @@ TEST_CASE("saving: damaged and foreign files are clear errors, never a crash", "
     CHECK_THAT(message_of([&] { m.save_weights((dir / "no/such/dir.weights.h5").string()); }),
                Contains("does not exist"));
   }
+}
+
+TEST_CASE("saving: a weights file's writer waits for each variable's values, and stops when "
+          "they will not come",
+          "[saving]") {
+  // save_weights on several processes writes on a thread while the variables are gathered.
+  tessel::saving::detail::taken_count taken;
+  std::atomic<bool> reached{false};
+  std::thread writer([&] {
+    taken.wait_for(2);
+    reached = true;
+  });
+  taken.add();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(!reached);  // one of the two it waits for
+  taken.add();
+  writer.join();
+  CHECK(reached);
+
+  tessel::saving::detail::taken_count abandoned;
+  std::string message;
+  std::thread waiting([&] {
+    try {
+      abandoned.wait_for(1);
+    } catch (const tessel::runtime_error& e) {
+      message = e.what();
+    }
+  });
+  abandoned.abandon();
+  waiting.join();
+  CHECK(message.find("were not gathered") != std::string::npos);
 }
