@@ -3,7 +3,8 @@
 // with this library compiles with TESSEL_SEPARATE_COMPILATION and sees only their declarations.
 // (tests/layering checks that every header with such a block is listed here.)
 #if !defined(TESSEL_SEPARATE_COMPILATION) || !defined(TESSEL_SOURCE)
-#error "compile src/tessel.cpp with -DTESSEL_SEPARATE_COMPILATION -DTESSEL_SOURCE (CMake's tessel::compiled does)"
+#error \
+    "compile src/tessel.cpp with -DTESSEL_SEPARATE_COMPILATION -DTESSEL_SOURCE (CMake's tessel::compiled does)"
 #endif
 
 #include <tessel/backend/host.hpp>
@@ -26,9 +27,21 @@
 #include <tessel/runtime/agreement.hpp>
 #include <tessel/runtime/initialize.hpp>
 #include <tessel/runtime/world.hpp>
+#include <tessel/saving/atomic_file.hpp>
+#include <tessel/saving/checkpoint.hpp>
+#include <tessel/saving/file_checksum.hpp>
+#include <tessel/saving/file_writer.hpp>
+#include <tessel/saving/h5.hpp>
+#include <tessel/saving/keras_archive.hpp>
+#include <tessel/saving/model_config.hpp>
+#include <tessel/saving/model_weights.hpp>
+#include <tessel/saving/sharded_weights.hpp>
+#include <tessel/saving/weights_file.hpp>
+#include <tessel/saving/zip.hpp>
+#include <tessel/state.hpp>
+#include <tessel/tessel.hpp>
 #include <tessel/trainer/callbacks.hpp>
+#include <tessel/trainer/checkpoint_callbacks.hpp>
 #include <tessel/trainer/logs.hpp>
 #include <tessel/trainer/progbar.hpp>
 #include <tessel/trainer/progbar_logger.hpp>
-#include <tessel/tessel.hpp>
-#include <tessel/state.hpp>

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <string>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "../data/file_access.hpp"
 
@@ -22,31 +23,15 @@ namespace tessel::saving {
 
 namespace detail {
 // Flushes a file's (or a directory's) data and metadata to the disk.
-inline void sync_path(const std::filesystem::path& p, bool directory) {
-  const int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0)
-    throw runtime_error("Cannot open '" + p.string() +
-                        "' to sync it to disk: " + data::open_failure(p, errno, false));
-  const int rc = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  // A directory on a file system that cannot sync directories (EINVAL) has nothing to sync.
-  if (rc != 0 && !(directory && error == EINVAL))
-    throw runtime_error("Cannot sync '" + p.string() + "' to disk: " + std::strerror(error));
-}
+TESSEL_INLINE void sync_path(const std::filesystem::path& p, bool directory);
 }  // namespace detail
 
 // How many files this process has written through write_atomically: under a distribution only
 // process 0 writes a weights file, which tests hold it to.
-inline std::size_t& files_written() {
-  static std::size_t count = 0;
-  return count;
-}
+TESSEL_INLINE std::size_t& files_written();
 
 // The temporary name a write to `path` uses: `<path>.tmp.<pid>`, beside it.
-inline std::filesystem::path temporary_path(const std::filesystem::path& path) {
-  return std::filesystem::path(path.string() + ".tmp." + std::to_string(::getpid()));
-}
+TESSEL_INLINE std::filesystem::path temporary_path(const std::filesystem::path& path);
 
 // Writes `path` atomically: `write(tmp)` writes the whole file at `tmp` (and closes it); then
 // sync, rename, sync of the directory. If `write` throws, or a step after it fails, the temporary
@@ -76,3 +61,35 @@ void write_atomically(const std::filesystem::path& path, Write&& write) {
 }
 
 }  // namespace tessel::saving
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace tessel::saving::detail {
+
+TESSEL_INLINE void sync_path(const std::filesystem::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0)
+    throw runtime_error("Cannot open '" + p.string() +
+                        "' to sync it to disk: " + data::open_failure(p, errno, false));
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  // A directory on a file system that cannot sync directories (EINVAL) has nothing to sync.
+  if (rc != 0 && !(directory && error == EINVAL))
+    throw runtime_error("Cannot sync '" + p.string() + "' to disk: " + std::strerror(error));
+}
+}  // namespace tessel::saving::detail
+
+namespace tessel::saving {
+
+TESSEL_INLINE std::size_t& files_written() {
+  static std::size_t count = 0;
+  return count;
+}
+
+TESSEL_INLINE std::filesystem::path temporary_path(const std::filesystem::path& path) {
+  return std::filesystem::path(path.string() + ".tmp." + std::to_string(::getpid()));
+}
+
+}  // namespace tessel::saving
+#endif  // TESSEL_DEFINITIONS

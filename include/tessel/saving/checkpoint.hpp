@@ -24,10 +24,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <chrono>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "../core/tensor_layout.hpp"
 #include "../data/file_access.hpp"
@@ -74,42 +75,16 @@ std::array<state_list<B>*, 4> groups_of(state_tree<B>& t) {
           &t.metrics_variables};
 }
 
+TESSEL_INLINE std::string shard_name(std::size_t device, const char* ext);
 
-inline std::string shard_name(std::size_t device, const char* ext) {
-  char name[40];
-  std::snprintf(name, sizeof name, "shard-%05zu.%s", device, ext);
-  return name;
-}
+TESSEL_INLINE void write_file(const fs::path& p, const void* data, std::size_t bytes);
+TESSEL_INLINE void write_text(const fs::path& p, const std::string& text);
 
-inline void write_file(const fs::path& p, const void* data, std::size_t bytes) {
-  saving::file_writer f(p, "checkpoint file");
-  f.write(data, bytes);
-  f.finish();
-}
-inline void write_text(const fs::path& p, const std::string& text) {
-  write_file(p, text.data(), text.size());
-}
-
-inline json read_json(const fs::path& p, const std::string& what) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in)
-    throw runtime_error("Cannot read " + what + " '" + p.string() +
-                        "': " + data::open_failure(p, errno, false));
-  try {
-    return json::parse(in);
-  } catch (const std::exception& e) {
-    throw runtime_error("The checkpoint's " + what + " '" + p.string() +
-                        "' is damaged (not valid JSON: " + e.what() +
-                        "); restore from another checkpoint");
-  }
-}
+TESSEL_INLINE json read_json(const fs::path& p, const std::string& what);
 
 // The row-major element offset of `at` in a box of `extent`.
-inline std::size_t linear(std::span<const std::size_t> at, std::span<const std::size_t> extent) {
-  std::size_t k = 0;
-  for (std::size_t d = 0; d < extent.size(); ++d) k = k * extent[d] + at[d];
-  return k;
-}
+TESSEL_INLINE std::size_t linear(std::span<const std::size_t> at,
+                                 std::span<const std::size_t> extent);
 
 // A saved block as the manifest lists it.
 struct saved_block {
@@ -122,88 +97,10 @@ struct saved_block {
 // Reads, from a saved block, the part of it inside `mine` (offset, extent) into `out` (mine's
 // row-major values): the byte span it needs, in whole chunks whose checksums it checks. Returns
 // how many values it copied.
-inline std::size_t read_overlap(const fs::path& dir, const saved_block& s,
-                                std::span<const std::size_t> mo, std::span<const std::size_t> me,
-                                std::span<float> out, const std::string& path) {
-  const std::size_t rank = me.size();
-  std::vector<std::size_t> lo(rank), hi(rank);
-  for (std::size_t d = 0; d < rank; ++d) {
-    lo[d] = std::max(mo[d], s.offset[d]);
-    hi[d] = std::min(mo[d] + me[d], s.offset[d] + s.extent[d]);
-    if (lo[d] >= hi[d]) return 0;
-  }
-  std::size_t block_values = 1;
-  for (auto e : s.extent) block_values *= e;
-  // The first and last values needed, relative to the saved block.
-  std::vector<std::size_t> first(rank), last(rank);
-  for (std::size_t d = 0; d < rank; ++d) first[d] = lo[d] - s.offset[d], last[d] = hi[d] - 1 - s.offset[d];
-  const std::size_t begin_byte = linear(first, s.extent) * sizeof(float);
-  const std::size_t end_byte = (linear(last, s.extent) + 1) * sizeof(float);
-  const std::size_t c0 = begin_byte / chunk_bytes, c1 = (end_byte - 1) / chunk_bytes + 1;
-  const std::size_t block_bytes = block_values * sizeof(float);
-  if (s.chunks.size() != (block_bytes + chunk_bytes - 1) / chunk_bytes)
-    throw runtime_error("The checkpoint manifest in '" + dir.string() + "' lists " +
-                        std::to_string(s.chunks.size()) + " checksums for a block of '" + path +
-                        "' that has " + std::to_string(block_bytes) +
-                        " bytes: the manifest is damaged; restore from another checkpoint");
-  const std::size_t span_begin = c0 * chunk_bytes;
-  const std::size_t span_end = std::min(c1 * chunk_bytes, block_bytes);
-  // The block is `mine` whole (a load onto the layout it was saved from): read into `out` itself.
-  bool whole = true;
-  for (std::size_t d = 0; d < rank; ++d)
-    whole = whole && s.offset[d] == mo[d] && s.extent[d] == me[d];
-  std::unique_ptr<float[]> own;
-  if (!whole) own.reset(new float[(span_end - span_begin) / sizeof(float)]);
-  float* const buf = whole ? out.data() : own.get();
-  const fs::path file = dir / s.file;
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw runtime_error("Cannot read the checkpoint file '" + file.string() +
-                        "': " + data::open_failure(file, errno, false));
-  std::size_t done = 0;
-  const std::size_t want = span_end - span_begin;
-  auto* dst = reinterpret_cast<char*>(buf);
-  while (done < want) {
-    const ssize_t n = ::pread(fd, dst + done, want - done,
-                              static_cast<off_t>(s.at + span_begin + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  if (done < want)
-    throw runtime_error("The checkpoint file '" + file.string() + "' is truncated: '" + path +
-                        "' needs bytes up to " + std::to_string(s.at + span_end) +
-                        "; restore from another checkpoint");
-  for (std::size_t c = c0; c < c1; ++c) {
-    const std::size_t b = c * chunk_bytes - span_begin;
-    const std::size_t n = std::min(chunk_bytes, block_bytes - c * chunk_bytes);
-    if (saving::detail::crc32_of(dst + b, n) != s.chunks[c])
-      throw runtime_error("The checkpoint file '" + file.string() + "' is damaged: bytes " +
-                          std::to_string(s.at + c * chunk_bytes) + " to " +
-                          std::to_string(s.at + c * chunk_bytes + n) + " of '" + path +
-                          "' do not match their checksum; restore from another checkpoint");
-  }
-  if (whole) return block_values;
-  // Copy the overlap's contiguous runs along the last dimension (a rank-0 block: its one value).
-  std::vector<std::size_t> idx(lo);
-  const std::size_t run = rank == 0 ? 1 : hi[rank - 1] - lo[rank - 1];
-  std::size_t copied = 0;
-  std::vector<std::size_t> rel_s(rank), rel_m(rank);
-  while (true) {
-    for (std::size_t d = 0; d < rank; ++d) rel_s[d] = idx[d] - s.offset[d], rel_m[d] = idx[d] - mo[d];
-    const std::size_t from = linear(rel_s, s.extent) - span_begin / sizeof(float);
-    std::copy_n(buf + from, run, out.data() + linear(rel_m, me));
-    copied += run;
-    std::size_t d = rank == 0 ? 0 : rank - 1;
-    while (d-- > 0) {
-      if (++idx[d] < hi[d]) break;
-      idx[d] = lo[d];
-    }
-    if (d == static_cast<std::size_t>(-1)) break;
-  }
-  return copied;
-}
+TESSEL_INLINE std::size_t read_overlap(const fs::path& dir, const saved_block& s,
+                                       std::span<const std::size_t> mo,
+                                       std::span<const std::size_t> me, std::span<float> out,
+                                       const std::string& path);
 
 // A variable as the manifest lists it, checked by read_manifest.
 struct manifest_variable {
@@ -223,39 +120,13 @@ struct manifest {
 
 // A float64 scalar as the manifest holds it: JSON has no NaN or infinity, so save_checkpoint
 // writes them as the strings "nan", "inf" and "-inf" (and nlohmann's dump writes them as null).
-inline json real_to_json(double x) {
-  if (std::isnan(x)) return "nan";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  return x;
-}
-inline std::optional<double> real_from_json(const json& v) {
-  if (v.is_number()) return v.get<double>();
-  if (v.is_null() || v == "nan") return std::numeric_limits<double>::quiet_NaN();
-  if (v == "inf") return std::numeric_limits<double>::infinity();
-  if (v == "-inf") return -std::numeric_limits<double>::infinity();
-  return std::nullopt;
-}
+TESSEL_INLINE json real_to_json(double x);
+TESSEL_INLINE std::optional<double> real_from_json(const json& v);
 
 // A list of sizes (non-negative integers), or nothing when `v` is absent or is not one.
-inline std::optional<std::vector<std::size_t>> sizes_of(const json* v) {
-  if (v == nullptr || !v->is_array()) return std::nullopt;
-  std::vector<std::size_t> out;
-  out.reserve(v->size());
-  for (const json& x : *v) {
-    if (!x.is_number_unsigned()) return std::nullopt;
-    out.push_back(x.get<std::size_t>());
-  }
-  return out;
-}
-inline const json* field(const json& object, const char* key) {
-  const auto it = object.find(key);
-  return it == object.end() ? nullptr : &*it;
-}
-inline std::string sizes_text(const std::vector<std::size_t>& s) {
-  std::string t = "[";
-  for (std::size_t d = 0; d < s.size(); ++d) t += (d ? ", " : "") + std::to_string(s[d]);
-  return t + "]";
-}
+TESSEL_INLINE std::optional<std::vector<std::size_t>> sizes_of(const json* v);
+TESSEL_INLINE const json* field(const json& object, const char* key);
+TESSEL_INLINE std::string sizes_text(const std::vector<std::size_t>& s);
 
 // Reads `dir`'s manifest.json and checks everything in it that a load trusts: its files are plain
 // names in `dir`, there, of the sizes it lists; every variable has a known group and dtype, a
@@ -263,227 +134,7 @@ inline std::string sizes_text(const std::vector<std::size_t>& s) {
 // variable's shape, has one checksum per chunk, the blocks of a variable are disjoint and cover
 // it, and no two blocks share bytes of a file. Anything else is a runtime_error naming the manifest
 // and what is wrong: a damaged manifest never reaches a read, an allocation or an index.
-inline manifest read_manifest(const fs::path& dir) {
-  const fs::path mpath = dir / "manifest.json";
-  std::error_code ec;
-  if (!fs::exists(mpath, ec))
-    throw runtime_error("No checkpoint at '" + dir.string() +
-                        "': it has no manifest.json (a save that did not finish, or not a "
-                        "tessel checkpoint directory); pass a directory save_checkpoint wrote");
-  const json m = read_json(mpath, "manifest");
-  const json* format = m.is_object() ? field(m, "format") : nullptr;
-  if (format == nullptr || *format != "tessel-checkpoint" || !m.contains("variables"))
-    throw runtime_error("'" + mpath.string() + "' is not a tessel checkpoint manifest");
-  const auto damaged = [&](const std::string& what) {
-    return runtime_error("The checkpoint manifest '" + mpath.string() + "' is damaged: " + what +
-                         "; restore from another checkpoint");
-  };
-
-  // The files, each checked against the disk before any block in it is trusted.
-  const json* files = field(m, "files");
-  if (files == nullptr || !files->is_object())
-    throw damaged("it has no list of its files (\"files\")");
-  std::vector<std::pair<std::string, std::uint64_t>> sizes;
-  for (const auto& item : files->items()) {
-    const std::string& file = item.key();
-    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
-        file.find('\0') != std::string::npos)
-      throw damaged("it lists the file '" + file +
-                    "', which is not the name of a file in the checkpoint's directory");
-    if (!item.value().is_number_unsigned())
-      throw damaged("the size it lists for '" + file + "' is not a number of bytes");
-    const std::uint64_t bytes = item.value().get<std::uint64_t>();
-    const fs::path f = dir / file;
-    const auto size = fs::file_size(f, ec);
-    if (ec)
-      throw runtime_error("The checkpoint '" + dir.string() + "' lacks its file '" + file +
-                          "'; restore from another checkpoint");
-    if (size != bytes)
-      throw runtime_error("The checkpoint file '" + f.string() + "' has " + std::to_string(size) +
-                          " bytes, but the manifest says " + std::to_string(bytes) +
-                          " (truncated or replaced); restore from another checkpoint");
-    sizes.emplace_back(file, bytes);
-  }
-
-  const json& variables = m["variables"];
-  if (!variables.is_array()) throw damaged("its \"variables\" is not a list");
-  manifest out;
-  out.variables.reserve(variables.size());
-  for (std::size_t k = 0; k < variables.size(); ++k) {
-    const json& e = variables[k];
-    std::string which = "variable " + std::to_string(k);
-    if (!e.is_object()) throw damaged(which + " is not an object");
-    manifest_variable v;
-    const json* path = field(e, "path");
-    if (path == nullptr || !path->is_string()) throw damaged(which + " has no path");
-    v.path = path->get<std::string>();
-    which += " ('" + v.path + "')";
-    const json* group = field(e, "group");
-    const auto* g = group == nullptr ? std::end(group_names)
-                                     : std::find_if(std::begin(group_names), std::end(group_names),
-                                                    [&](const char* n) { return *group == n; });
-    if (g == std::end(group_names)) throw damaged(which + " has no group of a training state");
-    v.group = static_cast<std::size_t>(g - std::begin(group_names));
-    const json* dtype = field(e, "dtype");
-    if (dtype == nullptr || !(*dtype == "float32" || *dtype == "int64" || *dtype == "float64"))
-      throw damaged(which + " has no dtype of tessel's (float32, int64 or float64)");
-    v.dtype = dtype->get<std::string>();
-    std::optional<std::vector<std::size_t>> shape = sizes_of(field(e, "shape"));
-    if (!shape) throw damaged(which + " has no shape (a list of sizes)");
-    v.shape = std::move(*shape);
-
-    if (v.dtype != "float32") {
-      const json* value = field(e, "value");
-      if (v.dtype == "int64") {
-        if (value == nullptr || !value->is_number_integer() ||
-            (value->is_number_unsigned() &&
-             value->get<std::uint64_t>() > std::uint64_t{std::numeric_limits<std::int64_t>::max()}))
-          throw damaged(which + ", an int64 scalar, has no int64 value");
-        v.integer = value->get<std::int64_t>();
-      } else {
-        const std::optional<double> x = value == nullptr ? std::nullopt : real_from_json(*value);
-        if (!x) throw damaged(which + ", a float64 scalar, has no number as its value");
-        v.real = *x;
-      }
-      out.variables.push_back(std::move(v));
-      continue;
-    }
-
-    const std::size_t rank = v.shape.size();
-    // Its number of values (unless that overflows: then no files could hold them).
-    std::uint64_t volume = 0;
-    bool overflows = false;
-    if (std::find(v.shape.begin(), v.shape.end(), std::size_t{0}) == v.shape.end()) {
-      volume = 1;
-      for (std::size_t n : v.shape) {
-        if (volume > std::numeric_limits<std::uint64_t>::max() / n) {
-          overflows = true;
-          break;
-        }
-        volume *= n;
-      }
-    }
-    const json* blocks = field(e, "blocks");
-    if (blocks == nullptr || !blocks->is_array())
-      throw damaged(which + ", a float32 tensor, has no list of blocks");
-    std::uint64_t held = 0;  // the values of its blocks, which are disjoint
-    for (std::size_t b = 0; b < blocks->size(); ++b) {
-      const json& x = (*blocks)[b];
-      const std::string block = which + "'s block " + std::to_string(b);
-      if (!x.is_object()) throw damaged(block + " is not an object");
-      saved_block s;
-      const json* file = field(x, "file");
-      const auto in = file == nullptr ? sizes.end()
-                                      : std::find_if(sizes.begin(), sizes.end(), [&](const auto& f) {
-                                          return *file == f.first;
-                                        });
-      if (in == sizes.end()) throw damaged(block + " is in no file the manifest lists");
-      s.file = in->first;
-      std::optional<std::vector<std::size_t>> offset = sizes_of(field(x, "offset"));
-      std::optional<std::vector<std::size_t>> extent = sizes_of(field(x, "extent"));
-      if (!offset || !extent || offset->size() != rank || extent->size() != rank)
-        throw damaged(block + " has no offset and extent of the variable's rank (" +
-                      std::to_string(rank) + ")");
-      s.offset = std::move(*offset);
-      s.extent = std::move(*extent);
-      for (std::size_t d = 0; d < rank; ++d)
-        if (s.offset[d] > v.shape[d] || s.extent[d] > v.shape[d] - s.offset[d])
-          throw damaged(block + " (offset " + sizes_text(s.offset) + ", extent " +
-                        sizes_text(s.extent) + ") lies outside the variable's shape " +
-                        sizes_text(v.shape));
-      const json* at = field(x, "at");
-      if (at == nullptr || !at->is_number_unsigned())
-        throw damaged(block + " has no place in its file (\"at\")");
-      s.at = at->get<std::uint64_t>();
-      // Its bytes, inside its file: the extents' product never exceeds the file's size.
-      const std::uint64_t file_bytes = in->second;
-      std::uint64_t values = 0;
-      bool fits = true;
-      if (std::find(s.extent.begin(), s.extent.end(), std::size_t{0}) == s.extent.end()) {
-        values = 1;
-        for (std::size_t n : s.extent) {
-          if (values > file_bytes / sizeof(float) / n) {
-            fits = false;
-            break;
-          }
-          values *= n;
-        }
-      }
-      if (!fits || s.at > file_bytes || values * sizeof(float) > file_bytes - s.at)
-        throw damaged(block + " (extent " + sizes_text(s.extent) + ", at byte " +
-                      std::to_string(s.at) + ") runs past the end of '" + s.file + "' (" +
-                      std::to_string(file_bytes) + " bytes)");
-      const json* chunks = field(x, "chunks");
-      const std::uint64_t want = (values * sizeof(float) + chunk_bytes - 1) / chunk_bytes;
-      if (chunks == nullptr || !chunks->is_array() || chunks->size() != want)
-        throw damaged(block + " has no list of " + std::to_string(want) +
-                      " checksums, one per MiB");
-      for (const json& c : *chunks) {
-        if (!c.is_number_unsigned() ||
-            c.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max())
-          throw damaged(block + " has a checksum that is not a CRC-32");
-        s.chunks.push_back(c.get<std::uint32_t>());
-      }
-      held += values;
-      v.blocks.push_back(std::move(s));
-    }
-    // Disjoint (a sweep along the first dimension: a block meets only those that start before it
-    // ends there), so that the values they hold add up to the tensor's when they cover it.
-    std::vector<std::size_t> order(v.blocks.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    const auto first_row = [&](std::size_t i) {
-      return rank == 0 ? std::size_t{0} : v.blocks[i].offset[0];
-    };
-    const auto past_row = [&](std::size_t i) {
-      return rank == 0 ? std::size_t{1} : v.blocks[i].offset[0] + v.blocks[i].extent[0];
-    };
-    std::sort(order.begin(), order.end(),
-              [&](std::size_t a, std::size_t b) { return first_row(a) < first_row(b); });
-    for (std::size_t i = 0; i < order.size(); ++i)
-      for (std::size_t j = i + 1; j < order.size() && first_row(order[j]) < past_row(order[i]);
-           ++j) {
-        const saved_block& a = v.blocks[order[i]];
-        const saved_block& b = v.blocks[order[j]];
-        bool meet = true;
-        for (std::size_t d = 0; d < rank && meet; ++d)
-          meet = std::max(a.offset[d], b.offset[d]) <
-                 std::min(a.offset[d] + a.extent[d], b.offset[d] + b.extent[d]);
-        if (meet)
-          throw damaged(which + "'s blocks " + std::to_string(std::min(order[i], order[j])) +
-                        " and " + std::to_string(std::max(order[i], order[j])) + " overlap");
-      }
-    if (overflows || held != volume)
-      throw damaged(which + "'s blocks hold " + std::to_string(held) + " values of its shape " +
-                    sizes_text(v.shape) + "'s " +
-                    (overflows ? std::string("more than 2^64") : std::to_string(volume)));
-    out.variables.push_back(std::move(v));
-  }
-  // No two blocks share bytes of a file (each was written once): the values the manifest
-  // declares are at most what its files hold.
-  struct span_in_file {
-    std::string_view file;
-    std::uint64_t at, bytes;
-    const std::string* path;
-  };
-  std::vector<span_in_file> spans;
-  for (const manifest_variable& v : out.variables)
-    for (const saved_block& b : v.blocks) {
-      std::uint64_t values = 1;
-      for (std::size_t n : b.extent) values *= n;  // checked above: inside the file
-      if (values > 0) spans.push_back({b.file, b.at, values * sizeof(float), &v.path});
-    }
-  std::sort(spans.begin(), spans.end(), [](const span_in_file& a, const span_in_file& b) {
-    return a.file != b.file ? a.file < b.file : a.at < b.at;
-  });
-  for (std::size_t i = 1; i < spans.size(); ++i)
-    if (spans[i].file == spans[i - 1].file && spans[i].at < spans[i - 1].at + spans[i - 1].bytes)
-      throw damaged("blocks of '" + *spans[i - 1].path + "' and '" + *spans[i].path +
-                    "' share bytes of '" + std::string(spans[i].file) + "' (at " +
-                    std::to_string(spans[i].at) + ")");
-  const json* metadata = field(m, "metadata");
-  if (metadata != nullptr) out.metadata = *metadata;
-  return out;
-}
+TESSEL_INLINE manifest read_manifest(const fs::path& dir);
 
 }  // namespace checkpoint_detail
 
@@ -567,8 +218,11 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata, 
     for (std::size_t i = 0; i < groups[g]->size(); ++i) {
       const state_variable<B>& v = (*groups[g])[i];
       if (s.chief) {
-        json e{{"group", group_names[g]}, {"index", i}, {"path", v.path},
-               {"dtype", std::string(v.dtype())}, {"shape", v.shape}};
+        json e{{"group", group_names[g]},
+               {"index", i},
+               {"path", v.path},
+               {"dtype", std::string(v.dtype())},
+               {"shape", v.shape}};
         if (v.is_tensor()) {
           e["layout"] = to_string(v.tensor().layout(), mesh);
           e["blocks"] = json::array();
@@ -590,17 +244,17 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata, 
       }
       const std::size_t rank = t.global_shape().rank;
       const block& b = t.shard();
-      s.blocks.push_back(
-          {{"group", group_names[g]}, {"index", i}, {"path", v.path},
-           {"offset", std::vector<std::size_t>(b.offset.extents.begin(),
-                                               b.offset.extents.begin() + rank)},
-           {"extent", std::vector<std::size_t>(b.extent.extents.begin(),
-                                               b.extent.extents.begin() + rank)},
-           {"at", at}});
+      s.blocks.push_back({{"group", group_names[g]},
+                          {"index", i},
+                          {"path", v.path},
+                          {"offset", std::vector<std::size_t>(b.offset.extents.begin(),
+                                                              b.offset.extents.begin() + rank)},
+                          {"extent", std::vector<std::size_t>(b.extent.extents.begin(),
+                                                              b.extent.extents.begin() + rank)},
+                          {"at", at}});
       at += n;
     }
-  s.copy_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.copy_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s;
 }
 
@@ -608,74 +262,14 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata, 
 // no collective, so it may run beside training. Each chunk's checksum is taken just before the
 // chunk is written, while it is in the cache, and the file goes to the disk as it is written
 // (file_writer.hpp).
-inline void write_snapshot(snapshot& s) {
-  const auto start = std::chrono::steady_clock::now();
-  const std::string bin = shard_name(s.device, "bin");
-  saving::file_writer file(s.staging / bin, "checkpoint file");
-  for (std::size_t k = 0; k < s.values.size(); ++k) {
-    const std::span<const char> bytes = s.values[k];
-    json chunks = json::array();
-    for (std::size_t c = 0; c < bytes.size(); c += chunk_bytes) {
-      const std::size_t n = std::min(chunk_bytes, bytes.size() - c);
-      chunks.push_back(saving::detail::crc32_of(bytes.data() + c, n));
-      file.write(bytes.data() + c, n);
-    }
-    s.blocks[k]["chunks"] = std::move(chunks);
-  }
-  const std::uint64_t size = file.size();
-  file.finish();
-  write_text(s.staging / shard_name(s.device, "json"),
-             json{{"file", bin}, {"bytes", size}, {"blocks", s.blocks}}.dump());
-  s.values.clear();
-  s.write_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
+TESSEL_INLINE void write_snapshot(snapshot& s);
 
 // Process 0, once every shard is written: the manifest from every shard's list, synced, and
 // the staging directory renamed into place.
-inline void commit_snapshot(snapshot& s) {
-  if (!s.chief) return;
-  json variables = std::move(s.variables);
-  json files = json::object();
-  for (std::size_t d = 0; d < s.devices; ++d) {
-    const json shard = read_json(s.staging / shard_name(d, "json"), "shard list");
-    files[shard.at("file").get<std::string>()] = shard.at("bytes");
-    for (const auto& b : shard.at("blocks")) {
-      std::size_t k = 0;
-      while (k < variables.size() &&
-             !(variables[k]["group"] == b["group"] && variables[k]["index"] == b["index"]))
-        ++k;
-      if (k == variables.size())
-        throw runtime_error("The shard list '" + (s.staging / shard_name(d, "json")).string() +
-                            "' names a variable process 0 does not have");
-      variables[k]["blocks"].push_back({{"file", shard["file"]}, {"offset", b["offset"]},
-                                        {"extent", b["extent"]}, {"at", b["at"]},
-                                        {"chunks", b["chunks"]}});
-    }
-  }
-  const json manifest{{"format", "tessel-checkpoint"}, {"version", 1},
-                      {"mesh", s.mesh},              {"processes", s.devices},
-                      {"files", files},              {"variables", variables},
-                      {"metadata", s.metadata}};
-  write_text(s.staging / "manifest.json", manifest.dump(1));
-  saving::detail::sync_path(s.staging, true);
-  std::error_code ec;
-  fs::remove_all(s.dir, ec);
-  fs::rename(s.staging, s.dir);
-  saving::detail::sync_path(s.dir.has_parent_path() ? s.dir.parent_path() : fs::path("."), true);
-}
+TESSEL_INLINE void commit_snapshot(snapshot& s);
 
 // Process 0 makes the staging directory, fresh, before anyone writes into it.
-inline void make_staging(const snapshot& s) {
-  if (!s.chief) return;
-  std::error_code ec;
-  fs::remove_all(s.staging, ec);
-  if (s.dir.has_parent_path()) fs::create_directories(s.dir.parent_path(), ec);
-  if (!fs::create_directory(s.staging, ec) || ec)
-    throw runtime_error("Cannot make the checkpoint directory '" + s.staging.string() +
-                        "': " + (ec ? ec.message() : std::string("it exists")) +
-                        "; check that its parent is writable");
-}
+TESSEL_INLINE void make_staging(const snapshot& s);
 
 }  // namespace checkpoint_detail
 
@@ -805,12 +399,12 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
           if (extra.empty() && std::none_of(groups[g]->begin(), groups[g]->end(),
                                             [&](const auto& v) { return e->path == v.path; }))
             extra = e->path;
-        throw value_error("The checkpoint '" + dir.string() + "' has " +
-                          std::to_string(saved.size()) + " " + cd::group_names[g] +
-                          ", the model " + std::to_string(groups[g]->size()) +
-                          (missing.empty() ? "" : "; it lacks the model's '" + missing + "'") +
-                          (extra.empty() ? "" : "; it holds '" + extra + "', which the model lacks") +
-                          ": it was saved from another model (or another optimizer)");
+        throw value_error(
+            "The checkpoint '" + dir.string() + "' has " + std::to_string(saved.size()) + " " +
+            cd::group_names[g] + ", the model " + std::to_string(groups[g]->size()) +
+            (missing.empty() ? "" : "; it lacks the model's '" + missing + "'") +
+            (extra.empty() ? "" : "; it holds '" + extra + "', which the model lacks") +
+            ": it was saved from another model (or another optimizer)");
       }
       for (std::size_t i = 0; i < saved.size(); ++i) {
         state_variable<B>& v = (*groups[g])[i];
@@ -822,8 +416,10 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
                             detail::shape_text(v.shape) + " (" + cd::group_names[g] + " " +
                             std::to_string(i) + "): it was saved from another model");
         if (!v.is_tensor()) {
-          if (v.dtype() == "int64") v.value = e.integer;
-          else v.value = e.real;
+          if (v.dtype() == "int64")
+            v.value = e.integer;
+          else
+            v.value = e.real;
           continue;
         }
         const basic_dtensor<B>& t = v.tensor();
@@ -857,7 +453,465 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
 // save_checkpoint and backup_and_restore write; a .weights.h5 or .keras file, as
 // model_checkpoint writes), the one modified last, ties going to the larger name. Temporary names
 // of a save that did not finish (`<name>.partial`, `<name>.tmp.<pid>`) do not count.
-inline std::filesystem::path latest_checkpoint(const std::filesystem::path& dir) {
+TESSEL_INLINE std::filesystem::path latest_checkpoint(const std::filesystem::path& dir);
+
+}  // namespace tessel
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace tessel::checkpoint_detail {
+
+TESSEL_INLINE std::string shard_name(std::size_t device, const char* ext) {
+  char name[40];
+  std::snprintf(name, sizeof name, "shard-%05zu.%s", device, ext);
+  return name;
+}
+
+TESSEL_INLINE void write_file(const fs::path& p, const void* data, std::size_t bytes) {
+  saving::file_writer f(p, "checkpoint file");
+  f.write(data, bytes);
+  f.finish();
+}
+
+TESSEL_INLINE void write_text(const fs::path& p, const std::string& text) {
+  write_file(p, text.data(), text.size());
+}
+
+TESSEL_INLINE json read_json(const fs::path& p, const std::string& what) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in)
+    throw runtime_error("Cannot read " + what + " '" + p.string() +
+                        "': " + data::open_failure(p, errno, false));
+  try {
+    return json::parse(in);
+  } catch (const std::exception& e) {
+    throw runtime_error("The checkpoint's " + what + " '" + p.string() +
+                        "' is damaged (not valid JSON: " + e.what() +
+                        "); restore from another checkpoint");
+  }
+}
+
+TESSEL_INLINE std::size_t linear(std::span<const std::size_t> at,
+                                 std::span<const std::size_t> extent) {
+  std::size_t k = 0;
+  for (std::size_t d = 0; d < extent.size(); ++d) k = k * extent[d] + at[d];
+  return k;
+}
+
+TESSEL_INLINE std::size_t read_overlap(const fs::path& dir, const saved_block& s,
+                                       std::span<const std::size_t> mo,
+                                       std::span<const std::size_t> me, std::span<float> out,
+                                       const std::string& path) {
+  const std::size_t rank = me.size();
+  std::vector<std::size_t> lo(rank), hi(rank);
+  for (std::size_t d = 0; d < rank; ++d) {
+    lo[d] = std::max(mo[d], s.offset[d]);
+    hi[d] = std::min(mo[d] + me[d], s.offset[d] + s.extent[d]);
+    if (lo[d] >= hi[d]) return 0;
+  }
+  std::size_t block_values = 1;
+  for (auto e : s.extent) block_values *= e;
+  // The first and last values needed, relative to the saved block.
+  std::vector<std::size_t> first(rank), last(rank);
+  for (std::size_t d = 0; d < rank; ++d)
+    first[d] = lo[d] - s.offset[d], last[d] = hi[d] - 1 - s.offset[d];
+  const std::size_t begin_byte = linear(first, s.extent) * sizeof(float);
+  const std::size_t end_byte = (linear(last, s.extent) + 1) * sizeof(float);
+  const std::size_t c0 = begin_byte / chunk_bytes, c1 = (end_byte - 1) / chunk_bytes + 1;
+  const std::size_t block_bytes = block_values * sizeof(float);
+  if (s.chunks.size() != (block_bytes + chunk_bytes - 1) / chunk_bytes)
+    throw runtime_error("The checkpoint manifest in '" + dir.string() + "' lists " +
+                        std::to_string(s.chunks.size()) + " checksums for a block of '" + path +
+                        "' that has " + std::to_string(block_bytes) +
+                        " bytes: the manifest is damaged; restore from another checkpoint");
+  const std::size_t span_begin = c0 * chunk_bytes;
+  const std::size_t span_end = std::min(c1 * chunk_bytes, block_bytes);
+  // The block is `mine` whole (a load onto the layout it was saved from): read into `out` itself.
+  bool whole = true;
+  for (std::size_t d = 0; d < rank; ++d)
+    whole = whole && s.offset[d] == mo[d] && s.extent[d] == me[d];
+  std::unique_ptr<float[]> own;
+  if (!whole) own.reset(new float[(span_end - span_begin) / sizeof(float)]);
+  float* const buf = whole ? out.data() : own.get();
+  const fs::path file = dir / s.file;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw runtime_error("Cannot read the checkpoint file '" + file.string() +
+                        "': " + data::open_failure(file, errno, false));
+  std::size_t done = 0;
+  const std::size_t want = span_end - span_begin;
+  auto* dst = reinterpret_cast<char*>(buf);
+  while (done < want) {
+    const ssize_t n =
+        ::pread(fd, dst + done, want - done, static_cast<off_t>(s.at + span_begin + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  if (done < want)
+    throw runtime_error("The checkpoint file '" + file.string() + "' is truncated: '" + path +
+                        "' needs bytes up to " + std::to_string(s.at + span_end) +
+                        "; restore from another checkpoint");
+  for (std::size_t c = c0; c < c1; ++c) {
+    const std::size_t b = c * chunk_bytes - span_begin;
+    const std::size_t n = std::min(chunk_bytes, block_bytes - c * chunk_bytes);
+    if (saving::detail::crc32_of(dst + b, n) != s.chunks[c])
+      throw runtime_error("The checkpoint file '" + file.string() + "' is damaged: bytes " +
+                          std::to_string(s.at + c * chunk_bytes) + " to " +
+                          std::to_string(s.at + c * chunk_bytes + n) + " of '" + path +
+                          "' do not match their checksum; restore from another checkpoint");
+  }
+  if (whole) return block_values;
+  // Copy the overlap's contiguous runs along the last dimension (a rank-0 block: its one value).
+  std::vector<std::size_t> idx(lo);
+  const std::size_t run = rank == 0 ? 1 : hi[rank - 1] - lo[rank - 1];
+  std::size_t copied = 0;
+  std::vector<std::size_t> rel_s(rank), rel_m(rank);
+  while (true) {
+    for (std::size_t d = 0; d < rank; ++d)
+      rel_s[d] = idx[d] - s.offset[d], rel_m[d] = idx[d] - mo[d];
+    const std::size_t from = linear(rel_s, s.extent) - span_begin / sizeof(float);
+    std::copy_n(buf + from, run, out.data() + linear(rel_m, me));
+    copied += run;
+    std::size_t d = rank == 0 ? 0 : rank - 1;
+    while (d-- > 0) {
+      if (++idx[d] < hi[d]) break;
+      idx[d] = lo[d];
+    }
+    if (d == static_cast<std::size_t>(-1)) break;
+  }
+  return copied;
+}
+
+TESSEL_INLINE json real_to_json(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+TESSEL_INLINE std::optional<double> real_from_json(const json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_null() || v == "nan") return std::numeric_limits<double>::quiet_NaN();
+  if (v == "inf") return std::numeric_limits<double>::infinity();
+  if (v == "-inf") return -std::numeric_limits<double>::infinity();
+  return std::nullopt;
+}
+
+TESSEL_INLINE std::optional<std::vector<std::size_t>> sizes_of(const json* v) {
+  if (v == nullptr || !v->is_array()) return std::nullopt;
+  std::vector<std::size_t> out;
+  out.reserve(v->size());
+  for (const json& x : *v) {
+    if (!x.is_number_unsigned()) return std::nullopt;
+    out.push_back(x.get<std::size_t>());
+  }
+  return out;
+}
+
+TESSEL_INLINE const json* field(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+TESSEL_INLINE std::string sizes_text(const std::vector<std::size_t>& s) {
+  std::string t = "[";
+  for (std::size_t d = 0; d < s.size(); ++d) t += (d ? ", " : "") + std::to_string(s[d]);
+  return t + "]";
+}
+
+TESSEL_INLINE manifest read_manifest(const fs::path& dir) {
+  const fs::path mpath = dir / "manifest.json";
+  std::error_code ec;
+  if (!fs::exists(mpath, ec))
+    throw runtime_error("No checkpoint at '" + dir.string() +
+                        "': it has no manifest.json (a save that did not finish, or not a "
+                        "tessel checkpoint directory); pass a directory save_checkpoint wrote");
+  const json m = read_json(mpath, "manifest");
+  const json* format = m.is_object() ? field(m, "format") : nullptr;
+  if (format == nullptr || *format != "tessel-checkpoint" || !m.contains("variables"))
+    throw runtime_error("'" + mpath.string() + "' is not a tessel checkpoint manifest");
+  const auto damaged = [&](const std::string& what) {
+    return runtime_error("The checkpoint manifest '" + mpath.string() + "' is damaged: " + what +
+                         "; restore from another checkpoint");
+  };
+
+  // The files, each checked against the disk before any block in it is trusted.
+  const json* files = field(m, "files");
+  if (files == nullptr || !files->is_object())
+    throw damaged("it has no list of its files (\"files\")");
+  std::vector<std::pair<std::string, std::uint64_t>> sizes;
+  for (const auto& item : files->items()) {
+    const std::string& file = item.key();
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos ||
+        file.find('\0') != std::string::npos)
+      throw damaged("it lists the file '" + file +
+                    "', which is not the name of a file in the checkpoint's directory");
+    if (!item.value().is_number_unsigned())
+      throw damaged("the size it lists for '" + file + "' is not a number of bytes");
+    const std::uint64_t bytes = item.value().get<std::uint64_t>();
+    const fs::path f = dir / file;
+    const auto size = fs::file_size(f, ec);
+    if (ec)
+      throw runtime_error("The checkpoint '" + dir.string() + "' lacks its file '" + file +
+                          "'; restore from another checkpoint");
+    if (size != bytes)
+      throw runtime_error("The checkpoint file '" + f.string() + "' has " + std::to_string(size) +
+                          " bytes, but the manifest says " + std::to_string(bytes) +
+                          " (truncated or replaced); restore from another checkpoint");
+    sizes.emplace_back(file, bytes);
+  }
+
+  const json& variables = m["variables"];
+  if (!variables.is_array()) throw damaged("its \"variables\" is not a list");
+  manifest out;
+  out.variables.reserve(variables.size());
+  for (std::size_t k = 0; k < variables.size(); ++k) {
+    const json& e = variables[k];
+    std::string which = "variable " + std::to_string(k);
+    if (!e.is_object()) throw damaged(which + " is not an object");
+    manifest_variable v;
+    const json* path = field(e, "path");
+    if (path == nullptr || !path->is_string()) throw damaged(which + " has no path");
+    v.path = path->get<std::string>();
+    which += " ('" + v.path + "')";
+    const json* group = field(e, "group");
+    const auto* g = group == nullptr ? std::end(group_names)
+                                     : std::find_if(std::begin(group_names), std::end(group_names),
+                                                    [&](const char* n) { return *group == n; });
+    if (g == std::end(group_names)) throw damaged(which + " has no group of a training state");
+    v.group = static_cast<std::size_t>(g - std::begin(group_names));
+    const json* dtype = field(e, "dtype");
+    if (dtype == nullptr || !(*dtype == "float32" || *dtype == "int64" || *dtype == "float64"))
+      throw damaged(which + " has no dtype of tessel's (float32, int64 or float64)");
+    v.dtype = dtype->get<std::string>();
+    std::optional<std::vector<std::size_t>> shape = sizes_of(field(e, "shape"));
+    if (!shape) throw damaged(which + " has no shape (a list of sizes)");
+    v.shape = std::move(*shape);
+
+    if (v.dtype != "float32") {
+      const json* value = field(e, "value");
+      if (v.dtype == "int64") {
+        if (value == nullptr || !value->is_number_integer() ||
+            (value->is_number_unsigned() &&
+             value->get<std::uint64_t>() > std::uint64_t{std::numeric_limits<std::int64_t>::max()}))
+          throw damaged(which + ", an int64 scalar, has no int64 value");
+        v.integer = value->get<std::int64_t>();
+      } else {
+        const std::optional<double> x = value == nullptr ? std::nullopt : real_from_json(*value);
+        if (!x) throw damaged(which + ", a float64 scalar, has no number as its value");
+        v.real = *x;
+      }
+      out.variables.push_back(std::move(v));
+      continue;
+    }
+
+    const std::size_t rank = v.shape.size();
+    // Its number of values (unless that overflows: then no files could hold them).
+    std::uint64_t volume = 0;
+    bool overflows = false;
+    if (std::find(v.shape.begin(), v.shape.end(), std::size_t{0}) == v.shape.end()) {
+      volume = 1;
+      for (std::size_t n : v.shape) {
+        if (volume > std::numeric_limits<std::uint64_t>::max() / n) {
+          overflows = true;
+          break;
+        }
+        volume *= n;
+      }
+    }
+    const json* blocks = field(e, "blocks");
+    if (blocks == nullptr || !blocks->is_array())
+      throw damaged(which + ", a float32 tensor, has no list of blocks");
+    std::uint64_t held = 0;  // the values of its blocks, which are disjoint
+    for (std::size_t b = 0; b < blocks->size(); ++b) {
+      const json& x = (*blocks)[b];
+      const std::string block = which + "'s block " + std::to_string(b);
+      if (!x.is_object()) throw damaged(block + " is not an object");
+      saved_block s;
+      const json* file = field(x, "file");
+      const auto in = file == nullptr
+                          ? sizes.end()
+                          : std::find_if(sizes.begin(), sizes.end(),
+                                         [&](const auto& f) { return *file == f.first; });
+      if (in == sizes.end()) throw damaged(block + " is in no file the manifest lists");
+      s.file = in->first;
+      std::optional<std::vector<std::size_t>> offset = sizes_of(field(x, "offset"));
+      std::optional<std::vector<std::size_t>> extent = sizes_of(field(x, "extent"));
+      if (!offset || !extent || offset->size() != rank || extent->size() != rank)
+        throw damaged(block + " has no offset and extent of the variable's rank (" +
+                      std::to_string(rank) + ")");
+      s.offset = std::move(*offset);
+      s.extent = std::move(*extent);
+      for (std::size_t d = 0; d < rank; ++d)
+        if (s.offset[d] > v.shape[d] || s.extent[d] > v.shape[d] - s.offset[d])
+          throw damaged(block + " (offset " + sizes_text(s.offset) + ", extent " +
+                        sizes_text(s.extent) + ") lies outside the variable's shape " +
+                        sizes_text(v.shape));
+      const json* at = field(x, "at");
+      if (at == nullptr || !at->is_number_unsigned())
+        throw damaged(block + " has no place in its file (\"at\")");
+      s.at = at->get<std::uint64_t>();
+      // Its bytes, inside its file: the extents' product never exceeds the file's size.
+      const std::uint64_t file_bytes = in->second;
+      std::uint64_t values = 0;
+      bool fits = true;
+      if (std::find(s.extent.begin(), s.extent.end(), std::size_t{0}) == s.extent.end()) {
+        values = 1;
+        for (std::size_t n : s.extent) {
+          if (values > file_bytes / sizeof(float) / n) {
+            fits = false;
+            break;
+          }
+          values *= n;
+        }
+      }
+      if (!fits || s.at > file_bytes || values * sizeof(float) > file_bytes - s.at)
+        throw damaged(block + " (extent " + sizes_text(s.extent) + ", at byte " +
+                      std::to_string(s.at) + ") runs past the end of '" + s.file + "' (" +
+                      std::to_string(file_bytes) + " bytes)");
+      const json* chunks = field(x, "chunks");
+      const std::uint64_t want = (values * sizeof(float) + chunk_bytes - 1) / chunk_bytes;
+      if (chunks == nullptr || !chunks->is_array() || chunks->size() != want)
+        throw damaged(block + " has no list of " + std::to_string(want) +
+                      " checksums, one per MiB");
+      for (const json& c : *chunks) {
+        if (!c.is_number_unsigned() ||
+            c.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max())
+          throw damaged(block + " has a checksum that is not a CRC-32");
+        s.chunks.push_back(c.get<std::uint32_t>());
+      }
+      held += values;
+      v.blocks.push_back(std::move(s));
+    }
+    // Disjoint (a sweep along the first dimension: a block meets only those that start before it
+    // ends there), so that the values they hold add up to the tensor's when they cover it.
+    std::vector<std::size_t> order(v.blocks.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const auto first_row = [&](std::size_t i) {
+      return rank == 0 ? std::size_t{0} : v.blocks[i].offset[0];
+    };
+    const auto past_row = [&](std::size_t i) {
+      return rank == 0 ? std::size_t{1} : v.blocks[i].offset[0] + v.blocks[i].extent[0];
+    };
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return first_row(a) < first_row(b); });
+    for (std::size_t i = 0; i < order.size(); ++i)
+      for (std::size_t j = i + 1; j < order.size() && first_row(order[j]) < past_row(order[i]);
+           ++j) {
+        const saved_block& a = v.blocks[order[i]];
+        const saved_block& b = v.blocks[order[j]];
+        bool meet = true;
+        for (std::size_t d = 0; d < rank && meet; ++d)
+          meet = std::max(a.offset[d], b.offset[d]) <
+                 std::min(a.offset[d] + a.extent[d], b.offset[d] + b.extent[d]);
+        if (meet)
+          throw damaged(which + "'s blocks " + std::to_string(std::min(order[i], order[j])) +
+                        " and " + std::to_string(std::max(order[i], order[j])) + " overlap");
+      }
+    if (overflows || held != volume)
+      throw damaged(which + "'s blocks hold " + std::to_string(held) + " values of its shape " +
+                    sizes_text(v.shape) + "'s " +
+                    (overflows ? std::string("more than 2^64") : std::to_string(volume)));
+    out.variables.push_back(std::move(v));
+  }
+  // No two blocks share bytes of a file (each was written once): the values the manifest
+  // declares are at most what its files hold.
+  struct span_in_file {
+    std::string_view file;
+    std::uint64_t at, bytes;
+    const std::string* path;
+  };
+  std::vector<span_in_file> spans;
+  for (const manifest_variable& v : out.variables)
+    for (const saved_block& b : v.blocks) {
+      std::uint64_t values = 1;
+      for (std::size_t n : b.extent) values *= n;  // checked above: inside the file
+      if (values > 0) spans.push_back({b.file, b.at, values * sizeof(float), &v.path});
+    }
+  std::sort(spans.begin(), spans.end(), [](const span_in_file& a, const span_in_file& b) {
+    return a.file != b.file ? a.file < b.file : a.at < b.at;
+  });
+  for (std::size_t i = 1; i < spans.size(); ++i)
+    if (spans[i].file == spans[i - 1].file && spans[i].at < spans[i - 1].at + spans[i - 1].bytes)
+      throw damaged("blocks of '" + *spans[i - 1].path + "' and '" + *spans[i].path +
+                    "' share bytes of '" + std::string(spans[i].file) + "' (at " +
+                    std::to_string(spans[i].at) + ")");
+  const json* metadata = field(m, "metadata");
+  if (metadata != nullptr) out.metadata = *metadata;
+  return out;
+}
+
+TESSEL_INLINE void write_snapshot(snapshot& s) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string bin = shard_name(s.device, "bin");
+  saving::file_writer file(s.staging / bin, "checkpoint file");
+  for (std::size_t k = 0; k < s.values.size(); ++k) {
+    const std::span<const char> bytes = s.values[k];
+    json chunks = json::array();
+    for (std::size_t c = 0; c < bytes.size(); c += chunk_bytes) {
+      const std::size_t n = std::min(chunk_bytes, bytes.size() - c);
+      chunks.push_back(saving::detail::crc32_of(bytes.data() + c, n));
+      file.write(bytes.data() + c, n);
+    }
+    s.blocks[k]["chunks"] = std::move(chunks);
+  }
+  const std::uint64_t size = file.size();
+  file.finish();
+  write_text(s.staging / shard_name(s.device, "json"),
+             json{{"file", bin}, {"bytes", size}, {"blocks", s.blocks}}.dump());
+  s.values.clear();
+  s.write_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TESSEL_INLINE void commit_snapshot(snapshot& s) {
+  if (!s.chief) return;
+  json variables = std::move(s.variables);
+  json files = json::object();
+  for (std::size_t d = 0; d < s.devices; ++d) {
+    const json shard = read_json(s.staging / shard_name(d, "json"), "shard list");
+    files[shard.at("file").get<std::string>()] = shard.at("bytes");
+    for (const auto& b : shard.at("blocks")) {
+      std::size_t k = 0;
+      while (k < variables.size() &&
+             !(variables[k]["group"] == b["group"] && variables[k]["index"] == b["index"]))
+        ++k;
+      if (k == variables.size())
+        throw runtime_error("The shard list '" + (s.staging / shard_name(d, "json")).string() +
+                            "' names a variable process 0 does not have");
+      variables[k]["blocks"].push_back({{"file", shard["file"]},
+                                        {"offset", b["offset"]},
+                                        {"extent", b["extent"]},
+                                        {"at", b["at"]},
+                                        {"chunks", b["chunks"]}});
+    }
+  }
+  const json manifest{{"format", "tessel-checkpoint"}, {"version", 1},   {"mesh", s.mesh},
+                      {"processes", s.devices},        {"files", files}, {"variables", variables},
+                      {"metadata", s.metadata}};
+  write_text(s.staging / "manifest.json", manifest.dump(1));
+  saving::detail::sync_path(s.staging, true);
+  std::error_code ec;
+  fs::remove_all(s.dir, ec);
+  fs::rename(s.staging, s.dir);
+  saving::detail::sync_path(s.dir.has_parent_path() ? s.dir.parent_path() : fs::path("."), true);
+}
+
+TESSEL_INLINE void make_staging(const snapshot& s) {
+  if (!s.chief) return;
+  std::error_code ec;
+  fs::remove_all(s.staging, ec);
+  if (s.dir.has_parent_path()) fs::create_directories(s.dir.parent_path(), ec);
+  if (!fs::create_directory(s.staging, ec) || ec)
+    throw runtime_error("Cannot make the checkpoint directory '" + s.staging.string() +
+                        "': " + (ec ? ec.message() : std::string("it exists")) +
+                        "; check that its parent is writable");
+}
+}  // namespace tessel::checkpoint_detail
+
+namespace tessel {
+
+TESSEL_INLINE std::filesystem::path latest_checkpoint(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   fs::path best;
   fs::file_time_type best_time{};
@@ -881,3 +935,4 @@ inline std::filesystem::path latest_checkpoint(const std::filesystem::path& dir)
 }
 
 }  // namespace tessel
+#endif  // TESSEL_DEFINITIONS

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 
 namespace tessel::saving {
@@ -35,17 +36,8 @@ inline constexpr char checksum_magic[8] = {'T', 'S', 'L', 'C', 'R', 'C', '3', '2
 
 // zlib's CRC-32 of `bytes` bytes in memory (every file tessel writes checks with it), going on
 // from `crc`, the CRC-32 of the bytes before them (0 for none).
-inline std::uint32_t crc32_of(const void* data, std::size_t bytes, std::uint32_t crc_before = 0) {
-  uLong crc = crc_before;
-  const auto* p = static_cast<const Bytef*>(data);
-  while (bytes > 0) {  // zlib takes a uInt length
-    const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
-    crc = ::crc32(crc, p, n);
-    p += n;
-    bytes -= n;
-  }
-  return static_cast<std::uint32_t>(crc);
-}
+TESSEL_INLINE std::uint32_t crc32_of(const void* data, std::size_t bytes,
+                                     std::uint32_t crc_before = 0);
 }  // namespace detail
 
 // A run of a file's bytes whose CRC-32 the writer already has (a dataset's values, which it
@@ -61,8 +53,64 @@ namespace detail {
 // overlapping; otherwise they are ignored and every byte is read) by zlib's crc32_combine, the
 // bytes between them read. A 1 GB weights file is then checksummed from its few kilobytes of
 // HDF5 metadata, not read back whole.
-inline std::optional<std::uint32_t> crc32_of_file(std::istream& in, std::uint64_t size,
-                                                  std::vector<known_crc> known) {
+TESSEL_INLINE std::optional<std::uint32_t> crc32_of_file(std::istream& in, std::uint64_t size,
+                                                         std::vector<known_crc> known);
+}  // namespace detail
+
+// Appends the trailer to the file at `path` (its whole content so far). `known`: runs of it
+// whose CRC-32 the caller has (see known_crc); the rest is read back.
+inline void append_checksum(const std::filesystem::path& path,
+                            const std::vector<known_crc>& known = {}) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  if (!f) throw runtime_error("Cannot open '" + path.string() + "' to append its checksum.");
+  f.seekg(0, std::ios::end);
+  const auto size = static_cast<std::uint64_t>(f.tellg());
+  const std::optional<std::uint32_t> crc = detail::crc32_of_file(f, size, known);
+  if (!crc) throw runtime_error("Cannot read '" + path.string() + "' back to checksum it.");
+  std::array<unsigned char, checksum_trailer_size> t{};
+  std::memcpy(t.data(), detail::checksum_magic, 8);
+  for (std::size_t i = 0; i < 8; ++i) t[8 + i] = static_cast<unsigned char>(size >> (8 * i));
+  for (std::size_t i = 0; i < 4; ++i) t[16 + i] = static_cast<unsigned char>(*crc >> (8 * i));
+  f.clear();
+  f.seekp(0, std::ios::end);
+  f.write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size()));
+  f.flush();
+  if (!f) throw runtime_error("Cannot append the checksum to '" + path.string() + "'.");
+}
+
+// What the trailer of a file says about it.
+enum class checksum_state {
+  none,     // no trailer (a file tessel did not write, or whose trailer is gone)
+  ok,       // the content's CRC-32 is the one recorded
+  damaged,  // the trailer is there and the content does not match it
+};
+
+// Checks the trailer of the file at `path`, `size` bytes long; `content` is set to the length of
+// the content before it (the whole size without a trailer).
+TESSEL_INLINE checksum_state verify_checksum(const std::filesystem::path& path, std::uint64_t size,
+                                             std::uint64_t& content);
+
+}  // namespace tessel::saving
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace tessel::saving::detail {
+
+TESSEL_INLINE std::uint32_t crc32_of(const void* data, std::size_t bytes,
+                                     std::uint32_t crc_before) {
+  uLong crc = crc_before;
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {  // zlib takes a uInt length
+    const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
+    crc = ::crc32(crc, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+TESSEL_INLINE std::optional<std::uint32_t> crc32_of_file(std::istream& in, std::uint64_t size,
+                                                         std::vector<known_crc> known) {
   std::sort(known.begin(), known.end(),
             [](const known_crc& a, const known_crc& b) { return a.offset < b.offset; });
   std::uint64_t end = 0;
@@ -97,40 +145,12 @@ inline std::optional<std::uint32_t> crc32_of_file(std::istream& in, std::uint64_
   if (!read_to(size)) return std::nullopt;
   return static_cast<std::uint32_t>(crc);
 }
-}  // namespace detail
+}  // namespace tessel::saving::detail
 
-// Appends the trailer to the file at `path` (its whole content so far). `known`: runs of it
-// whose CRC-32 the caller has (see known_crc); the rest is read back.
-inline void append_checksum(const std::filesystem::path& path,
-                            const std::vector<known_crc>& known = {}) {
-  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
-  if (!f) throw runtime_error("Cannot open '" + path.string() + "' to append its checksum.");
-  f.seekg(0, std::ios::end);
-  const auto size = static_cast<std::uint64_t>(f.tellg());
-  const std::optional<std::uint32_t> crc = detail::crc32_of_file(f, size, known);
-  if (!crc) throw runtime_error("Cannot read '" + path.string() + "' back to checksum it.");
-  std::array<unsigned char, checksum_trailer_size> t{};
-  std::memcpy(t.data(), detail::checksum_magic, 8);
-  for (std::size_t i = 0; i < 8; ++i) t[8 + i] = static_cast<unsigned char>(size >> (8 * i));
-  for (std::size_t i = 0; i < 4; ++i) t[16 + i] = static_cast<unsigned char>(*crc >> (8 * i));
-  f.clear();
-  f.seekp(0, std::ios::end);
-  f.write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size()));
-  f.flush();
-  if (!f) throw runtime_error("Cannot append the checksum to '" + path.string() + "'.");
-}
+namespace tessel::saving {
 
-// What the trailer of a file says about it.
-enum class checksum_state {
-  none,     // no trailer (a file tessel did not write, or whose trailer is gone)
-  ok,       // the content's CRC-32 is the one recorded
-  damaged,  // the trailer is there and the content does not match it
-};
-
-// Checks the trailer of the file at `path`, `size` bytes long; `content` is set to the length of
-// the content before it (the whole size without a trailer).
-inline checksum_state verify_checksum(const std::filesystem::path& path, std::uint64_t size,
-                                      std::uint64_t& content) {
+TESSEL_INLINE checksum_state verify_checksum(const std::filesystem::path& path, std::uint64_t size,
+                                             std::uint64_t& content) {
   content = size;
   if (size < checksum_trailer_size) return checksum_state::none;
   std::ifstream in(path, std::ios::binary);
@@ -151,3 +171,4 @@ inline checksum_state verify_checksum(const std::filesystem::path& path, std::ui
 }
 
 }  // namespace tessel::saving
+#endif  // TESSEL_DEFINITIONS

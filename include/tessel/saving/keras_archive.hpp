@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "atomic_file.hpp"
 #include "model_config.hpp"
@@ -36,23 +37,12 @@ inline constexpr std::string_view archive_metadata_entry = "metadata.json";
 inline constexpr std::string_view archive_weights_entry = "model.weights.h5";
 
 namespace detail {
-inline void check_archive_path(const std::string& filepath, const char* where) {
-  if (!filepath.ends_with(".keras"))
-    throw value_error(std::string(where) +
-                      ": Invalid filepath extension for saving a whole model. Please add a "
-                      "`.keras` extension (Keras's native format). Received: filepath=" +
-                      filepath);
-}
+TESSEL_INLINE void check_archive_path(const std::string& filepath, const char* where);
 
 // A file of this process's own in the system's temporary directory, removed when it goes.
 class temporary_file {
  public:
-  explicit temporary_file(std::string_view suffix) {
-    static std::atomic<unsigned> count{0};
-    path_ =
-        std::filesystem::temp_directory_path() / ("tessel-" + std::to_string(::getpid()) + "-" +
-                                                  std::to_string(count++) + std::string(suffix));
-  }
+  explicit temporary_file(std::string_view suffix);
   temporary_file(const temporary_file&) = delete;
   temporary_file& operator=(const temporary_file&) = delete;
   ~temporary_file() {
@@ -66,14 +56,53 @@ class temporary_file {
 };
 
 // Error messages about `from` (a temporary copy) as messages about `to`.
-inline std::string renamed(std::string message, const std::string& from, const std::string& to) {
+TESSEL_INLINE std::string renamed(std::string message, const std::string& from,
+                                  const std::string& to);
+
+TESSEL_INLINE std::string date_saved();
+}  // namespace detail
+
+// Writes the archive at `path` atomically from the model's config.json text and its weights.
+TESSEL_INLINE void write_keras_archive(const std::filesystem::path& path,
+                                       const std::string& config_json,
+                                       const weights_content& content);
+
+// Reads the archive at `path` into `expected` (read_weights_file's contract), after checking
+// that its config.json describes the model whose own config is `ours`.
+TESSEL_INLINE optimizer_found read_keras_archive(const std::filesystem::path& path,
+                                                 const nlohmann::json& ours,
+                                                 weights_content& expected,
+                                                 std::string_view where = "load_weights");
+
+}  // namespace tessel::saving
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace tessel::saving::detail {
+
+TESSEL_INLINE void check_archive_path(const std::string& filepath, const char* where) {
+  if (!filepath.ends_with(".keras"))
+    throw value_error(std::string(where) +
+                      ": Invalid filepath extension for saving a whole model. Please add a "
+                      "`.keras` extension (Keras's native format). Received: filepath=" +
+                      filepath);
+}
+
+TESSEL_INLINE temporary_file::temporary_file(std::string_view suffix) {
+  static std::atomic<unsigned> count{0};
+  path_ = std::filesystem::temp_directory_path() / ("tessel-" + std::to_string(::getpid()) + "-" +
+                                                    std::to_string(count++) + std::string(suffix));
+}
+
+TESSEL_INLINE std::string renamed(std::string message, const std::string& from,
+                                  const std::string& to) {
   for (std::size_t at = message.find(from); at != std::string::npos;
        at = message.find(from, at + to.size()))
     message.replace(at, from.size(), to);
   return message;
 }
 
-inline std::string date_saved() {
+TESSEL_INLINE std::string date_saved() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
   localtime_r(&t, &tm);
@@ -81,11 +110,13 @@ inline std::string date_saved() {
   std::strftime(b, sizeof b, "%Y-%m-%d@%H:%M:%S", &tm);
   return b;
 }
-}  // namespace detail
+}  // namespace tessel::saving::detail
 
-// Writes the archive at `path` atomically from the model's config.json text and its weights.
-inline void write_keras_archive(const std::filesystem::path& path, const std::string& config_json,
-                                const weights_content& content) {
+namespace tessel::saving {
+
+TESSEL_INLINE void write_keras_archive(const std::filesystem::path& path,
+                                       const std::string& config_json,
+                                       const weights_content& content) {
   const std::string metadata = R"({"keras_version": )" +
                                layers::keras_config::quote(keras_version) + R"(, "date_saved": )" +
                                layers::keras_config::quote(detail::date_saved()) + "}";
@@ -113,11 +144,10 @@ inline void write_keras_archive(const std::filesystem::path& path, const std::st
   std::filesystem::remove(weights, ignored);
 }
 
-// Reads the archive at `path` into `expected` (read_weights_file's contract), after checking
-// that its config.json describes the model whose own config is `ours`.
-inline optimizer_found read_keras_archive(const std::filesystem::path& path,
-                                          const nlohmann::json& ours, weights_content& expected,
-                                          std::string_view where = "load_weights") {
+TESSEL_INLINE optimizer_found read_keras_archive(const std::filesystem::path& path,
+                                                 const nlohmann::json& ours,
+                                                 weights_content& expected,
+                                                 std::string_view where) {
   const std::string p = path.string();
   const std::string head = std::string(where) + ": cannot load '" + p + "': ";
   {
@@ -156,3 +186,4 @@ inline optimizer_found read_keras_archive(const std::filesystem::path& path,
 }
 
 }  // namespace tessel::saving
+#endif  // TESSEL_DEFINITIONS

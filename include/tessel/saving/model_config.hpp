@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "../layers/keras_config.hpp"
 #include "../losses.hpp"
@@ -66,85 +67,15 @@ inline const char* dtype_policy =
     R"({"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, )"
     R"("registered_name": null})";
 
-inline std::string batch_shape(const shape_value& s) {
-  std::string out = "[null";
-  for (std::size_t d = 0; d < s.rank; ++d) out += ", " + std::to_string(s[d]);
-  return out + "]";
-}
+TESSEL_INLINE std::string batch_shape(const shape_value& s);
 
-inline std::string optimizer_config(const compile_info& c) {
-  using layers::keras_config;
-  keras_config o;
-  std::string cls;
-  std::visit(
-      [&](const auto& spec) {
-        cls = std::string(spec.name);
-        o.field("name", keras_snake_case(spec.name));
-        // Keras holds the learning rate as a float32 variable and writes that value.
-        o.field("learning_rate", static_cast<double>(static_cast<float>(c.learning_rate)));
-        for (const char* k : {"weight_decay", "clipnorm", "global_clipnorm", "clipvalue"})
-          o.null(k);
-        o.field("use_ema", false);
-        o.field("ema_momentum", 0.99);
-        for (const char* k :
-             {"ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
-          o.null(k);
-        using S = std::decay_t<decltype(spec)>;
-        if constexpr (std::is_same_v<S, optimizers::adam>) {
-          o.field("beta_1", spec.beta_1);
-          o.field("beta_2", spec.beta_2);
-          o.field("epsilon", spec.epsilon);
-          o.field("amsgrad", false);
-        } else if constexpr (std::is_same_v<S, optimizers::rmsprop>) {
-          o.field("rho", spec.rho);
-          o.field("momentum", spec.momentum);
-          o.field("epsilon", spec.epsilon);
-          o.field("centered", spec.centered);
-        } else {
-          o.field("momentum", spec.momentum);
-          o.field("nesterov", spec.nesterov);
-        }
-      },
-      c.optimizer.value());
-  return R"({"module": "keras.optimizers", "class_name": )" + keras_config::quote(cls) +
-         R"(, "config": {)" + o.text() + R"(}, "registered_name": null})";
-}
+TESSEL_INLINE std::string optimizer_config(const compile_info& c);
 
 // The loss as Keras serializes it: a cross-entropy over classes as its object (so that
 // from_logits, which tessel knows from the loss's kind, goes with it), any other by its name.
-inline std::string loss_config(const compile_info& c) {
-  using layers::keras_config;
-  const bool sparse = c.loss == "sparse_categorical_crossentropy";
-  if (!sparse && c.loss != "categorical_crossentropy") return keras_config::quote(c.loss);
-  keras_config l;
-  l.field("name", c.loss);
-  l.field("reduction", "sum_over_batch_size");
-  l.field("from_logits", c.loss_plan == loss_kind::softmax_cross_entropy);
-  if (sparse) {
-    l.null("ignore_class");
-  } else {
-    l.field("label_smoothing", 0.0);
-    l.field("axis", -1);
-  }
-  return R"({"module": "keras.losses", "class_name": )" +
-         keras_config::quote(sparse ? "SparseCategoricalCrossentropy" : "CategoricalCrossentropy") +
-         R"(, "config": {)" + l.text() + R"(}, "registered_name": null})";
-}
+TESSEL_INLINE std::string loss_config(const compile_info& c);
 
-inline std::string compile_config(const compile_info* c) {
-  if (c == nullptr) return "{}";
-  std::string metrics = "null";
-  if (!c->metrics.empty()) {
-    metrics = "[";
-    for (std::size_t i = 0; i < c->metrics.size(); ++i)
-      metrics += (i ? ", " : "") + layers::keras_config::quote(c->metrics[i]);
-    metrics += "]";
-  }
-  return R"({"optimizer": )" + optimizer_config(*c) + R"(, "loss": )" + loss_config(*c) +
-         R"(, "loss_weights": null, "metrics": )" + metrics +
-         R"(, "weighted_metrics": null, "run_eagerly": false, "steps_per_execution": 1, )"
-         R"("jit_compile": true})";
-}
+TESSEL_INLINE std::string compile_config(const compile_info* c);
 }  // namespace detail
 
 // The config.json of a model of type Model named `name` (compiled as `compiled` says, or not).
@@ -229,7 +160,116 @@ std::string model_config_json(const std::string& name, const compile_info* compi
 namespace detail {
 // Whether two config values are the same (numbers within float32's precision: Keras may write
 // a float32 value where tessel writes the double).
-inline bool same_value(const nlohmann::json& a, const nlohmann::json& b) {
+TESSEL_INLINE bool same_value(const nlohmann::json& a, const nlohmann::json& b);
+// The config keys that make a layer's type (not its name, dtype or how it was initialized).
+TESSEL_INLINE bool compared_key(const std::string& k);
+// The string at `key` of `v`, or `otherwise` where `v` is not an object or has no string there
+// (a file's config may hold any JSON anywhere).
+inline std::string string_at(const nlohmann::json& v, const char* key,
+                             const std::string& otherwise = {}) {
+  if (!v.is_object()) return otherwise;
+  const auto it = v.find(key);
+  return it != v.end() && it->is_string() ? it->get<std::string>() : otherwise;
+}
+// Whether `v` nests no deeper than `depth` levels (its text, written recursively, is then shown).
+TESSEL_INLINE bool nested_within(const nlohmann::json& v, int depth);
+// The layers a functional layer reads, as positions in the model's layer list.
+TESSEL_INLINE std::vector<long> inbound_positions(const nlohmann::json& layers,
+                                                  const nlohmann::json& l);
+}  // namespace detail
+
+// Checks that `file` (a config.json from `what`) describes the same model as `ours` (the model's
+// own config): its kind, its input, its layers' classes, their arguments that make the type
+// (units, filters, kernel sizes, ...) and their connections. A difference is an error naming the
+// first layer that differs and what differs.
+TESSEL_INLINE void check_model_config(const nlohmann::json& file, const nlohmann::json& ours,
+                                      const std::string& head);
+
+}  // namespace tessel::saving
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace tessel::saving::detail {
+
+TESSEL_INLINE std::string batch_shape(const shape_value& s) {
+  std::string out = "[null";
+  for (std::size_t d = 0; d < s.rank; ++d) out += ", " + std::to_string(s[d]);
+  return out + "]";
+}
+
+TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
+  using layers::keras_config;
+  keras_config o;
+  std::string cls;
+  std::visit(
+      [&](const auto& spec) {
+        cls = std::string(spec.name);
+        o.field("name", keras_snake_case(spec.name));
+        // Keras holds the learning rate as a float32 variable and writes that value.
+        o.field("learning_rate", static_cast<double>(static_cast<float>(c.learning_rate)));
+        for (const char* k : {"weight_decay", "clipnorm", "global_clipnorm", "clipvalue"})
+          o.null(k);
+        o.field("use_ema", false);
+        o.field("ema_momentum", 0.99);
+        for (const char* k :
+             {"ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
+          o.null(k);
+        using S = std::decay_t<decltype(spec)>;
+        if constexpr (std::is_same_v<S, optimizers::adam>) {
+          o.field("beta_1", spec.beta_1);
+          o.field("beta_2", spec.beta_2);
+          o.field("epsilon", spec.epsilon);
+          o.field("amsgrad", false);
+        } else if constexpr (std::is_same_v<S, optimizers::rmsprop>) {
+          o.field("rho", spec.rho);
+          o.field("momentum", spec.momentum);
+          o.field("epsilon", spec.epsilon);
+          o.field("centered", spec.centered);
+        } else {
+          o.field("momentum", spec.momentum);
+          o.field("nesterov", spec.nesterov);
+        }
+      },
+      c.optimizer.value());
+  return R"({"module": "keras.optimizers", "class_name": )" + keras_config::quote(cls) +
+         R"(, "config": {)" + o.text() + R"(}, "registered_name": null})";
+}
+
+TESSEL_INLINE std::string loss_config(const compile_info& c) {
+  using layers::keras_config;
+  const bool sparse = c.loss == "sparse_categorical_crossentropy";
+  if (!sparse && c.loss != "categorical_crossentropy") return keras_config::quote(c.loss);
+  keras_config l;
+  l.field("name", c.loss);
+  l.field("reduction", "sum_over_batch_size");
+  l.field("from_logits", c.loss_plan == loss_kind::softmax_cross_entropy);
+  if (sparse) {
+    l.null("ignore_class");
+  } else {
+    l.field("label_smoothing", 0.0);
+    l.field("axis", -1);
+  }
+  return R"({"module": "keras.losses", "class_name": )" +
+         keras_config::quote(sparse ? "SparseCategoricalCrossentropy" : "CategoricalCrossentropy") +
+         R"(, "config": {)" + l.text() + R"(}, "registered_name": null})";
+}
+
+TESSEL_INLINE std::string compile_config(const compile_info* c) {
+  if (c == nullptr) return "{}";
+  std::string metrics = "null";
+  if (!c->metrics.empty()) {
+    metrics = "[";
+    for (std::size_t i = 0; i < c->metrics.size(); ++i)
+      metrics += (i ? ", " : "") + layers::keras_config::quote(c->metrics[i]);
+    metrics += "]";
+  }
+  return R"({"optimizer": )" + optimizer_config(*c) + R"(, "loss": )" + loss_config(*c) +
+         R"(, "loss_weights": null, "metrics": )" + metrics +
+         R"(, "weighted_metrics": null, "run_eagerly": false, "steps_per_execution": 1, )"
+         R"("jit_compile": true})";
+}
+
+TESSEL_INLINE bool same_value(const nlohmann::json& a, const nlohmann::json& b) {
   if (a.is_number() && b.is_number()) {
     const double x = a.get<double>(), y = b.get<double>();
     return x == y || std::abs(x - y) <= 1e-6 * std::max(std::abs(x), std::abs(y));
@@ -242,30 +282,23 @@ inline bool same_value(const nlohmann::json& a, const nlohmann::json& b) {
   }
   return a == b;
 }
-// The config keys that make a layer's type (not its name, dtype or how it was initialized).
-inline bool compared_key(const std::string& k) {
+
+TESSEL_INLINE bool compared_key(const std::string& k) {
   return k != "name" && k != "trainable" && k != "dtype" && !k.ends_with("_initializer") &&
          !k.ends_with("_regularizer") && !k.ends_with("_constraint") && k != "seed" &&
          k != "quantization_config";
 }
-// The string at `key` of `v`, or `otherwise` where `v` is not an object or has no string there
-// (a file's config may hold any JSON anywhere).
-inline std::string string_at(const nlohmann::json& v, const char* key,
-                             const std::string& otherwise = {}) {
-  if (!v.is_object()) return otherwise;
-  const auto it = v.find(key);
-  return it != v.end() && it->is_string() ? it->get<std::string>() : otherwise;
-}
-// Whether `v` nests no deeper than `depth` levels (its text, written recursively, is then shown).
-inline bool nested_within(const nlohmann::json& v, int depth) {
+
+TESSEL_INLINE bool nested_within(const nlohmann::json& v, int depth) {
   if (!v.is_object() && !v.is_array()) return true;
   if (depth == 0) return false;
   for (const auto& x : v)
     if (!nested_within(x, depth - 1)) return false;
   return true;
 }
-// The layers a functional layer reads, as positions in the model's layer list.
-inline std::vector<long> inbound_positions(const nlohmann::json& layers, const nlohmann::json& l) {
+
+TESSEL_INLINE std::vector<long> inbound_positions(const nlohmann::json& layers,
+                                                  const nlohmann::json& l) {
   std::vector<long> out;
   auto position = [&](const nlohmann::json& history) {
     const std::string from = history.is_array() && !history.empty() && history[0].is_string()
@@ -296,14 +329,12 @@ inline std::vector<long> inbound_positions(const nlohmann::json& layers, const n
   }
   return out;
 }
-}  // namespace detail
+}  // namespace tessel::saving::detail
 
-// Checks that `file` (a config.json from `what`) describes the same model as `ours` (the model's
-// own config): its kind, its input, its layers' classes, their arguments that make the type
-// (units, filters, kernel sizes, ...) and their connections. A difference is an error naming the
-// first layer that differs and what differs.
-inline void check_model_config(const nlohmann::json& file, const nlohmann::json& ours,
-                               const std::string& head) {
+namespace tessel::saving {
+
+TESSEL_INLINE void check_model_config(const nlohmann::json& file, const nlohmann::json& ours,
+                                      const std::string& head) {
   const std::string again = " Load a file saved from this model.";
   auto text = [](const nlohmann::json& v) {
     return detail::nested_within(v, 16) ? v.dump() : std::string("a value nested too deep to show");
@@ -348,3 +379,4 @@ inline void check_model_config(const nlohmann::json& file, const nlohmann::json&
 }
 
 }  // namespace tessel::saving
+#endif  // TESSEL_DEFINITIONS

@@ -20,6 +20,7 @@
 #include <variant>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "../core/tensor_layout.hpp"
 #include "../data/array.hpp"
@@ -127,13 +128,7 @@ model_weights_layout weights_layout(Model& m, const optimizer<B>* opt) {
 }
 
 namespace detail {
-inline void check_weights_path(const std::string& filepath, const char* where) {
-  if (!filepath.ends_with(".weights.h5"))
-    throw value_error(std::string(where) +
-                      ": the filename must end in `.weights.h5` (Keras's "
-                      "weights file). Received: filepath=" +
-                      filepath);
-}
+TESSEL_INLINE void check_weights_path(const std::string& filepath, const char* where);
 
 // Takes every variable's values into `layout.content`, in the file's order (the layers'
 // variables, then the optimizer's slots; its counters first), calling `taken()` after each: a
@@ -182,13 +177,7 @@ class taken_count {
     changed_.notify_all();
   }
   // Returns once `n` variables have their values.
-  void wait_for(std::size_t n) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return taken_ >= n || abandoned_; });
-    if (taken_ < n)
-      throw runtime_error("save_weights: the variables' values were not gathered; "
-                          "see the error of the gather");
-  }
+  void wait_for(std::size_t n);
 
  private:
   std::mutex mutex_;
@@ -239,8 +228,7 @@ void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& fi
   if (m.mesh().is_chief())
     writer = std::thread([&] {
       try {
-        write_weights_file(filepath, layout.content,
-                           [&](std::size_t k) { taken.wait_for(k + 1); });
+        write_weights_file(filepath, layout.content, [&](std::size_t k) { taken.wait_for(k + 1); });
       } catch (...) {
         write_error = std::current_exception();
       }
@@ -321,3 +309,27 @@ void load_model_weights(Model& m, optimizer<B>* opt, const std::string& filepath
 }
 
 }  // namespace tessel::saving
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace tessel::saving::detail {
+
+TESSEL_INLINE void check_weights_path(const std::string& filepath, const char* where) {
+  if (!filepath.ends_with(".weights.h5"))
+    throw value_error(std::string(where) +
+                      ": the filename must end in `.weights.h5` (Keras's "
+                      "weights file). Received: filepath=" +
+                      filepath);
+}
+
+TESSEL_INLINE void taken_count::wait_for(std::size_t n) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return taken_ >= n || abandoned_; });
+  if (taken_ < n)
+    throw runtime_error(
+        "save_weights: the variables' values were not gathered; "
+        "see the error of the gather");
+}
+
+}  // namespace tessel::saving::detail
+#endif  // TESSEL_DEFINITIONS

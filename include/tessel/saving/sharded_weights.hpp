@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "atomic_file.hpp"
 #include "file_checksum.hpp"
@@ -52,13 +53,37 @@ struct shard_item {
   bool is_iterations = false;
 };
 
-inline std::string shard_name(const std::string& base, std::size_t i) {
+TESSEL_INLINE std::string shard_name(const std::string& base, std::size_t i);
+
+TESSEL_INLINE void write_shard(const std::filesystem::path& path,
+                               const std::vector<shard_item>& items);
+}  // namespace detail
+
+// Writes `content` as Keras's sharded weights at `path` (a `.weights.json` name), shards of at
+// most `max_shard_size` GB.
+TESSEL_INLINE void write_sharded_weights(const std::filesystem::path& path,
+                                         const weights_content& content, double max_shard_size);
+
+// Reads Keras's sharded weights at `path` (the .weights.json) into `expected`
+// (read_weights_file's contract).
+TESSEL_INLINE optimizer_found read_sharded_weights(const std::filesystem::path& path,
+                                                   weights_content& expected,
+                                                   std::string_view where = "load_weights");
+
+}  // namespace tessel::saving
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace tessel::saving::detail {
+
+TESSEL_INLINE std::string shard_name(const std::string& base, std::size_t i) {
   char b[24];
   std::snprintf(b, sizeof b, "%05zu", i);
   return base + "_" + b + ".weights.h5";
 }
 
-inline void write_shard(const std::filesystem::path& path, const std::vector<shard_item>& items) {
+TESSEL_INLINE void write_shard(const std::filesystem::path& path,
+                               const std::vector<shard_item>& items) {
   write_atomically(path, [&](const std::filesystem::path& tmp) {
     std::vector<known_crc> known;
     h5::object file = h5::create_file(tmp.string());
@@ -100,12 +125,12 @@ inline void write_shard(const std::filesystem::path& path, const std::vector<sha
     append_checksum(tmp, known);
   });
 }
-}  // namespace detail
+}  // namespace tessel::saving::detail
 
-// Writes `content` as Keras's sharded weights at `path` (a `.weights.json` name), shards of at
-// most `max_shard_size` GB.
-inline void write_sharded_weights(const std::filesystem::path& path, const weights_content& content,
-                                  double max_shard_size) {
+namespace tessel::saving {
+
+TESSEL_INLINE void write_sharded_weights(const std::filesystem::path& path,
+                                         const weights_content& content, double max_shard_size) {
   const std::string p = path.string();
   if (!p.ends_with(".weights.json"))
     throw value_error(
@@ -205,11 +230,9 @@ inline void write_sharded_weights(const std::filesystem::path& path, const weigh
   });
 }
 
-// Reads Keras's sharded weights at `path` (the .weights.json) into `expected`
-// (read_weights_file's contract).
-inline optimizer_found read_sharded_weights(const std::filesystem::path& path,
-                                            weights_content& expected,
-                                            std::string_view where = "load_weights") {
+TESSEL_INLINE optimizer_found read_sharded_weights(const std::filesystem::path& path,
+                                                   weights_content& expected,
+                                                   std::string_view where) {
   const std::string p = path.string();
   const std::string head = std::string(where) + ": cannot load '" + p + "': ";
   const data::path_access a = data::check_path(path, data::path_kind::file);
@@ -299,3 +322,4 @@ inline optimizer_found read_sharded_weights(const std::filesystem::path& path,
 }
 
 }  // namespace tessel::saving
+#endif  // TESSEL_DEFINITIONS

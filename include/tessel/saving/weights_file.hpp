@@ -28,8 +28,8 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "../data/file_access.hpp"
 #include "atomic_file.hpp"
@@ -52,76 +53,18 @@ static_assert(std::endian::native == std::endian::little,
 
 // Keras's naming.to_snake_case: "Dense" -> "dense", "GlobalAveragePooling2D" ->
 // "global_average_pooling2d", "ReLU" -> "re_lu", "RMSprop" -> "rm_sprop".
-inline std::string keras_snake_case(std::string_view class_name) {
-  auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
-  auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
-  std::string s;
-  for (char c : class_name)  // re.sub(r"\W+", "", name)
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') s += c;
-  std::string a;  // re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
-  for (std::size_t i = 0; i < s.size();) {
-    if (i + 2 < s.size() && upper(s[i + 1]) && lower(s[i + 2])) {
-      std::size_t j = i + 2;
-      while (j < s.size() && lower(s[j])) ++j;
-      a += s[i];
-      a += '_';
-      a.append(s, i + 1, j - i - 1);
-      i = j;
-    } else {
-      a += s[i++];
-    }
-  }
-  std::string b;  // re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
-  for (std::size_t i = 0; i < a.size();) {
-    if (i + 1 < a.size() && lower(a[i]) && upper(a[i + 1])) {
-      b += a[i];
-      b += '_';
-      b += a[i + 1];
-      i += 2;
-    } else {
-      b += a[i++];
-    }
-  }
-  for (char& c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return b;
-}
+TESSEL_INLINE std::string keras_snake_case(std::string_view class_name);
 
 // Keras's _get_unique_name over a list of layers: the first of a name as it is, the next ones
 // "<name>_1", "<name>_2", ... (the layers' groups in a weights file).
-inline std::vector<std::string> keras_unique_names(const std::vector<std::string>& bases) {
-  std::vector<std::string> out;
-  std::vector<std::pair<std::string, std::size_t>> used;
-  for (const auto& b : bases) {
-    auto it = std::find_if(used.begin(), used.end(), [&](const auto& u) { return u.first == b; });
-    if (it == used.end()) {
-      used.emplace_back(b, 0);
-      out.push_back(b);
-    } else {
-      out.push_back(b + "_" + std::to_string(++it->second));
-    }
-  }
-  return out;
-}
+TESSEL_INLINE std::vector<std::string> keras_unique_names(const std::vector<std::string>& bases);
 
 // Where Keras's optimizer.variables puts each of tessel's slots: tessel keeps a variable's slots
 // together ("<v>_velocity", "<v>_momentum" for each v); Keras's Adam and SGD do too, but its
 // RMSprop adds every velocity, then every momentum, then every average gradient. Returns, for
 // each place in Keras's order, the index in `slot_paths` (tessel's order).
-inline std::vector<std::size_t> keras_slot_order(std::string_view keras_optimizer,
-                                                 const std::vector<std::string>& slot_paths) {
-  std::vector<std::size_t> order(slot_paths.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  if (keras_optimizer != "rm_sprop") return order;
-  auto kind = [&](std::size_t i) {
-    const std::string& p = slot_paths[i];
-    if (p.ends_with("_velocity")) return 0;
-    if (p.ends_with("_momentum")) return 1;
-    return 2;  // _average_gradient
-  };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return kind(a) < kind(b); });
-  return order;
-}
+TESSEL_INLINE std::vector<std::size_t> keras_slot_order(std::string_view keras_optimizer,
+                                                        const std::vector<std::string>& slot_paths);
 
 // ---- the file's content as values ------------------------------------------------------------
 // A variable: its path in the model ("dense/kernel", "adam/dense_kernel_momentum", for messages),
@@ -160,36 +103,16 @@ namespace detail {
 inline constexpr std::string_view crc_attribute = "tessel_crc32";
 inline constexpr std::string_view learning_rate_attribute = "tessel_learning_rate";
 
-inline std::string shape_text(const std::vector<std::size_t>& s) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-inline std::size_t elements(const std::vector<std::size_t>& s) {
-  std::size_t n = 1;
-  for (std::size_t d : s) n *= d;
-  return n;
-}
+TESSEL_INLINE std::string shape_text(const std::vector<std::size_t>& s);
+TESSEL_INLINE std::size_t elements(const std::vector<std::size_t>& s);
 
 // Writes `v` as dataset `i` of `vars`, with its checksum, which `known` records with where its
 // values lie in the file (so that the file's checksum does not read them back). `fd`, the file's
 // descriptor (h5::file_descriptor, or -1): its values go to the disk at once, while the next
 // variable is checksummed and written, instead of all of them at the final fsync
 // (file_writer.hpp).
-inline void write_variable(const h5::object& vars, std::size_t i, const saved_variable& v,
-                           std::vector<known_crc>& known, int fd) {
-  const std::span<const float> values = v.data();
-  if (values.size() != elements(v.shape))
-    throw value_error("save_weights: variable '" + v.path + "' has " +
-                      std::to_string(values.size()) + " values for its shape " +
-                      shape_text(v.shape));
-  const h5::object d = h5::write_dataset(vars, std::to_string(i), v.shape, values);
-  const std::uint32_t crc = crc32_of(values.data(), values.size_bytes());
-  h5::write_attribute(d, crc_attribute, crc);
-  if (const auto at = h5::raw_data_offset(d); at && !values.empty())
-    known.push_back({*at, values.size_bytes(), crc});
-  if (fd >= 0) start_writeback(fd);
-}
+TESSEL_INLINE void write_variable(const h5::object& vars, std::size_t i, const saved_variable& v,
+                                  std::vector<known_crc>& known, int fd);
 }  // namespace detail
 
 // Writes `content` to `path` in Keras's layout, atomically (atomic_file.hpp). `ready(k)`, where
@@ -247,11 +170,7 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
 // ---- reading -------------------------------------------------------------------------------
 namespace detail {
 // Reads a little-endian unsigned number of `n` bytes.
-inline std::uint64_t little_endian(const unsigned char* p, std::size_t n) {
-  std::uint64_t v = 0;
-  for (std::size_t i = n; i-- > 0;) v = (v << 8) | p[i];
-  return v;
-}
+TESSEL_INLINE std::uint64_t little_endian(const unsigned char* p, std::size_t n);
 }  // namespace detail
 
 // What tessel checks before handing `path` to libhdf5 (which is not robust against every damaged
@@ -259,8 +178,146 @@ inline std::uint64_t little_endian(const unsigned char* p, std::size_t n) {
 // tessel wrote), starts with HDF5's signature, and is at least as long as its superblock says the
 // file is (so a copy or a write cut short is named as such). Returns what the trailer said: ok,
 // or none (a file without one, as Keras writes).
-inline checksum_state check_weights_file(const std::filesystem::path& path,
-                                         std::string_view where) {
+TESSEL_INLINE checksum_state check_weights_file(const std::filesystem::path& path,
+                                                std::string_view where);
+
+// What a weights file held of the optimizer.
+enum class optimizer_found {
+  none,      // no optimizer/vars group (a model saved before compile)
+  counters,  // the iteration count and learning rate only (saved before the first step)
+  all,       // the counters and every slot
+};
+
+namespace detail {
+// Reads dataset `i` of `vars` into `v` (whose path and shape say what the model expects), with
+// its checksum where tessel wrote one. `what` names the place for messages.
+TESSEL_INLINE void read_variable(const h5::object& vars, std::size_t i, saved_variable& v,
+                                 const std::string& head, const std::string& what, bool verified);
+}  // namespace detail
+
+// Reads `path` into `expected`, which gives what the model holds: every layer's group, name and
+// variables (path and shape; the values are filled in), and the optimizer's name and slots (if
+// the model has an optimizer whose state is wanted). A layer without variables may be missing
+// from the file; a layer with variables must be there with each of them, of the same shape. The
+// optimizer's values are read when the file has them: every slot, or the counters alone (a file
+// saved before the first step). Anything else is an error naming the file, the variable or layer,
+// and what to do.
+TESSEL_INLINE optimizer_found read_weights_file(const std::filesystem::path& path,
+                                                weights_content& expected,
+                                                std::string_view where = "load_weights");
+
+}  // namespace tessel::saving
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace tessel::saving {
+
+TESSEL_INLINE std::string keras_snake_case(std::string_view class_name) {
+  auto upper = [](char c) { return c >= 'A' && c <= 'Z'; };
+  auto lower = [](char c) { return c >= 'a' && c <= 'z'; };
+  std::string s;
+  for (char c : class_name)  // re.sub(r"\W+", "", name)
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') s += c;
+  std::string a;  // re.sub("(.)([A-Z][a-z]+)", r"\1_\2", name)
+  for (std::size_t i = 0; i < s.size();) {
+    if (i + 2 < s.size() && upper(s[i + 1]) && lower(s[i + 2])) {
+      std::size_t j = i + 2;
+      while (j < s.size() && lower(s[j])) ++j;
+      a += s[i];
+      a += '_';
+      a.append(s, i + 1, j - i - 1);
+      i = j;
+    } else {
+      a += s[i++];
+    }
+  }
+  std::string b;  // re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()
+  for (std::size_t i = 0; i < a.size();) {
+    if (i + 1 < a.size() && lower(a[i]) && upper(a[i + 1])) {
+      b += a[i];
+      b += '_';
+      b += a[i + 1];
+      i += 2;
+    } else {
+      b += a[i++];
+    }
+  }
+  for (char& c : b) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return b;
+}
+
+TESSEL_INLINE std::vector<std::string> keras_unique_names(const std::vector<std::string>& bases) {
+  std::vector<std::string> out;
+  std::vector<std::pair<std::string, std::size_t>> used;
+  for (const auto& b : bases) {
+    auto it = std::find_if(used.begin(), used.end(), [&](const auto& u) { return u.first == b; });
+    if (it == used.end()) {
+      used.emplace_back(b, 0);
+      out.push_back(b);
+    } else {
+      out.push_back(b + "_" + std::to_string(++it->second));
+    }
+  }
+  return out;
+}
+
+TESSEL_INLINE std::vector<std::size_t> keras_slot_order(
+    std::string_view keras_optimizer, const std::vector<std::string>& slot_paths) {
+  std::vector<std::size_t> order(slot_paths.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (keras_optimizer != "rm_sprop") return order;
+  auto kind = [&](std::size_t i) {
+    const std::string& p = slot_paths[i];
+    if (p.ends_with("_velocity")) return 0;
+    if (p.ends_with("_momentum")) return 1;
+    return 2;  // _average_gradient
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return kind(a) < kind(b); });
+  return order;
+}
+}  // namespace tessel::saving
+
+namespace tessel::saving::detail {
+
+TESSEL_INLINE std::string shape_text(const std::vector<std::size_t>& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+TESSEL_INLINE std::size_t elements(const std::vector<std::size_t>& s) {
+  std::size_t n = 1;
+  for (std::size_t d : s) n *= d;
+  return n;
+}
+
+TESSEL_INLINE void write_variable(const h5::object& vars, std::size_t i, const saved_variable& v,
+                                  std::vector<known_crc>& known, int fd) {
+  const std::span<const float> values = v.data();
+  if (values.size() != elements(v.shape))
+    throw value_error("save_weights: variable '" + v.path + "' has " +
+                      std::to_string(values.size()) + " values for its shape " +
+                      shape_text(v.shape));
+  const h5::object d = h5::write_dataset(vars, std::to_string(i), v.shape, values);
+  const std::uint32_t crc = crc32_of(values.data(), values.size_bytes());
+  h5::write_attribute(d, crc_attribute, crc);
+  if (const auto at = h5::raw_data_offset(d); at && !values.empty())
+    known.push_back({*at, values.size_bytes(), crc});
+  if (fd >= 0) start_writeback(fd);
+}
+
+TESSEL_INLINE std::uint64_t little_endian(const unsigned char* p, std::size_t n) {
+  std::uint64_t v = 0;
+  for (std::size_t i = n; i-- > 0;) v = (v << 8) | p[i];
+  return v;
+}
+}  // namespace tessel::saving::detail
+
+namespace tessel::saving {
+
+TESSEL_INLINE checksum_state check_weights_file(const std::filesystem::path& path,
+                                                std::string_view where) {
   const std::string p = path.string();
   const std::string head = std::string(where) + ": cannot load '" + p + "': ";
   const data::path_access a = data::check_path(path, data::path_kind::file);
@@ -323,19 +380,12 @@ inline checksum_state check_weights_file(const std::filesystem::path& path,
                       "." + again);
   return checksum;
 }
+}  // namespace tessel::saving
 
-// What a weights file held of the optimizer.
-enum class optimizer_found {
-  none,      // no optimizer/vars group (a model saved before compile)
-  counters,  // the iteration count and learning rate only (saved before the first step)
-  all,       // the counters and every slot
-};
+namespace tessel::saving::detail {
 
-namespace detail {
-// Reads dataset `i` of `vars` into `v` (whose path and shape say what the model expects), with
-// its checksum where tessel wrote one. `what` names the place for messages.
-inline void read_variable(const h5::object& vars, std::size_t i, saved_variable& v,
-                          const std::string& head, const std::string& what, bool verified) {
+TESSEL_INLINE void read_variable(const h5::object& vars, std::size_t i, saved_variable& v,
+                                 const std::string& head, const std::string& what, bool verified) {
   const std::string name = std::to_string(i);
   if (!h5::has(vars, name))
     throw value_error(head + "the file has no variable " + std::to_string(i) + " of " + what +
@@ -360,18 +410,12 @@ inline void read_variable(const h5::object& vars, std::size_t i, saved_variable&
                       "was damaged after it was written (flipped bytes on the disk or in a "
                       "copy). Use another copy of the file.");
 }
-}  // namespace detail
+}  // namespace tessel::saving::detail
 
-// Reads `path` into `expected`, which gives what the model holds: every layer's group, name and
-// variables (path and shape; the values are filled in), and the optimizer's name and slots (if
-// the model has an optimizer whose state is wanted). A layer without variables may be missing
-// from the file; a layer with variables must be there with each of them, of the same shape. The
-// optimizer's values are read when the file has them: every slot, or the counters alone (a file
-// saved before the first step). Anything else is an error naming the file, the variable or layer,
-// and what to do.
-inline optimizer_found read_weights_file(const std::filesystem::path& path,
-                                         weights_content& expected,
-                                         std::string_view where = "load_weights") {
+namespace tessel::saving {
+
+TESSEL_INLINE optimizer_found read_weights_file(const std::filesystem::path& path,
+                                                weights_content& expected, std::string_view where) {
   // A file whose trailer matched its checksum holds every value as tessel wrote it: the
   // datasets' own checksums need not be computed again.
   const bool verified = check_weights_file(path, where) == checksum_state::ok;
@@ -495,3 +539,4 @@ inline optimizer_found read_weights_file(const std::filesystem::path& path,
 }
 
 }  // namespace tessel::saving
+#endif  // TESSEL_DEFINITIONS
