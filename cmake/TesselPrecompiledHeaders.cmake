@@ -35,13 +35,20 @@ endfunction()
 # tessel_precompiled_headers_for_directory([CATCH2])
 #
 # tessel_precompiled_headers for every executable of the calling directory that links
-# tessel::compiled.
+# tessel::compiled and does not set a limit of the library (a macro its headers read).
 function(tessel_precompiled_headers_for_directory)
   get_property(targets DIRECTORY PROPERTY BUILDSYSTEM_TARGETS)
   foreach(t IN LISTS targets)
     get_target_property(type ${t} TYPE)
     get_target_property(libs ${t} LINK_LIBRARIES)
-    if(type STREQUAL "EXECUTABLE" AND "tessel::compiled" IN_LIST libs)
+    # A target that sets one of the library's limits (TESSEL_MAX_OPS...) compiles the headers
+    # differently: GCC refuses the shared header for it (-Winvalid-pch, an error here).
+    get_target_property(definitions ${t} COMPILE_DEFINITIONS)
+    set(own_limits FALSE)
+    if(definitions AND definitions MATCHES "TESSEL_MAX_")
+      set(own_limits TRUE)
+    endif()
+    if(type STREQUAL "EXECUTABLE" AND "tessel::compiled" IN_LIST libs AND NOT own_limits)
       tessel_precompiled_headers(${t} ${ARGN})
     endif()
   endforeach()
