@@ -45,3 +45,10 @@
 #include <tessel/trainer/logs.hpp>
 #include <tessel/trainer/progbar.hpp>
 #include <tessel/trainer/progbar_logger.hpp>
+
+// The templates over the host backend that do not depend on a model's type (core/compilation.hpp).
+namespace tessel {
+TESSEL_CHECKPOINT_TEMPLATES(, backend::host)
+TESSEL_MODEL_WEIGHTS_TEMPLATES(, backend::host)
+template class optimizer<backend::host>;
+}  // namespace tessel

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/default.hpp"
+#include "core/compilation.hpp"
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
 #include "state.hpp"
@@ -46,11 +47,11 @@ struct rmsprop {
 class optimizer_spec {
  public:
   using value_type = std::variant<optimizers::sgd, optimizers::adam, optimizers::rmsprop>;
-  optimizer_spec(optimizers::sgd o) : value_(o) {}       // NOLINT
-  optimizer_spec(optimizers::adam o) : value_(o) {}      // NOLINT
-  optimizer_spec(optimizers::rmsprop o) : value_(o) {}   // NOLINT
+  optimizer_spec(optimizers::sgd o) : value_(o) {}                        // NOLINT
+  optimizer_spec(optimizers::adam o) : value_(o) {}                       // NOLINT
+  optimizer_spec(optimizers::rmsprop o) : value_(o) {}                    // NOLINT
   optimizer_spec(const char* n) : optimizer_spec(std::string_view(n)) {}  // NOLINT
-  optimizer_spec(std::string_view n) : value_(from_name(n)) {}           // NOLINT
+  optimizer_spec(std::string_view n) : value_(from_name(n)) {}            // NOLINT
   const value_type& value() const { return value_; }
 
  private:
@@ -77,44 +78,11 @@ class optimizer {
   double learning_rate() const { return learning_rate_; }
 
   // Creates the slots for these variables (Keras's optimizer.build); apply() calls it when needed.
-  void build(const std::vector<variable<B>*>& vars) {
-    if (!slots_.empty()) return;
-    const auto names = slot_names();
-    for (variable<B>* v : vars) {
-      slot s{};
-      for (std::size_t k = 0; k < names.size(); ++k) {
-        if (names[k] == nullptr) continue;
-        variable<B>& x = state_.emplace_back();
-        x.path = slot_path(v->path, names[k]);
-        x.shape = v->shape;
-        x.initializer = "zeros";
-        x.trainable = false;
-        // On the same shards as the variable: the block's shape, zeroed.
-        x.value = v->value.like(
-            B::make_zeros(x.path, B::rows(v->value.local()), B::cols(v->value.local())));
-        s[k] = &x;
-      }
-      slots_.push_back(s);
-    }
-  }
+  void build(const std::vector<variable<B>*>& vars);
 
   // One step on each variable from its `gradient` (Keras's optimizer.apply(grads, variables)):
   // one backend update over all of them.
-  void apply(const std::vector<variable<B>*>& vars) {
-    build(vars);
-    if (vars.size() != slots_.size())
-      throw value_error("optimizer.apply: built for " + std::to_string(slots_.size()) +
-                        " variables, called with " + std::to_string(vars.size()) + ".");
-    ++iterations_;
-    tensors_.clear();
-    for (std::size_t i = 0; i < vars.size(); ++i) {
-      auto local = [](const variable<B>* x) { return x ? x->value.local() : matrix(); };
-      const slot& s = slots_[i];
-      tensors_.push_back({vars[i]->value.local(), vars[i]->gradient, local(s[0]), local(s[1]),
-                          local(s[2])});
-    }
-    update(tensors_, iterations_, learning_rate_);
-  }
+  void apply(const std::vector<variable<B>*>& vars);
 
   // The optimizer's own variables (slots), in creation order.
   std::vector<variable<B>*> variables() {
@@ -136,17 +104,7 @@ class optimizer {
     detail::check_state_list(entries(false), values, where, "optimizer_variables");
   }
   // Writes a state (as state() gives it) back: each value checked first, then assigned.
-  void set_state(const state_list<B>& values, std::string_view where = "set_state_tree") {
-    check_state(values, where);
-    const std::int64_t it = values[0].integer();
-    if (it < 0)
-      throw value_error(std::string(where) + ": " + values[0].path + " is " + std::to_string(it) +
-                        "; an iteration count is at least 0.");
-    iterations_ = static_cast<std::size_t>(it);
-    learning_rate_ = values[1].real();
-    std::size_t i = 2;
-    for (auto& v : state_) B::copy(values[i++].tensor().local(), v.value.local());
-  }
+  void set_state(const state_list<B>& values, std::string_view where = "set_state_tree");
 
   // Keras's optimizer.stateless_apply(optimizer_variables, grads, trainable_variables): one step
   // on copies, the arguments unchanged. `optimizer_variables` as state() gives them, `grads` one
@@ -154,78 +112,16 @@ class optimizer {
   // optimizer variables, the iteration count one more. The arithmetic is apply()'s.
   std::pair<state_list<B>, state_list<B>> stateless_apply(const state_list<B>& optimizer_variables,
                                                           const state_list<B>& grads,
-                                                          const state_list<B>& trainable) const {
-    if (optimizer_variables.size() < 2 || optimizer_variables[0].path != std::string(prefix()) + "/iteration")
-      throw value_error("stateless_apply: optimizer_variables must start with '" +
-                        std::string(prefix()) +
-                        "/iteration'; pass the optimizer_variables of get_state_tree().");
-    if (grads.size() != trainable.size())
-      throw value_error("stateless_apply: " + std::to_string(grads.size()) +
-                        " gradients for " + std::to_string(trainable.size()) +
-                        " trainable variables; pass one gradient per trainable variable, in "
-                        "their order.");
-    state_list<B> new_trainable, new_state;
-    for (const auto& v : trainable) new_trainable.push_back(copy_of(v));
-    for (const auto& v : optimizer_variables) new_state.push_back(copy_of(v));
-    const std::int64_t it = new_state[0].integer() + 1;
-    new_state[0].value = it;
-    const double lr = new_state[1].real();
-    const auto names = slot_names();
-    std::vector<backend::update_tensors<matrix>> tensors;
-    for (std::size_t i = 0; i < trainable.size(); ++i) {
-      const state_variable<B>& g = grads[i];
-      const basic_dtensor<B>& w = new_trainable[i].tensor();
-      if (!g.is_tensor() || g.tensor().size() != w.size())
-        throw value_error("stateless_apply: grads[" + std::to_string(i) + "] ('" + g.path +
-                          "') does not match trainable_variables[" + std::to_string(i) + "] ('" +
-                          trainable[i].path + "'): pass the gradients value_and_grad returns.");
-      std::array<matrix, 3> s{};
-      for (std::size_t k = 0; k < names.size(); ++k) {
-        if (names[k] == nullptr) continue;
-        const std::string path = slot_path(trainable[i].path, names[k]);
-        const state_variable<B>* slot_value = new_state.find(path);
-        if (slot_value == nullptr)
-          throw value_error("stateless_apply: optimizer_variables has no '" + path +
-                            "' for trainable variable '" + trainable[i].path +
-                            "'; pass the optimizer_variables of get_state_tree().");
-        s[k] = slot_value->tensor().local();
-      }
-      tensors.push_back({w.local(), g.tensor().local(), s[0], s[1], s[2]});
-    }
-    update(tensors, static_cast<std::size_t>(it), lr);
-    return {std::move(new_trainable), std::move(new_state)};
-  }
+                                                          const state_list<B>& trainable) const;
 
  private:
   using matrix = typename B::matrix;
   using slot = std::array<variable<B>*, 3>;  // backend::update_tensors' slot_a, slot_b, slot_c
 
-  std::string_view prefix() const {
-    return std::visit(
-        [](const auto& o) -> std::string_view {
-          using O = std::decay_t<decltype(o)>;
-          if constexpr (std::is_same_v<O, optimizers::sgd>) return "sgd";
-          else if constexpr (std::is_same_v<O, optimizers::adam>) return "adam";
-          else return "rmsprop";
-        },
-        spec_.value());
-  }
+  std::string_view prefix() const;
   // The names of the slots a variable gets, as update_tensors' slot_a, slot_b, slot_c (nullptr:
   // none), by the spec's arguments.
-  std::array<const char*, 3> slot_names() const {
-    return std::visit(
-        [](const auto& o) -> std::array<const char*, 3> {
-          using O = std::decay_t<decltype(o)>;
-          if constexpr (std::is_same_v<O, optimizers::sgd>)
-            return {o.momentum != 0.0 ? "momentum" : nullptr, nullptr, nullptr};
-          else if constexpr (std::is_same_v<O, optimizers::adam>)
-            return {"momentum", "velocity", nullptr};
-          else
-            return {"velocity", o.momentum > 0.0 ? "momentum" : nullptr,
-                    o.centered ? "average_gradient" : nullptr};
-        },
-        spec_.value());
-  }
+  std::array<const char*, 3> slot_names() const;
   // Keras's slot path: "adam/" + the variable's path with '/' as '_' + "_momentum".
   std::string slot_path(const std::string& variable_path, const char* what) const {
     std::string base = variable_path;
@@ -235,38 +131,10 @@ class optimizer {
   }
   // The iteration, the learning rate, then the slots: copies of their values, or (copy false)
   // the slots' own tensors, to check a given state against.
-  state_list<B> entries(bool copy) const {
-    state_list<B> out;
-    out.push_back({std::string(prefix()) + "/iteration", {},
-                   static_cast<std::int64_t>(iterations_)});
-    out.push_back({std::string(prefix()) + "/learning_rate", {}, learning_rate_});
-    for (const auto& v : state_)
-      out.push_back(state_of(v, copy));
-    return out;
-  }
+  state_list<B> entries(bool copy) const;
   // The update of every entry of `u` in one backend call, at step `t` (counted from 1).
   void update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
-              double learning_rate) const {
-    const auto t = static_cast<double>(t_count);
-    std::visit(
-        [&](const auto& o) {
-          using O = std::decay_t<decltype(o)>;
-          if constexpr (std::is_same_v<O, optimizers::sgd>) {
-            B::sgd_update(u, static_cast<float>(learning_rate), static_cast<float>(o.momentum),
-                          o.nesterov);
-          } else if constexpr (std::is_same_v<O, optimizers::adam>) {
-            const double alpha = learning_rate * std::sqrt(1.0 - std::pow(o.beta_2, t)) /
-                                 (1.0 - std::pow(o.beta_1, t));
-            B::adam_update(u, static_cast<float>(alpha), static_cast<float>(o.beta_1),
-                           static_cast<float>(o.beta_2), static_cast<float>(o.epsilon));
-          } else {
-            B::rmsprop_update(u, static_cast<float>(learning_rate), static_cast<float>(o.rho),
-                              static_cast<float>(o.momentum), static_cast<float>(o.epsilon),
-                              o.centered);
-          }
-        },
-        spec_.value());
-  }
+              double learning_rate) const;
   optimizer_spec spec_;
   double learning_rate_;
   variable_store<B> state_;
@@ -274,5 +142,172 @@ class optimizer {
   std::vector<backend::update_tensors<matrix>> tensors_;  // reused every step
   std::size_t iterations_ = 0;
 };
+
+template <class B>
+void optimizer<B>::build(const std::vector<variable<B>*>& vars) {
+  if (!slots_.empty()) return;
+  const auto names = slot_names();
+  for (variable<B>* v : vars) {
+    slot s{};
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      if (names[k] == nullptr) continue;
+      variable<B>& x = state_.emplace_back();
+      x.path = slot_path(v->path, names[k]);
+      x.shape = v->shape;
+      x.initializer = "zeros";
+      x.trainable = false;
+      // On the same shards as the variable: the block's shape, zeroed.
+      x.value = v->value.like(
+          B::make_zeros(x.path, B::rows(v->value.local()), B::cols(v->value.local())));
+      s[k] = &x;
+    }
+    slots_.push_back(s);
+  }
+}
+
+template <class B>
+void optimizer<B>::apply(const std::vector<variable<B>*>& vars) {
+  build(vars);
+  if (vars.size() != slots_.size())
+    throw value_error("optimizer.apply: built for " + std::to_string(slots_.size()) +
+                      " variables, called with " + std::to_string(vars.size()) + ".");
+  ++iterations_;
+  tensors_.clear();
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    auto local = [](const variable<B>* x) { return x ? x->value.local() : matrix(); };
+    const slot& s = slots_[i];
+    tensors_.push_back(
+        {vars[i]->value.local(), vars[i]->gradient, local(s[0]), local(s[1]), local(s[2])});
+  }
+  update(tensors_, iterations_, learning_rate_);
+}
+
+template <class B>
+void optimizer<B>::set_state(const state_list<B>& values, std::string_view where) {
+  check_state(values, where);
+  const std::int64_t it = values[0].integer();
+  if (it < 0)
+    throw value_error(std::string(where) + ": " + values[0].path + " is " + std::to_string(it) +
+                      "; an iteration count is at least 0.");
+  iterations_ = static_cast<std::size_t>(it);
+  learning_rate_ = values[1].real();
+  std::size_t i = 2;
+  for (auto& v : state_) B::copy(values[i++].tensor().local(), v.value.local());
+}
+
+template <class B>
+std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
+    const state_list<B>& optimizer_variables, const state_list<B>& grads,
+    const state_list<B>& trainable) const {
+  if (optimizer_variables.size() < 2 ||
+      optimizer_variables[0].path != std::string(prefix()) + "/iteration")
+    throw value_error("stateless_apply: optimizer_variables must start with '" +
+                      std::string(prefix()) +
+                      "/iteration'; pass the optimizer_variables of get_state_tree().");
+  if (grads.size() != trainable.size())
+    throw value_error("stateless_apply: " + std::to_string(grads.size()) + " gradients for " +
+                      std::to_string(trainable.size()) +
+                      " trainable variables; pass one gradient per trainable variable, in "
+                      "their order.");
+  state_list<B> new_trainable, new_state;
+  for (const auto& v : trainable) new_trainable.push_back(copy_of(v));
+  for (const auto& v : optimizer_variables) new_state.push_back(copy_of(v));
+  const std::int64_t it = new_state[0].integer() + 1;
+  new_state[0].value = it;
+  const double lr = new_state[1].real();
+  const auto names = slot_names();
+  std::vector<backend::update_tensors<matrix>> tensors;
+  for (std::size_t i = 0; i < trainable.size(); ++i) {
+    const state_variable<B>& g = grads[i];
+    const basic_dtensor<B>& w = new_trainable[i].tensor();
+    if (!g.is_tensor() || g.tensor().size() != w.size())
+      throw value_error("stateless_apply: grads[" + std::to_string(i) + "] ('" + g.path +
+                        "') does not match trainable_variables[" + std::to_string(i) + "] ('" +
+                        trainable[i].path + "'): pass the gradients value_and_grad returns.");
+    std::array<matrix, 3> s{};
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      if (names[k] == nullptr) continue;
+      const std::string path = slot_path(trainable[i].path, names[k]);
+      const state_variable<B>* slot_value = new_state.find(path);
+      if (slot_value == nullptr)
+        throw value_error("stateless_apply: optimizer_variables has no '" + path +
+                          "' for trainable variable '" + trainable[i].path +
+                          "'; pass the optimizer_variables of get_state_tree().");
+      s[k] = slot_value->tensor().local();
+    }
+    tensors.push_back({w.local(), g.tensor().local(), s[0], s[1], s[2]});
+  }
+  update(tensors, static_cast<std::size_t>(it), lr);
+  return {std::move(new_trainable), std::move(new_state)};
+}
+
+template <class B>
+std::string_view optimizer<B>::prefix() const {
+  return std::visit(
+      [](const auto& o) -> std::string_view {
+        using O = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<O, optimizers::sgd>)
+          return "sgd";
+        else if constexpr (std::is_same_v<O, optimizers::adam>)
+          return "adam";
+        else
+          return "rmsprop";
+      },
+      spec_.value());
+}
+
+template <class B>
+std::array<const char*, 3> optimizer<B>::slot_names() const {
+  return std::visit(
+      [](const auto& o) -> std::array<const char*, 3> {
+        using O = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<O, optimizers::sgd>)
+          return {o.momentum != 0.0 ? "momentum" : nullptr, nullptr, nullptr};
+        else if constexpr (std::is_same_v<O, optimizers::adam>)
+          return {"momentum", "velocity", nullptr};
+        else
+          return {"velocity", o.momentum > 0.0 ? "momentum" : nullptr,
+                  o.centered ? "average_gradient" : nullptr};
+      },
+      spec_.value());
+}
+
+template <class B>
+state_list<B> optimizer<B>::entries(bool copy) const {
+  state_list<B> out;
+  out.push_back({std::string(prefix()) + "/iteration", {}, static_cast<std::int64_t>(iterations_)});
+  out.push_back({std::string(prefix()) + "/learning_rate", {}, learning_rate_});
+  for (const auto& v : state_) out.push_back(state_of(v, copy));
+  return out;
+}
+
+template <class B>
+void optimizer<B>::update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
+                          double learning_rate) const {
+  const auto t = static_cast<double>(t_count);
+  std::visit(
+      [&](const auto& o) {
+        using O = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<O, optimizers::sgd>) {
+          B::sgd_update(u, static_cast<float>(learning_rate), static_cast<float>(o.momentum),
+                        o.nesterov);
+        } else if constexpr (std::is_same_v<O, optimizers::adam>) {
+          const double alpha = learning_rate * std::sqrt(1.0 - std::pow(o.beta_2, t)) /
+                               (1.0 - std::pow(o.beta_1, t));
+          B::adam_update(u, static_cast<float>(alpha), static_cast<float>(o.beta_1),
+                         static_cast<float>(o.beta_2), static_cast<float>(o.epsilon));
+        } else {
+          B::rmsprop_update(u, static_cast<float>(learning_rate), static_cast<float>(o.rho),
+                            static_cast<float>(o.momentum), static_cast<float>(o.epsilon),
+                            o.centered);
+        }
+      },
+      spec_.value());
+}
+
+#if TESSEL_EXTERN_TEMPLATES
+// Compiled once, in tessel::compiled (core/compilation.hpp).
+extern template class optimizer<backend::host>;
+#endif
 
 }  // namespace tessel

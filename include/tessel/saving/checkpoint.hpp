@@ -52,6 +52,7 @@
 #include "atomic_file.hpp"
 #include "file_checksum.hpp"
 #include "file_writer.hpp"
+#include "model_view.hpp"
 
 namespace tessel {
 
@@ -177,19 +178,17 @@ struct snapshot {
 // `copy`: whether the values are copied into `buffer` (the caller's, kept between saves) for
 // the write to go on while the model trains; otherwise they are the model's own memory where it
 // is the host's, valid until the model next changes.
-template <class Model>
-snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata, bool copy,
-                       staging_buffer buffer = {}) {
-  using B = typename Model::backend;
+template <class B>
+snapshot take_snapshot(const saving::model_view<B>& model, const fs::path& dir,
+                       const json& metadata, bool copy, staging_buffer buffer = {}) {
   const auto start = std::chrono::steady_clock::now();
-  const auto& pm = model.mesh();
-  const mesh_value mesh = pm.shape();
+  const mesh_value mesh = model.shape;
   snapshot s;
   s.dir = dir;
   s.staging = fs::path(dir.string() + ".partial");
-  s.device = pm.device();
-  s.devices = pm.size();
-  s.chief = pm.device() == 0;
+  s.device = model.device;
+  s.devices = model.size;
+  s.chief = model.device == 0;
   s.mesh = to_string(mesh);
   s.metadata = metadata;
   s.blocks = json::array();
@@ -201,7 +200,7 @@ snapshot take_snapshot(Model& model, const fs::path& dir, const json& metadata, 
   const auto owned = [&](const basic_dtensor<B>& t) {
     const std::uint32_t split = t.layout().sharded_axes();
     for (std::size_t a = 0; a < mesh.rank; ++a)
-      if (!((split >> a) & 1u) && pm.coordinates()[a] != 0) return false;
+      if (!((split >> a) & 1u) && model.coordinates[a] != 0) return false;
     return true;
   };
   const bool borrow = host_memory<B> && !copy;
@@ -271,34 +270,29 @@ TESSEL_INLINE void commit_snapshot(snapshot& s);
 // Process 0 makes the staging directory, fresh, before anyone writes into it.
 TESSEL_INLINE void make_staging(const snapshot& s);
 
-}  // namespace checkpoint_detail
+// The caller's metadata from its text and back (model_base's save_checkpoint and
+// load_checkpoint carry it as text).
+TESSEL_INLINE json parse_metadata(const std::string& text);
+TESSEL_INLINE std::string metadata_text(const json& metadata);
 
-// Saves `model`'s training state to the directory `dir` (replaced if it exists), every process
-// writing the blocks it owns; `metadata` (any JSON value) is kept in the manifest for the caller
-// (backup_and_restore keeps the epoch and step there). Collective over the model's processes.
-template <class Model>
-void save_checkpoint(Model& model, const std::filesystem::path& dir,
-                     const nlohmann::json& metadata = {}) {
-  namespace cd = checkpoint_detail;
-  const auto& pm = model.mesh();
-  cd::snapshot s = cd::take_snapshot(model, dir, metadata, /*copy=*/false);
-  tessel::detail::on_every_process(pm, "save_checkpoint", [&] { cd::make_staging(s); });
-  tessel::detail::on_every_process(pm, "save_checkpoint", [&] { cd::write_snapshot(s); });
-  tessel::detail::on_every_process(pm, "save_checkpoint", [&] { cd::commit_snapshot(s); });
+// save_checkpoint on a model's view (below, for any model).
+template <class B>
+void save(const saving::model_view<B>& model, const std::filesystem::path& dir,
+          const nlohmann::json& metadata) {
+  snapshot s = take_snapshot(model, dir, metadata, /*copy=*/false);
+  tessel::detail::on_every_process(model, "save_checkpoint", [&] { make_staging(s); });
+  tessel::detail::on_every_process(model, "save_checkpoint", [&] { write_snapshot(s); });
+  tessel::detail::on_every_process(model, "save_checkpoint", [&] { commit_snapshot(s); });
 }
 
-// Saves in the background, as Orbax's and DCP's asynchronous saves do: save() waits for the
-// previous save to finish (and commits it), copies the state to the host (what the training
-// step waits for), and leaves the files to a thread beside training; wait() (the next save, the
-// end of fit, the destructor) finishes and commits. Every call is collective over the model's
-// processes; a checkpoint is complete only once committed (its manifest written).
-template <class Model>
-class async_checkpointer {
+// async_checkpointer on a model's view (below, for any model).
+template <class B>
+class async_saver {
  public:
-  explicit async_checkpointer(Model& model) : model_(&model) {}
-  async_checkpointer(const async_checkpointer&) = delete;
-  async_checkpointer& operator=(const async_checkpointer&) = delete;
-  ~async_checkpointer() {
+  explicit async_saver(saving::model_view<B> model) : model_(std::move(model)) {}
+  async_saver(const async_saver&) = delete;
+  async_saver& operator=(const async_saver&) = delete;
+  ~async_saver() {
     try {
       wait();
     } catch (const std::exception& e) {
@@ -306,42 +300,10 @@ class async_checkpointer {
     }
   }
 
-  void save(const std::filesystem::path& dir, const nlohmann::json& metadata = {}) {
-    namespace cd = checkpoint_detail;
-    wait();
-    const auto start = std::chrono::steady_clock::now();
-    auto s = std::make_unique<cd::snapshot>(
-        cd::take_snapshot(*model_, dir, metadata, /*copy=*/true, std::move(buffer_)));
-    tessel::detail::on_every_process(model_->mesh(), "save_checkpoint",
-                                     [&] { cd::make_staging(*s); });
-    pending_ = std::move(s);
-    error_ = nullptr;
-    writer_ = std::thread([this] {
-      try {
-        checkpoint_detail::write_snapshot(*pending_);
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-    });
-    last_blocking_ =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    started_ = start;
-  }
+  // Waits for the save in flight (wait()), takes the state and starts writing it.
+  void save(const std::filesystem::path& dir, const nlohmann::json& metadata = {});
   // Finishes the save in flight, if any: the files, then the commit on every process.
-  void wait() {
-    if (!pending_) return;
-    if (writer_.joinable()) writer_.join();
-    const std::unique_ptr<checkpoint_detail::snapshot> s = std::move(pending_);
-    tessel::detail::on_every_process(model_->mesh(), "save_checkpoint", [&] {
-      if (error_) std::rethrow_exception(error_);
-    });
-    tessel::detail::on_every_process(model_->mesh(), "save_checkpoint",
-                                     [&] { checkpoint_detail::commit_snapshot(*s); });
-    last_total_ =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    last_write_ = s->write_seconds;
-    buffer_ = std::move(s->buffer);
-  }
+  void wait();
   [[nodiscard]] bool pending() const noexcept { return pending_ != nullptr; }
   // The last save's times: what the caller waited for (the copy), the background write, and
   // from the start of save() to the end of its commit.
@@ -350,7 +312,7 @@ class async_checkpointer {
   [[nodiscard]] double total_seconds() const noexcept { return last_total_; }
 
  private:
-  Model* model_;
+  saving::model_view<B> model_;
   std::unique_ptr<checkpoint_detail::snapshot> pending_;
   checkpoint_detail::staging_buffer buffer_;  // the host copy's memory, kept for the next save
   std::thread writer_;
@@ -359,14 +321,46 @@ class async_checkpointer {
   double last_blocking_ = 0, last_write_ = 0, last_total_ = 0;
 };
 
-// Restores `model`'s training state from the checkpoint directory `dir`, saved on any mesh:
-// each process reads its own blocks under the model's layouts. Returns the caller's metadata.
-// Nothing changes unless every process read all it needs. Collective over the model's processes.
-template <class Model>
-nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
+template <class B>
+void async_saver<B>::save(const std::filesystem::path& dir, const nlohmann::json& metadata) {
   namespace cd = checkpoint_detail;
-  using B = typename Model::backend;
-  const auto& pm = model.mesh();
+  wait();
+  const auto start = std::chrono::steady_clock::now();
+  auto s = std::make_unique<cd::snapshot>(
+      cd::take_snapshot(model_, dir, metadata, /*copy=*/true, std::move(buffer_)));
+  tessel::detail::on_every_process(model_, "save_checkpoint", [&] { cd::make_staging(*s); });
+  pending_ = std::move(s);
+  error_ = nullptr;
+  writer_ = std::thread([this] {
+    try {
+      checkpoint_detail::write_snapshot(*pending_);
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
+  last_blocking_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  started_ = start;
+}
+
+template <class B>
+void async_saver<B>::wait() {
+  if (!pending_) return;
+  if (writer_.joinable()) writer_.join();
+  const std::unique_ptr<checkpoint_detail::snapshot> s = std::move(pending_);
+  tessel::detail::on_every_process(model_, "save_checkpoint", [&] {
+    if (error_) std::rethrow_exception(error_);
+  });
+  tessel::detail::on_every_process(model_, "save_checkpoint",
+                                   [&] { checkpoint_detail::commit_snapshot(*s); });
+  last_total_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  last_write_ = s->write_seconds;
+  buffer_ = std::move(s->buffer);
+}
+
+// load_checkpoint on a model's view (below, for any model).
+template <class B>
+nlohmann::json load(const saving::model_view<B>& model, const std::filesystem::path& dir) {
+  namespace cd = checkpoint_detail;
   // The model's own memory, which nothing changes until every process has read and checked all
   // it needs into `staged` (its blocks, one after another).
   state_tree<B> state = model.state_tree_view();
@@ -379,7 +373,7 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
   std::size_t used = 0;
   std::vector<std::pair<const basic_dtensor<B>*, std::span<const float>>> reads;
   nlohmann::json metadata;
-  tessel::detail::on_every_process(pm, "load_checkpoint", [&] {
+  tessel::detail::on_every_process(model, "load_checkpoint", [&] {
     const cd::manifest m = cd::read_manifest(dir);
     const auto groups = cd::groups_of(state);
     for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -447,6 +441,48 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
   model.set_state_tree(state);  // the scalars (its tensors are the model's own: not copied)
   return metadata;
 }
+
+}  // namespace checkpoint_detail
+
+// Saves `model`'s training state to the directory `dir` (replaced if it exists), every process
+// writing the blocks it owns; `metadata` (any JSON value) is kept in the manifest for the caller
+// (backup_and_restore keeps the epoch and step there). Collective over the model's processes.
+template <class Model>
+void save_checkpoint(Model& model, const std::filesystem::path& dir,
+                     const nlohmann::json& metadata = {}) {
+  checkpoint_detail::save(saving::view_of(model), dir, metadata);
+}
+
+// Saves in the background, as Orbax's and DCP's asynchronous saves do: save() waits for the
+// previous save to finish (and commits it), copies the state to the host (what the training
+// step waits for), and leaves the files to a thread beside training; wait() (the next save, the
+// end of fit, the destructor) finishes and commits. Every call is collective over the model's
+// processes; a checkpoint is complete only once committed (its manifest written).
+template <class Model>
+class async_checkpointer : public checkpoint_detail::async_saver<typename Model::backend> {
+ public:
+  explicit async_checkpointer(Model& model)
+      : checkpoint_detail::async_saver<typename Model::backend>(saving::view_of(model)) {}
+};
+
+// Restores `model`'s training state from the checkpoint directory `dir`, saved on any mesh:
+// each process reads its own blocks under the model's layouts. Returns the caller's metadata.
+// Nothing changes unless every process read all it needs. Collective over the model's processes.
+template <class Model>
+nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
+  return checkpoint_detail::load(saving::view_of(model), dir);
+}
+
+// The checkpoint code over one backend, compiled once for the host's (core/compilation.hpp).
+#define TESSEL_CHECKPOINT_TEMPLATES(prefix, B)                                             \
+  prefix template void checkpoint_detail::save<B>(                                         \
+      const saving::model_view<B>&, const std::filesystem::path&, const nlohmann::json&);  \
+  prefix template nlohmann::json checkpoint_detail::load<B>(const saving::model_view<B>&,  \
+                                                            const std::filesystem::path&); \
+  prefix template class checkpoint_detail::async_saver<B>;
+#if TESSEL_EXTERN_TEMPLATES
+TESSEL_CHECKPOINT_TEMPLATES(extern, backend::host)
+#endif
 
 // The newest checkpoint in `dir` (seeds/001's "restore the latest" step), or an empty path if
 // there is none: of the complete ones there (a directory with its manifest.json, as
@@ -907,6 +943,11 @@ TESSEL_INLINE void make_staging(const snapshot& s) {
                         "': " + (ec ? ec.message() : std::string("it exists")) +
                         "; check that its parent is writable");
 }
+
+TESSEL_INLINE json parse_metadata(const std::string& text) { return json::parse(text); }
+
+TESSEL_INLINE std::string metadata_text(const json& metadata) { return metadata.dump(); }
+
 }  // namespace tessel::checkpoint_detail
 
 namespace tessel {

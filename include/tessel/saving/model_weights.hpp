@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -30,6 +31,7 @@
 #include "../state.hpp"
 #include "keras_archive.hpp"
 #include "model_config.hpp"
+#include "model_view.hpp"
 #include "sharded_weights.hpp"
 #include "weights_file.hpp"
 
@@ -53,8 +55,8 @@ std::string keras_optimizer_name(const optimizer<B>& o) {
 
 // `v`'s values for a save: a replicated tensor in host memory borrowed (no copy: the save writes
 // from the model's own memory), any other downloaded (a sharded one gathered, on every process).
-template <class Model, class B>
-void take_values(Model& m, const basic_dtensor<B>& t, saved_variable& v) {
+template <class B>
+void take_values(const model_view<B>& m, const basic_dtensor<B>& t, saved_variable& v) {
   const std::size_t n = tessel::saving::detail::elements(v.shape);
   if constexpr (tessel::host_memory<B>) {  // a replicated block is its global values
     if (t.size() == n) {
@@ -62,7 +64,7 @@ void take_values(Model& m, const basic_dtensor<B>& t, saved_variable& v) {
       return;
     }
   }
-  m.resharding().gather_to_host(t, v.values);
+  m.gather_to_host(t, v.values);
 }
 
 // Sets `t` (this process's block) from its variable's global values `global`: a replicated
@@ -82,21 +84,21 @@ void assign_values(const basic_dtensor<B>& t, std::span<const float> global) {
 // The layout of `m`'s weights file: Keras's model.layers (a functional model's InputLayer
 // first), each with its variables (trainable first, then the others, each in creation order),
 // and the optimizer `opt` (if any) with its slots in Keras's order. The values are left empty.
-template <class Model, class B>
-model_weights_layout weights_layout(Model& m, const optimizer<B>* opt) {
+template <class B>
+model_weights_layout weights_layout(const model_view<B>& m, const optimizer<B>* opt) {
   model_weights_layout out;
-  out.content.model_name = m.name();
+  out.content.model_name = m.name;
   std::vector<std::string> classes, names;
-  if constexpr (Model::keras_functional) {
+  if (m.functional) {
     classes.push_back("input_layer");
     names.push_back("input_layer");
   }
-  for (std::size_t i = 0; i < Model::layer_count; ++i) {
-    classes.push_back(keras_snake_case(Model::layer_class_name(i)));
-    names.push_back(std::string(Model::layer_name(i)));
+  for (std::size_t i = 0; i < m.layer_names.size(); ++i) {
+    classes.push_back(keras_snake_case(m.layer_classes[i]));
+    names.push_back(m.layer_names[i]);
   }
   const std::vector<std::string> groups = keras_unique_names(classes);
-  const std::vector<variable<B>*> vars = m.variables();
+  const std::vector<variable<B>*>& vars = m.variables;
   for (std::size_t l = 0; l < groups.size(); ++l) {
     saved_layer layer{groups[l], names[l], {}};
     const std::string prefix = names[l] + "/";
@@ -112,7 +114,7 @@ model_weights_layout weights_layout(Model& m, const optimizer<B>* opt) {
   for (std::size_t i = 0; i < vars.size(); ++i)
     if (std::count(out.weight_index.begin(), out.weight_index.end(), i) != 1)
       throw value_error("weights file: variable '" + vars[i]->path +
-                        "' belongs to no layer of model '" + m.name() +
+                        "' belongs to no layer of model '" + m.name +
                         "' (its path does not start with a layer's name)");
   if (opt != nullptr) {
     saved_optimizer o{detail::keras_optimizer_name(*opt), 0, 0, {}};
@@ -134,16 +136,16 @@ TESSEL_INLINE void check_weights_path(const std::string& filepath, const char* w
 // variables, then the optimizer's slots; its counters first), calling `taken()` after each: a
 // sharded one gathered on every process (a collective), a replicated one in host memory
 // borrowed, valid while the model is not changed. Every process calls it.
-template <class Model, class B, class Taken>
-void take_model_values(Model& m, const optimizer<B>* opt, model_weights_layout& layout,
-                       Taken&& taken) {
+template <class B>
+void take_model_values(const model_view<B>& m, const optimizer<B>* opt,
+                       model_weights_layout& layout, const std::function<void()>& taken) {
   std::optional<state_list<B>> state;
   if (opt != nullptr) {
     state.emplace(opt->state_view());
     layout.content.optimizer->iterations = (*state)[0].integer();
     layout.content.optimizer->learning_rate = (*state)[1].real();
   }
-  const std::vector<variable<B>*> vars = m.variables();
+  const std::vector<variable<B>*>& vars = m.variables;
   std::size_t next = 0;
   for (auto& layer : layout.content.layers)
     for (auto& v : layer.variables) {
@@ -190,8 +192,8 @@ class taken_count {
 // The model's weights file as values: every variable's global values (a sharded one gathered
 // on every process; a replicated one in host memory borrowed, valid while the model is not
 // changed) and the optimizer's counters and slots. Every process calls it.
-template <class Model, class B>
-weights_content model_weights_content(Model& m, const optimizer<B>* opt) {
+template <class B>
+weights_content model_weights_content(const model_view<B>& m, const optimizer<B>* opt) {
   model_weights_layout layout = weights_layout(m, opt);
   detail::take_model_values(m, opt, layout, [] {});
   return std::move(layout.content);
@@ -204,16 +206,16 @@ weights_content model_weights_content(Model& m, const optimizer<B>* opt) {
 // group, as Keras writes none). On more than one process, a .weights.h5 file is written on a
 // thread of its own while the variables are gathered, each as soon as it has its values: the
 // gathers and the writes overlap, as in a one-process save the checksums and the disk do.
-template <class Model, class B>
-void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& filepath,
-                        const save_weights_options& options = {}) {
-  tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
+template <class B>
+void save_model_weights(const model_view<B>& m, const optimizer<B>* opt,
+                        const std::string& filepath, const save_weights_options& options = {}) {
+  tessel::detail::on_every_process(m, "save_weights", [&] {
     if (!options.max_shard_size) detail::check_weights_path(filepath, "save_weights");
   });
-  if (options.max_shard_size || m.mesh().size() == 1) {
+  if (options.max_shard_size || m.size == 1) {
     const weights_content content = model_weights_content(m, opt);
-    tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
-      if (!m.mesh().is_chief()) return;
+    tessel::detail::on_every_process(m, "save_weights", [&] {
+      if (!m.is_chief()) return;
       if (options.max_shard_size)
         write_sharded_weights(filepath, content, *options.max_shard_size);
       else
@@ -225,7 +227,7 @@ void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& fi
   detail::taken_count taken;
   std::exception_ptr write_error;
   std::thread writer;
-  if (m.mesh().is_chief())
+  if (m.is_chief())
     writer = std::thread([&] {
       try {
         write_weights_file(filepath, layout.content, [&](std::size_t k) { taken.wait_for(k + 1); });
@@ -241,7 +243,7 @@ void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& fi
     throw;
   }
   if (writer.joinable()) writer.join();
-  tessel::detail::on_every_process(m.mesh(), "save_weights", [&] {
+  tessel::detail::on_every_process(m, "save_weights", [&] {
     if (write_error) std::rethrow_exception(write_error);
   });
 }
@@ -249,15 +251,15 @@ void save_model_weights(Model& m, const optimizer<B>* opt, const std::string& fi
 // Keras's model.save(filepath): a .keras archive (keras_archive.hpp) of the model's config
 // (`compiled`: what compile() was given, or nullptr), the metadata and the weights file; every
 // process calls it, the process at device 0 writes it.
-template <class Model, class B>
-void save_model_archive(Model& m, const optimizer<B>* opt, const compile_info* compiled,
-                        const std::string& filepath) {
-  tessel::detail::on_every_process(m.mesh(), "save",
+template <class B>
+void save_model_archive(const model_view<B>& m, const optimizer<B>* opt,
+                        const compile_info* compiled, const std::string& filepath) {
+  tessel::detail::on_every_process(m, "save",
                                    [&] { detail::check_archive_path(filepath, "save"); });
-  const std::string config = model_config_json<Model>(m.name(), compiled);
+  const std::string config = m.config_json(compiled);
   const weights_content content = model_weights_content(m, opt);
-  tessel::detail::on_every_process(m.mesh(), "save", [&] {
-    if (m.mesh().is_chief()) write_keras_archive(filepath, config, content);
+  tessel::detail::on_every_process(m, "save", [&] {
+    if (m.is_chief()) write_keras_archive(filepath, config, content);
   });
 }
 
@@ -266,15 +268,14 @@ void save_model_archive(Model& m, const optimizer<B>* opt, const compile_info* c
 // .weights.json); the model's
 // variables (and the optimizer's state, where the file has it and `opt` is the compiled
 // optimizer) are replaced only once every process has read every value and found it fit.
-template <class Model, class B>
-void load_model_weights(Model& m, optimizer<B>* opt, const std::string& filepath) {
-  if (opt != nullptr) opt->build(m.trainable_variables());
+template <class B>
+void load_model_weights(const model_view<B>& m, optimizer<B>* opt, const std::string& filepath) {
+  if (opt != nullptr) opt->build(m.trainable);
   model_weights_layout layout = weights_layout(m, static_cast<const optimizer<B>*>(opt));
   optimizer_found found = optimizer_found::none;
-  tessel::detail::on_every_process(m.mesh(), "load_weights", [&] {
+  tessel::detail::on_every_process(m, "load_weights", [&] {
     if (filepath.ends_with(".keras")) {
-      const nlohmann::json ours =
-          nlohmann::json::parse(model_config_json<Model>(m.name(), nullptr));
+      const nlohmann::json ours = nlohmann::json::parse(m.config_json(nullptr));
       found = read_keras_archive(filepath, ours, layout.content, "load_weights");
     } else if (filepath.ends_with(".weights.json")) {
       found = read_sharded_weights(filepath, layout.content, "load_weights");
@@ -290,7 +291,7 @@ void load_model_weights(Model& m, optimizer<B>* opt, const std::string& filepath
   });
   // Every process read the whole file and found every value fit: each now keeps its block of
   // each variable (the file's values, not a broadcast of one process's).
-  const std::vector<variable<B>*> vars = m.variables();
+  const std::vector<variable<B>*>& vars = m.variables;
   std::size_t next = 0;
   for (auto& layer : layout.content.layers)
     for (auto& v : layer.variables)
@@ -309,6 +310,24 @@ void load_model_weights(Model& m, optimizer<B>* opt, const std::string& filepath
 }
 
 }  // namespace tessel::saving
+
+// The weights-file code over one backend, compiled once for the host's (core/compilation.hpp).
+#define TESSEL_MODEL_WEIGHTS_TEMPLATES(prefix, B)                                                 \
+  prefix template void saving::save_model_weights<B>(const saving::model_view<B>&,                \
+                                                     const optimizer<B>*, const std::string&,     \
+                                                     const saving::save_weights_options&);        \
+  prefix template void saving::save_model_archive<B>(                                             \
+      const saving::model_view<B>&, const optimizer<B>*, const saving::compile_info*,             \
+      const std::string&);                                                                        \
+  prefix template void saving::load_model_weights<B>(const saving::model_view<B>&, optimizer<B>*, \
+                                                     const std::string&);                         \
+  prefix template saving::weights_content saving::model_weights_content<B>(                       \
+      const saving::model_view<B>&, const optimizer<B>*);
+#if TESSEL_EXTERN_TEMPLATES
+namespace tessel {
+TESSEL_MODEL_WEIGHTS_TEMPLATES(extern, backend::host)
+}  // namespace tessel
+#endif
 
 // Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS

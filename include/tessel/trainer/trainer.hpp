@@ -139,11 +139,11 @@ class trainer : public Model, public model_base {
                        bool background = false) override {
     if (!background) {
       wait_for_checkpoint();
-      tessel::save_checkpoint(*this, dir, nlohmann::json::parse(metadata_json));
+      tessel::save_checkpoint(*this, dir, checkpoint_detail::parse_metadata(metadata_json));
       return;
     }
     if (!async_) async_ = std::make_unique<async_checkpointer<trainer>>(*this);
-    async_->save(dir, nlohmann::json::parse(metadata_json));
+    async_->save(dir, checkpoint_detail::parse_metadata(metadata_json));
   }
   void wait_for_checkpoint() override {
     if (async_) async_->wait();
@@ -152,7 +152,7 @@ class trainer : public Model, public model_base {
   const async_checkpointer<trainer>* background_checkpoints() const { return async_.get(); }
   std::string load_checkpoint(const std::string& dir) override {
     wait_for_checkpoint();
-    return tessel::load_checkpoint(*this, dir).dump();
+    return checkpoint_detail::metadata_text(tessel::load_checkpoint(*this, dir));
   }
   training_position position() const override { return position_; }
   void resume_from(const training_position& p) override { resume_ = p; }
@@ -225,16 +225,15 @@ class trainer : public Model, public model_base {
   // Keras's model.save_weights(filepath) and model.load_weights(filepath): a .weights.h5 file in
   // Keras 3's layout, with the compiled optimizer's state; every process calls them.
   void save_weights(const std::string& filepath) override {
-    saving::save_model_weights(*this, optimizer_state_ ? &*optimizer_state_ : nullptr, filepath);
+    saving::save_model_weights(saving::view_of(*this), compiled_optimizer(), filepath);
   }
   void load_weights(const std::string& filepath) {
-    saving::load_model_weights(*this, optimizer_state_ ? &*optimizer_state_ : nullptr, filepath);
+    saving::load_model_weights(saving::view_of(*this), compiled_optimizer(), filepath);
   }
   // Keras's save_weights(filepath, max_shard_size=...): with a max_shard_size (GB), a
   // .weights.json and its .weights.h5 shards, as Keras writes them.
   void save_weights(const std::string& filepath, const saving::save_weights_options& options) {
-    saving::save_model_weights(*this, optimizer_state_ ? &*optimizer_state_ : nullptr, filepath,
-                               options);
+    saving::save_model_weights(saving::view_of(*this), compiled_optimizer(), filepath, options);
   }
   // Keras's model.save(filepath): a .keras archive (saving/keras_archive.hpp) that
   // keras.saving.load_model rebuilds the model from, with its compile config and weights;
@@ -246,7 +245,7 @@ class trainer : public Model, public model_base {
                                       std::string(loss_->name()), loss_->plan_kind(), {}};
       for (const auto& m : metrics_) compiled->metrics.push_back(m.name());
     }
-    saving::save_model_archive(*this, optimizer_state_ ? &*optimizer_state_ : nullptr,
+    saving::save_model_archive(saving::view_of(*this), compiled_optimizer(),
                                compiled ? &*compiled : nullptr, filepath);
   }
 
@@ -595,6 +594,8 @@ class trainer : public Model, public model_base {
   }
 
  private:
+  // The compiled optimizer, or nullptr before compile().
+  optimizer<B>* compiled_optimizer() { return optimizer_state_ ? &*optimizer_state_ : nullptr; }
   const mesh_binding& pm() const noexcept { return this->mesh(); }
   // The metric accumulators as state: "loss/total", "loss/count", then each metric's.
   // The state tree, its tensors copies (get_state_tree) or the model's own (state_tree_view).

@@ -1,0 +1,80 @@
+// model_view: a model as the saving code sees it, its type erased. Checkpoints, weights files and
+// .keras archives are written and read by code templated on the backend alone, compiled once in
+// tessel::compiled for the host backend (explicit instantiations, src/tessel.cpp), not once per
+// model type in every translation unit; a model hands it this view: its processes, its state,
+// its layers' names and its variables, and the few things only its type knows (gathering a
+// sharded variable, its Keras config).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../core/device_mesh.hpp"
+#include "../layers/layer.hpp"
+#include "../state.hpp"
+#include "../tensor/dtensor.hpp"
+#include "model_config.hpp"
+
+namespace tessel::saving {
+
+template <class B>
+struct model_view {
+  // ---- the processes (model.mesh()): what on_every_process and the checkpoint's blocks need
+  mesh_value shape{};
+  std::size_t device = 0, size = 1;
+  std::vector<std::size_t> coordinates;
+  std::function<int(bool)> count_true;  // the number of processes on which the flag is true
+  [[nodiscard]] int count(bool flag) const { return count_true(flag); }
+  [[nodiscard]] bool is_chief() const noexcept { return device == 0; }
+
+  // ---- the state (get_state_tree without copies, set_state_tree): checkpoints
+  std::function<state_tree<B>()> state_tree_view;
+  std::function<void(const state_tree<B>&)> set_state_tree;
+
+  // ---- the layers and variables: weights files and archives
+  std::string name;
+  bool functional = false;                 // Keras lists an InputLayer first
+  std::vector<std::string> layer_classes;  // Keras's class name of each layer ("Dense")
+  std::vector<std::string> layer_names;
+  std::vector<variable<B>*> variables;  // every variable, in creation order
+  std::vector<variable<B>*> trainable;  // the trainable ones (the optimizer's)
+  // A variable's global values on every process (a collective when it is sharded).
+  std::function<void(const basic_dtensor<B>&, std::vector<float>&)> gather_to_host;
+  // The model's config as Keras's model.to_json() writes it, with `compiled`'s compile config.
+  std::function<std::string(const compile_info*)> config_json;
+};
+
+// The view of `m` (a trainer: a model with its state). It refers to `m`, which must outlive it.
+template <class Model>
+model_view<typename Model::backend> view_of(Model& m) {
+  using B = typename Model::backend;
+  model_view<B> v;
+  const auto& pm = m.mesh();
+  v.shape = pm.shape();
+  v.device = pm.device();
+  v.size = pm.size();
+  v.coordinates.assign(pm.coordinates().begin(), pm.coordinates().end());
+  v.count_true = [&pm](bool flag) { return pm.count(flag); };
+  v.state_tree_view = [&m] { return m.state_tree_view(); };
+  v.set_state_tree = [&m](const state_tree<B>& t) { m.set_state_tree(t); };
+  v.name = m.name();
+  v.functional = std::remove_cvref_t<Model>::keras_functional;
+  for (std::size_t i = 0; i < std::remove_cvref_t<Model>::layer_count; ++i) {
+    v.layer_classes.emplace_back(std::remove_cvref_t<Model>::layer_class_name(i));
+    v.layer_names.emplace_back(std::remove_cvref_t<Model>::layer_name(i));
+  }
+  v.variables = m.variables();
+  v.trainable = m.trainable_variables();
+  v.gather_to_host = [&m](const basic_dtensor<B>& t, std::vector<float>& out) {
+    m.resharding().gather_to_host(t, out);
+  };
+  v.config_json = [name = m.name()](const compile_info* compiled) {
+    return model_config_json<std::remove_cvref_t<Model>>(name, compiled);
+  };
+  return v;
+}
+
+}  // namespace tessel::saving
