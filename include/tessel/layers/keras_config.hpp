@@ -30,7 +30,11 @@ class keras_config {
   }
   void field(std::string_view key, double v) { raw(key, number(v)); }
   void field(std::string_view key, std::array<std::size_t, 2> v) {
-    raw(key, "[" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + "]");
+    // Appended (not `"[" + std::string&&`: GCC 12 reports a false -Warray-bounds on that at -O3,
+    // its bug 105329).
+    std::string text = "[";
+    text.append(std::to_string(v[0])).append(", ").append(std::to_string(v[1])).append("]");
+    raw(key, text);
   }
   void null(std::string_view key) { raw(key, "null"); }
   // An initializer by its Keras name ("glorot_uniform"), serialized as Keras serializes one.
