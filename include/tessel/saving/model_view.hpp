@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <functional>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "../core/device_mesh.hpp"
@@ -61,10 +60,10 @@ model_view<typename Model::backend> view_of(Model& m) {
   v.state_tree_view = [&m] { return m.state_tree_view(); };
   v.set_state_tree = [&m](const state_tree<B>& t) { m.set_state_tree(t); };
   v.name = m.name();
-  v.functional = std::remove_cvref_t<Model>::keras_functional;
-  for (std::size_t i = 0; i < std::remove_cvref_t<Model>::layer_count; ++i) {
-    v.layer_classes.emplace_back(std::remove_cvref_t<Model>::layer_class_name(i));
-    v.layer_names.emplace_back(std::remove_cvref_t<Model>::layer_name(i));
+  v.functional = Model::keras_functional;
+  for (std::size_t i = 0; i < Model::layer_count; ++i) {
+    v.layer_classes.emplace_back(Model::layer_class_name(i));
+    v.layer_names.emplace_back(Model::layer_name(i));
   }
   v.variables = m.variables();
   v.trainable = m.trainable_variables();
@@ -72,7 +71,7 @@ model_view<typename Model::backend> view_of(Model& m) {
     m.resharding().gather_to_host(t, out);
   };
   v.config_json = [name = m.name()](const compile_info* compiled) {
-    return model_config_json<std::remove_cvref_t<Model>>(name, compiled);
+    return model_config_json<Model>(name, compiled);
   };
   return v;
 }
