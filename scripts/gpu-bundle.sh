@@ -2,8 +2,11 @@
 # Builds the GPU tests and benchmark here (where the CUDA toolkit and every Debian package of
 # scripts/packages.txt are installed) and packs them into .gpu-bundle/bundle.tar.xz (ignored by
 # git) with everything a GPU machine may lack: the shared libraries they load (Kokkos, OpenBLAS,
-# ...), a whole Open MPI that runs from wherever it is unpacked (mpiexec, its components, help
-# files and PMIx), and the Fashion-MNIST files. The GPU machine needs the NVIDIA driver, the C and
+# ...) and a whole Open MPI that runs from wherever it is unpacked (mpiexec, its components, help
+# files and PMIx). Beside it: bundle.txt (what was built with what), sources.sha256 (the hash of
+# every source file the build read, which scripts/test-gpu.sh checks against the checkout it runs
+# in, so that a stale bundle is refused) and fashion-mnist/ (the four IDX files, for the
+# benchmarks only: carry it with a benchmark call). The GPU machine needs the NVIDIA driver, the C and
 # C++ runtimes, cuBLAS and NCCL (from its CUDA toolkit or its Python wheels), and no package
 # registry: carry `.gpu-bundle` there and run scripts/test-gpu.sh, which finds the bundle
 # (docs/gpu.md). scripts/gpu-dry-run.sh tries the bundle here, on a file tree that hides
@@ -20,7 +23,6 @@
 #   openmpi/env.sh  sourced as `. openmpi/env.sh DIR` (DIR: where the bundle was unpacked): the
 #                   environment that runs this Open MPI from there
 #   pmix/lib/pmix/  PMIx's components;  pmix/share/pmix/ its help files
-#   fashion-mnist/  the four IDX files
 #   bundle.txt      what was built with what (also .gpu-bundle/bundle.txt, read before unpacking)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,10 +34,20 @@ for need in "$ompi_lib/openmpi3" "$pmix_root/lib/pmix" /usr/bin/orterun /usr/bin
   [[ -e $need ]] || { echo "gpu-bundle.sh: $need missing (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
 done
 
+# The hash of every source file the programs are built from (and the golden files the tests read
+# from the checkout), as the device tool sends them: tracked and untracked-not-ignored files;
+# taken before the build and checked after it, so that an edit during the build is caught.
+mkdir -p "$build"
+(cd "$root" && git ls-files -z --cached --others --exclude-standard -- include src tests benchmarks \
+   cmake CMakeLists.txt | xargs -0 sha256sum) >"$build/sources.sha256"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSEL_ENABLE_CUDA=ON \
   -DTESSEL_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build "$build" --target gpu_tests gpu_golden_tests gpu_data_parallel_test gpu_bench \
   cuda_communicator_host_test
+if ! (cd "$root" && sha256sum --check --quiet "$build/sources.sha256"); then
+  echo "gpu-bundle.sh: the files above changed while the programs were built: run it again" >&2
+  exit 1
+fi
 nvcc=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
 cuda_version=$("$nvcc" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
 # The oldest driver each CUDA major version runs on (CUDA's release notes, "minor version
@@ -49,7 +61,7 @@ esac
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage"/{bin,lib,fashion-mnist} "$stage/openmpi"/{bin,etc,lib/openmpi3,share} \
+mkdir -p "$stage"/{bin,lib} "$stage/openmpi"/{bin,etc,lib/openmpi3,share} \
          "$stage/pmix/lib/pmix" "$stage/pmix/share"
 cp "$build/tests/gpu/gpu_tests" "$build/tests/gpu/gpu_golden_tests" \
    "$build/tests/gpu/gpu_data_parallel_test" "$build/tests/gpu/cuda_communicator_host_test" \
@@ -109,14 +121,14 @@ if ldd "$stage"/bin/* "$stage"/openmpi/bin/{mpiexec,orted,ompi_info} "$stage"/op
   echo "gpu-bundle.sh: the libraries above are missing here" >&2
   exit 1
 fi
-cp /usr/share/datasets/fashion-mnist/*.gz "$stage/fashion-mnist/" 2>/dev/null ||
-  echo "gpu-bundle.sh: no Fashion-MNIST files (apt-get install dataset-fashion-mnist): gpu_bench will not run there" >&2
+cp "$build/sources.sha256" "$stage/"
 {
   echo "# made by scripts/gpu-bundle.sh; read by scripts/test-gpu.sh"
   echo "cuda_runtime=$cuda_version"
   echo "min_driver=$min_driver"
   echo "external=$(printf '%s\n' "${external[@]}" | sort -u | tr '\n' ' ' | sed 's/ $//')"
   echo "commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)"
+  echo "sources=$(sha256sum <"$stage/sources.sha256" | cut -c1-16) ($(wc -l <"$stage/sources.sha256") files)"
   echo "made=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "open_mpi=$(ompi_info --version 2>/dev/null | head -1 | sed 's/.*v//')"
 } >"$stage/bundle.txt"
@@ -124,7 +136,10 @@ chmod 755 "$stage"  # the mode of "." in the archive: what a folder it is unpack
 mkdir -p "$root/.gpu-bundle"
 rm -f "$root/.gpu-bundle/bundle.tar.xz"
 tar -cf - -C "$stage" . | xz -T0 >"$root/.gpu-bundle/bundle.tar.xz"
-cp "$stage/bundle.txt" "$root/.gpu-bundle/bundle.txt"
+cp "$stage/bundle.txt" "$stage/sources.sha256" "$root/.gpu-bundle/"
+mkdir -p "$root/.gpu-bundle/fashion-mnist"
+cp /usr/share/datasets/fashion-mnist/*.gz "$root/.gpu-bundle/fashion-mnist/" 2>/dev/null ||
+  echo "gpu-bundle.sh: no Fashion-MNIST files (apt-get install dataset-fashion-mnist): gpu_bench will not run there" >&2
 echo "gpu-bundle.sh: $(du -h "$root/.gpu-bundle/bundle.tar.xz" | cut -f1) in .gpu-bundle/bundle.tar.xz:" \
      "$(ls "$stage/bin" | tr '\n' ' ')+ Open MPI $(sed -n 's/^open_mpi=//p' "$stage/bundle.txt")" \
      "($(ls "$stage/openmpi/lib/openmpi3" | wc -l) components) + $(ls "$stage/lib" | wc -l) libraries;" \

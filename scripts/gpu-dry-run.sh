@@ -11,15 +11,17 @@
 # library loaded from elsewhere, Open MPI missing a component or a help file) fails this script,
 # loudly.
 #
-# How: in a mount and PID namespace of its own (unshare; root needed), overlays hide Open MPI
-# (/usr/lib/<arch>/openmpi, /usr/share/openmpi, /etc/openmpi, mpiexec and the other tools in
-# /usr/bin), PMIx, libevent, hwloc, Kokkos, OpenBLAS and the Fortran runtime; NCCL is hidden in
+# How: in a mount, PID and network namespace of its own (unshare; root needed), with the loopback
+# interface alone (a machine may have no other), overlays hide Open MPI (/usr/lib/<arch>/openmpi,
+# /usr/share/openmpi, /etc/openmpi, mpiexec and the other tools in /usr/bin), PMIx, libevent,
+# hwloc, Kokkos, OpenBLAS, the Fortran runtime and xz (the bundle is then unpacked by python3); NCCL is hidden in
 # the CUDA toolkit and shown instead as PyTorch's wheel would have it (a folder nvidia/nccl/lib
 # on python3's path), so that test-gpu.sh's search of the wheels is tried too. A fake
 # nvidia-smi, first on PATH, reports an H100 and driver 580.159.04. test-gpu.sh then runs from a
 # copy of the repository as the device tool sends it (tracked and untracked files, and
-# .gpu-bundle), once for the tests, once with --bench, and once with a fake driver 535 that it
-# must refuse. The loader's record (LD_DEBUG=libs,files) of every bundled program tells where
+# .gpu-bundle), once for the tests, once with --bench, once with a fake driver 535 that it must
+# refuse, and once with one source file changed after the bundle was made (a stale bundle), which
+# it must refuse naming the file. The loader's record (LD_DEBUG=libs,files) of every bundled program tells where
 # each library came from. The namespace, its mounts and its processes end with the script.
 # Run by hand (CI has no CUDA toolkit), not by ctest.
 # Usage: scripts/gpu-dry-run.sh [--no-make] [--keep]
@@ -76,6 +78,23 @@ case "$*" in
 esac
 EOF
 chmod +x "$work/fakebin/nvidia-smi"
+cat >"$work/fakebin/compute-sanitizer" <<'EOF'
+#!/bin/sh
+# A fake compute-sanitizer for scripts/gpu-dry-run.sh: runs the program after its options, or,
+# with FAKE_SANITIZER_REFUSES set, refuses the device as it does under gVisor.
+[ "$1" = --version ] && { echo "fake compute-sanitizer (gpu-dry-run.sh)"; exit 0; }
+while [ $# -gt 0 ]; do
+  case $1 in --*) shift 2 ;; *) break ;; esac
+done
+if [ -n "${FAKE_SANITIZER_REFUSES:-}" ]; then
+  echo "========= Error: Device not supported. Please refer to the \"Supported Devices\" section"
+  echo "========= Error: process didn't terminate successfully"
+  exit 1
+fi
+echo "========= COMPUTE-SANITIZER (fake)"
+exec "$@"
+EOF
+chmod +x "$work/fakebin/compute-sanitizer"
 
 arch=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 nccl=$(ls /usr/local/cuda/lib64/libnccl.so.2 /usr/local/cuda/lib/libnccl.so.2 \
@@ -109,7 +128,10 @@ hide "/usr/lib/$arch" openmpi pmix2 openblas-pthread blas lapack hwloc 'libmpi*'
   'libxsmm*'
 hide /usr/share openmpi pmix hwloc
 hide /etc openmpi
-hide /usr/bin 'mpi*' 'orte*' orted 'ompi*' 'opal*' 'osh*' 'shmem*' aggregate_profile profile2mat
+hide /usr/bin 'mpi*' 'orte*' orted 'ompi*' 'opal*' 'osh*' 'shmem*' aggregate_profile profile2mat \
+  'xz*' 'unxz' 'lzma*' 'unlzma'
+ip link set lo up
+mount -t sysfs dry-run-sysfs /sys  # this namespace's interfaces in /sys/class/net
 echo "== what is hidden"
 bad=0
 for p in "/usr/lib/$arch/openmpi" "/usr/lib/$arch/pmix2" /usr/share/openmpi /etc/openmpi \
@@ -124,11 +146,15 @@ for t in mpiexec mpirun orterun orted ompi_info; do
   if command -v $t >/dev/null; then echo "still on PATH: $(command -v $t)"; bad=1; fi
 done
 ((bad)) || echo "gone from PATH: mpiexec mpirun orterun orted ompi_info"
+if command -v xz >/dev/null; then echo "still on PATH: $(command -v xz)"; bad=1; else echo "gone from PATH: xz"; fi
+echo "network interfaces: $(ls /sys/class/net | tr '\n' ' ')"
+[[ $(ls /sys/class/net) == lo ]] || { echo "an interface other than lo is there"; bad=1; }
 echo "libnccl.so.2 as a wheel has it: $(ls -la "$work/site/nvidia/nccl/lib/libnccl.so.2" | awk '{print $5, $NF}')"
 ((bad)) && exit 3
 echo "== the bundle's Open MPI, run from where it is unpacked"
 mkdir "$work/check"
-tar -xJf "$work/repo/.gpu-bundle/bundle.tar.xz" -C "$work/check"
+python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], filter="tar")' \
+  "$work/repo/.gpu-bundle/bundle.tar.xz" "$work/check"
 (
   export LD_LIBRARY_PATH=$work/check/lib
   . "$work/check/openmpi/env.sh" "$work/check"
@@ -139,20 +165,30 @@ tar -xJf "$work/repo/.gpu-bundle/bundle.tar.xz" -C "$work/check"
   mpiexec -n 2 "$work/no-such-program"
 ) >"$work/openmpi.log" 2>&1
 cd "$work/repo"
-export PATH=$work/fakebin:$PATH PYTHONPATH=$work/site OUT=$work/out TMPDIR=$work/tmp
+export PATH=$work/fakebin:$PATH PYTHONPATH=$work/site TMPDIR=$work/tmp
+mkdir -p "$work"/out/{tests,bench,old-driver,refused,stale}
 unset LD_LIBRARY_PATH
 echo "== test-gpu.sh"
-LD_DEBUG=libs,files LD_DEBUG_OUTPUT=$work/ld/tests bash scripts/test-gpu.sh >"$work/tests.log" 2>&1
+LD_DEBUG=libs,files LD_DEBUG_OUTPUT=$work/ld/tests OUT=$work/out/tests bash scripts/test-gpu.sh >"$work/tests.log" 2>&1
 echo "exit $?" >>"$work/tests.log"
 echo "== test-gpu.sh --bench"
-LD_DEBUG=libs,files LD_DEBUG_OUTPUT=$work/ld/bench bash scripts/test-gpu.sh --bench >"$work/bench.log" 2>&1
+LD_DEBUG=libs,files LD_DEBUG_OUTPUT=$work/ld/bench OUT=$work/out/bench bash scripts/test-gpu.sh --bench >"$work/bench.log" 2>&1
 echo "exit $?" >>"$work/bench.log"
 echo "== test-gpu.sh with a driver 535"
-FAKE_DRIVER=535.104.05 bash scripts/test-gpu.sh >"$work/old-driver.log" 2>&1
+FAKE_DRIVER=535.104.05 OUT=$work/out/old-driver bash scripts/test-gpu.sh >"$work/old-driver.log" 2>&1
 echo "exit $?" >>"$work/old-driver.log"
+echo "== test-gpu.sh where compute-sanitizer refuses the device"
+FAKE_SANITIZER_REFUSES=1 OUT=$work/out/refused bash scripts/test-gpu.sh >"$work/refused.log" 2>&1
+echo "exit $?" >>"$work/refused.log"
+echo "== test-gpu.sh with a source file changed after the bundle was made"
+cp include/tessel/core.hpp "$work/core.hpp"
+echo "// changed after the bundle was made" >>include/tessel/core.hpp
+OUT=$work/out/stale bash scripts/test-gpu.sh >"$work/stale.log" 2>&1
+echo "exit $?" >>"$work/stale.log"
+cp "$work/core.hpp" include/tessel/core.hpp
 EOF
 echo "gpu-dry-run.sh: in $work, a namespace where Open MPI, Kokkos, OpenBLAS and the toolkit's NCCL are hidden"
-unshare -m --pid --fork --mount-proc --propagation private \
+unshare -m -n --pid --fork --mount-proc --propagation private \
   bash "$work/inside.sh" "$work" "$arch" "$nccl" "$nccl_dir" || {
   echo "gpu-dry-run.sh: FAILED: the namespace could not be set up as the GPU machine is (above)" >&2
   exit 1
@@ -169,7 +205,7 @@ check() {  # check FILE PATTERN WHAT: FILE has a line matching the extended rege
   if grep -Eq -- "$2" "$1"; then ok "$3"; else bad "$3 (no line matching '$2' in $(basename "$1"))"; fi
 }
 section() {  # section LOG NAME: the lines test-gpu.sh printed for its part NAME
-  awk -v n="$2" '$0 == "== " n { on = 1 } on { print } on && index($0, "== " n ":") == 1 { exit }' "$1"
+  awk -v n="$2" 'index($0, "== " n " (at most ") == 1 { on = 1 } on { print } on && index($0, "== " n ":") == 1 { exit }' "$1"
 }
 # CUDA's error without a driver, and tessel's words for it (Catch2 wraps them over two lines)
 no_gpu='CUDA: cudaGetDeviceCount failed: cudaError(InsufficientDriver|NoDevice)'
@@ -188,10 +224,16 @@ show() {  # show LOG NAME PATTERN...: the part's key lines, and checks each PATT
 }
 
 echo "== the tests (scripts/test-gpu.sh)"
-t=$work/tests.log
+# What test-gpu.sh printed (ts, b) and its whole log under $OUT (t, with every part's output).
+ts=$work/tests.log
+t=$work/out/tests/test-gpu.log
 check "$t" '^GPU 0: NVIDIA H100' "the fake nvidia-smi is the one found"
 check "$t" '^driver 580\.[0-9.]*: new enough for CUDA' "the driver was checked first"
-check "$t" '^== unpack the bundle: passed' "the bundle unpacked"
+check "$t" '^xz: none \(the bundle is unpacked by python3' "xz is missing, and said so"
+check "$t" '^network interfaces: lo\([a-z]*\) $' "the loopback interface alone"
+check "$t" "^bundle's sources: the [0-9]+ files it was built from match this checkout's" "the bundle's sources match the checkout"
+check "$t" '^== mpiexec -n 2 true: passed' "mpiexec -n 2 true passed (loopback only)"
+check "$t" '^preflight: [0-9.]+ s$' "the preflight's time is printed"
 check "$t" '^libcublas\.so\.13: /usr/local/cuda' "cuBLAS found in the CUDA toolkit"
 check "$t" '^libcublasLt\.so\.13: /usr/local/cuda' "cuBLASLt found in the CUDA toolkit"
 check "$t" "^libnccl\\.so\\.2: $work/site/nvidia/nccl/lib\$" "NCCL found in the wheel's folder (nvidia/nccl/lib), through python3"
@@ -201,27 +243,57 @@ if grep -Eq "$missing" "$t" "$work/bench.log"; then
 else
   ok "no library missing (ldd -r of every bundled program, and their runs)"
 fi
-show "$t" gpu_tests 'gpu_tests is a Catch' "$no_gpu" "$no_gpu_words" 'test cases: [0-9]+ \| [0-9]+ failed'
+check "$t" '^gpu_tests: [0-9]+ test cases, then 1 with NCCL, each in its own process' "gpu_tests' cases listed"
+first=$(sed -n 's/^== \(gpu_tests: cuda: the process has a GPU.*\) (at most [0-9]* s)$/\1/p' "$t" | head -1)
+show "$t" "$first" "$no_gpu" "$no_gpu_words" 'test cases: 1 \| 1 failed'
+n_cases=$(sed -n 's/^gpu_tests: \([0-9]*\) test cases, then \([0-9]*\) with NCCL.*/\1 + \2/p' "$t")
+n_cases=$((${n_cases:-0}))
+n_failed=$(grep -Ec '^== gpu_tests: .*: failed \(exit [0-9]+\) after' "$t")
+if ((n_cases > 0 && n_failed == n_cases)); then ok "each of the $n_cases cases of gpu_tests ran alone and failed at CUDA"
+else bad "$n_failed of $n_cases cases of gpu_tests failed as they must"; fi
 show "$t" gpu_golden_tests 'gpu_golden_tests is a Catch' "$no_gpu" "$no_gpu_words" \
   'assertions: [0-9]+ \| [1-9][0-9]* passed'
 show "$t" "cuda_communicator_host_test (2 processes, no GPU)" \
   'on 2 processes: [0-9]+ checks per process, 0 failed' '^== .*: passed in'
 show "$t" "gpu_data_parallel_test (2 processes)" "error \\(process 0 of 2\\): $no_gpu.*$no_gpu_words" \
   "error \\(process 1 of 2\\): $no_gpu.*$no_gpu_words"
-check "$t" 'compute-sanitizer not found|== memcheck gpu_tests' "memcheck: compute-sanitizer is reported missing here, or ran"
-check "$t" '^test-gpu\.sh: time of each part: unpack the bundle: [0-9.]+ s; gpu_tests: [0-9.]+ s' "the time of each part is printed"
-check "$t" '^exit 1$' "test-gpu.sh failed, as it must without a GPU"
+check "$t" '^compute-sanitizer: .*fakebin/compute-sanitizer' "the fake compute-sanitizer is the one found"
+check "$t" '^== memcheck gpu_tests ~\[nccl\]: failed' "memcheck over the cases without NCCL ran, and failed at CUDA (counted)"
+check "$t" '^== memcheck gpu_tests \[nccl\] \(logged, not counted\): failed' "memcheck over the NCCL case ran"
+check "$t" '^test-gpu\.sh: logged, not counted: memcheck gpu_tests \[nccl\]' "the NCCL case's memcheck is not counted"
+if grep -q '^test-gpu\.sh: failed: .*memcheck gpu_tests \[nccl\]' "$t"; then bad "the NCCL case's memcheck was counted as failed"
+else ok "the NCCL case's memcheck is not among the failed"; fi
+check "$t" '^test-gpu\.sh: time of each part: mpiexec -n 2 true [0-9.]+ s; gpu_tests: .* [0-9.]+ s; ' "the time of each part is printed"
+check "$t" '^test-gpu\.sh: summary: [0-9]+ parts passed, [1-9][0-9]* failed, [0-9]+ skipped' "the summary line"
+for f in test-gpu.log test-gpu-parts.tar.gz; do
+  if [[ -s $work/out/tests/$f ]]; then ok "\$OUT/$f written"; else bad "no \$OUT/$f"; fi
+done
+check "$ts" '^exit 1$' "test-gpu.sh failed, as it must without a GPU"
 
 echo "== the benchmarks (scripts/test-gpu.sh --bench)"
-b=$work/bench.log
+bs=$work/bench.log
+b=$work/out/bench/test-gpu-bench.log
 show "$b" gpu_bench "$no_gpu.*$no_gpu_words"
 show "$b" gpu_frameworks.py '^== gpu_frameworks.py: (failed|passed)'
 if grep -q '^== gpu_tests' "$b"; then bad "--bench ran the tests too"; else ok "--bench runs only the benchmarks"; fi
-check "$b" '^exit 1$' "test-gpu.sh --bench failed, as it must without a GPU"
+check "$bs" '^exit 1$' "test-gpu.sh --bench failed, as it must without a GPU"
 
 echo "== an old driver (a fake 535)"
 check "$work/old-driver.log" 'driver here is 535\.[0-9.]*, older than .*CUDA 13\.[0-9]*.*580' "refused, naming both versions"
-if grep -q '^== unpack' "$work/old-driver.log"; then bad "went on past the driver check"; else ok "stopped before anything else"; fi
+if grep -q '^== mpiexec' "$work/old-driver.log"; then bad "went on past the driver check"; else ok "stopped before anything else"; fi
+
+echo "== compute-sanitizer refuses the device (as under gVisor)"
+r=$work/out/refused/test-gpu.log
+check "$r" '^== memcheck gpu_tests ~\[nccl\]: skipped: compute-sanitizer refused this device' "memcheck skipped, saying why"
+check "$r" '^== memcheck gpu_tests \[nccl\]: skipped' "the NCCL case's memcheck skipped"
+check "$r" '^test-gpu\.sh: summary: [0-9]+ parts passed, [0-9]+ failed, 2 skipped' "both counted as skipped"
+if grep -q '^test-gpu\.sh: failed: .*memcheck' "$r"; then bad "a refused memcheck was counted as failed"
+else ok "a refused memcheck is not among the failed"; fi
+
+echo "== a stale bundle (a source file changed after it was made)"
+check "$work/stale.log" 'made from other sources than this checkout.*include/tessel/core\.hpp' "refused, naming the file"
+check "$work/stale.log" '^exit 1$' "failed"
+if grep -q '^== mpiexec' "$work/stale.log"; then bad "went on past the source check"; else ok "stopped before anything ran"; fi
 
 echo "== the bundle's Open MPI from its own folder"
 o=$work/openmpi.log
@@ -286,8 +358,14 @@ for p in bin/gpu_tests bin/gpu_golden_tests bin/cuda_communicator_host_test \
          bin/gpu_data_parallel_test openmpi/bin/mpiexec bin/gpu_bench; do
   n=0
   for s in "${seen[@]}"; do [[ $s == "$p" ]] && n=$((n + 1)); done
-  case $p in bin/cuda_communicator_host_test|bin/gpu_data_parallel_test|openmpi/bin/mpiexec) want=2 ;; *) want=1 ;; esac
-  ((n == want)) || bad "$p started $n times, not $want"
+  # mpiexec: -n 2 true, then the two MPI tests; gpu_tests: listed, then one case at a time
+  case $p in
+    bin/cuda_communicator_host_test|bin/gpu_data_parallel_test) want=2 ;;
+    openmpi/bin/mpiexec) want=3 ;;
+    bin/gpu_tests) want=$((n_cases + 2)) ;;
+    *) want=1 ;;
+  esac
+  ((n >= want)) || bad "$p started $n times, not $want or more"
 done
 
 if ((problems)); then

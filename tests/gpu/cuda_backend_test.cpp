@@ -109,8 +109,9 @@ constexpr activation_kind all_activations[] = {activation_kind::linear, activati
 
 TEST_CASE("cuda: the process has a GPU (else every test here fails, naming CUDA's reason)",
           "[gpu]") {
-  REQUIRE(D::device_count() > 0);
+  // The context first: without a usable GPU it throws CUDA's reason, which Catch2 prints.
   REQUIRE(D::device() >= 0);
+  REQUIRE(D::device_count() > 0);
   INFO("device " << D::device() << " of " << D::device_count());
   D::synchronize();
   // Keras's list_devices: the GPU by default, the CPU when asked.
