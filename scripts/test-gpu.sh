@@ -3,7 +3,8 @@
 # need one: without it this script says so and fails (they are never skipped).
 #   scripts/test-gpu.sh           the tests: a preflight, then each part under its own time cap
 #   scripts/test-gpu.sh --bench   only the benchmarks: gpu_bench, then benchmarks/gpu_frameworks.py
-#                                 (PyTorch eager, torch.compile, JAX) on the same GPU
+#                                 (PyTorch eager, torch.compile, JAX) on the same GPU, then the
+#                                 time of each kernel of the wide and the CNN step (ncu)
 #   scripts/test-gpu.sh --all     the tests, then the benchmarks in the time left (one call)
 # Made for one call of the device tool (10 minutes at most, 15 minutes of GPU time in all), so
 # that a run tells as much as it can whatever fails and cannot spend the time on a hang:
@@ -324,7 +325,19 @@ if ((bench)); then
   say "Fashion-MNIST: $data"
   epochs=$( ((tests)) && echo 2 || echo 3)
   part gpu_bench 120 "$bin/gpu_bench" --epochs "$epochs"
-  part gpu_frameworks.py 240 "${python_env[@]}" PYTHONUNBUFFERED=1 python3 \
-    "$root/benchmarks/gpu_frameworks.py" --epochs "$epochs"
+  # The frameworks' parts (TESSEL_GPU_FRAMEWORKS: mlp, wide, cnn; torch.compile takes a minute
+  # or more to compile each).
+  part gpu_frameworks.py 330 "${python_env[@]}" PYTHONUNBUFFERED=1 python3 \
+    "$root/benchmarks/gpu_frameworks.py" --epochs "$epochs" \
+    --what "${TESSEL_GPU_FRAMEWORKS:-mlp,wide,cnn}"
+  # The time of each kernel of 3 steps (Nsight Compute, at the GPU's own clocks): where a step's
+  # time goes beyond its GEMMs.
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
+  for p in ${TESSEL_GPU_PROFILE-wide cnn}; do
+    if [[ -z $ncu ]]; then skip "kernel times of 3 $p steps" "ncu (Nsight Compute) not found"; continue; fi
+    part "kernel times of 3 $p steps (ncu)" 90 "$ncu" --profile-from-start off --clock-control none \
+      --metrics gpu__time_duration.sum --print-summary per-kernel \
+      "$bin/gpu_bench" --only "$p" --steps 20 --profile "$p"
+  done
 fi
 finish

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <tessel/backend/cuda.hpp>
 #include <tessel/tessel.hpp>
@@ -454,6 +455,36 @@ TEST_CASE("cuda: an MLP with dropout trains on the GPU as on the host: losses, w
     INFO("prediction " << i << ": host " << ph.values[i] << ", cuda " << pg.values[i]);
     REQUIRE(std::fabs(ph.values[i] - pg.values[i]) <= 1e-4 * std::fabs(ph.values[i]) + 1e-5);
   }
+}
+
+TEST_CASE("cuda: a planned step's copies on GPU memory go through cuda_communicator", "[gpu]") {
+  // An all_reduce into another buffer and a slice, as runtime/collectives.hpp runs them on a
+  // group of one: the copies are the communicator's (on the GPU), never the host's memmove.
+  using mesh = tessel::device_mesh<tessel::axis<"batch">>;
+  const auto pm = tessel::process_mesh<mesh, tessel::comm::cuda_communicator>::local();
+  const std::vector<float> v = random_values(48, 91);
+  const D::matrix a = D::make_matrix("a", 1, 48), b = D::make_matrix("b", 1, 48);
+  D::upload(v, a);
+  D::fill(b, 0.0f);
+  const std::span<const float> in(a.data(), 48);
+  const std::span<float> out(b.data(), 48);
+  tessel::comm::run_step(pm, tessel::reshard_step{.kind = tessel::collective::all_reduce}, in,
+                         out);
+  REQUIRE(device_values(b) == v);
+  D::fill(b, 0.0f);
+  tessel::comm::run_step(pm, tessel::reshard_step{.kind = tessel::collective::slice}, in, out);
+  REQUIRE(device_values(b) == v);
+  D::fill(b, 0.0f);
+  tessel::comm::start_step(pm, tessel::reshard_step{.kind = tessel::collective::all_reduce}, in,
+                           out)
+      .wait();
+  REQUIRE(device_values(b) == v);
+  // Overlapping spans of one buffer (elements 0..39 to 8..47), which cudaMemcpy leaves undefined.
+  pm.template axis<0>().copy(std::span<const float>(a.data(), 40),
+                             std::span<float>(a.data() + 8, 40));
+  std::vector<float> moved(v.begin(), v.begin() + 8);
+  moved.insert(moved.end(), v.begin(), v.begin() + 40);
+  REQUIRE(device_values(a) == moved);
 }
 
 TEST_CASE("cuda: NCCL on one rank: every collective on GPU memory, and the abort path",

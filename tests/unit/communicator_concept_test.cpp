@@ -4,7 +4,11 @@
 // trains to the same weights as the default one (MPI's communicator, on one process).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <concepts>
+#include <span>
+#include <utility>
+#include <vector>
 #include <tessel/comm/local.hpp>
 #include <tessel/tessel.hpp>
 
@@ -92,4 +96,68 @@ TEST_CASE("trainer: a training step reads the device back once, for every sum at
   CHECK(logs.size() == 3);
   m.evaluate(x, y, 4, 0);
   CHECK(counting_host::sum_reads == 1 + 4);  // one per batch
+}
+
+// runtime/collectives.hpp's steps copy through the communicator (its `copy`), never with the
+// host's memmove: a communicator whose buffers live on a GPU (cuda_communicator) copies there.
+// One that counts its copies shows every copy a step makes goes through it: an all_reduce into
+// another buffer, a slice, blocking or not, and the step on a tensor's shape.
+namespace {
+struct copy_counting_communicator : tessel::comm::local_communicator {
+  static inline std::vector<std::pair<const void*, const void*>> copies;
+  template <class T>
+  void copy(std::span<const T> in, std::span<T> out) const {
+    copies.emplace_back(in.data(), out.data());
+    local_communicator::copy(in, out);
+  }
+};
+static_assert(tessel::comm::communicator_like<copy_counting_communicator>);
+}  // namespace
+
+TEST_CASE("collectives: a step's copies go through the communicator, which knows its memory",
+          "[comm]") {
+  using mesh = tessel::device_mesh<tessel::axis<"batch">>;
+  using tessel::collective;
+  const auto pm = tessel::process_mesh<mesh, copy_counting_communicator>::local();
+  auto& copies = copy_counting_communicator::copies;
+  const std::vector<float> in{1, 2, 3, 4, 5, 6};
+  std::vector<float> out(6, 0.0f);
+  const std::span<const float> src(in);
+  const std::span<float> dst(out);
+  const std::pair<const void*, const void*> in_to_out{in.data(), out.data()};
+
+  copies.clear();
+  tessel::comm::run_step(pm, tessel::reshard_step{.kind = collective::all_reduce}, src, dst);
+  REQUIRE(copies.size() == 1);
+  CHECK(copies[0] == in_to_out);
+  CHECK(out == in);
+
+  copies.clear();
+  std::fill(out.begin(), out.end(), 0.0f);
+  { auto r = tessel::comm::start_step(pm, tessel::reshard_step{.kind = collective::all_reduce},
+                                      src, dst); r.wait(); }
+  REQUIRE(copies.size() == 1);
+  CHECK(out == in);
+
+  copies.clear();
+  std::fill(out.begin(), out.end(), 0.0f);
+  tessel::comm::run_step(pm, tessel::reshard_step{.kind = collective::slice}, src, dst);
+  REQUIRE(copies.size() == 1);  // the block of the one process: all of it
+  CHECK(copies[0] == in_to_out);
+  CHECK(out == in);
+
+  copies.clear();
+  std::fill(out.begin(), out.end(), 0.0f);
+  const std::vector<std::size_t> shape{2, 3};
+  std::vector<float> scratch;
+  tessel::comm::run_step(pm, tessel::reshard_step{.kind = collective::all_reduce},
+                         std::span<const std::size_t>(shape), src, dst, scratch);
+  REQUIRE(copies.size() == 1);
+  CHECK(out == in);
+
+  // In place: nothing to copy.
+  copies.clear();
+  tessel::comm::run_step(pm, tessel::reshard_step{.kind = collective::all_reduce},
+                         std::span<const float>(out), dst);
+  CHECK(copies.empty());
 }

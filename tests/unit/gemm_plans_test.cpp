@@ -29,10 +29,11 @@ TEST_CASE("gemm_plans: the alignment of a pointer, up to 256 bytes", "[gemm_plan
 TEST_CASE("gemm_plans: a row-range view gets its own plan", "[gemm_plans]") {
   // A 10 x 7 matrix (rows of 28 bytes), 256-byte aligned: row 1 starts 4-byte aligned, row 8
   // 32-byte aligned; the same shapes at other alignments are other plans.
-  alignas(256) static float x[10 * 7], w[7 * 5], y[10 * 5];
-  const gp::key whole = gp::make_key(x, 7, w, 5, y, 5, 4, 5, 7, gp::epilogue::bias, false);
-  const gp::key row1 = gp::make_key(x + 7, 7, w, 5, y + 5, 5, 4, 5, 7, gp::epilogue::bias, false);
-  const gp::key row8 = gp::make_key(x + 56, 7, w, 5, y + 40, 5, 4, 5, 7, gp::epilogue::bias, false);
+  alignas(256) static float x[10 * 7], w[7 * 5], y[10 * 5], bias[8];
+  const auto e = gp::epilogue::bias;
+  const gp::key whole = gp::make_key(x, 7, w, 5, bias, y, 5, 4, 5, 7, e, false);
+  const gp::key row1 = gp::make_key(x + 7, 7, w, 5, bias, y + 5, 5, 4, 5, 7, e, false);
+  const gp::key row8 = gp::make_key(x + 56, 7, w, 5, bias, y + 40, 5, 4, 5, 7, e, false);
   CHECK(whole.align_x == 256);
   CHECK(row1.align_x == 4);
   CHECK(row1.align_y == 4);
@@ -40,9 +41,29 @@ TEST_CASE("gemm_plans: a row-range view gets its own plan", "[gemm_plans]") {
   CHECK(row8.align_y == 32);
   CHECK_FALSE(whole == row1);
   CHECK_FALSE(row1 == row8);
-  CHECK(whole == gp::make_key(x, 7, w, 5, y, 5, 4, 5, 7, gp::epilogue::bias, false));
-  CHECK_FALSE(whole == gp::make_key(x, 7, w, 5, y, 5, 4, 5, 7, gp::epilogue::none, false));
-  CHECK_FALSE(whole == gp::make_key(x, 7, w, 5, y, 5, 4, 5, 7, gp::epilogue::bias, true));
+  CHECK(whole == gp::make_key(x, 7, w, 5, bias, y, 5, 4, 5, 7, gp::epilogue::bias, false));
+  CHECK_FALSE(whole == gp::make_key(x, 7, w, 5, bias, y, 5, 4, 5, 7, gp::epilogue::none, false));
+  CHECK_FALSE(whole == gp::make_key(x, 7, w, 5, bias, y, 5, 4, 5, 7, gp::epilogue::bias, true));
+  // The bias: a bias one element in is another plan (4-byte aligned); without the bias
+  // epilogue its pointer does not key the plan.
+  const gp::key bias1 = gp::make_key(x, 7, w, 5, bias + 1, y, 5, 4, 5, 7, e, false);
+  CHECK(whole.align_bias == 256);
+  CHECK(bias1.align_bias == 4);
+  CHECK_FALSE(whole == bias1);
+  CHECK(gp::make_key(x, 7, w, 5, bias + 1, y, 5, 4, 5, 7, gp::epilogue::none, false) ==
+        gp::make_key(x, 7, w, 5, nullptr, y, 5, 4, 5, 7, gp::epilogue::none, false));
+}
+
+TEST_CASE("gemm_plans: a size past cuBLAS's int is an error naming it, not a wrap",
+          "[gemm_plans]") {
+  CHECK(gp::blas_int(0, "m") == 0);
+  CHECK(gp::blas_int(2147483647u, "m") == 2147483647);
+  const std::size_t past = std::size_t{1} << 31;
+  CHECK_THROWS_WITH(gp::blas_int(past, "k"),
+                    Catch::Contains("cuBLAS's GEMM takes int sizes, and its k would be "
+                                    "2147483648, past 2147483647") &&
+                        Catch::Contains("split the matrix"));
+  CHECK_THROWS_AS(gp::blas_int(past * 3, "leading dimension"), tessel::value_error);
 }
 
 TEST_CASE("gemm_plans: ReLU runs after the GEMM, never in its epilogue", "[gemm_plans]") {

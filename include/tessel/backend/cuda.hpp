@@ -219,9 +219,9 @@ struct cuda {
     }
     cuda_detail::check(
         cublasSgemm(cuda_detail::ctx().blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                    static_cast<int>(m), static_cast<int>(k), &alpha, b.data(), ld(b), a.data(),
-                    ld(a), &beta, c.data(), ld(c)),
+                    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, gemm_plans::blas_int(n, "n"),
+                    gemm_plans::blas_int(m, "m"), gemm_plans::blas_int(k, "k"), &alpha,
+                    b.data(), ld(b), a.data(), ld(a), &beta, c.data(), ld(c)),
         "cublasSgemm");
   }
   // Dense's forward: y = activation(x w + bias) (bias: one row, or empty). Linear and ReLU
@@ -441,7 +441,7 @@ struct cuda {
   // reported here, where it is queued, rather than at a later synchronisation.
   static void launched() { cuda_detail::check(cudaGetLastError(), "a kernel launch"); }
   static int ld(const matrix& m) {
-    return static_cast<int>(m.stride(0) > 0 ? m.stride(0) : 1);
+    return gemm_plans::blas_int(m.stride(0) > 0 ? m.stride(0) : 1, "leading dimension");
   }
   static cuda_kernels::cmat in(const matrix& m) {
     return {m.data(), m.extent(0), m.extent(1), m.stride(0)};

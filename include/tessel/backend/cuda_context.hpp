@@ -125,7 +125,7 @@ class lt_dense {
         return false;
       }
     }
-    const key want = gemm_plans::make_key(x, ldx, w, ldw, y, ldy, m, n, k, e, tf32);
+    const key want = gemm_plans::make_key(x, ldx, w, ldw, bias, y, ldy, m, n, k, e, tf32);
     plan* p = nullptr;
     for (plan& q : plans_)
       if (q.k == want) p = &q;
@@ -133,7 +133,7 @@ class lt_dense {
       plans_.emplace_back();
       p = &plans_.back();
       p->k = want;
-      if (!make(*p)) {
+      if (!make(*p, bias)) {
         destroy(*p);
         plans_.pop_back();
         return false;
@@ -164,7 +164,8 @@ class lt_dense {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  bool make(plan& p) {
+  // The algorithm is chosen with the bias pointer set (its alignment is in the key).
+  bool make(plan& p, const float* bias) {
     const key& k = p.k;
     const cublasComputeType_t compute = k.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     if (cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
@@ -175,6 +176,9 @@ class lt_dense {
     // Column-major: A = w^T (n x k, ld ldw), B = x^T (k x m, ld ldx), C = y^T (n x m, ld ldy).
     if (cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e) !=
             CUBLAS_STATUS_SUCCESS ||
+        (k.gemm_epilogue == gemm_plans::epilogue::bias &&
+         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                        sizeof bias) != CUBLAS_STATUS_SUCCESS) ||
         cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, k.n, k.k, static_cast<std::int64_t>(k.ldw)) !=
             CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, k.k, k.m, static_cast<std::int64_t>(k.ldx)) !=

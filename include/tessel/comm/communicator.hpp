@@ -193,6 +193,14 @@ class communicator {
                                detail::datatype<T>(), comm_),
                   "MPI_Alltoall");
   }
+  // out = in (host memory; of one size): the copy the collectives above do on one process, and
+  // runtime/collectives.hpp's steps (an all_reduce into another buffer, a slice) through the
+  // communicator, so that one whose buffers live elsewhere copies there.
+  template <class T>
+  void copy(std::span<const T> in, std::span<T> out) const {
+    check_same("copy", in.size(), out.size());
+    detail::copy(in, out);
+  }
   // `what` names it in the watchdog's message; an untimed barrier is not ended by the collective
   // timeout on this process (the others' waits for it still are).
   void barrier(const char* what = "barrier", bool timed = true) const {
@@ -254,11 +262,14 @@ class communicator {
     return request(r, tag("all_to_all"));
   }
 
- private:
-  // Counts this collective for the watchdog (it names the processes that did not arrive).
+  // Counts collective `op` on this group for the watchdog (it names the processes that did not
+  // arrive): a collective run here, or one another library runs over this group's processes
+  // (NCCL's communicator being made), watched by holding a watched_wait with the tag.
   [[nodiscard]] collective_tag tag(const char* op) const noexcept {
     return {op, channel_, watchdog::instance().enter(channel_)};
   }
+
+ private:
   void check_root(int root) const;
   void check_blocks(const char* what, std::size_t whole, std::size_t block) const;
   void check_same(const char* what, std::size_t in, std::size_t out) const;

@@ -35,6 +35,9 @@ concept collectives_on = requires(const C& c, std::span<T> data, std::span<const
   c.reduce_scatter(in, out);
   c.broadcast(data, root);
   c.all_to_all(in, out);
+  // out = in, wherever the communicator's buffers live (host memory, or the GPU's for
+  // cuda_communicator): a collective of one process, an all_reduce into another buffer, a slice.
+  c.copy(in, out);
   { c.iall_reduce(data) } -> request_like;
   { c.iall_gather(in, out) } -> request_like;
   { c.ireduce_scatter(in, out) } -> request_like;

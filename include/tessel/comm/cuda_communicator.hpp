@@ -185,7 +185,8 @@ class cuda_communicator {
       : mpi_(c, owned, label) {
 #if defined(TESSEL_HAVE_NCCL)
     if (mpi_.uses_mpi() && every_process_has_its_own_gpu())
-      state_->nccl = std::make_unique<nccl_group>(c, rank(), size(), std::string(label));
+      state_->nccl = std::make_unique<nccl_group>(c, rank(), size(), std::string(label),
+                                                  mpi_.tag("ncclCommInitRank"));
 #endif
   }
   // Whether this group's collectives on GPU memory go through NCCL.
@@ -228,6 +229,26 @@ class cuda_communicator {
   template <class T>
   void all_to_all(std::span<const T> in, std::span<T> out) const {
     iall_to_all(in, out).wait();
+  }
+  // out = in, on the GPU or the host alike (cudaMemcpyDefault), ordered after the compute
+  // stream's work and waited for: a slice or an all_reduce into another buffer, as
+  // runtime/collectives.hpp runs them, never touches GPU memory from the host.
+  template <class T>
+  void copy(std::span<const T> in, std::span<T> out) const {
+    if (in.size() != out.size())
+      throw value_error("tessel: copy needs input and output of one size; got " +
+                        std::to_string(in.size()) + " and " + std::to_string(out.size()) +
+                        " elements");
+    const auto* from = reinterpret_cast<const std::byte*>(in.data());
+    const auto* to = reinterpret_cast<const std::byte*>(out.data());
+    if (from != to && from < to + out.size_bytes() && to < from + in.size_bytes()) {
+      // Overlapping (a block moved within its buffer): cudaMemcpy's result would be undefined.
+      std::vector<T> staged(in.size());
+      local_copy(in, std::span<T>(staged));
+      local_copy(std::span<const T>(staged), out);
+      return;
+    }
+    local_copy(in, out);
   }
 
   // ---- non-blocking ---------------------------------------------------------------------------

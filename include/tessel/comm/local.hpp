@@ -67,6 +67,12 @@ class local_communicator {
     return all_to_all(in, out), request{};
   }
 
+  // out = in (host memory, of one size).
+  template <class T>
+  void copy(std::span<const T> in, std::span<T> out) const {
+    copy("copy", in, out);
+  }
+
  private:
   template <class T>
   static void copy(const char* what, std::span<const T> in, std::span<T> out) {

@@ -64,13 +64,19 @@ class nccl_group {
     return h;
   }
 
-  // Collective over the `size` processes of `c` (MPI is not called for a group of one).
-  nccl_group(MPI_Comm c, int rank, int size, std::string label)
+  // Collective over the `size` processes of `c` (MPI is not called for a group of one). This
+  // process's GPU is selected first: ncclGetUniqueId and ncclCommInitRank use the current
+  // device. The broadcast of the id and ncclCommInitRank, which waits for every process of the
+  // group, are watched as one collective (`tag`, from the group's MPI communicator): a process
+  // that never arrives ends the job after the collective timeout, naming it, instead of leaving
+  // the others blocked in NCCL's initialization.
+  nccl_group(MPI_Comm c, int rank, int size, std::string label, collective_tag tag = {})
       : rank_(rank), size_(size), label_(std::move(label)) {
+    backend::cuda_detail::ctx();  // this process's GPU, selected
     ncclUniqueId id{};
     if (rank == 0) nccl_detail::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    const watched_wait watch(tag.op[0] != '\0' ? tag : collective_tag{"ncclCommInitRank"});
     if (size > 1) MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, c);
-    backend::cuda_detail::ctx();  // this process's GPU, selected
     nccl_detail::check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
     backend::cuda_detail::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                                 "cudaStreamCreate (NCCL's stream)");

@@ -95,7 +95,7 @@ typename C::request on_axis(const process_mesh<Mesh, C>& pm, const reshard_step&
   switch (s.kind) {
     case collective::all_reduce:
       require_sizes(in.size() == out.size(), "input and output of one size");
-      if (in.data() != out.data()) copy(in, out);
+      if (in.data() != out.data()) c.copy(in, out);
       if (blocking) return c.all_reduce(out), typename C::request{};
       return c.iall_reduce(out);
     case collective::all_gather:
@@ -110,7 +110,7 @@ typename C::request on_axis(const process_mesh<Mesh, C>& pm, const reshard_step&
     case collective::slice: {
       require_sizes(in.size() == out.size() * n, "an input of (processes x output) elements");
       const std::size_t block = out.size();
-      copy(in.subspan(block * static_cast<std::size_t>(c.rank()), block), out);
+      c.copy(in.subspan(block * static_cast<std::size_t>(c.rank()), block), out);
       return {};
     }
   }
@@ -167,7 +167,7 @@ void run_step(const process_mesh<Mesh, C>& pm, const reshard_step& s,
     switch (s.kind) {
       case collective::all_reduce:
         detail::check_size("all_reduce", "output", out.size(), in.size(), local);
-        if (in.data() != out.data()) detail::copy(in, out);
+        if (in.data() != out.data()) c.copy(in, out);
         return c.all_reduce(out);
       case collective::all_gather:
         return all_gather_dim(c, local, s.dim, in, out, scratch);
