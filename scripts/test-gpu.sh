@@ -325,11 +325,15 @@ if ((bench)); then
   say "Fashion-MNIST: $data"
   epochs=$( ((tests)) && echo 2 || echo 3)
   part gpu_bench 120 "$bin/gpu_bench" --epochs "$epochs"
-  # The frameworks' parts (TESSEL_GPU_FRAMEWORKS: mlp, wide, cnn; torch.compile takes a minute
-  # or more to compile each).
-  part gpu_frameworks.py 330 "${python_env[@]}" PYTHONUNBUFFERED=1 python3 \
-    "$root/benchmarks/gpu_frameworks.py" --epochs "$epochs" \
-    --what "${TESSEL_GPU_FRAMEWORKS:-mlp,wide,cnn}"
+  # The frameworks' parts (TESSEL_GPU_FRAMEWORKS: mlp, wide, cnn, or none; torch.compile takes
+  # a minute or more to compile each).
+  if [[ ${TESSEL_GPU_FRAMEWORKS:-} == none ]]; then
+    skip gpu_frameworks.py "TESSEL_GPU_FRAMEWORKS=none"
+  else
+    part gpu_frameworks.py 330 "${python_env[@]}" PYTHONUNBUFFERED=1 python3 \
+      "$root/benchmarks/gpu_frameworks.py" --epochs "$epochs" \
+      --what "${TESSEL_GPU_FRAMEWORKS:-mlp,wide,cnn}"
+  fi
   # The time of each kernel of 3 steps (Nsight Compute, at the GPU's own clocks): where a step's
   # time goes beyond its GEMMs.
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)

@@ -81,6 +81,44 @@ void block_sum(std::size_t n, const F& f, double* out, cudaStream_t s) {
   block_sum_kernel<<<1, threads, 0, s>>>(n, f, out);
 }
 
+// A loss whose row value is inv_n times the sum of element terms (squared error, binary
+// cross-entropy, absolute error), for rows of any width: one block per row (grid-stride), its
+// threads over the row's elements (coalesced), each term added in double and the threads' sums
+// in block_total's fixed tree; row i's value, rounded to float and times inv_n as the row's loop
+// gives it, goes to `values`, and block_sum adds the rows in order. On one thread a row of 4,096
+// elements took milliseconds.
+template <class Term>
+__global__ void row_terms_kernel(std::size_t rows, std::size_t cols, Term term, float inv_n,
+                                 float* values) {
+  for (std::size_t i = blockIdx.x; i < rows; i += gridDim.x) {
+    double acc = 0.0;
+    for (std::size_t j = threadIdx.x; j < cols; j += blockDim.x) acc += term(i, j);
+    const double total = block_total(acc);
+    if (threadIdx.x == 0) values[i] = static_cast<float>(total) * inv_n;
+    __syncthreads();  // every thread has read block_total's result before the next row's
+  }
+}
+struct row_value_op {
+  const float* values;
+  __device__ double operator()(std::size_t i) const { return static_cast<double>(values[i]); }
+};
+// False (nothing launched) where the pool cannot hold the rows' values.
+template <class Term>
+bool row_terms_sum(std::size_t rows, std::size_t cols, const Term& term, float inv_n, double* out,
+                   cudaStream_t s) {
+  if (rows == 0) return false;
+  float* values = nullptr;
+  if (cudaMallocAsync(reinterpret_cast<void**>(&values), rows * sizeof(float), s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const unsigned grid = static_cast<unsigned>(rows < 65535u * 8 ? rows : 65535u * 8);
+  row_terms_kernel<<<grid, threads, 0, s>>>(rows, cols, term, inv_n, values);
+  block_sum(rows, row_value_op{values}, out, s);
+  cudaFreeAsync(values, s);
+  return true;
+}
+
 // Row i of a matrix, and element (i, j).
 __device__ float* row(const mat& m, std::size_t i) { return m.p + i * m.ld; }
 __device__ const float* row(const cmat& m, std::size_t i) { return m.p + i * m.ld; }
@@ -289,6 +327,33 @@ struct mean_absolute_error_op {
         kb::absolute_error_row(row(pred, i), row(targets, i), pred.cols, inv_n));
   }
 };
+// The same losses with the row's elements spread over a block (row_terms_sum): each element's
+// term (and its gradient) by the body the row's loop calls.
+struct squared_error_term {
+  cmat pred, targets;
+  mat grad;
+  float grad_scale, inv_n;
+  __device__ float operator()(std::size_t i, std::size_t j) const {
+    return kb::squared_error(at(pred, i, j), at(targets, i, j), grad_scale, inv_n, at(grad, i, j));
+  }
+};
+struct binary_crossentropy_term {
+  cmat pred, targets;
+  mat grad;
+  float grad_scale;
+  bool from_logits;
+  float epsilon, inv_n;
+  __device__ float operator()(std::size_t i, std::size_t j) const {
+    return kb::binary_crossentropy(at(targets, i, j), at(pred, i, j), from_logits, epsilon,
+                                   grad_scale, inv_n, at(grad, i, j));
+  }
+};
+struct absolute_error_term {
+  cmat pred, targets;
+  __device__ float operator()(std::size_t i, std::size_t j) const {
+    return kb::absolute_error(at(pred, i, j), at(targets, i, j));
+  }
+};
 struct argmax_equal_op {
   cmat pred;
   kb::targets t;
@@ -471,8 +536,19 @@ void bias_activation(const float* bias, activation_kind a, mat y, cudaStream_t s
   else if (bias != nullptr || a != activation_kind::linear)
     for_each_element(y.rows, y.cols, bias_activation_op{bias, a, y}, s);
 }
+// A bias gradient: the rows split over the GPU (cuda_launch::reduce_columns), summed in double.
+struct matrix_value {
+  cmat in;
+  __device__ double operator()(std::size_t i, std::size_t j) const { return at(in, i, j); }
+};
+struct store_column_sum {
+  float* out;
+  __device__ void operator()(std::size_t j, double v) const { out[j] = static_cast<float>(v); }
+};
 void column_sums(cmat in, float* out, cudaStream_t s) {
-  for_each(in.cols, column_sums_op{in, out}, s);
+  if (!cuda_launch::reduce_columns<double>(in.rows, in.cols, matrix_value{in},
+                                           store_column_sum{out}, s))
+    for_each(in.cols, column_sums_op{in, out}, s);
 }
 void activation_backward_bias(activation_kind a, cmat y, cmat dy, mat dz, float* db,
                               cudaStream_t s) {
@@ -544,18 +620,27 @@ void softmax_cross_entropy(cmat logits, const std::int32_t* labels, cmat targets
 void mean_squared_error(cmat pred, cmat targets, mat grad, float grad_scale, std::size_t classes,
                         double* out, cudaStream_t s) {
   const float inv_n = 1.0f / static_cast<float>(classes != 0 ? classes : pred.cols);
-  block_sum(pred.rows, mse_op{pred, targets, grad, grad_scale, inv_n}, out, s);
+  if (!row_terms_sum(pred.rows, pred.cols, squared_error_term{pred, targets, grad, grad_scale,
+                                                              inv_n},
+                     inv_n, out, s))
+    block_sum(pred.rows, mse_op{pred, targets, grad, grad_scale, inv_n}, out, s);
 }
 void binary_crossentropy(cmat pred, cmat targets, mat grad, float grad_scale, bool from_logits,
                          float epsilon, std::size_t classes, double* out, cudaStream_t s) {
   const float inv_n = 1.0f / static_cast<float>(classes != 0 ? classes : pred.cols);
-  block_sum(pred.rows,
-            binary_crossentropy_op{pred, targets, grad, grad_scale, from_logits, epsilon, inv_n},
-            out, s);
+  if (!row_terms_sum(pred.rows, pred.cols,
+                     binary_crossentropy_term{pred, targets, grad, grad_scale, from_logits,
+                                              epsilon, inv_n},
+                     inv_n, out, s))
+    block_sum(pred.rows,
+              binary_crossentropy_op{pred, targets, grad, grad_scale, from_logits, epsilon,
+                                     inv_n},
+              out, s);
 }
 void mean_absolute_error(cmat pred, cmat targets, double* out, cudaStream_t s) {
   const float inv_n = 1.0f / static_cast<float>(pred.cols);
-  block_sum(pred.rows, mean_absolute_error_op{pred, targets, inv_n}, out, s);
+  if (!row_terms_sum(pred.rows, pred.cols, absolute_error_term{pred, targets}, inv_n, out, s))
+    block_sum(pred.rows, mean_absolute_error_op{pred, targets, inv_n}, out, s);
 }
 void count_argmax_equal(cmat pred, const std::int32_t* labels, cmat targets, double* out,
                         cudaStream_t s) {

@@ -239,6 +239,12 @@ TEST_CASE("cuda: dense's fused forward and backward for every activation", "[gpu
   H::column_sums(big.h, sums70.h);
   D::column_sums(big.d, sums70.d);
   check_equal(sums70, "column_sums");
+  // Many rows, over two blocks of columns: the rows split over the GPU, then each column's
+  // splits added.
+  both tall(5000, 33, 27), sums33(1, 33, 28);
+  H::column_sums(tall.h, sums33.h);
+  D::column_sums(tall.d, sums33.d);
+  check_equal(sums33, "column_sums over 5,000 rows");
   both s(11, 13, 25), out(11, 13, 26);
   H::scale_shift(s.h, out.h, 1.0f / 255.0f, -0.5f);
   D::scale_shift(s.d, out.d, 1.0f / 255.0f, -0.5f);
@@ -287,6 +293,20 @@ TEST_CASE("cuda: losses and their gradients, sparse and one-hot; the accuracy co
   D::mean_squared_error(pred.d, targets.d, grad.d, 1.0f / 300, s.d, 3);
   check_sum(s, 3, "mean squared error over 300 rows");
   check_equal(grad, "mean squared error gradient");
+  // Wide rows (a block per row, its threads over 1,000 elements): every element-wise loss.
+  both_sums w;
+  both wp(70, 1000, 47, -2.0f, 2.0f), wt(70, 1000, 48, 0.0f, 1.0f), wg(70, 1000, 49);
+  H::mean_squared_error(wp.h, wt.h, wg.h, 1.0f / 70, w.h, 0);
+  D::mean_squared_error(wp.d, wt.d, wg.d, 1.0f / 70, w.d, 0);
+  check_sum(w, 0, "mean squared error over rows of 1,000");
+  check_equal(wg, "mean squared error gradient over rows of 1,000");
+  H::binary_crossentropy(wp.h, wt.h, wg.h, 1.0f / 70, true, 1e-7f, w.h, 1);
+  D::binary_crossentropy(wp.d, wt.d, wg.d, 1.0f / 70, true, 1e-7f, w.d, 1);
+  check_sum(w, 1, "binary cross-entropy on logits over rows of 1,000");
+  check_equal(wg, "binary cross-entropy gradient over rows of 1,000");
+  H::mean_absolute_error(wp.h, wt.h, w.h, 2);
+  D::mean_absolute_error(wp.d, wt.d, w.d, 2);
+  check_sum(w, 2, "mean absolute error over rows of 1,000");
 }
 
 TEST_CASE("cuda: the split-class kernels (vocab-parallel softmax and cross-entropy)", "[gpu]") {

@@ -21,12 +21,91 @@ __global__ void for_each_kernel(std::size_t n, F f) {
 }
 }  // namespace detail
 
+namespace detail {
+template <class F>
+void each(std::size_t n, const F& f, cudaStream_t stream) {
+  if (n == 0) return;
+  const std::size_t b = (n + threads - 1) / threads;
+  const auto blocks = static_cast<unsigned>(b < 65535u * 8 ? b : 65535u * 8);
+  for_each_kernel<<<blocks, threads, 0, stream>>>(n, f);
+}
+}  // namespace detail
+
+// A .cu file may specialize it for a functor whose items are too few to fill the GPU (one per
+// channel), running its work another way (reduce_columns below).
 template <class F>
 void for_each(std::size_t n, const F& f, cudaStream_t stream) {
-  if (n == 0) return;
-  const std::size_t b = (n + detail::threads - 1) / detail::threads;
-  const auto blocks = static_cast<unsigned>(b < 65535u * 8 ? b : 65535u * 8);
-  detail::for_each_kernel<<<blocks, detail::threads, 0, stream>>>(n, f);
+  detail::each(n, f, stream);
+}
+
+// ---- sums over the rows of each column, in parallel and in a fixed order ----------------------
+// out(c, sum over rows i of term(i, c)) for every column c in [0, cols), V a sum (double, or a
+// struct of them with +=): what a functor with one thread per column (a batch normalization
+// channel's statistics, a bias gradient) would compute, with the rows split over the GPU.
+// Blocks of 32 columns x 8 row lanes (each row read by 32 threads at once): block (x, s) sums
+// the rows of split s, lane y taking rows y, y + 8, ... in turn; the 8 lanes' sums are added in
+// lane order, and each column's splits in split order by one thread. The order depends on the
+// shape alone: every run gives the same bits. The splits' sums live in the stream-ordered pool.
+namespace detail {
+constexpr unsigned column_lanes = 32, row_lanes = 8;
+template <class V, class Term>
+__global__ void column_split_sums(std::size_t rows, std::size_t cols, std::size_t rows_per_split,
+                                  Term term, V* partial) {
+  __shared__ V part[row_lanes][column_lanes];
+  const std::size_t c = blockIdx.x * static_cast<std::size_t>(column_lanes) + threadIdx.x;
+  const std::size_t first = blockIdx.y * rows_per_split;
+  const std::size_t last = first + rows_per_split < rows ? first + rows_per_split : rows;
+  V acc{};
+  if (c < cols)
+    for (std::size_t i = first + threadIdx.y; i < last; i += row_lanes) acc += term(i, c);
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    V total = part[0][threadIdx.x];
+    for (unsigned y = 1; y < row_lanes; ++y) total += part[y][threadIdx.x];
+    partial[blockIdx.y * cols + c] = total;
+  }
+}
+template <class V, class Out>
+__global__ void column_totals(std::size_t cols, std::size_t splits, const V* partial, Out out) {
+  for (std::size_t c = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; c < cols;
+       c += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    V total{};
+    for (std::size_t s = 0; s < splits; ++s) total += partial[s * cols + c];
+    out(c, total);
+  }
+}
+}  // namespace detail
+
+// Returns false (nothing launched) where the pool cannot hold the splits' sums; the caller then
+// runs its one-thread-per-column functor instead.
+template <class V, class Term, class Out>
+bool reduce_columns(std::size_t rows, std::size_t cols, const Term& term, const Out& out,
+                    cudaStream_t stream) {
+  if (cols == 0) return true;
+  const std::size_t column_blocks = (cols + detail::column_lanes - 1) / detail::column_lanes;
+  // About 1,024 blocks in all, each split at least 64 rows (8 per lane).
+  std::size_t splits = (rows + 63) / 64;
+  const std::size_t most = column_blocks >= 1024 ? 1 : 1024 / column_blocks;
+  if (splits > most) splits = most;
+  if (splits == 0) splits = 1;
+  if (splits > 65535) splits = 65535;
+  const std::size_t rows_per_split = (rows + splits - 1) / splits;
+  V* partial = nullptr;
+  if (cudaMallocAsync(reinterpret_cast<void**>(&partial), splits * cols * sizeof(V), stream) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  detail::column_split_sums<V><<<dim3(static_cast<unsigned>(column_blocks),
+                                      static_cast<unsigned>(splits)),
+                                 dim3(detail::column_lanes, detail::row_lanes), 0, stream>>>(
+      rows, cols, rows_per_split == 0 ? 1 : rows_per_split, term, partial);
+  const std::size_t b = (cols + detail::threads - 1) / detail::threads;
+  detail::column_totals<V><<<static_cast<unsigned>(b < 65535 ? b : 65535), detail::threads, 0,
+                             stream>>>(cols, splits, partial, out);
+  cudaFreeAsync(partial, stream);
+  return true;
 }
 
 }  // namespace tessel::backend::cuda_launch
