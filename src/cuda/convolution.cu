@@ -6,8 +6,8 @@
 #include <tessel/backend/cuda_launch.cuh>
 
 namespace cv = tessel::backend::convolution;
+// im2col_rows: specialized below, an element a thread.
 
-TESSEL_CUDA_FOR_EACH(cv::im2col_rows);
 TESSEL_CUDA_FOR_EACH(cv::col2im_elements);
 TESSEL_CUDA_FOR_EACH(cv::max_pool_elements);
 TESSEL_CUDA_FOR_EACH(cv::average_pool_elements);
@@ -42,6 +42,15 @@ struct channel_squared_deviation {
     const auto mean = static_cast<float>(sums[c] / count);
     const double d = static_cast<double>(x[i * channels + c]) - mean;
     return d * d;
+  }
+};
+// conv2d's im2col one element a thread (im2col_rows is one row of kh kw C values a thread: a
+// few thousand threads for a small image, each copying hundreds of values).
+struct im2col_element {
+  cv::im2col_rows f;
+  std::size_t patch;
+  __device__ void operator()(std::size_t k) const {
+    f.cols[k] = cv::im2col_value(f.g, f.x, k / patch, k % patch);
   }
 };
 struct store_sum {
@@ -79,6 +88,10 @@ struct store_gradient_sums {
 }  // namespace
 
 namespace tessel::backend::cuda_launch {
+template <>
+void for_each<cv::im2col_rows>(std::size_t n, const cv::im2col_rows& f, cudaStream_t s) {
+  detail::each(n * f.g.patch(), im2col_element{f, f.g.patch()}, s);
+}
 template <>
 void for_each<bn::channel_sums>(std::size_t n, const bn::channel_sums& f, cudaStream_t s) {
   if (!reduce_columns<double>(f.rows, n, channel_value{f.x, f.channels}, store_sum{f.sums}, s))
