@@ -43,9 +43,10 @@ void for_each(std::size_t n, const F& f, cudaStream_t stream) {
 // struct of them with +=): what a functor with one thread per column (a batch normalization
 // channel's statistics, a bias gradient) would compute, with the rows split over the GPU.
 // Blocks of 32 columns x 8 row lanes (each row read by 32 threads at once): block (x, s) sums
-// the rows of split s, lane y taking rows y, y + 8, ... in turn; the 8 lanes' sums are added in
-// lane order, and each column's splits in split order by one thread. The order depends on the
-// shape alone: every run gives the same bits. The splits' sums live in the stream-ordered pool.
+// the rows of split s, lane y taking rows y, y + 8, ... in turn, and the 8 lanes' sums are added
+// in lane order; then one block per column adds its splits' sums (column_totals). The order
+// depends on the shape alone: every run gives the same bits. The splits' sums live in the
+// stream-ordered pool.
 namespace detail {
 constexpr unsigned column_lanes = 32, row_lanes = 8;
 template <class V, class Term>
@@ -66,13 +67,22 @@ __global__ void column_split_sums(std::size_t rows, std::size_t cols, std::size_
     partial[blockIdx.y * cols + c] = total;
   }
 }
+// One block per column (grid-stride): thread t adds splits t, t + threads, ... in turn, then a
+// fixed tree adds the threads' sums.
 template <class V, class Out>
 __global__ void column_totals(std::size_t cols, std::size_t splits, const V* partial, Out out) {
-  for (std::size_t c = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; c < cols;
-       c += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    V total{};
-    for (std::size_t s = 0; s < splits; ++s) total += partial[s * cols + c];
-    out(c, total);
+  __shared__ V part[threads];
+  for (std::size_t c = blockIdx.x; c < cols; c += gridDim.x) {
+    V acc{};
+    for (std::size_t s = threadIdx.x; s < splits; s += threads) acc += partial[s * cols + c];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned half = threads / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) out(c, part[0]);
+    __syncthreads();  // part[0] read before the next column's sums
   }
 }
 }  // namespace detail
@@ -84,8 +94,8 @@ bool reduce_columns(std::size_t rows, std::size_t cols, const Term& term, const 
                     cudaStream_t stream) {
   if (cols == 0) return true;
   const std::size_t column_blocks = (cols + detail::column_lanes - 1) / detail::column_lanes;
-  // About 1,024 blocks in all, each split at least 64 rows (8 per lane).
-  std::size_t splits = (rows + 63) / 64;
+  // About 1,024 blocks in all, each split at least 256 rows (32 per lane).
+  std::size_t splits = (rows + 255) / 256;
   const std::size_t most = column_blocks >= 1024 ? 1 : 1024 / column_blocks;
   if (splits > most) splits = most;
   if (splits == 0) splits = 1;
@@ -101,9 +111,8 @@ bool reduce_columns(std::size_t rows, std::size_t cols, const Term& term, const 
                                       static_cast<unsigned>(splits)),
                                  dim3(detail::column_lanes, detail::row_lanes), 0, stream>>>(
       rows, cols, rows_per_split == 0 ? 1 : rows_per_split, term, partial);
-  const std::size_t b = (cols + detail::threads - 1) / detail::threads;
-  detail::column_totals<V><<<static_cast<unsigned>(b < 65535 ? b : 65535), detail::threads, 0,
-                             stream>>>(cols, splits, partial, out);
+  detail::column_totals<V><<<static_cast<unsigned>(cols < 65535u * 8 ? cols : 65535u * 8),
+                             detail::threads, 0, stream>>>(cols, splits, partial, out);
   cudaFreeAsync(partial, stream);
   return true;
 }
