@@ -1,13 +1,16 @@
 // The CUDA backend's kernels (declared in include/tessel/backend/cuda_kernels.hpp). Each one
-// does what the host backend's function of the same name does (backend/host.hpp), in the same
-// order wherever an order decides the bits: a column sum adds its rows in row order, a row's
-// softmax and loss go along the row, and a sum over rows is reduced by one block in a fixed
-// order, so that a step gives the same bits every time it runs.
+// does what the host backend's function of the same name does (backend/host.hpp). Every sum is
+// added in an order fixed by the shape alone, so that a step gives the same bits every time it
+// runs: a row's softmax goes along the row; a column sum (a bias gradient) splits the rows over
+// the GPU and adds the parts in a fixed tree (cuda_launch::reduce_columns); an element-wise
+// loss spreads each row over a block (row_terms_kernel); and a sum over rows is reduced by one
+// block in a fixed order. These are not the host's orders (it adds in row order): the sums
+// agree to rounding, in double where the host's are.
 //
 // This file keeps only the launching: the CUDA target's grid-stride launcher
 // (cuda_launch::for_each, backend/cuda_launch.cuh: f(k) for every k in [0, n), an element, a
 // row or a column per call), block_sum_kernel (one block's fixed-order sum of f(row) over the
-// rows, for the losses and metrics) and the optimizers' multi-tensor kernel. Each operation is a
+// rows, for the losses and metrics), row_terms_kernel and the optimizers' multi-tensor kernel. Each operation is a
 // small functor whose __device__ operator() calls the arithmetic written once, for the host
 // backend too, in backend/kernel_bodies.hpp.
 #include <array>
