@@ -161,3 +161,17 @@ TEST_CASE("collectives: a step's copies go through the communicator, which knows
                          std::span<const float>(out), dst);
   CHECK(copies.empty());
 }
+
+TEST_CASE("collectives: a copy between spans of different sizes is an error naming both",
+          "[comm]") {
+  const std::vector<float> three{1, 2, 3};
+  std::vector<float> two(2);
+  const std::span<const float> in(three);
+  const std::span<float> out(two);
+  CHECK_THROWS_WITH(tessel::comm::communicator{}.copy(in, out),
+                    "tessel: copy needs input and output of one size; got 3 and 2 elements");
+  CHECK_THROWS_WITH(tessel::comm::local_communicator{}.copy(in, out),
+                    Catch::Contains("copy over 1 process needs input and output of one size; "
+                                    "got 3 and 2"));
+  CHECK(two == std::vector<float>{0, 0});  // nothing written
+}

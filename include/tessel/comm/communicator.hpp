@@ -198,7 +198,10 @@ class communicator {
   // communicator, so that one whose buffers live elsewhere copies there.
   template <class T>
   void copy(std::span<const T> in, std::span<T> out) const {
-    check_same("copy", in.size(), out.size());
+    if (in.size() != out.size())
+      throw value_error("tessel: copy needs input and output of one size; got " +
+                        std::to_string(in.size()) + " and " + std::to_string(out.size()) +
+                        " elements");
     detail::copy(in, out);
   }
   // `what` names it in the watchdog's message; an untimed barrier is not ended by the collective
