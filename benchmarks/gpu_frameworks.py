@@ -83,6 +83,27 @@ def report(name, times, acc, step_times, peak):
 
 # ---- PyTorch -----------------------------------------------------------------------------------
 
+def torch_training_step(model, params, compiled, dev):
+    """Adam(1e-3, eps 1e-7) over `params` and one step of cross-entropy on logits, returning
+    the loss (not read back); with `compiled`, the step through torch.compile(mode=
+    "reduce-overhead") (CUDA graphs: Adam's learning rate a tensor, its state capturable).
+    Returns (loss_fn, step)."""
+    import torch
+
+    opt = torch.optim.Adam(params, lr=torch.tensor(1e-3) if compiled else 1e-3, eps=1e-7,
+                           capturable=compiled and dev.type == "cuda")
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step(xb, yb):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return loss_fn, (torch.compile(step, mode="reduce-overhead") if compiled else step)
+
+
 def torch_runs(args, data, compiled):
     import torch
 
@@ -104,19 +125,7 @@ def torch_runs(args, data, compiled):
         y, yv, yt = y.long(), yv.long(), yt.long()
         model = torch.nn.Sequential(linear(784, 256), torch.nn.ReLU(), linear(256, 256),
                                     torch.nn.ReLU(), linear(256, 10)).to(dev)
-        opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(1e-3) if compiled else 1e-3,
-                               eps=1e-7, capturable=compiled and dev.type == "cuda")
-        loss_fn = torch.nn.CrossEntropyLoss()
-
-        def step(xb, yb):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xb), yb)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-
-        if compiled:
-            step = torch.compile(step, mode="reduce-overhead")
+        loss_fn, step = torch_training_step(model, model.parameters(), compiled, dev)
         b = args.batch_size
 
         def evaluate(xs, ys):
@@ -207,19 +216,7 @@ def torch_cnn(args, data, dev, name, compiled):
     count = sum(q.numel() for q in trainable)
     if count != CNN_PARAMS:
         raise RuntimeError(f"the PyTorch CNN has {count} trainable parameters, not {CNN_PARAMS}")
-    opt = torch.optim.Adam(trainable, lr=torch.tensor(1e-3) if compiled else 1e-3, eps=1e-7,
-                           capturable=compiled and dev.type == "cuda")
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step(xb, yb):
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    if compiled:
-        step = torch.compile(step, mode="reduce-overhead")
+    _, step = torch_training_step(model, trainable, compiled, dev)
 
     def batch(i):  # consecutive batches, a view each
         s = (i * b) % (len(x) - b)

@@ -53,6 +53,12 @@ inline int count_of(std::size_t n) {
   return static_cast<int>(n);
 }
 
+// A communicator's copy (out = in) needs spans of one size.
+inline void check_copy(std::size_t in, std::size_t out) {
+  if (in != out)
+    throw value_error("tessel: copy needs input and output of one size; got " +
+                      std::to_string(in) + " and " + std::to_string(out) + " elements");
+}
 template <class T>
 void copy(std::span<const T> in, std::span<T> out) {
   if (in.data() != out.data() && !in.empty()) std::memmove(out.data(), in.data(), in.size_bytes());
@@ -198,10 +204,7 @@ class communicator {
   // communicator, so that one whose buffers live elsewhere copies there.
   template <class T>
   void copy(std::span<const T> in, std::span<T> out) const {
-    if (in.size() != out.size())
-      throw value_error("tessel: copy needs input and output of one size; got " +
-                        std::to_string(in.size()) + " and " + std::to_string(out.size()) +
-                        " elements");
+    detail::check_copy(in.size(), out.size());
     detail::copy(in, out);
   }
   // `what` names it in the watchdog's message; an untimed barrier is not ended by the collective
