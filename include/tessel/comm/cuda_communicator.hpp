@@ -235,7 +235,7 @@ class cuda_communicator {
   // runtime/collectives.hpp runs them, never touches GPU memory from the host.
   template <class T>
   void copy(std::span<const T> in, std::span<T> out) const {
-    detail::check_copy(in.size(), out.size());
+    if (in.size() != out.size()) detail::copy_size_error(in.size(), out.size());
     const auto* from = reinterpret_cast<const std::byte*>(in.data());
     const auto* to = reinterpret_cast<const std::byte*>(out.data());
     if (from != to && from < to + out.size_bytes() && to < from + in.size_bytes()) {
