@@ -61,13 +61,20 @@ fail_now() {
 }
 
 passed=() failed=() skipped=() uncounted=() times=()
-part() {  # part NAME CAP COMMAND...: runs it within CAP seconds and what is left of the limit
+record() {  # record passed|failed TEXT: a part's result, or among the uncounted (counted=0)
+  if [[ ${counted:-1} == 0 ]]; then uncounted+=("$2")
+  elif [[ $1 == passed ]]; then passed+=("$2")
+  else failed+=("$2"); fi
+}
+# part NAME CAP COMMAND...: runs it within CAP seconds and what is left of the limit;
+# `counted=0 part ...` logs its result without counting it.
+part() {
   local name=$1 cap=$2 t0 left rc took file
   shift 2
   left=$(awk -v l="$limit" -v s="$(seconds_since "$start")" 'BEGIN { printf "%d", l - s }')
   if ((left < 5)); then
     say "== $name: not run, the $limit s limit (TESSEL_GPU_TIME_LIMIT) is spent"
-    failed+=("$name (not run: no time left)")
+    record failed "$name (not run: no time left)"
     return 1
   fi
   ((cap > left)) && cap=$left
@@ -83,13 +90,13 @@ part() {  # part NAME CAP COMMAND...: runs it within CAP seconds and what is lef
   times+=("$name $took s")
   if ((rc == 124 || rc == 137)); then
     say "== $name: stopped at its cap after $took s"
-    failed+=("$name (stopped at its $cap s cap)")
+    record failed "$name (stopped at its $cap s cap)"
   elif ((rc != 0)); then
     say "== $name: failed (exit $rc) after $took s"
-    failed+=("$name")
+    record failed "$name"
   else
     say "== $name: passed in $took s"
-    passed+=("$name")
+    record passed "$name"
   fi
   return "$rc"
 }
@@ -305,12 +312,10 @@ if ((tests)); then
       skip "memcheck gpu_tests ~[nccl]" "compute-sanitizer refused this device (as under gVisor): $(grep -Em1 "$refused" "$last_log" | cut -c1-160)"
       skip "memcheck gpu_tests [nccl]" "compute-sanitizer refused this device"
     else
-      n_failed=${#failed[@]} n_passed=${#passed[@]}
-      part "memcheck gpu_tests [nccl] (logged, not counted)" 30 "$sanitizer" --tool memcheck \
-        --report-api-errors no --error-exitcode 1 "$bin/gpu_tests" --durations yes '[nccl]'
+      counted=0 part "memcheck gpu_tests [nccl] (logged, not counted)" 30 "$sanitizer" \
+        --tool memcheck --report-api-errors no --error-exitcode 1 "$bin/gpu_tests" \
+        --durations yes '[nccl]'
       say "   (memcheck over NCCL: $(grep -c '=========.*Invalid\|========= Program hit' "$last_log") reports; not counted)"
-      failed=("${failed[@]:0:n_failed}") passed=("${passed[@]:0:n_passed}")
-      uncounted+=("memcheck gpu_tests [nccl]")
     fi
   fi
 fi

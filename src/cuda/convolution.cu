@@ -32,15 +32,11 @@ struct channel_value {
     return x[i * channels + c];
   }
 };
-// (x[i, c] - mean_c)^2, the mean from the reduced sums as bn::channel_deviations forms it.
+// (x[i, c] - mean_c)^2, the mean as bn::channel_deviations forms it.
 struct channel_squared_deviation {
-  const float* x;
-  std::size_t channels;
-  const float* sums;
-  double count;
+  bn::channel_deviations f;
   __device__ double operator()(std::size_t i, std::size_t c) const {
-    const auto mean = static_cast<float>(sums[c] / count);
-    const double d = static_cast<double>(x[i * channels + c]) - mean;
+    const double d = static_cast<double>(f.x[i * f.channels + c]) - f.mean(c);
     return d * d;
   }
 };
@@ -75,14 +71,10 @@ struct channel_gradient_terms {
     return {g, static_cast<double>(g) * xhat[i * channels + c]};
   }
 };
-// What bn::channel_gradient_sums stores from its sums.
 struct store_gradient_sums {
   bn::channel_gradient_sums f;
   __device__ void operator()(std::size_t c, const two_sums& v) const {
-    f.sums[c] = static_cast<float>(v.dy);
-    f.sums[f.channels + c] = static_cast<float>(v.dy_xhat);
-    if (f.dgamma != nullptr) f.dgamma[c] = f.sums[f.channels + c];
-    if (f.dbeta != nullptr) f.dbeta[c] = f.sums[c];
+    f.store(c, v.dy, v.dy_xhat);
   }
 };
 }  // namespace
@@ -101,7 +93,7 @@ template <>
 void for_each<bn::channel_deviations>(std::size_t n, const bn::channel_deviations& f,
                                       cudaStream_t s) {
   if (!reduce_columns<double>(f.rows, n,
-                              channel_squared_deviation{f.x, f.channels, f.sums, f.count},
+                              channel_squared_deviation{f},
                               store_sum{f.sums + f.channels}, s))
     detail::each(n, f, s);
 }

@@ -58,18 +58,10 @@ void for_each_element(std::size_t rows, std::size_t cols, const F& f, cudaStream
   for_each(rows * cols, elements<F>{cols, f}, s);
 }
 
-// Thread 0 of the block gets the sum of every thread's `v` (a fixed tree: the same bits each
-// run), in shared memory of `threads` doubles.
-__device__ double block_total(double v) {
-  __shared__ double part[threads];
-  part[threadIdx.x] = v;
-  __syncthreads();
-  for (unsigned half = threads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
-    __syncthreads();
-  }
-  return part[0];
-}
+// The block's sum of every thread's `v`, in a fixed tree (the same bits each run): the launcher's
+// (cuda_launch.cuh), for blocks of `threads` threads.
+using cuda_launch::detail::block_total;
+static_assert(threads == cuda_launch::detail::threads);
 // *out = the sum of f(i) (a double) over the rows i in [0, n), by one block: thread t adds rows
 // t, t + threads, ... in turn, then block_total adds the threads' sums. The losses and metrics.
 template <class F>

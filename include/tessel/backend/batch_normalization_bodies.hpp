@@ -103,9 +103,13 @@ struct channel_deviations {
   std::size_t rows, channels;
   float* sums;
   double count;
+  // Channel c's mean, from its sum (every launch of this functor takes it from here).
+  TESSEL_KERNEL_BODY float mean(std::size_t c) const {
+    return static_cast<float>(sums[c] / count);
+  }
   TESSEL_KERNEL_BODY void operator()(std::size_t c) const {
-    const auto mean = static_cast<float>(sums[c] / count);
-    sums[channels + c] = static_cast<float>(column_squared_deviation(x, rows, channels, c, mean));
+    sums[channels + c] =
+        static_cast<float>(column_squared_deviation(x, rows, channels, c, mean(c)));
   }
 };
 // n = C: the maps from the batch's sums (training) or from the moving statistics (inference:
@@ -165,13 +169,17 @@ struct channel_gradient_sums {
   float* sums;
   float* dgamma;
   float* dbeta;
-  TESSEL_KERNEL_BODY void operator()(std::size_t c) const {
-    double sum_dy = 0, sum_dy_xhat = 0;
-    gradient_sums(dy, xhat, rows, channels, c, sum_dy, sum_dy_xhat);
+  // Channel c's two sums stored where they go (every launch of this functor stores them here).
+  TESSEL_KERNEL_BODY void store(std::size_t c, double sum_dy, double sum_dy_xhat) const {
     sums[c] = static_cast<float>(sum_dy);
     sums[channels + c] = static_cast<float>(sum_dy_xhat);
     if (dgamma != nullptr) dgamma[c] = sums[channels + c];
     if (dbeta != nullptr) dbeta[c] = sums[c];
+  }
+  TESSEL_KERNEL_BODY void operator()(std::size_t c) const {
+    double sum_dy = 0, sum_dy_xhat = 0;
+    gradient_sums(dy, xhat, rows, channels, c, sum_dy, sum_dy_xhat);
+    store(c, sum_dy, sum_dy_xhat);
   }
 };
 // n = rows C: the input's gradient of element i, in training (sums: the batch's, reduced) or

@@ -19,9 +19,6 @@ __global__ void for_each_kernel(std::size_t n, F f) {
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
     f(i);
 }
-}  // namespace detail
-
-namespace detail {
 template <class F>
 void each(std::size_t n, const F& f, cudaStream_t stream) {
   if (n == 0) return;
@@ -67,22 +64,30 @@ __global__ void column_split_sums(std::size_t rows, std::size_t cols, std::size_
     partial[blockIdx.y * cols + c] = total;
   }
 }
-// One block per column (grid-stride): thread t adds splits t, t + threads, ... in turn, then a
-// fixed tree adds the threads' sums.
+// The sum of every thread's `v` over a block of `threads` threads, in a fixed tree (the same
+// bits each run), returned to every thread. A block that calls it again must __syncthreads()
+// first, once every thread has read the result.
+template <class V>
+__device__ V block_total(V v) {
+  __shared__ V part[threads];
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned half = threads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+    __syncthreads();
+  }
+  return part[0];
+}
+// One block per column (grid-stride): thread t adds splits t, t + threads, ... in turn, then
+// block_total adds the threads' sums.
 template <class V, class Out>
 __global__ void column_totals(std::size_t cols, std::size_t splits, const V* partial, Out out) {
-  __shared__ V part[threads];
   for (std::size_t c = blockIdx.x; c < cols; c += gridDim.x) {
     V acc{};
     for (std::size_t s = threadIdx.x; s < splits; s += threads) acc += partial[s * cols + c];
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    for (unsigned half = threads / 2; half > 0; half /= 2) {
-      if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
-      __syncthreads();
-    }
-    if (threadIdx.x == 0) out(c, part[0]);
-    __syncthreads();  // part[0] read before the next column's sums
+    const V total = block_total(acc);
+    if (threadIdx.x == 0) out(c, total);
+    __syncthreads();  // every thread has read the total before the next column's sums
   }
 }
 }  // namespace detail

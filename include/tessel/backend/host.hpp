@@ -1036,7 +1036,7 @@ TESSEL_INLINE void launch(const batch_normalization::channel_deviations& f, std:
     const std::size_t n = c1 - c0;
     double s[bn_block] = {};
     float mean[bn_block];
-    for (std::size_t j = 0; j < n; ++j) mean[j] = static_cast<float>(f.sums[c0 + j] / f.count);
+    for (std::size_t j = 0; j < n; ++j) mean[j] = f.mean(c0 + j);
     for (std::size_t i = 0; i < f.rows; ++i) {
       const float* x = f.x + i * ld + c0;
       for (std::size_t j = 0; j < n; ++j) {
@@ -1061,13 +1061,7 @@ TESSEL_INLINE void launch(const batch_normalization::channel_gradient_sums& f, s
         t[j] += static_cast<double>(dy[j]) * xhat[j];
       }
     }
-    for (std::size_t j = 0; j < n; ++j) {
-      const std::size_t c = c0 + j;
-      f.sums[c] = static_cast<float>(s[j]);
-      f.sums[f.channels + c] = static_cast<float>(t[j]);
-      if (f.dgamma != nullptr) f.dgamma[c] = f.sums[f.channels + c];
-      if (f.dbeta != nullptr) f.dbeta[c] = f.sums[c];
-    }
+    for (std::size_t j = 0; j < n; ++j) f.store(c0 + j, s[j], t[j]);
   });
 }
 

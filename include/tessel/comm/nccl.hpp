@@ -70,12 +70,13 @@ class nccl_group {
   // group, are watched as one collective (`tag`, from the group's MPI communicator): a process
   // that never arrives ends the job after the collective timeout, naming it, instead of leaving
   // the others blocked in NCCL's initialization.
-  nccl_group(MPI_Comm c, int rank, int size, std::string label, collective_tag tag = {})
+  nccl_group(MPI_Comm c, int rank, int size, std::string label,
+             collective_tag tag = {"ncclCommInitRank"})
       : rank_(rank), size_(size), label_(std::move(label)) {
     backend::cuda_detail::ctx();  // this process's GPU, selected
     ncclUniqueId id{};
     if (rank == 0) nccl_detail::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    const watched_wait watch(tag.op[0] != '\0' ? tag : collective_tag{"ncclCommInitRank"});
+    const watched_wait watch(tag);
     if (size > 1) MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, c);
     nccl_detail::check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
     backend::cuda_detail::check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
