@@ -13,15 +13,26 @@
 #include <tessel/comm/dimension.hpp>
 #include <tessel/comm/stall.hpp>
 #include <tessel/comm/watchdog.hpp>
+#include <tessel/core/device_mesh.hpp>
 #include <tessel/core/environment.hpp>
 #include <tessel/core/explain.hpp>
+#include <tessel/core/layer_planner.hpp>
+#include <tessel/core/planner.hpp>
+#include <tessel/core/regex.hpp>
+#include <tessel/core/shape.hpp>
 #include <tessel/core/shard.hpp>
 #include <tessel/core/tensor_layout.hpp>
 #include <tessel/core/visualize_sharding.hpp>
 #include <tessel/data/array.hpp>
+#include <tessel/data/array_ops.hpp>
+#include <tessel/data/dataset.hpp>
 #include <tessel/data/fashion_mnist.hpp>
 #include <tessel/data/file_access.hpp>
 #include <tessel/data/idx.hpp>
+#include <tessel/layers/keras_config.hpp>
+#include <tessel/layers/layer.hpp>
+#include <tessel/layers/plan/dense.hpp>
+#include <tessel/layers/plan/elementwise.hpp>
 #include <tessel/model/summary.hpp>
 #include <tessel/random/initializers.hpp>
 #include <tessel/runtime/agreement.hpp>
@@ -38,6 +49,7 @@
 #include <tessel/saving/sharded_weights.hpp>
 #include <tessel/saving/weights_file.hpp>
 #include <tessel/saving/zip.hpp>
+#include <tessel/metrics.hpp>
 #include <tessel/state.hpp>
 #include <tessel/tessel.hpp>
 #include <tessel/trainer/callbacks.hpp>
@@ -51,4 +63,17 @@ namespace tessel {
 TESSEL_CHECKPOINT_TEMPLATES(, backend::host)
 TESSEL_MODEL_WEIGHTS_TEMPLATES(, backend::host)
 template class optimizer<backend::host>;
+TESSEL_STATE_TEMPLATES(, backend::host)
+TESSEL_LAYER_TEMPLATES(, backend::host)
+TESSEL_DATASET_TEMPLATES(, float, float)
+TESSEL_DESCRIBE_SAMPLES_TEMPLATES(, float)
+TESSEL_DESCRIBE_SAMPLES_TEMPLATES(, std::int32_t)
+namespace data {
+TESSEL_ARRAY_OPS_TEMPLATES(, float)
+TESSEL_ARRAY_OPS_TEMPLATES(, std::int32_t)
+TESSEL_ARRAY_OPS_TEMPLATES(, std::uint8_t)
+}  // namespace data
+namespace metrics {
+TESSEL_METRICS_TEMPLATES(, backend::host)
+}  // namespace metrics
 }  // namespace tessel

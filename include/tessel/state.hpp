@@ -158,4 +158,18 @@ void check_state_list(const state_list<B>& expected, const state_list<B>& given,
 }
 }  // namespace detail
 
+// Compiled once for the host backend, in tessel::compiled (core/compilation.hpp).
+#define TESSEL_STATE_TEMPLATES(prefix, B)                                                      \
+  prefix template void detail::check_state_variable<B>(                                      \
+      const state_variable<B>&, const state_variable<B>&, std::string_view, std::string_view,  \
+      std::size_t);                                                                            \
+  prefix template void detail::check_state_list<B>(const state_list<B>&, const state_list<B>&, \
+                                                   std::string_view, std::string_view);
+#if TESSEL_EXTERN_TEMPLATES
+namespace backend {
+struct host;
+}  // namespace backend
+TESSEL_STATE_TEMPLATES(extern, backend::host)
+#endif
+
 }  // namespace tessel

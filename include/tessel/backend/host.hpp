@@ -209,16 +209,11 @@ struct host {
   }
 
   // ---- memory -------------------------------------------------------------------------------
-  static matrix make_matrix(const std::string& label, std::size_t rows, std::size_t cols) {
-    return matrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), rows, cols);
-  }
-  static matrix make_zeros(const std::string& label, std::size_t rows, std::size_t cols) {
-    return matrix(label, rows, cols);
-  }
-  static index_vector make_indices(const std::string& label, std::size_t n) {
-    return index_vector(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
-  }
-  static sums make_sums(const std::string& label, std::size_t n) { return sums(label, n); }
+  // (The functions that allocate or copy through Kokkos are compiled once, out of the class.)
+  static matrix make_matrix(const std::string& label, std::size_t rows, std::size_t cols);
+  static matrix make_zeros(const std::string& label, std::size_t rows, std::size_t cols);
+  static index_vector make_indices(const std::string& label, std::size_t n);
+  static sums make_sums(const std::string& label, std::size_t n);
   // The one read-back of a step: every sum at once.
   static void download(const sums& src, std::span<double> dst) {
     std::copy(src.data(), src.data() + src.size(), dst.begin());
@@ -246,8 +241,8 @@ struct host {
   static void download(const matrix& src, std::span<float> dst) {
     std::copy(src.data(), src.data() + src.size(), dst.begin());
   }
-  static void fill(const matrix& m, float v) { Kokkos::deep_copy(m, v); }
-  static void copy(const matrix& src, const matrix& dst) { Kokkos::deep_copy(dst, src); }
+  static void fill(const matrix& m, float v);
+  static void copy(const matrix& src, const matrix& dst);
 
   // f(i) for every i in [0, n): a layer's functor over its kernel bodies (the same functor
   // backend::cuda runs one GPU thread per i), each i about `cost` elements of work; on the
@@ -1138,6 +1133,23 @@ TESSEL_INLINE bool host::set_flush_denormal(bool on) {
   return false;
 #endif
 }
+
+TESSEL_INLINE host::matrix host::make_matrix(const std::string& label, std::size_t rows,
+                                             std::size_t cols) {
+  return matrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), rows, cols);
+}
+TESSEL_INLINE host::matrix host::make_zeros(const std::string& label, std::size_t rows,
+                                            std::size_t cols) {
+  return matrix(label, rows, cols);
+}
+TESSEL_INLINE host::index_vector host::make_indices(const std::string& label, std::size_t n) {
+  return index_vector(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
+}
+TESSEL_INLINE host::sums host::make_sums(const std::string& label, std::size_t n) {
+  return sums(label, n);
+}
+TESSEL_INLINE void host::fill(const matrix& m, float v) { Kokkos::deep_copy(m, v); }
+TESSEL_INLINE void host::copy(const matrix& src, const matrix& dst) { Kokkos::deep_copy(dst, src); }
 
 TESSEL_INLINE void host::gemm(bool trans_a, bool trans_b, float alpha, const matrix& a,
                               const matrix& b, float beta, const matrix& c) {

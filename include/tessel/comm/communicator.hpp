@@ -148,57 +148,36 @@ class communicator {
   [[nodiscard]] bool uses_mpi() const noexcept { return size_ > 1; }
 
   // ---- blocking -------------------------------------------------------------------------------
+  // Each collective is a thin template over the element type that calls its type-erased form
+  // (addresses, counts and the MPI type), compiled once in tessel::compiled, as fmt's format
+  // calls vformat: a translation unit compiles no MPI call of its own.
   // Every process ends with the sum (or the maximum) of everyone's `data`, element-wise.
   template <class T>
   void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) const {
-    if (!uses_mpi() || data.empty()) return;
-    const watched_wait watch(tag("all_reduce"));
-    detail::check(MPI_Allreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size()),
-                                detail::datatype<T>(), op == reduce_op::max ? MPI_MAX : MPI_SUM,
-                                comm_),
-                  "MPI_Allreduce");
+    all_reduce_erased(data.data(), data.size(), detail::datatype<T>(), op);
   }
   // out = every process's `in`, concatenated in rank order (out.size() == size() * in.size()).
   template <class T>
   void all_gather(std::span<const T> in, std::span<T> out) const {
-    check_blocks("all_gather", out.size(), in.size());
-    if (!uses_mpi()) return detail::copy(in, out);
-    const watched_wait watch(tag("all_gather"));
-    detail::check(MPI_Allgather(in.data(), detail::count_of(in.size()), detail::datatype<T>(),
-                                out.data(), detail::count_of(in.size()), detail::datatype<T>(),
-                                comm_),
-                  "MPI_Allgather");
+    all_gather_erased({in.data(), in.size(), out.data(), out.size(), detail::datatype<T>(),
+                       sizeof(T)});
   }
   // out = block rank() of the sum of everyone's `in` (in.size() == size() * out.size()).
   template <class T>
   void reduce_scatter(std::span<const T> in, std::span<T> out) const {
-    check_blocks("reduce_scatter", in.size(), out.size());
-    if (!uses_mpi()) return detail::copy(in, out);
-    const watched_wait watch(tag("reduce_scatter"));
-    detail::check(MPI_Reduce_scatter_block(in.data(), out.data(), detail::count_of(out.size()),
-                                           detail::datatype<T>(), MPI_SUM, comm_),
-                  "MPI_Reduce_scatter_block");
+    reduce_scatter_erased({in.data(), in.size(), out.data(), out.size(), detail::datatype<T>(),
+                           sizeof(T)});
   }
   // Every process ends with `root`'s `data`.
   template <class T>
   void broadcast(std::span<T> data, int root = 0) const {
-    check_root(root);
-    if (!uses_mpi() || data.empty()) return;
-    const watched_wait watch(tag("broadcast"));
-    detail::check(MPI_Bcast(data.data(), detail::count_of(data.size()), detail::datatype<T>(),
-                            root, comm_),
-                  "MPI_Bcast");
+    broadcast_erased(data.data(), data.size(), detail::datatype<T>(), root);
   }
   // Block j of `in` goes to process j; block i of `out` comes from process i.
   template <class T>
   void all_to_all(std::span<const T> in, std::span<T> out) const {
-    check_same("all_to_all", in.size(), out.size());
-    if (!uses_mpi()) return detail::copy(in, out);
-    const int block = detail::count_of(in.size() / static_cast<std::size_t>(size_));
-    const watched_wait watch(tag("all_to_all"));
-    detail::check(MPI_Alltoall(in.data(), block, detail::datatype<T>(), out.data(), block,
-                               detail::datatype<T>(), comm_),
-                  "MPI_Alltoall");
+    all_to_all_erased({in.data(), in.size(), out.data(), out.size(), detail::datatype<T>(),
+                       sizeof(T)});
   }
   // out = in (host memory; of one size): the copy the collectives above do on one process, and
   // runtime/collectives.hpp's steps (an all_reduce into another buffer, a slice) through the
@@ -216,57 +195,29 @@ class communicator {
     detail::check(MPI_Barrier(comm_), "MPI_Barrier");
   }
 
-  // ---- non-blocking: the same collectives, returning a request ------------------------------
+  // ---- non-blocking ---------------------------------------------------------------------------
   template <class T>
   [[nodiscard]] request iall_reduce(std::span<T> data) const {
-    if (!uses_mpi() || data.empty()) return {};
-    MPI_Request r{};
-    detail::check(MPI_Iallreduce(MPI_IN_PLACE, data.data(), detail::count_of(data.size()),
-                                 detail::datatype<T>(), MPI_SUM, comm_, &r),
-                  "MPI_Iallreduce");
-    return request(r, tag("all_reduce"));
+    return iall_reduce_erased(data.data(), data.size(), detail::datatype<T>());
   }
   template <class T>
   [[nodiscard]] request iall_gather(std::span<const T> in, std::span<T> out) const {
-    check_blocks("all_gather", out.size(), in.size());
-    if (!uses_mpi()) return detail::copy(in, out), request{};
-    MPI_Request r{};
-    detail::check(MPI_Iallgather(in.data(), detail::count_of(in.size()), detail::datatype<T>(),
-                                 out.data(), detail::count_of(in.size()), detail::datatype<T>(),
-                                 comm_, &r),
-                  "MPI_Iallgather");
-    return request(r, tag("all_gather"));
+    return iall_gather_erased({in.data(), in.size(), out.data(), out.size(),
+                               detail::datatype<T>(), sizeof(T)});
   }
   template <class T>
   [[nodiscard]] request ireduce_scatter(std::span<const T> in, std::span<T> out) const {
-    check_blocks("reduce_scatter", in.size(), out.size());
-    if (!uses_mpi()) return detail::copy(in, out), request{};
-    MPI_Request r{};
-    detail::check(MPI_Ireduce_scatter_block(in.data(), out.data(), detail::count_of(out.size()),
-                                            detail::datatype<T>(), MPI_SUM, comm_, &r),
-                  "MPI_Ireduce_scatter_block");
-    return request(r, tag("reduce_scatter"));
+    return ireduce_scatter_erased({in.data(), in.size(), out.data(), out.size(),
+                                   detail::datatype<T>(), sizeof(T)});
   }
   template <class T>
   [[nodiscard]] request ibroadcast(std::span<T> data, int root = 0) const {
-    check_root(root);
-    if (!uses_mpi() || data.empty()) return {};
-    MPI_Request r{};
-    detail::check(MPI_Ibcast(data.data(), detail::count_of(data.size()), detail::datatype<T>(),
-                             root, comm_, &r),
-                  "MPI_Ibcast");
-    return request(r, tag("broadcast"));
+    return ibroadcast_erased(data.data(), data.size(), detail::datatype<T>(), root);
   }
   template <class T>
   [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {
-    check_same("all_to_all", in.size(), out.size());
-    if (!uses_mpi()) return detail::copy(in, out), request{};
-    const int block = detail::count_of(in.size() / static_cast<std::size_t>(size_));
-    MPI_Request r{};
-    detail::check(MPI_Ialltoall(in.data(), block, detail::datatype<T>(), out.data(), block,
-                                detail::datatype<T>(), comm_, &r),
-                  "MPI_Ialltoall");
-    return request(r, tag("all_to_all"));
+    return iall_to_all_erased({in.data(), in.size(), out.data(), out.size(),
+                               detail::datatype<T>(), sizeof(T)});
   }
 
   // Counts collective `op` on this group for the watchdog (it names the processes that did not
@@ -280,6 +231,27 @@ class communicator {
   void check_root(int root) const;
   void check_blocks(const char* what, std::size_t whole, std::size_t block) const;
   void check_same(const char* what, std::size_t in, std::size_t out) const;
+  // A collective's two buffers, their element type erased.
+  struct buffers {
+    const void* in;
+    std::size_t in_count;
+    void* out;
+    std::size_t out_count;
+    MPI_Datatype type;
+    std::size_t element_size;
+    // out = in, on a group of one process.
+    void copy() const;
+  };
+  void all_reduce_erased(void* data, std::size_t n, MPI_Datatype type, reduce_op op) const;
+  void all_gather_erased(const buffers& b) const;
+  void reduce_scatter_erased(const buffers& b) const;
+  void broadcast_erased(void* data, std::size_t n, MPI_Datatype type, int root) const;
+  void all_to_all_erased(const buffers& b) const;
+  request iall_reduce_erased(void* data, std::size_t n, MPI_Datatype type) const;
+  request iall_gather_erased(const buffers& b) const;
+  request ireduce_scatter_erased(const buffers& b) const;
+  request ibroadcast_erased(void* data, std::size_t n, MPI_Datatype type, int root) const;
+  request iall_to_all_erased(const buffers& b) const;
   void release() noexcept {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -341,6 +313,90 @@ TESSEL_INLINE void communicator::check_same(const char* what, std::size_t in,
                       " processes needs equal input and output sizes that divide by " +
                       std::to_string(size_) + "; got " + std::to_string(in) + " and " +
                       std::to_string(out));
+}
+TESSEL_INLINE void communicator::buffers::copy() const {
+  if (in != out && in_count != 0) std::memmove(out, in, in_count * element_size);
+}
+TESSEL_INLINE void communicator::all_reduce_erased(void* data, std::size_t n, MPI_Datatype type,
+                                                   reduce_op op) const {
+  if (!uses_mpi() || n == 0) return;
+  const watched_wait watch(tag("all_reduce"));
+  detail::check(MPI_Allreduce(MPI_IN_PLACE, data, detail::count_of(n), type,
+                              op == reduce_op::max ? MPI_MAX : MPI_SUM, comm_),
+                "MPI_Allreduce");
+}
+TESSEL_INLINE void communicator::all_gather_erased(const buffers& b) const {
+  check_blocks("all_gather", b.out_count, b.in_count);
+  if (!uses_mpi()) return b.copy();
+  const watched_wait watch(tag("all_gather"));
+  detail::check(MPI_Allgather(b.in, detail::count_of(b.in_count), b.type, b.out,
+                              detail::count_of(b.in_count), b.type, comm_),
+                "MPI_Allgather");
+}
+TESSEL_INLINE void communicator::reduce_scatter_erased(const buffers& b) const {
+  check_blocks("reduce_scatter", b.in_count, b.out_count);
+  if (!uses_mpi()) return b.copy();
+  const watched_wait watch(tag("reduce_scatter"));
+  detail::check(MPI_Reduce_scatter_block(b.in, b.out, detail::count_of(b.out_count), b.type,
+                                         MPI_SUM, comm_),
+                "MPI_Reduce_scatter_block");
+}
+TESSEL_INLINE void communicator::broadcast_erased(void* data, std::size_t n, MPI_Datatype type,
+                                                  int root) const {
+  check_root(root);
+  if (!uses_mpi() || n == 0) return;
+  const watched_wait watch(tag("broadcast"));
+  detail::check(MPI_Bcast(data, detail::count_of(n), type, root, comm_), "MPI_Bcast");
+}
+TESSEL_INLINE void communicator::all_to_all_erased(const buffers& b) const {
+  check_same("all_to_all", b.in_count, b.out_count);
+  if (!uses_mpi()) return b.copy();
+  const int block = detail::count_of(b.in_count / static_cast<std::size_t>(size_));
+  const watched_wait watch(tag("all_to_all"));
+  detail::check(MPI_Alltoall(b.in, block, b.type, b.out, block, b.type, comm_), "MPI_Alltoall");
+}
+TESSEL_INLINE request communicator::iall_reduce_erased(void* data, std::size_t n,
+                                                       MPI_Datatype type) const {
+  if (!uses_mpi() || n == 0) return {};
+  MPI_Request r{};
+  detail::check(MPI_Iallreduce(MPI_IN_PLACE, data, detail::count_of(n), type, MPI_SUM, comm_, &r),
+                "MPI_Iallreduce");
+  return request(r, tag("all_reduce"));
+}
+TESSEL_INLINE request communicator::iall_gather_erased(const buffers& b) const {
+  check_blocks("all_gather", b.out_count, b.in_count);
+  if (!uses_mpi()) return b.copy(), request{};
+  MPI_Request r{};
+  detail::check(MPI_Iallgather(b.in, detail::count_of(b.in_count), b.type, b.out,
+                               detail::count_of(b.in_count), b.type, comm_, &r),
+                "MPI_Iallgather");
+  return request(r, tag("all_gather"));
+}
+TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) const {
+  check_blocks("reduce_scatter", b.in_count, b.out_count);
+  if (!uses_mpi()) return b.copy(), request{};
+  MPI_Request r{};
+  detail::check(MPI_Ireduce_scatter_block(b.in, b.out, detail::count_of(b.out_count), b.type,
+                                          MPI_SUM, comm_, &r),
+                "MPI_Ireduce_scatter_block");
+  return request(r, tag("reduce_scatter"));
+}
+TESSEL_INLINE request communicator::ibroadcast_erased(void* data, std::size_t n,
+                                                      MPI_Datatype type, int root) const {
+  check_root(root);
+  if (!uses_mpi() || n == 0) return {};
+  MPI_Request r{};
+  detail::check(MPI_Ibcast(data, detail::count_of(n), type, root, comm_, &r), "MPI_Ibcast");
+  return request(r, tag("broadcast"));
+}
+TESSEL_INLINE request communicator::iall_to_all_erased(const buffers& b) const {
+  check_same("all_to_all", b.in_count, b.out_count);
+  if (!uses_mpi()) return b.copy(), request{};
+  const int block = detail::count_of(b.in_count / static_cast<std::size_t>(size_));
+  MPI_Request r{};
+  detail::check(MPI_Ialltoall(b.in, block, b.type, b.out, block, b.type, comm_, &r),
+                "MPI_Ialltoall");
+  return request(r, tag("all_to_all"));
 }
 #endif
 

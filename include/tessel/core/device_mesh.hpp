@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "axis.hpp"
+#include "compilation.hpp"
 #include "errors.hpp"
 
 namespace tessel {
@@ -49,16 +50,7 @@ struct mesh_value {
 };
 
 // "data=2 x model=4"
-inline std::string to_string(const mesh_value& m) {
-  std::string s;
-  for (std::size_t i = 0; i < m.rank; ++i) {
-    if (i) s += " x ";
-    s += m.names[i].view();
-    s += '=';
-    s += m.sizes[i] == dynamic_extent ? std::string("?") : std::to_string(m.sizes[i]);
-  }
-  return s;
-}
+TESSEL_INLINE std::string to_string(const mesh_value& m);
 
 namespace detail {
 template <class... Axes>
@@ -210,5 +202,18 @@ inline constexpr bool is_device_mesh = false;
 template <class... A>
 inline constexpr bool is_device_mesh<device_mesh<A...>> = true;
 }  // namespace detail
+
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE std::string to_string(const mesh_value& m) {
+  std::string s;
+  for (std::size_t i = 0; i < m.rank; ++i) {
+    if (i) s += " x ";
+    s += m.names[i].view();
+    s += '=';
+    s += m.sizes[i] == dynamic_extent ? std::string("?") : std::to_string(m.sizes[i]);
+  }
+  return s;
+}
+#endif
 
 }  // namespace tessel

@@ -21,11 +21,15 @@ TESSEL_INLINE std::string pad(std::string s, std::size_t w);
 // What a step moves, as `explain` names it: "input" (operand k > 0: "input k"), "output", their
 // gradients, a variable by the last part of its path (with " gradient" for its gradient), a
 // statistic ("row max"), "loss".
-TESSEL_INLINE std::string step_name(const model_plan& p, const planned_step& s);
+inline namespace TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE std::string step_name(const model_plan& p, const planned_step& s);
+}
 
 // The plan as text: variables with their layouts and shards, each layer's output layout, and
 // every collective of a training step with its mesh axis and bytes.
-TESSEL_INLINE std::string explain(const model_plan& p, const model_desc& m);
+inline namespace TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE std::string explain(const model_plan& p, const model_desc& m);
+}
 
 // Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
@@ -44,8 +48,11 @@ TESSEL_INLINE std::string pad(std::string s, std::size_t w) {
   return s;
 }
 }  // namespace detail
+#endif
 
-TESSEL_INLINE std::string step_name(const model_plan& p, const planned_step& s) {
+#if TESSEL_PLAN_DEFINITIONS
+inline namespace TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE std::string step_name(const model_plan& p, const planned_step& s) {
   auto operand = [&] { return s.index == 0 ? std::string("input") : "input " + std::to_string(s.index); };
   auto leaf = [&] {
     if (s.index >= p.variable_count) return std::string("variable");
@@ -67,7 +74,7 @@ TESSEL_INLINE std::string step_name(const model_plan& p, const planned_step& s) 
   return "";
 }
 
-TESSEL_INLINE std::string explain(const model_plan& p, const model_desc& m) {
+TESSEL_PLAN_INLINE std::string explain(const model_plan& p, const model_desc& m) {
   using detail::pad;
   std::string s;
   s += "mesh " + to_string(p.mesh) + " (" + std::to_string(p.mesh.size()) + " devices), global batch " +
@@ -146,6 +153,7 @@ TESSEL_INLINE std::string explain(const model_plan& p, const model_desc& m) {
        detail::bytes_text(p.wire_bytes(phase::backward)) + " sent per device\n";
   return s;
 }
+}  // namespace TESSEL_LIMITS_NAMESPACE
 #endif
 
 }  // namespace tessel

@@ -10,7 +10,9 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
+#include "compilation.hpp"
 #include "diagnostics.hpp"
 #include "model_plan.hpp"
 
@@ -358,9 +360,19 @@ class layer_planner {
 };
 
 // Plans a training step of `model` under `dist` on `mesh` (concrete sizes) for a global batch.
+// When the program runs (a mesh or batch sized at run time, a new batch size), the planner's code
+// is plan_model_at_run_time's, compiled once in tessel::compiled (inline with headers only), not
+// emitted again by every translation unit that plans.
+inline namespace TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE model_plan plan_model_at_run_time(const distribution_value& dist,
+                                                const mesh_value& mesh, const model_desc& model,
+                                                std::size_t global_batch) noexcept;
+}
 constexpr model_plan plan_model(const distribution_value& dist, const mesh_value& mesh,
                                 const model_desc& model, std::size_t global_batch) noexcept {
-  return layer_planner(dist, mesh, model, global_batch).run();
+  if (std::is_constant_evaluated())
+    return layer_planner(dist, mesh, model, global_batch).run();
+  return plan_model_at_run_time(dist, mesh, model, global_batch);
 }
 
 // The plan computed when the program compiles (every mesh axis static). A plan that fails names
@@ -389,5 +401,15 @@ struct static_model_plan {
 
 template <class Dist, model_desc Model, std::size_t GlobalBatch>
 inline constexpr const model_plan& model_plan_v = static_model_plan<Dist, Model, GlobalBatch>::value;
+
+#if TESSEL_PLAN_DEFINITIONS
+inline namespace TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE model_plan plan_model_at_run_time(const distribution_value& dist,
+                                                const mesh_value& mesh, const model_desc& model,
+                                                std::size_t global_batch) noexcept {
+  return layer_planner(dist, mesh, model, global_batch).run();
+}
+}  // namespace TESSEL_LIMITS_NAMESPACE
+#endif
 
 }  // namespace tessel

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "compilation.hpp"
 #include "distribution.hpp"
 #include "planner.hpp"
 #include "propagation.hpp"
@@ -89,6 +90,24 @@ struct op_desc {
 inline constexpr std::size_t max_ops = TESSEL_MAX_OPS;
 // A node is numbered in one byte (0 the model's input, i + 1 op i).
 static_assert(max_ops >= 1 && max_ops <= 254, "tessel: TESSEL_MAX_OPS must be 1 to 254");
+
+// The planner's functions compiled once in tessel::compiled (plan_model_at_run_time, explain, the
+// dense and flatten rules when the program runs) take the planner's arrays, whose sizes are these
+// limits, so they are compiled for the default limits only: a translation unit with other limits
+// compiles them itself, inline (TESSEL_PLAN_INLINE, TESSEL_PLAN_DEFINITIONS), and their names
+// carry the limits (namespace
+// limits_<ops>_<inputs>), so that a program whose files disagree on the limits fails to link
+// rather than reading arrays of another size.
+#if TESSEL_MAX_OPS == 32 && TESSEL_MAX_OP_INPUTS == 4
+#define TESSEL_PLAN_INLINE TESSEL_INLINE
+#define TESSEL_PLAN_DEFINITIONS TESSEL_DEFINITIONS
+#else
+#define TESSEL_PLAN_INLINE inline
+#define TESSEL_PLAN_DEFINITIONS 1
+#endif
+#define TESSEL_LIMITS_NAME_(ops, inputs) limits_##ops##_##inputs
+#define TESSEL_LIMITS_NAME(ops, inputs) TESSEL_LIMITS_NAME_(ops, inputs)
+#define TESSEL_LIMITS_NAMESPACE TESSEL_LIMITS_NAME(TESSEL_MAX_OPS, TESSEL_MAX_OP_INPUTS)
 
 // A model as the planner sees it: a graph of layers in topological order (each reads only the
 // model's input or layers before it); the last layer's output is the model's output, where the

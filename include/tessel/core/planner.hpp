@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
+#include "compilation.hpp"
 #include "shape.hpp"
 #include "tensor_layout.hpp"
 
@@ -124,9 +126,18 @@ constexpr std::size_t wire_bytes(collective c, std::size_t bytes, std::size_t n)
 // slices first, then reductions of partial axes (reduce_scatter where the target shards that
 // axis, else all_reduce), then all_to_all moves, then all_gathers (minor axis first). Axes of
 // size 1 change the layout but move nothing, so they produce no step.
+//
+// When the program compiles, the plan is computed here; when it runs (a mesh or batch sized at
+// run time), by plan_reshard_at_run_time, compiled once in tessel::compiled (inline with headers
+// only), so that a translation unit does not emit the planner's code again.
+TESSEL_INLINE reshard_plan plan_reshard_at_run_time(const layout_value& from,
+                                                    const layout_value& to, const mesh_value& mesh,
+                                                    const shape_value& global,
+                                                    std::size_t element_size) noexcept;
+namespace detail {
 constexpr reshard_plan plan_reshard(const layout_value& from, const layout_value& to,
                                     const mesh_value& mesh, const shape_value& global,
-                                    std::size_t element_size = 4) noexcept {
+                                    std::size_t element_size) noexcept {
   reshard_plan p;
   p.from = from;
   p.to = to;
@@ -202,6 +213,15 @@ constexpr reshard_plan plan_reshard(const layout_value& from, const layout_value
   p.ok = p.ok && cur == to;
   return p;
 }
+}  // namespace detail
+
+constexpr reshard_plan plan_reshard(const layout_value& from, const layout_value& to,
+                                    const mesh_value& mesh, const shape_value& global,
+                                    std::size_t element_size = 4) noexcept {
+  if (std::is_constant_evaluated())
+    return detail::plan_reshard(from, to, mesh, global, element_size);
+  return plan_reshard_at_run_time(from, to, mesh, global, element_size);
+}
 
 // The backward of a reshard from `from` to `to`: the cotangent arrives in `grad` (the layout of
 // `to`, possibly partial) and must reach `from`'s layout without its partial axes (the gradient
@@ -213,7 +233,17 @@ constexpr reshard_plan plan_reshard_backward(const layout_value& from, const lay
 }
 
 // "all_gather(model, dim 1)" as the explain output prints it.
-inline std::string to_string(const reshard_step& s, const mesh_value& m) {
+TESSEL_INLINE std::string to_string(const reshard_step& s, const mesh_value& m);
+
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE reshard_plan plan_reshard_at_run_time(const layout_value& from,
+                                                    const layout_value& to, const mesh_value& mesh,
+                                                    const shape_value& global,
+                                                    std::size_t element_size) noexcept {
+  return detail::plan_reshard(from, to, mesh, global, element_size);
+}
+
+TESSEL_INLINE std::string to_string(const reshard_step& s, const mesh_value& m) {
   std::string r(name_of(s.kind));
   r += "('" + std::string(m.names[s.axis].view()) + "'";
   switch (s.kind) {
@@ -225,5 +255,7 @@ inline std::string to_string(const reshard_step& s, const mesh_value& m) {
   }
   return r + ")";
 }
+
+#endif
 
 }  // namespace tessel

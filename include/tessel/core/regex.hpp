@@ -5,6 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
+
+#include "compilation.hpp"
 
 namespace tessel::regex {
 
@@ -513,13 +516,25 @@ constexpr parse_result validate(std::string_view pattern) noexcept {
   return {true, 0, {}};
 }
 
+// full_match when the program runs (a layout_map looked up at run time): compiled once in
+// tessel::compiled (inline with headers only), not emitted by every translation unit.
+TESSEL_INLINE bool full_match_at_run_time(std::string_view pattern, std::string_view text) noexcept;
+
 // Returns false for a pattern that validate() rejects, rather than reading out of bounds.
 constexpr bool full_match(std::string_view pattern, std::string_view text) noexcept {
-  return validate(pattern).ok && detail::full_match_unchecked(pattern, text);
+  if (std::is_constant_evaluated())
+    return validate(pattern).ok && detail::full_match_unchecked(pattern, text);
+  return full_match_at_run_time(pattern, text);
 }
 
 constexpr bool is_literal(std::string_view pattern) noexcept {
   return !detail::has_metacharacter(pattern);
 }
+
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE bool full_match_at_run_time(std::string_view pattern, std::string_view text) noexcept {
+  return validate(pattern).ok && detail::full_match_unchecked(pattern, text);
+}
+#endif
 
 }  // namespace tessel::regex

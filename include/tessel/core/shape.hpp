@@ -6,6 +6,7 @@
 #include <string>
 
 #include "axis.hpp"
+#include "compilation.hpp"
 
 namespace tessel {
 
@@ -47,14 +48,7 @@ struct shape_value {
 };
 
 // "(None, 784)" as Keras prints shapes.
-inline std::string to_string(const shape_value& s) {
-  std::string r = "(";
-  for (std::size_t i = 0; i < s.rank; ++i) {
-    if (i) r += ", ";
-    r += s.extents[i] == dynamic_extent ? std::string("None") : std::to_string(s.extents[i]);
-  }
-  return r + (s.rank == 1 ? ",)" : ")");
-}
+TESSEL_INLINE std::string to_string(const shape_value& s);
 
 template <std::size_t... Extents>
 struct shape {
@@ -62,5 +56,16 @@ struct shape {
   static constexpr std::size_t rank = sizeof...(Extents);
   static constexpr shape_value value{Extents...};
 };
+
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE std::string to_string(const shape_value& s) {
+  std::string r = "(";
+  for (std::size_t i = 0; i < s.rank; ++i) {
+    if (i) r += ", ";
+    r += s.extents[i] == dynamic_extent ? std::string("None") : std::to_string(s.extents[i]);
+  }
+  return r + (s.rank == 1 ? ",)" : ")");
+}
+#endif
 
 }  // namespace tessel

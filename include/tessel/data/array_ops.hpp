@@ -294,4 +294,17 @@ array<float> to_categorical(const array<T>& labels,
   return out;
 }
 
+// The array functions over the element types of the data readers (float, int32, uint8), compiled
+// once in tessel::compiled (core/compilation.hpp).
+#define TESSEL_ARRAY_OPS_TEMPLATES(prefix, T)                                            \
+  prefix template void check_shape<T>(const array<T>&, std::string_view);               \
+  prefix template array<T> reshape<T>(array<T>, std::vector<std::size_t>);              \
+  prefix template array<T> slice_rows<T>(const array<T>&, std::size_t, std::size_t);    \
+  prefix template array<T> take_rows<T>(const array<T>&, const std::vector<std::size_t>&);
+#if TESSEL_EXTERN_TEMPLATES
+TESSEL_ARRAY_OPS_TEMPLATES(extern, float)
+TESSEL_ARRAY_OPS_TEMPLATES(extern, std::int32_t)
+TESSEL_ARRAY_OPS_TEMPLATES(extern, std::uint8_t)
+#endif
+
 }  // namespace tessel::data

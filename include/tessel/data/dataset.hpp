@@ -858,4 +858,17 @@ dataset<X, Y> from_tensor_slices(array<X> x, array<Y> y) {
   return dataset<X, Y>::from_tensor_slices(std::move(x), std::move(y));
 }
 
+// Compiled once for the data the readers give (float samples; float or int32 labels), in
+// tessel::compiled (core/compilation.hpp).
+#define TESSEL_DATASET_TEMPLATES(prefix, X, Y) \
+  prefix template dataset<X, Y> from_tensor_slices<X, Y>(array<X>, array<Y>);
+#define TESSEL_DESCRIBE_SAMPLES_TEMPLATES(prefix, T)                                     \
+  prefix template void data::describe_samples<T>(const array<T>&, std::string_view, \
+                                                 std::vector<fact>&);
+#if TESSEL_EXTERN_TEMPLATES
+TESSEL_DATASET_TEMPLATES(extern, float, float)
+TESSEL_DESCRIBE_SAMPLES_TEMPLATES(extern, float)
+TESSEL_DESCRIBE_SAMPLES_TEMPLATES(extern, std::int32_t)
+#endif
+
 }  // namespace tessel

@@ -155,4 +155,16 @@ constexpr name_string auto_name(std::string_view base, std::size_t count) {
 }
 }  // namespace detail
 
+// Compiled once for the host backend, in tessel::compiled (core/compilation.hpp).
+#define TESSEL_LAYER_TEMPLATES(prefix, B)                                               \
+  prefix template variable<B>& add_variable<B>(variable_store<B>&, std::string,       \
+                                               std::vector<std::size_t>, std::string, \
+                                               std::uint64_t, bool);
+#if TESSEL_EXTERN_TEMPLATES
+namespace backend {
+struct host;
+}  // namespace backend
+TESSEL_LAYER_TEMPLATES(extern, backend::host)
+#endif
+
 }  // namespace tessel

@@ -6,7 +6,9 @@
 
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
+#include "../../core/compilation.hpp"
 #include "../../core/layer_planner.hpp"
 #include "../../core/activations.hpp"
 #include "../../core/propagation.hpp"
@@ -179,10 +181,17 @@ constexpr void plan_dense(layer_planner& p, const op_desc& op,
   p.needs_grad() = true;
 }
 
+// plan_dense when the program runs: compiled once in tessel::compiled (inline with headers only).
+inline namespace TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE void plan_dense_at_run_time(layer_planner& p, const op_desc& op,
+                                          const dense_params& params) noexcept;
+}
+
 template <dense_params P>
 constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
   static_assert(P.units > 0, "dense: units must be positive");
-  plan_dense(p, op, P);
+  if (std::is_constant_evaluated()) return plan_dense(p, op, P);
+  plan_dense_at_run_time(p, op, P);
 }
 
 template <dense_params P>
@@ -194,5 +203,14 @@ template <layer_rules::dense_params P>
 constexpr op_desc dense_op(std::string_view name) noexcept {
   return {.rule = &layer_rules::dense_rule<P>, .name = name_string(name)};
 }
+
+#if TESSEL_PLAN_DEFINITIONS
+namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE void plan_dense_at_run_time(layer_planner& p, const op_desc& op,
+                                          const dense_params& params) noexcept {
+  plan_dense(p, op, params);
+}
+}  // namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE
+#endif
 
 }  // namespace tessel

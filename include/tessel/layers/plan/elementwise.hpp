@@ -3,8 +3,10 @@
 #pragma once
 
 #include <string_view>
+#include <type_traits>
 
 #include "../../core/activations.hpp"
+#include "../../core/compilation.hpp"
 #include "../../core/layer_planner.hpp"
 #include "../../core/propagation.hpp"
 
@@ -36,7 +38,11 @@ constexpr void activation(layer_planner& p, const op_desc&) noexcept {
 
 // Flatten of every dimension after the batch: the input's trailing dimensions may be split only
 // as a flattened dimension can be (the outer one), so reshard to that first.
-constexpr void flatten(layer_planner& p, const op_desc&) noexcept {
+// (When the program runs, flatten_at_run_time's copy, compiled once in tessel::compiled.)
+inline namespace TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE void flatten_at_run_time(layer_planner& p) noexcept;
+}
+constexpr void plan_flatten(layer_planner& p) noexcept {
   shape_value& shape = p.shape();
   const std::size_t last = shape.rank - 1;
   p.reshard_forward(step_role::operand, p.layout(), flatten_input_requirement(p.layout(), 1, last),
@@ -47,6 +53,10 @@ constexpr void flatten(layer_planner& p, const op_desc&) noexcept {
   for (std::size_t d = 1; d <= last; ++d) n *= shape.extents[d];
   p.layout() = r.out;
   shape = shape_value{shape.extents[0], n};
+}
+constexpr void flatten(layer_planner& p, const op_desc&) noexcept {
+  if (std::is_constant_evaluated()) return plan_flatten(p);
+  flatten_at_run_time(p);
 }
 
 // Dropout's mask is keyed by the global element index: a local, linear op on any layout.
@@ -69,5 +79,11 @@ constexpr op_desc activation_op(std::string_view name) noexcept {
 constexpr op_desc dropout_op(std::string_view name) noexcept {
   return {.rule = &layer_rules::dropout_rule, .name = name_string(name)};
 }
+
+#if TESSEL_PLAN_DEFINITIONS
+namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE void flatten_at_run_time(layer_planner& p) noexcept { plan_flatten(p); }
+}  // namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE
+#endif
 
 }  // namespace tessel
