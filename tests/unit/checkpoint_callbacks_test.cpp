@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -425,4 +426,120 @@ TEST_CASE("backup_and_restore: a name like a backup's with a number past 64 bits
   CHECK(fs::exists(dir / "checkpoint-99999999999999999999"));  // not ours: left alone
   CHECK(fs::exists(dir / "checkpoint-2" / "manifest.json"));  // ours: the newest kept
   fs::remove_all(dir);
+}
+
+TEST_CASE("save_checkpoint: removes or replaces nothing it did not write", "[saving]") {
+  // save_checkpoint(".") removed every file of the working directory, and "run/ckpt/" staged the
+  // save inside the old checkpoint, then removed both. A path is normalised first; the working,
+  // parent, root and home directories are refused; and only a checkpoint of tessel's (or an
+  // unfinished one in the staging name) is ever replaced.
+  namespace fs = std::filesystem;
+  using namespace tessel::layers;
+  using model_t = tessel::sequential<tessel::one_device, input<2>, dense<1>>;
+  const fs::path root = fs::temp_directory_path() / ("tessel_paths_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "work");
+  model_t m;
+  m.compile({.optimizer = "sgd", .loss = "mse"});
+  const auto text_of = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto mine = [](const fs::path& p, const char* text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  };
+
+  // The working directory, by any name, and its parents: refused, the user's file kept.
+  mine(root / "work" / "notes.txt", "mine");
+  const fs::path before = fs::current_path();
+  fs::current_path(root / "work");
+  for (const char* path : {".", "./", "..", "sub/..", "../work"}) {
+    INFO(path);
+    CHECK_THROWS_AS(tessel::save_checkpoint(m, path), tessel::value_error);
+  }
+  CHECK_THROWS_WITH(tessel::save_checkpoint(m, "."), Catch::Contains("the working directory") &&
+                                                          Catch::Contains("a directory of its own"));
+  CHECK_THROWS_WITH(tessel::save_checkpoint(m, ".."), Catch::Contains("a parent directory"));
+  fs::current_path(before);
+  CHECK(text_of(root / "work" / "notes.txt") == "mine");
+  CHECK_THROWS_WITH(tessel::save_checkpoint(m, "/"), Catch::Contains("the root directory"));
+  if (const char* home = std::getenv("HOME"); home && *home && fs::is_directory(home))
+    CHECK_THROWS_WITH(tessel::save_checkpoint(m, home), Catch::Contains("the home directory"));
+
+  // A trailing separator: the second save replaces the first, staged beside it, not inside.
+  const fs::path ckpt = root / "run" / "ckpt";
+  tessel::save_checkpoint(m, (root / "run" / "ckpt/").string());
+  tessel::save_checkpoint(m, (root / "run" / "ckpt/").string());
+  CHECK(fs::exists(ckpt / "manifest.json"));
+  CHECK(!fs::exists(ckpt / ".partial"));
+  CHECK(!fs::exists(root / "run" / "ckpt.partial"));
+  {
+    model_t r;
+    r.compile({.optimizer = "sgd", .loss = "mse"});
+    CHECK_NOTHROW(tessel::load_checkpoint(r, ckpt.string() + "/"));
+    CHECK(r.get_weights() == m.get_weights());
+  }
+
+  // A directory of the user's, a regular file, a dangling link at the path: each refused,
+  // naming it, and left as it was.
+  mine(root / "photos" / "cat.jpg", "cat");
+  CHECK_THROWS_WITH(tessel::save_checkpoint(m, root / "photos"),
+                    Catch::Contains((root / "photos").string()) &&
+                        Catch::Contains("is not a checkpoint tessel wrote") &&
+                        Catch::Contains("Choose another path"));
+  CHECK(text_of(root / "photos" / "cat.jpg") == "cat");
+  CHECK(!fs::exists(root / "photos.partial"));
+  mine(root / "report.txt", "report");
+  CHECK_THROWS_AS(tessel::save_checkpoint(m, root / "report.txt"), tessel::value_error);
+  CHECK(text_of(root / "report.txt") == "report");
+  fs::create_symlink(root / "nowhere", root / "link");
+  CHECK_THROWS_AS(tessel::save_checkpoint(m, root / "link"), tessel::value_error);
+  CHECK(fs::is_symlink(root / "link"));
+  // A directory with a manifest.json that is not a checkpoint's; a checkpoint holding a file
+  // of the user's beside its own.
+  mine(root / "site" / "manifest.json", R"({"name": "my web app"})");
+  CHECK_THROWS_AS(tessel::save_checkpoint(m, root / "site"), tessel::value_error);
+  CHECK(text_of(root / "site" / "manifest.json") == R"({"name": "my web app"})");
+  mine(ckpt / "notes.txt", "notes");
+  CHECK_THROWS_AS(tessel::save_checkpoint(m, ckpt), tessel::value_error);
+  CHECK(text_of(ckpt / "notes.txt") == "notes");
+  // A damaged checkpoint of tessel's (its manifest lost): replaced, as backup_and_restore's own
+  // damaged backups are.
+  fs::create_directories(root / "damaged");
+  tessel::save_checkpoint(m, root / "damaged");
+  fs::remove(root / "damaged" / "manifest.json");
+  CHECK_NOTHROW(tessel::save_checkpoint(m, root / "damaged"));
+  CHECK(fs::exists(root / "damaged" / "manifest.json"));
+
+  // The staging name: an unfinished save of tessel's there is removed; anything else refused.
+  fs::create_directories(root / "next.partial");
+  mine(root / "next.partial" / "shard-00000.bin", "half");
+  tessel::save_checkpoint(m, root / "next");
+  CHECK(fs::exists(root / "next" / "manifest.json"));
+  CHECK(!fs::exists(root / "next.partial"));
+  mine(root / "other.partial" / "thesis.tex", "thesis");
+  CHECK_THROWS_WITH(tessel::save_checkpoint(m, root / "other"),
+                    Catch::Contains((root / "other.partial").string()) &&
+                        Catch::Contains("holds what a checkpoint save did not write"));
+  CHECK(text_of(root / "other.partial" / "thesis.tex") == "thesis");
+  CHECK(!fs::exists(root / "other"));
+
+  // backup_and_restore(delete_checkpoint): its backups go when fit ends, a file of the user's in
+  // backup_dir stays (Keras removes the whole directory); a directory left empty goes.
+  tessel::array<float> x({8, 2}), y({8, 1});
+  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>(i % 3);
+  for (const bool with_notes : {true, false}) {
+    const fs::path backups = root / (with_notes ? "backups_notes" : "backups");
+    if (with_notes) mine(backups / "notes.txt", "notes");
+    tessel::callbacks::backup_and_restore backup({.backup_dir = backups.string(), .save_freq = 2});
+    m.fit(x, y, {.batch_size = 2, .epochs = 1, .verbose = 0, .callbacks = {backup}});
+    if (with_notes) {
+      CHECK(text_of(backups / "notes.txt") == "notes");
+      CHECK(static_cast<std::size_t>(std::distance(fs::directory_iterator(backups), {})) == 1);
+    } else {
+      CHECK(!fs::exists(backups));
+    }
+  }
+  fs::remove_all(root);
 }

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -175,6 +176,18 @@ struct snapshot {
   double copy_seconds = 0, write_seconds = 0;
 };
 
+// The directory a checkpoint path names, normalised ("run/ckpt/" and "run/./ckpt" are
+// "run/ckpt"), so that the staging directory beside it is "run/ckpt.partial" and never inside
+// it. The working directory, a parent directory (".."), the root and the home directory are
+// refused: a checkpoint replaces its directory, and these hold what tessel did not write.
+TESSEL_INLINE fs::path checkpoint_path(const fs::path& dir);
+// Whether `p` holds nothing but what a checkpoint save writes: shard files and a manifest.json of
+// the "tessel-checkpoint" format (a checkpoint, or one whose save did not finish or that was
+// damaged). Only such a directory is ever replaced or removed by a save; anything else at a
+// checkpoint's path, or in its staging name, is refused.
+TESSEL_INLINE bool holds_only_checkpoint_files(const fs::path& p);
+TESSEL_INLINE std::string not_a_checkpoint(const fs::path& dir);
+
 // `copy`: whether the values are copied into `buffer` (the caller's, kept between saves) for
 // the write to go on while the model trains; otherwise they are the model's own memory where it
 // is the host's, valid until the model next changes.
@@ -184,8 +197,9 @@ snapshot take_snapshot(const saving::model_view<B>& model, const fs::path& dir,
   const auto start = std::chrono::steady_clock::now();
   const mesh_value mesh = model.shape;
   snapshot s;
-  s.dir = dir;
-  s.staging = fs::path(dir.string() + ".partial");
+  s.dir = checkpoint_path(dir);
+  s.staging = s.dir;
+  s.staging += ".partial";
   s.device = model.device;
   s.devices = model.size;
   s.chief = model.device == 0;
@@ -928,15 +942,78 @@ TESSEL_INLINE void commit_snapshot(snapshot& s) {
   write_text(s.staging / "manifest.json", manifest.dump(1));
   saving::detail::sync_path(s.staging, true);
   std::error_code ec;
+  // Checked again: something may have appeared there while the shards were written.
+  if (fs::symlink_status(s.dir, ec).type() != fs::file_type::not_found &&
+      !holds_only_checkpoint_files(s.dir))
+    throw value_error(not_a_checkpoint(s.dir) + " The new checkpoint is complete in '" +
+                      s.staging.string() + "'.");
   fs::remove_all(s.dir, ec);
   fs::rename(s.staging, s.dir);
   saving::detail::sync_path(s.dir.has_parent_path() ? s.dir.parent_path() : fs::path("."), true);
 }
 
+TESSEL_INLINE std::string not_a_checkpoint(const fs::path& dir) {
+  return "save_checkpoint: '" + dir.string() + "' exists and is not a checkpoint tessel wrote " +
+         "(a directory of shard files and their manifest.json, nothing else); tessel replaces " +
+         "only its own checkpoints and leaves it as it is. Choose another path for the " +
+         "checkpoint, or move '" + dir.string() + "' away first.";
+}
+
+TESSEL_INLINE fs::path checkpoint_path(const fs::path& dir) {
+  fs::path p = dir.lexically_normal();
+  if (!p.empty() && !p.has_filename()) p = p.parent_path();  // "run/ckpt/" -> "run/ckpt"
+  const auto refuse = [&](const char* what) {
+    throw value_error("save_checkpoint: the path '" + dir.string() + "' is " + what +
+                      ", which a checkpoint would replace; give the checkpoint a directory of "
+                      "its own, such as 'checkpoints/step-100'");
+  };
+  if (p.empty() || p == ".") refuse("the working directory");
+  if (p.filename() == "..") refuse("a parent directory");
+  if (p == p.root_path()) refuse("the root directory");
+  std::error_code ec;
+  if (fs::equivalent(p, fs::current_path(ec), ec)) refuse("the working directory");
+  if (const char* home = std::getenv("HOME"); home && *home && fs::equivalent(p, home, ec))
+    refuse("the home directory");
+  return p;
+}
+
+TESSEL_INLINE bool holds_only_checkpoint_files(const fs::path& p) {
+  std::error_code ec;
+  if (fs::is_symlink(p, ec) || !fs::is_directory(p, ec)) return false;
+  for (const auto& e : fs::directory_iterator(p, ec)) {
+    if (e.is_symlink(ec) || !e.is_regular_file(ec)) return false;
+    const std::string name = e.path().filename().string();
+    if (name == "manifest.json") {
+      try {
+        const json m = read_json(e.path(), "manifest");
+        if (!m.is_object() || m.value("format", std::string()) != "tessel-checkpoint") return false;
+      } catch (const std::exception&) {
+        return false;
+      }
+      continue;
+    }
+    if (!(name.starts_with("shard-") && (name.ends_with(".bin") || name.ends_with(".json"))))
+      return false;
+  }
+  return !ec;
+}
+
 TESSEL_INLINE void make_staging(const snapshot& s) {
   if (!s.chief) return;
   std::error_code ec;
-  fs::remove_all(s.staging, ec);
+  // Nothing is removed that tessel did not write: a checkpoint at the path is replaced when the
+  // new one is complete; anything else there, or beside it in the staging name, is an error.
+  if (fs::symlink_status(s.dir, ec).type() != fs::file_type::not_found &&
+      !holds_only_checkpoint_files(s.dir))
+    throw value_error(not_a_checkpoint(s.dir));
+  if (fs::symlink_status(s.staging, ec).type() != fs::file_type::not_found) {
+    if (!holds_only_checkpoint_files(s.staging))
+      throw value_error("save_checkpoint: '" + s.staging.string() + "' exists and holds what a "
+                        "checkpoint save did not write; a save to '" + s.dir.string() +
+                        "' is staged there. Move it away, or choose another path for the "
+                        "checkpoint.");
+    fs::remove_all(s.staging, ec);
+  }
   if (s.dir.has_parent_path()) fs::create_directories(s.dir.parent_path(), ec);
   if (!fs::create_directory(s.staging, ec) || ec)
     throw runtime_error("Cannot make the checkpoint directory '" + s.staging.string() +

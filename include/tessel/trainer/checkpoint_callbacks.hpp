@@ -429,8 +429,14 @@ TESSEL_INLINE void backup_and_restore::on_train_end(const logs&) {
   model->wait_for_checkpoint();
   prune();
   if (o_.delete_checkpoint && model->is_chief()) {
+    // Keras removes the whole backup_dir; tessel removes the backups it wrote (checkpoint-N
+    // directories of checkpoint files alone), then the directory if that left it empty, so that
+    // a backup_dir that also holds files of the user's keeps them.
     std::error_code ec;
-    std::filesystem::remove_all(o_.backup_dir, ec);
+    for (const auto& e : std::filesystem::directory_iterator(o_.backup_dir, ec))
+      if (number_of(e.path()) != 0 && checkpoint_detail::holds_only_checkpoint_files(e.path()))
+        std::filesystem::remove_all(e.path(), ec);
+    if (std::filesystem::is_empty(o_.backup_dir, ec)) std::filesystem::remove(o_.backup_dir, ec);
   }
 }
 
@@ -452,7 +458,8 @@ TESSEL_INLINE void backup_and_restore::prune() {
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(o_.backup_dir, ec)) {
     const std::uint64_t n = number_of(e.path());
-    if (n != 0 && n + keep <= seq_) std::filesystem::remove_all(e.path(), ec);
+    if (n != 0 && n + keep <= seq_ && checkpoint_detail::holds_only_checkpoint_files(e.path()))
+      std::filesystem::remove_all(e.path(), ec);
   }
 }
 
