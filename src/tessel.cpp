@@ -31,8 +31,11 @@
 #include <tessel/data/idx.hpp>
 #include <tessel/layers/keras_config.hpp>
 #include <tessel/layers/layer.hpp>
+#include <tessel/layers/plan/batch_normalization.hpp>
+#include <tessel/layers/plan/convolution.hpp>
 #include <tessel/layers/plan/dense.hpp>
 #include <tessel/layers/plan/elementwise.hpp>
+#include <tessel/model/executor.hpp>
 #include <tessel/model/summary.hpp>
 #include <tessel/random/initializers.hpp>
 #include <tessel/runtime/agreement.hpp>
@@ -65,7 +68,9 @@ TESSEL_MODEL_WEIGHTS_TEMPLATES(, backend::host)
 template class optimizer<backend::host>;
 TESSEL_STATE_TEMPLATES(, backend::host)
 TESSEL_LAYER_TEMPLATES(, backend::host)
+TESSEL_EXECUTOR_TEMPLATES(, backend::host)
 TESSEL_DATASET_TEMPLATES(, float, float)
+TESSEL_DATASET_TEMPLATES(, float, std::int32_t)
 TESSEL_DESCRIBE_SAMPLES_TEMPLATES(, float)
 TESSEL_DESCRIBE_SAMPLES_TEMPLATES(, std::int32_t)
 namespace data {

@@ -458,8 +458,9 @@ TEST_CASE("save_checkpoint: removes or replaces nothing it did not write", "[sav
     INFO(path);
     CHECK_THROWS_AS(tessel::save_checkpoint(m, path), tessel::value_error);
   }
-  CHECK_THROWS_WITH(tessel::save_checkpoint(m, "."), Catch::Contains("the working directory") &&
-                                                          Catch::Contains("a directory of its own"));
+  CHECK_THROWS_WITH(tessel::save_checkpoint(m, "."),
+                    Catch::Contains("the working directory") &&
+                        Catch::Contains("a directory of its own"));
   CHECK_THROWS_WITH(tessel::save_checkpoint(m, ".."), Catch::Contains("a parent directory"));
   fs::current_path(before);
   CHECK(text_of(root / "work" / "notes.txt") == "mine");

@@ -532,7 +532,8 @@ constexpr bool is_literal(std::string_view pattern) noexcept {
 }
 
 #if TESSEL_DEFINITIONS
-TESSEL_INLINE bool full_match_at_run_time(std::string_view pattern, std::string_view text) noexcept {
+TESSEL_INLINE bool full_match_at_run_time(std::string_view pattern,
+                                          std::string_view text) noexcept {
   return validate(pattern).ok && detail::full_match_unchecked(pattern, text);
 }
 #endif

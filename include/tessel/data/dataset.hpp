@@ -699,22 +699,11 @@ class dataset {
 
   // tf.data.Dataset.from_tensor_slices((x, y)): one element per entry along the first dimension,
   // which x and y must share. Pass std::move(x) to hand the arrays over without a copy.
-  static dataset from_tensor_slices(array<X> x, array<Y> y) {
-    auto s = std::make_shared<const source>(std::move(x), std::move(y));
-    auto top = std::make_shared<const detail::pipeline::slices_node<X, Y>>(s);
-    return dataset(std::move(s), std::move(top));
-  }
+  static dataset from_tensor_slices(array<X> x, array<Y> y);
 
   // Stacks batch_size consecutive elements; the last batch is smaller unless drop_remainder.
   // Batching a batched dataset works when the inner batches are equal (drop_remainder=true).
-  dataset batch(std::int64_t batch_size, bool drop_remainder = false) const {
-    if (batch_size <= 0) {
-      throw value_error("batch: batch_size must be greater than zero, got " +
-                        std::to_string(batch_size));
-    }
-    return then(std::make_shared<const detail::pipeline::batch_node<X, Y>>(
-        top_, source_, static_cast<std::size_t>(batch_size), drop_remainder));
-  }
+  dataset batch(std::int64_t batch_size, bool drop_remainder = false) const;
 
   // Randomly shuffles with a buffer of buffer_size elements (buffer_size >= the number of
   // elements gives a uniform permutation). With reshuffle_each_iteration, the n-th pass over this
@@ -722,53 +711,22 @@ class dataset {
   // only on seed and n; without a seed, one is drawn from std::random_device (on process 0, and
   // shared with every process of a multi-process job, so that they all see the same order).
   dataset shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed = std::nullopt,
-                  bool reshuffle_each_iteration = true) const {
-    if (buffer_size <= 0) {
-      throw value_error("shuffle: buffer_size must be greater than zero, got " +
-                        std::to_string(buffer_size));
-    }
-    const std::uint64_t s = seed ? *seed : random::shared_seed();
-    return then(std::make_shared<const detail::pipeline::shuffle_node<X, Y>>(
-        top_, static_cast<std::size_t>(buffer_size), s, reshuffle_each_iteration));
-  }
+                  bool reshuffle_each_iteration = true) const;
 
   // Remembers the elements of the first complete pass and replays them in later passes (a
   // shuffle before cache() is therefore frozen after the first epoch, as in tf.data).
-  dataset cache() const {
-    return then(std::make_shared<const detail::pipeline::cache_node<X, Y>>(top_));
-  }
+  dataset cache() const;
 
   // Prepares up to buffer_size elements in a background thread while the consumer works;
   // data::autotune picks data::autotune_prefetch, 0 prefetches nothing.
-  dataset prefetch(std::int64_t buffer_size = data::autotune) const {
-    if (buffer_size < data::autotune) {
-      throw value_error("prefetch: buffer_size must be >= 0, or data::autotune (-1), got " +
-                        std::to_string(buffer_size));
-    }
-    if (buffer_size == 0) return *this;
-    const std::size_t n = buffer_size == data::autotune ? data::autotune_prefetch
-                                                        : static_cast<std::size_t>(buffer_size);
-    return then(std::make_shared<const detail::pipeline::prefetch_node<X, Y>>(top_, source_, n));
-  }
+  dataset prefetch(std::int64_t buffer_size = data::autotune) const;
 
   // Repeats the elements count times; -1 repeats forever (cardinality() becomes
   // data::infinite_cardinality).
-  dataset repeat(std::int64_t count = -1) const {
-    if (count < -1) {
-      throw value_error("repeat: count must be >= 0, or -1 to repeat forever, got " +
-                        std::to_string(count));
-    }
-    return then(std::make_shared<const detail::pipeline::repeat_node<X, Y>>(top_, count));
-  }
+  dataset repeat(std::int64_t count = -1) const;
 
   // The first count elements; -1 takes all.
-  dataset take(std::int64_t count) const {
-    if (count < -1) {
-      throw value_error("take: count must be >= 0, or -1 for all elements, got " +
-                        std::to_string(count));
-    }
-    return then(std::make_shared<const detail::pipeline::take_node<X, Y>>(top_, count));
-  }
+  dataset take(std::int64_t count) const;
 
   // The number of elements; data::infinite_cardinality after repeat(), std::nullopt when unknown
   // (tf.data's -1 and -2).
@@ -779,16 +737,7 @@ class dataset {
   // the number of samples and their shapes, a checksum of the values of 64 of them, and each
   // stage's arguments (batch size, drop_remainder, shuffle seed, ...). Each fact's name starts
   // with `prefix` ("validation_data: ").
-  std::vector<fact> facts(std::string_view prefix = {}) const {
-    std::vector<fact> described;
-    top_->describe(described);
-    hasher stages;
-    for (const fact& f : described) stages.text(f.what);
-    std::vector<fact> out{fact::fingerprint("the dataset's stages", stages.result())};
-    out.insert(out.end(), described.begin(), described.end());
-    for (fact& f : out) f.what.insert(0, prefix);
-    return out;
-  }
+  std::vector<fact> facts(std::string_view prefix = {}) const;
 
   // How many passes have started through this dataset and its copies: the key of the next
   // begin(), from which a shuffle draws that pass's order. A checkpoint keeps it, and
@@ -852,6 +801,78 @@ class dataset {
       std::make_shared<std::atomic<std::uint64_t>>(0);
 };
 
+// The members that build the pipeline's stages, out of the class so that they are compiled once
+// for the element types of tessel::compiled (TESSEL_DATASET_TEMPLATES below) and not in every
+// translation unit: each stage's code (batching, shuffling, prefetching) comes with them.
+template <class X, class Y>
+dataset<X, Y> dataset<X, Y>::from_tensor_slices(array<X> x, array<Y> y) {
+  auto s = std::make_shared<const source>(std::move(x), std::move(y));
+  auto top = std::make_shared<const detail::pipeline::slices_node<X, Y>>(s);
+  return dataset(std::move(s), std::move(top));
+}
+template <class X, class Y>
+dataset<X, Y> dataset<X, Y>::batch(std::int64_t batch_size, bool drop_remainder) const {
+  if (batch_size <= 0) {
+    throw value_error("batch: batch_size must be greater than zero, got " +
+                      std::to_string(batch_size));
+  }
+  return then(std::make_shared<const detail::pipeline::batch_node<X, Y>>(
+      top_, source_, static_cast<std::size_t>(batch_size), drop_remainder));
+}
+template <class X, class Y>
+dataset<X, Y> dataset<X, Y>::shuffle(std::int64_t buffer_size, std::optional<std::uint64_t> seed,
+                                     bool reshuffle_each_iteration) const {
+  if (buffer_size <= 0) {
+    throw value_error("shuffle: buffer_size must be greater than zero, got " +
+                      std::to_string(buffer_size));
+  }
+  const std::uint64_t s = seed ? *seed : random::shared_seed();
+  return then(std::make_shared<const detail::pipeline::shuffle_node<X, Y>>(
+      top_, static_cast<std::size_t>(buffer_size), s, reshuffle_each_iteration));
+}
+template <class X, class Y>
+dataset<X, Y> dataset<X, Y>::cache() const {
+  return then(std::make_shared<const detail::pipeline::cache_node<X, Y>>(top_));
+}
+template <class X, class Y>
+dataset<X, Y> dataset<X, Y>::prefetch(std::int64_t buffer_size) const {
+  if (buffer_size < data::autotune) {
+    throw value_error("prefetch: buffer_size must be >= 0, or data::autotune (-1), got " +
+                      std::to_string(buffer_size));
+  }
+  if (buffer_size == 0) return *this;
+  const std::size_t n = buffer_size == data::autotune ? data::autotune_prefetch
+                                                      : static_cast<std::size_t>(buffer_size);
+  return then(std::make_shared<const detail::pipeline::prefetch_node<X, Y>>(top_, source_, n));
+}
+template <class X, class Y>
+dataset<X, Y> dataset<X, Y>::repeat(std::int64_t count) const {
+  if (count < -1) {
+    throw value_error("repeat: count must be >= 0, or -1 to repeat forever, got " +
+                      std::to_string(count));
+  }
+  return then(std::make_shared<const detail::pipeline::repeat_node<X, Y>>(top_, count));
+}
+template <class X, class Y>
+dataset<X, Y> dataset<X, Y>::take(std::int64_t count) const {
+  if (count < -1) {
+    throw value_error("take: count must be >= 0, or -1 for all elements, got " +
+                      std::to_string(count));
+  }
+  return then(std::make_shared<const detail::pipeline::take_node<X, Y>>(top_, count));
+}
+template <class X, class Y>
+std::vector<fact> dataset<X, Y>::facts(std::string_view prefix) const {
+  std::vector<fact> described;
+  top_->describe(described);
+  hasher stages;
+  for (const fact& f : described) stages.text(f.what);
+  std::vector<fact> out{fact::fingerprint("the dataset's stages", stages.result())};
+  out.insert(out.end(), described.begin(), described.end());
+  for (fact& f : out) f.what.insert(0, prefix);
+  return out;
+}
+
 // tf.data.Dataset.from_tensor_slices((x, y)) with the element types deduced.
 template <class X, class Y>
 dataset<X, Y> from_tensor_slices(array<X> x, array<Y> y) {
@@ -860,13 +881,15 @@ dataset<X, Y> from_tensor_slices(array<X> x, array<Y> y) {
 
 // Compiled once for the data the readers give (float samples; float or int32 labels), in
 // tessel::compiled (core/compilation.hpp).
-#define TESSEL_DATASET_TEMPLATES(prefix, X, Y) \
-  prefix template dataset<X, Y> from_tensor_slices<X, Y>(array<X>, array<Y>);
-#define TESSEL_DESCRIBE_SAMPLES_TEMPLATES(prefix, T)                                     \
+#define TESSEL_DATASET_TEMPLATES(prefix, X, Y)                                \
+  prefix template dataset<X, Y> from_tensor_slices<X, Y>(array<X>, array<Y>); \
+  prefix template class dataset<X, Y>;
+#define TESSEL_DESCRIBE_SAMPLES_TEMPLATES(prefix, T)                                \
   prefix template void data::describe_samples<T>(const array<T>&, std::string_view, \
                                                  std::vector<fact>&);
 #if TESSEL_EXTERN_TEMPLATES
 TESSEL_DATASET_TEMPLATES(extern, float, float)
+TESSEL_DATASET_TEMPLATES(extern, float, std::int32_t)
 TESSEL_DESCRIBE_SAMPLES_TEMPLATES(extern, float)
 TESSEL_DESCRIBE_SAMPLES_TEMPLATES(extern, std::int32_t)
 #endif

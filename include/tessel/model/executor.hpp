@@ -74,7 +74,9 @@ struct graph_edges {
 
 // What an executor does around every op, written once per backend and mesh rather than once per
 // op and model (a program compiles the reshards around its ops once): the graph as run-time
-// data, each op's arguments, reshards and gradients.
+// data, each op's arguments, reshards and gradients. (Its slots' arrays have the planner's
+// sizes: its name carries the limits, as the planner's compiled functions' do.)
+inline namespace TESSEL_LIMITS_NAMESPACE {
 template <class B>
 class executor_core {
  public:
@@ -129,21 +131,20 @@ class executor_core {
   // node n (graph_edges).
   template <std::size_t N>
   explicit executor_core(const graph_edges<N>& g)
-      : count_(g.count.begin(), g.count.end()),
-        inputs_(g.inputs.begin(), g.inputs.end()),
-        slots_(N),
-        vars_(N),
-        nodes_(N + 1),
-        grads_(N + 1),
-        grad_set_(N + 1),
-        own_(N + 1),
-        sum_stores_(N + 1) {
-    const auto needs = g.needs_gradient();
-    const auto readers = g.readers();
-    needs_gradient_.assign(needs.begin(), needs.end());
-    readers_.assign(readers.begin(), readers.end());
-  }
+      : executor_core(g.count, g.inputs, g.needs_gradient(), g.readers()) {}
+  // The graph as spans: compiled once per backend (tessel::compiled for the host), not per model.
+  executor_core(std::span<const std::uint8_t> count,
+                std::span<const std::array<std::uint8_t, max_op_inputs>> inputs,
+                std::span<const bool> needs_gradient, std::span<const std::size_t> readers);
 
+ public:
+  executor_core(const executor_core&) = default;
+  executor_core(executor_core&&) noexcept = default;
+  executor_core& operator=(const executor_core&) = default;
+  executor_core& operator=(executor_core&&) noexcept = default;
+  ~executor_core();
+
+ protected:
   struct slot {
     op_args<B> args;
     op_layouts layouts{};
@@ -285,6 +286,40 @@ class executor_core {
   std::vector<bool> grad_set_, own_;
   std::vector<matrix> sum_stores_;
 };
+}  // namespace TESSEL_LIMITS_NAMESPACE
+
+template <class B>
+executor_core<B>::executor_core(std::span<const std::uint8_t> count,
+                                std::span<const std::array<std::uint8_t, max_op_inputs>> inputs,
+                                std::span<const bool> needs_gradient,
+                                std::span<const std::size_t> readers)
+    : count_(count.begin(), count.end()),
+      inputs_(inputs.begin(), inputs.end()),
+      needs_gradient_(needs_gradient.begin(), needs_gradient.end()),
+      readers_(readers.begin(), readers.end()),
+      slots_(count.size()),
+      vars_(count.size()),
+      nodes_(count.size() + 1),
+      grads_(count.size() + 1),
+      grad_set_(count.size() + 1),
+      own_(count.size() + 1),
+      sum_stores_(count.size() + 1) {}
+
+template <class B>
+executor_core<B>::~executor_core() {}
+
+// Compiled once for the host backend at the default limits, in tessel::compiled.
+#define TESSEL_EXECUTOR_TEMPLATES(prefix, B)                                                   \
+  prefix template executor_core<B>::executor_core(                                             \
+      std::span<const std::uint8_t>, std::span<const std::array<std::uint8_t, max_op_inputs>>, \
+      std::span<const bool>, std::span<const std::size_t>);                                    \
+  prefix template executor_core<B>::~executor_core();
+#if TESSEL_EXTERN_TEMPLATES && TESSEL_MAX_OPS == 32 && TESSEL_MAX_OP_INPUTS == 4
+namespace backend {
+struct host;
+}  // namespace backend
+TESSEL_EXECUTOR_TEMPLATES(extern, backend::host)
+#endif
 
 // A model's executor: its ops' own parts, each instantiated for its op, around the core.
 template <class B, graph_edges Graph, class... Ops>

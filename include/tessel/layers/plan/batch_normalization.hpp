@@ -8,7 +8,9 @@
 #pragma once
 
 #include <string_view>
+#include <type_traits>
 
+#include "../../core/compilation.hpp"
 #include "../../core/layer_planner.hpp"
 #include "convolution.hpp"
 
@@ -21,8 +23,8 @@ struct batch_normalization_params {
   bool scale = true;
 };
 
-template <batch_normalization_params P>
-constexpr void batch_normalization(layer_planner& p, const op_desc& op) noexcept {
+constexpr void plan_batch_normalization(layer_planner& p, const op_desc& op,
+                                        const batch_normalization_params& P) noexcept {
   layout_value& layout = p.layout();
   const shape_value shape = p.shape();
   const bool needs_grad = p.needs_grad();
@@ -82,6 +84,19 @@ constexpr void batch_normalization(layer_planner& p, const op_desc& op) noexcept
   p.needs_grad() = true;
 }
 
+// plan_batch_normalization when the program runs: compiled once in tessel::compiled (inline
+// with headers only), at the default limits (core/model_plan.hpp).
+inline namespace TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE void plan_batch_normalization_at_run_time(
+    layer_planner& p, const op_desc& op, const batch_normalization_params& params) noexcept;
+}
+
+template <batch_normalization_params P>
+constexpr void batch_normalization(layer_planner& p, const op_desc& op) noexcept {
+  if (std::is_constant_evaluated()) return plan_batch_normalization(p, op, P);
+  plan_batch_normalization_at_run_time(p, op, P);
+}
+
 template <batch_normalization_params P>
 inline constexpr plan_rule batch_normalization_rule{&batch_normalization<P>,
                                                     "batch_normalization"};
@@ -92,5 +107,14 @@ template <layer_rules::batch_normalization_params P = {}>
 constexpr op_desc batch_normalization_op(std::string_view name) noexcept {
   return {.rule = &layer_rules::batch_normalization_rule<P>, .name = name_string(name)};
 }
+
+#if TESSEL_PLAN_DEFINITIONS
+namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE void plan_batch_normalization_at_run_time(
+    layer_planner& p, const op_desc& op, const batch_normalization_params& params) noexcept {
+  plan_batch_normalization(p, op, params);
+}
+}  // namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE
+#endif
 
 }  // namespace tessel

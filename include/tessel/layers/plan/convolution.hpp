@@ -9,8 +9,10 @@
 
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 #include "../../core/activations.hpp"
+#include "../../core/compilation.hpp"
 #include "../../core/layer_planner.hpp"
 #include "dense.hpp"
 
@@ -54,8 +56,7 @@ struct conv2d_params {
   activation_kind activation = activation_kind::linear;
 };
 
-template <conv2d_params P>
-constexpr void conv2d(layer_planner& p, const op_desc& op) noexcept {
+constexpr void plan_conv2d(layer_planner& p, const op_desc& op, const conv2d_params& P) noexcept {
   layout_value& layout = p.layout();
   shape_value& shape = p.shape();  // (N, H, W, C)
   const bool needs_grad = p.needs_grad();
@@ -141,6 +142,19 @@ constexpr void conv2d(layer_planner& p, const op_desc& op) noexcept {
   p.needs_grad() = true;
 }
 
+// plan_conv2d when the program runs: compiled once in tessel::compiled (inline with headers only),
+// at the default limits (core/model_plan.hpp).
+inline namespace TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE void plan_conv2d_at_run_time(layer_planner& p, const op_desc& op,
+                                                const conv2d_params& params) noexcept;
+}
+
+template <conv2d_params P>
+constexpr void conv2d(layer_planner& p, const op_desc& op) noexcept {
+  if (std::is_constant_evaluated()) return plan_conv2d(p, op, P);
+  plan_conv2d_at_run_time(p, op, P);
+}
+
 // Max and average pooling: each channel alone, over whole images.
 template <window2d W>
 constexpr void pooling2d(layer_planner& p, const op_desc&) noexcept {
@@ -186,5 +200,14 @@ constexpr op_desc pooling2d_op(std::string_view name) noexcept {
 constexpr op_desc global_average_pooling2d_op(std::string_view name) noexcept {
   return {.rule = &layer_rules::global_average_pooling2d_rule, .name = name_string(name)};
 }
+
+#if TESSEL_PLAN_DEFINITIONS
+namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE {
+TESSEL_PLAN_INLINE void plan_conv2d_at_run_time(layer_planner& p, const op_desc& op,
+                                                const conv2d_params& params) noexcept {
+  plan_conv2d(p, op, params);
+}
+}  // namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE
+#endif
 
 }  // namespace tessel
