@@ -587,3 +587,24 @@ TEST_CASE("keras archive: a DEFLATE entry as compressed as DEFLATE allows is rea
   tessel::saving::zip::reader bomb(dir / "bomb.zip");
   CHECK_THROWS_WITH(bomb.read("zeros", "zeros"), Catch::Contains("implausibly large"));
 }
+
+TEST_CASE("keras archive: a write that fails names the system's cause", "[saving][keras_archive]") {
+  // An archive onto a full disk said only "cannot write entry 'model.weights.h5'". /dev/full
+  // fails every write with ENOSPC, as a full disk does.
+  REQUIRE(std::filesystem::exists("/dev/full"));
+  std::ofstream out("/dev/full", std::ios::binary);
+  REQUIRE(out);
+  tessel::saving::zip::writer z(out, "/dev/full");
+  const std::string data(std::size_t{1} << 20, 'w');  // past the stream's buffer
+  try {
+    z.add("model.weights.h5", data);
+    z.finish();
+    FAIL("no error writing to /dev/full");
+  } catch (const tessel::runtime_error& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(m.find("cannot write") != std::string::npos);
+    CHECK(m.find("No space left on device") != std::string::npos);
+    CHECK(m.find("is the disk full?") != std::string::npos);
+  }
+}

@@ -331,24 +331,5 @@ TESSEL_MODEL_WEIGHTS_TEMPLATES(extern, backend::host)
 
 // Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
-namespace tessel::saving::detail {
-
-TESSEL_INLINE void check_weights_path(const std::string& filepath, const char* where) {
-  if (!filepath.ends_with(".weights.h5"))
-    throw value_error(std::string(where) +
-                      ": the filename must end in `.weights.h5` (Keras's "
-                      "weights file). Received: filepath=" +
-                      filepath);
-}
-
-TESSEL_INLINE void taken_count::wait_for(std::size_t n) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return taken_ >= n || abandoned_; });
-  if (taken_ < n)
-    throw runtime_error(
-        "save_weights: the variables' values were not gathered; "
-        "see the error of the gather");
-}
-
-}  // namespace tessel::saving::detail
+#include "impl/model_weights.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

@@ -1,0 +1,81 @@
+// The definitions of saving/file_checksum.hpp's non-template functions, included by it under
+// TESSEL_DEFINITIONS alone (core/compilation.hpp): in every translation unit with headers only, in
+// src/tessel.cpp alone with tessel::compiled, so that a change here rebuilds the library and not
+// the programs that include file_checksum.hpp.
+namespace tessel::saving::detail {
+
+TESSEL_INLINE std::uint32_t crc32_of(const void* data, std::size_t bytes,
+                                     std::uint32_t crc_before) {
+  uLong crc = crc_before;
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {  // zlib takes a uInt length
+    const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
+    crc = ::crc32(crc, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+TESSEL_INLINE std::optional<std::uint32_t> crc32_of_file(std::istream& in, std::uint64_t size,
+                                                         std::vector<known_crc> known) {
+  std::sort(known.begin(), known.end(),
+            [](const known_crc& a, const known_crc& b) { return a.offset < b.offset; });
+  std::uint64_t end = 0;
+  for (const known_crc& k : known) {
+    if (k.offset < end || k.bytes > size || k.offset > size - k.bytes) {
+      known.clear();
+      break;
+    }
+    end = k.offset + k.bytes;
+  }
+  // At most 1 MiB, and no more than the file (a small file costs no 1 MiB fill).
+  std::vector<char> buffer(static_cast<std::size_t>(std::min<std::uint64_t>(size, 1u << 20)));
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  std::uint64_t at = 0;
+  const auto read_to = [&](std::uint64_t stop) {
+    in.clear();
+    in.seekg(static_cast<std::streamoff>(at));
+    while (at < stop) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(stop - at, buffer.size()));
+      in.read(buffer.data(), static_cast<std::streamsize>(n));
+      if (static_cast<std::size_t>(in.gcount()) != n) return false;
+      crc = ::crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(n));
+      at += n;
+    }
+    return true;
+  };
+  for (const known_crc& k : known) {
+    if (!read_to(k.offset)) return std::nullopt;
+    crc = ::crc32_combine(crc, k.crc, static_cast<z_off_t>(k.bytes));
+    at += k.bytes;
+  }
+  if (!read_to(size)) return std::nullopt;
+  return static_cast<std::uint32_t>(crc);
+}
+}  // namespace tessel::saving::detail
+
+namespace tessel::saving {
+
+TESSEL_INLINE checksum_state verify_checksum(const std::filesystem::path& path, std::uint64_t size,
+                                             std::uint64_t& content) {
+  content = size;
+  if (size < checksum_trailer_size) return checksum_state::none;
+  std::ifstream in(path, std::ios::binary);
+  std::array<unsigned char, checksum_trailer_size> t{};
+  in.seekg(static_cast<std::streamoff>(size - checksum_trailer_size));
+  in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size()));
+  if (static_cast<std::size_t>(in.gcount()) != t.size() ||
+      std::memcmp(t.data(), detail::checksum_magic, 8) != 0)
+    return checksum_state::none;
+  std::uint64_t n = 0;
+  std::uint32_t crc = 0;
+  for (std::size_t i = 8; i-- > 0;) n = (n << 8) | t[8 + i];
+  for (std::size_t i = 4; i-- > 0;) crc = (crc << 8) | t[16 + i];
+  if (n != size - checksum_trailer_size) return checksum_state::damaged;
+  content = n;
+  const std::optional<std::uint32_t> actual = detail::crc32_of_file(in, n, {});
+  return actual && *actual == crc ? checksum_state::ok : checksum_state::damaged;
+}
+
+}  // namespace tessel::saving

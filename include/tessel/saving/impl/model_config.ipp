@@ -1,0 +1,194 @@
+// The definitions of saving/model_config.hpp's non-template functions, included by it under
+// TESSEL_DEFINITIONS alone (core/compilation.hpp): in every translation unit with headers only, in
+// src/tessel.cpp alone with tessel::compiled, so that a change here rebuilds the library and not
+// the programs that include model_config.hpp.
+namespace tessel::saving::detail {
+
+TESSEL_INLINE std::string batch_shape(const shape_value& s) {
+  std::string out = "[null";
+  for (std::size_t d = 0; d < s.rank; ++d) out += ", " + std::to_string(s[d]);
+  return out + "]";
+}
+
+TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
+  using layers::keras_config;
+  keras_config o;
+  std::string cls;
+  std::visit(
+      [&](const auto& spec) {
+        cls = std::string(spec.name);
+        o.field("name", keras_snake_case(spec.name));
+        // Keras holds the learning rate as a float32 variable and writes that value.
+        o.field("learning_rate", static_cast<double>(static_cast<float>(c.learning_rate)));
+        for (const char* k : {"weight_decay", "clipnorm", "global_clipnorm", "clipvalue"})
+          o.null(k);
+        o.field("use_ema", false);
+        o.field("ema_momentum", 0.99);
+        for (const char* k :
+             {"ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
+          o.null(k);
+        using S = std::decay_t<decltype(spec)>;
+        if constexpr (std::is_same_v<S, optimizers::adam>) {
+          o.field("beta_1", spec.beta_1);
+          o.field("beta_2", spec.beta_2);
+          o.field("epsilon", spec.epsilon);
+          o.field("amsgrad", false);
+        } else if constexpr (std::is_same_v<S, optimizers::rmsprop>) {
+          o.field("rho", spec.rho);
+          o.field("momentum", spec.momentum);
+          o.field("epsilon", spec.epsilon);
+          o.field("centered", spec.centered);
+        } else {
+          o.field("momentum", spec.momentum);
+          o.field("nesterov", spec.nesterov);
+        }
+      },
+      c.optimizer.value());
+  return R"({"module": "keras.optimizers", "class_name": )" + keras_config::quote(cls) +
+         R"(, "config": {)" + o.text() + R"(}, "registered_name": null})";
+}
+
+TESSEL_INLINE std::string loss_config(const compile_info& c) {
+  using layers::keras_config;
+  const bool sparse = c.loss == "sparse_categorical_crossentropy";
+  if (!sparse && c.loss != "categorical_crossentropy") return keras_config::quote(c.loss);
+  keras_config l;
+  l.field("name", c.loss);
+  l.field("reduction", "sum_over_batch_size");
+  l.field("from_logits", c.loss_plan == loss_kind::softmax_cross_entropy);
+  if (sparse) {
+    l.null("ignore_class");
+  } else {
+    l.field("label_smoothing", 0.0);
+    l.field("axis", -1);
+  }
+  return R"({"module": "keras.losses", "class_name": )" +
+         keras_config::quote(sparse ? "SparseCategoricalCrossentropy" : "CategoricalCrossentropy") +
+         R"(, "config": {)" + l.text() + R"(}, "registered_name": null})";
+}
+
+TESSEL_INLINE std::string compile_config(const compile_info* c) {
+  if (c == nullptr) return "{}";
+  std::string metrics = "null";
+  if (!c->metrics.empty()) {
+    metrics = "[";
+    for (std::size_t i = 0; i < c->metrics.size(); ++i)
+      metrics += (i ? ", " : "") + layers::keras_config::quote(c->metrics[i]);
+    metrics += "]";
+  }
+  return R"({"optimizer": )" + optimizer_config(*c) + R"(, "loss": )" + loss_config(*c) +
+         R"(, "loss_weights": null, "metrics": )" + metrics +
+         R"(, "weighted_metrics": null, "run_eagerly": false, "steps_per_execution": 1, )"
+         R"("jit_compile": true})";
+}
+
+TESSEL_INLINE bool same_value(const nlohmann::json& a, const nlohmann::json& b) {
+  if (a.is_number() && b.is_number()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    return x == y || std::abs(x - y) <= 1e-6 * std::max(std::abs(x), std::abs(y));
+  }
+  if (a.is_array() && b.is_array()) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!same_value(a[i], b[i])) return false;
+    return true;
+  }
+  return a == b;
+}
+
+TESSEL_INLINE bool compared_key(const std::string& k) {
+  return k != "name" && k != "trainable" && k != "dtype" && !k.ends_with("_initializer") &&
+         !k.ends_with("_regularizer") && !k.ends_with("_constraint") && k != "seed" &&
+         k != "quantization_config";
+}
+
+TESSEL_INLINE bool nested_within(const nlohmann::json& v, int depth) {
+  if (!v.is_object() && !v.is_array()) return true;
+  if (depth == 0) return false;
+  for (const auto& x : v)
+    if (!nested_within(x, depth - 1)) return false;
+  return true;
+}
+
+TESSEL_INLINE std::vector<long> inbound_positions(const nlohmann::json& layers,
+                                                  const nlohmann::json& l) {
+  std::vector<long> out;
+  auto position = [&](const nlohmann::json& history) {
+    const std::string from = history.is_array() && !history.empty() && history[0].is_string()
+                                 ? history[0].get<std::string>()
+                                 : std::string();
+    for (std::size_t j = 0; j < layers.size(); ++j) {
+      const auto config = layers[j].is_object() ? layers[j].find("config") : layers[j].end();
+      const std::string config_name =
+          config != layers[j].end() ? string_at(*config, "name") : std::string();
+      if (string_at(layers[j], "name", config_name) == from) return static_cast<long>(j);
+    }
+    return -1L;
+  };
+  // Depth first, in order, with a stack of its own: a file's nesting may be as deep as it likes.
+  std::vector<const nlohmann::json*> todo;
+  if (l.is_object() && l.contains("inbound_nodes")) todo.push_back(&l["inbound_nodes"]);
+  while (!todo.empty()) {
+    const nlohmann::json& v = *todo.back();
+    todo.pop_back();
+    if (v.is_object() && v.contains("class_name") && v["class_name"] == "__keras_tensor__" &&
+        v.contains("config") && v["config"].contains("keras_history")) {
+      out.push_back(position(v["config"]["keras_history"]));
+    } else if (v.is_object() || v.is_array()) {
+      const std::size_t first = todo.size();
+      for (const auto& x : v) todo.push_back(&x);
+      std::reverse(todo.begin() + static_cast<std::ptrdiff_t>(first), todo.end());
+    }
+  }
+  return out;
+}
+}  // namespace tessel::saving::detail
+
+namespace tessel::saving {
+
+TESSEL_INLINE void check_model_config(const nlohmann::json& file, const nlohmann::json& ours,
+                                      const std::string& head) {
+  const std::string again = " Load a file saved from this model.";
+  auto text = [](const nlohmann::json& v) {
+    return detail::nested_within(v, 16) ? v.dump() : std::string("a value nested too deep to show");
+  };
+  const std::string kind = detail::string_at(file, "class_name", "?");
+  if (kind != ours["class_name"])
+    throw value_error(head + "the file holds a " + kind + " model, and this model is a " +
+                      ours["class_name"].get<std::string>() + "." + again);
+  if (!file.contains("config") || !file["config"].contains("layers") ||
+      !file["config"]["layers"].is_array())
+    throw value_error(head + "its config.json has no layer list (config.layers)." + again);
+  const nlohmann::json& fl = file["config"]["layers"];
+  const nlohmann::json& ol = ours["config"]["layers"];
+  for (std::size_t i = 0; i < std::min(fl.size(), ol.size()); ++i) {
+    const nlohmann::json& f = fl[i];
+    const nlohmann::json& o = ol[i];
+    const std::string name = o["config"]["name"].get<std::string>();
+    const std::string label = i == 0 ? "the input layer"
+                                     : "layer " + std::to_string(i - 1) + " ('" + name + "', " +
+                                           o["class_name"].get<std::string>() + ")";
+    const std::string fclass = detail::string_at(f, "class_name", "?");
+    if (fclass != o["class_name"])
+      throw value_error(head + label + " differs: the file has a " + fclass + " layer there." +
+                        again);
+    if (!f.contains("config") || !f["config"].is_object())
+      throw value_error(head + label + " has no config in the file." + again);
+    for (const auto& [k, v] : o["config"].items()) {
+      if (!detail::compared_key(k)) continue;
+      if (!f["config"].contains(k) || !detail::same_value(f["config"][k], v))
+        throw value_error(head + label + " differs: " + k + " is " +
+                          (f["config"].contains(k) ? text(f["config"][k]) : "missing") +
+                          " in the file and " + text(v) + " in this model." + again);
+    }
+    if (o.contains("inbound_nodes") &&
+        detail::inbound_positions(fl, f) != detail::inbound_positions(ol, o))
+      throw value_error(head + label + " differs: it reads other layers in the file." + again);
+  }
+  if (fl.size() != ol.size())
+    throw value_error(head + "the file's model has " + std::to_string(fl.size() - 1) +
+                      " layers after its input, and this model " + std::to_string(ol.size() - 1) +
+                      "." + again);
+}
+
+}  // namespace tessel::saving
