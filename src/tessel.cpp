@@ -35,6 +35,7 @@
 #include <tessel/layers/plan/convolution.hpp>
 #include <tessel/layers/plan/dense.hpp>
 #include <tessel/layers/plan/elementwise.hpp>
+#include <tessel/metrics.hpp>
 #include <tessel/model/executor.hpp>
 #include <tessel/model/summary.hpp>
 #include <tessel/random/initializers.hpp>
@@ -52,7 +53,6 @@
 #include <tessel/saving/sharded_weights.hpp>
 #include <tessel/saving/weights_file.hpp>
 #include <tessel/saving/zip.hpp>
-#include <tessel/metrics.hpp>
 #include <tessel/state.hpp>
 #include <tessel/tessel.hpp>
 #include <tessel/trainer/callbacks.hpp>

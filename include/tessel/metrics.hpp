@@ -213,11 +213,6 @@ class metric_arg {
 #define TESSEL_METRICS_TEMPLATES(prefix, B) \
   prefix template metric_function<B> resolve_metric<B>(std::string_view, bool);
 #if TESSEL_EXTERN_TEMPLATES
-}  // namespace tessel::metrics
-namespace tessel::backend {
-struct host;
-}  // namespace tessel::backend
-namespace tessel::metrics {
 TESSEL_METRICS_TEMPLATES(extern, backend::host)
 #endif
 

@@ -166,9 +166,6 @@ void check_state_list(const state_list<B>& expected, const state_list<B>& given,
   prefix template void detail::check_state_list<B>(const state_list<B>&, const state_list<B>&, \
                                                    std::string_view, std::string_view);
 #if TESSEL_EXTERN_TEMPLATES
-namespace backend {
-struct host;
-}  // namespace backend
 TESSEL_STATE_TEMPLATES(extern, backend::host)
 #endif
 

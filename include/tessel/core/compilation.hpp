@@ -32,6 +32,10 @@
 // nothing in src/tessel.cpp). Headers only, each translation unit instantiates what it uses.
 #if defined(TESSEL_SEPARATE_COMPILATION) && !defined(TESSEL_SOURCE)
 #define TESSEL_EXTERN_TEMPLATES 1
+// The backend those declarations name (backend/host.hpp defines it).
+namespace tessel::backend {
+struct host;
+}  // namespace tessel::backend
 #else
 #define TESSEL_EXTERN_TEMPLATES 0
 #endif

@@ -92,13 +92,18 @@ inline constexpr std::size_t max_ops = TESSEL_MAX_OPS;
 static_assert(max_ops >= 1 && max_ops <= 254, "tessel: TESSEL_MAX_OPS must be 1 to 254");
 
 // The planner's functions compiled once in tessel::compiled (plan_model_at_run_time, explain, the
-// dense and flatten rules when the program runs) take the planner's arrays, whose sizes are these
-// limits, so they are compiled for the default limits only: a translation unit with other limits
-// compiles them itself, inline (TESSEL_PLAN_INLINE, TESSEL_PLAN_DEFINITIONS), and their names
-// carry the limits (namespace
-// limits_<ops>_<inputs>), so that a program whose files disagree on the limits fails to link
-// rather than reading arrays of another size.
+// layers' rules when the program runs, the executor's core) take the planner's arrays, whose
+// sizes are these limits, so they are compiled for the default limits (TESSEL_DEFAULT_LIMITS)
+// only: a translation unit with other limits compiles them itself, inline (TESSEL_PLAN_INLINE,
+// TESSEL_PLAN_DEFINITIONS), and their names carry the limits (namespace limits_<ops>_<inputs>),
+// so that a program whose files disagree on the limits fails to link rather than reading arrays
+// of another size.
 #if TESSEL_MAX_OPS == 32 && TESSEL_MAX_OP_INPUTS == 4
+#define TESSEL_DEFAULT_LIMITS 1
+#else
+#define TESSEL_DEFAULT_LIMITS 0
+#endif
+#if TESSEL_DEFAULT_LIMITS
 #define TESSEL_PLAN_INLINE TESSEL_INLINE
 #define TESSEL_PLAN_DEFINITIONS TESSEL_DEFINITIONS
 #else

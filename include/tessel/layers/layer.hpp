@@ -161,9 +161,6 @@ constexpr name_string auto_name(std::string_view base, std::size_t count) {
                                                std::vector<std::size_t>, std::string, \
                                                std::uint64_t, bool);
 #if TESSEL_EXTERN_TEMPLATES
-namespace backend {
-struct host;
-}  // namespace backend
 TESSEL_LAYER_TEMPLATES(extern, backend::host)
 #endif
 

@@ -314,10 +314,7 @@ executor_core<B>::~executor_core() {}
       std::span<const std::uint8_t>, std::span<const std::array<std::uint8_t, max_op_inputs>>, \
       std::span<const bool>, std::span<const std::size_t>);                                    \
   prefix template executor_core<B>::~executor_core();
-#if TESSEL_EXTERN_TEMPLATES && TESSEL_MAX_OPS == 32 && TESSEL_MAX_OP_INPUTS == 4
-namespace backend {
-struct host;
-}  // namespace backend
+#if TESSEL_EXTERN_TEMPLATES && TESSEL_DEFAULT_LIMITS
 TESSEL_EXECUTOR_TEMPLATES(extern, backend::host)
 #endif
 

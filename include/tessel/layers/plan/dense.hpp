@@ -184,7 +184,7 @@ constexpr void plan_dense(layer_planner& p, const op_desc& op,
 // plan_dense when the program runs: compiled once in tessel::compiled (inline with headers only).
 inline namespace TESSEL_LIMITS_NAMESPACE {
 TESSEL_PLAN_INLINE void plan_dense_at_run_time(layer_planner& p, const op_desc& op,
-                                          const dense_params& params) noexcept;
+                                                const dense_params& params) noexcept;
 }
 
 template <dense_params P>
@@ -207,7 +207,7 @@ constexpr op_desc dense_op(std::string_view name) noexcept {
 #if TESSEL_PLAN_DEFINITIONS
 namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE {
 TESSEL_PLAN_INLINE void plan_dense_at_run_time(layer_planner& p, const op_desc& op,
-                                          const dense_params& params) noexcept {
+                                                const dense_params& params) noexcept {
   plan_dense(p, op, params);
 }
 }  // namespace layer_rules::inline TESSEL_LIMITS_NAMESPACE
