@@ -37,6 +37,7 @@
 #include <tessel/layers/plan/elementwise.hpp>
 #include <tessel/metrics.hpp>
 #include <tessel/model/executor.hpp>
+#include <tessel/model/sequential.hpp>
 #include <tessel/model/summary.hpp>
 #include <tessel/random/initializers.hpp>
 #include <tessel/runtime/agreement.hpp>
@@ -60,6 +61,7 @@
 #include <tessel/trainer/logs.hpp>
 #include <tessel/trainer/progbar.hpp>
 #include <tessel/trainer/progbar_logger.hpp>
+#include <tessel/trainer/trainer_core.hpp>
 
 // The templates over the host backend that do not depend on a model's type (core/compilation.hpp).
 namespace tessel {
@@ -69,6 +71,8 @@ template class optimizer<backend::host>;
 TESSEL_STATE_TEMPLATES(, backend::host)
 TESSEL_LAYER_TEMPLATES(, backend::host)
 TESSEL_EXECUTOR_TEMPLATES(, backend::host)
+TESSEL_MODEL_TEMPLATES(, backend::host, comm::communicator)
+TESSEL_TRAINER_TEMPLATES(, backend::host, comm::communicator)
 TESSEL_DATASET_TEMPLATES(, float, float)
 TESSEL_DATASET_TEMPLATES(, float, std::int32_t)
 TESSEL_DESCRIBE_SAMPLES_TEMPLATES(, float)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../backend/default.hpp"
+#include "../core/compilation.hpp"
 #include "../core/diagnostics.hpp"
 #include "../core/distribution.hpp"
 #include "../core/explain.hpp"
@@ -207,24 +208,129 @@ struct checked_layers {
 
 }  // namespace detail
 
+// A model's code that does not depend on its type (its layers), over its variables, mesh and
+// resharder: compiled once per backend, in tessel::compiled for the host (TESSEL_MODEL_TEMPLATES),
+// instead of once per model.
 namespace detail {
-// Runs `f` on every process of `pm`; if it throws on any, it throws on all (the original error
-// where it happened), so that no process goes on to a collective the others never reach.
-template <class ProcessMesh, class F>
-void on_every_process(const ProcessMesh& pm, const char* what, F&& f) {
-  std::exception_ptr error;
-  try {
-    f();
-  } catch (...) {
-    error = std::current_exception();
+// Keras's path of the random stream's counter (its seed generator's state).
+inline constexpr std::string_view seed_generator_state_path = "seed_generator/seed_generator_state";
+// Every variable's global values with its shape (a sharded variable is gathered).
+template <class B, class C>
+std::vector<array<float>> gathered_weights(const variable_store<B>& vars,
+                                           tensor_resharder<B, C>& reshard);
+// Checks `w` against the variables on every process, then keeps each variable's block of device
+// 0's values.
+template <class B, class C>
+void assign_weights(variable_store<B>& vars, const bound_mesh<C>& pm, const std::string& model,
+                    const std::vector<array<float>>& w);
+// The trainable (or non-trainable) variables as state variables, copies or (copy false) the
+// variables' own tensors; the non-trainable group ends with the random stream's counter `step`
+// when a layer draws random numbers.
+template <class B>
+state_list<B> variables_state(const variable_store<B>& vars, bool trainable, bool copy,
+                              bool draws_random, std::uint64_t step);
+// A store that places each variable as the plan `p` lays it out on `pm` (replicated under data
+// parallelism), this device holding its block.
+template <class B, class C>
+variable_store<B> placed_variables(const model_plan& p, const bound_mesh<C>& pm);
+// x's values against its shape, then its shape against the model's input (`input`, its first
+// layer `first_layer`).
+TESSEL_INLINE void check_model_input(const array<float>& x, const shape_value& input,
+                                     std::string_view first_layer);
+
+template <class B, class C>
+std::vector<array<float>> gathered_weights(const variable_store<B>& vars,
+                                           tensor_resharder<B, C>& reshard) {
+  std::vector<array<float>> out;
+  for (const auto& v : vars) {
+    if (v.value.size() == v.size()) {
+      out.emplace_back(v.shape, v.numpy());
+      continue;
+    }
+    typename B::matrix store;
+    const basic_dtensor<B> whole =
+        reshard(v.value, layout_value::replicated(v.shape.size()), store, "gathered");
+    std::vector<float> values(v.size());
+    B::download(whole.local(), std::span<float>(values));
+    out.emplace_back(v.shape, std::move(values));
   }
-  const int failed = pm.count(error != nullptr);
-  if (error) std::rethrow_exception(error);
-  if (failed > 0)
-    throw runtime_error(std::string(what) + " failed on " + std::to_string(failed) +
-                        " other process(es); their error says why");
+  return out;
+}
+
+template <class B, class C>
+void assign_weights(variable_store<B>& vars, const bound_mesh<C>& pm, const std::string& model,
+                    const std::vector<array<float>>& w) {
+  if (w.size() != vars.size())
+    throw value_error("You called `set_weights(weights)` on model '" + model + "' with " +
+                      std::to_string(w.size()) + " arrays, but the model has " +
+                      std::to_string(vars.size()) + " variables.");
+  detail::on_every_process(pm, "set_weights", [&] {
+    std::size_t i = 0;
+    for (const auto& v : vars) {
+      if (w[i].size() != v.size())
+        throw value_error("Variable '" + v.path + "' has " + std::to_string(v.size()) +
+                          " values; cannot assign " + std::to_string(w[i].size()) + ".");
+      if (w[i].shape != v.shape)
+        throw value_error("Layer " + model + " weight shape " + shape_to_string(v.shape) +
+                          " is not compatible with provided weight shape " +
+                          shape_to_string(w[i].shape) + ". The variable is '" + v.path +
+                          "' (weights[" + std::to_string(i) +
+                          "]); pass the arrays get_weights() returns, in its order and with "
+                          "its shapes.");
+      ++i;
+    }
+  });
+  std::size_t i = 0;
+  for (auto& v : vars) {
+    std::vector<float> values = w[i].values;
+    pm.broadcast_from_device_0(std::span<float>(values));
+    v.assign(block_of(v.value, std::span<const float>(values)));
+    ++i;
+  }
+}
+
+template <class B>
+state_list<B> variables_state(const variable_store<B>& vars, bool trainable, bool copy,
+                              bool draws_random, std::uint64_t step) {
+  state_list<B> out;
+  for (const auto& v : vars)
+    if (v.trainable == trainable) out.push_back(state_of(v, copy));
+  if (!trainable && draws_random)
+    out.push_back({std::string(seed_generator_state_path), {}, static_cast<std::int64_t>(step)});
+  return out;
+}
+
+template <class B, class C>
+variable_store<B> placed_variables(const model_plan& p, const bound_mesh<C>& pm) {
+  variable_store<B> store;
+  std::vector<std::pair<std::string, layout_value>> layouts;
+  for (std::size_t i = 0; p.ok && i < p.variable_count; ++i)
+    layouts.emplace_back(std::string(p.variables[i].path.view()), p.variables[i].layout);
+  variable_placement at{layout_value{}, pm.shape(), {}};
+  for (std::size_t a = 0; a < pm.axis_count(); ++a) at.coords[a] = pm.coordinate(a);
+  store.place = [layouts = std::move(layouts), at](std::string_view path, std::size_t) {
+    variable_placement v = at;
+    for (const auto& [name, layout] : layouts)
+      if (name == path) v.layout = layout;
+    return v;
+  };
+  return store;
 }
 }  // namespace detail
+
+#define TESSEL_MODEL_TEMPLATES(prefix, B, C)                                                    \
+  prefix template std::vector<array<float>> detail::gathered_weights(const variable_store<B>&, \
+                                                                     tensor_resharder<B, C>&); \
+  prefix template void detail::assign_weights(variable_store<B>&, const bound_mesh<C>&,        \
+                                              const std::string&,                              \
+                                              const std::vector<array<float>>&);               \
+  prefix template state_list<B> detail::variables_state(const variable_store<B>&, bool, bool,  \
+                                                        bool, std::uint64_t);                  \
+  prefix template variable_store<B> detail::placed_variables<B, C>(const model_plan&,          \
+                                                                   const bound_mesh<C>&);
+#if TESSEL_EXTERN_TEMPLATES && TESSEL_DEFAULT_LIMITS
+TESSEL_MODEL_TEMPLATES(extern, backend::host, comm::communicator)
+#endif
 
 // A model over a graph of layers: `Graph` gives its edges (graph_edges: which nodes each layer
 // reads, in topological order), whether it is a functional model (summary() then lists the input
@@ -253,7 +359,7 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   using mesh_binding = process_mesh<mesh_type, communicator_type>;
   using matrix = typename B::matrix;
   using tensor = basic_dtensor<B>;
-  using resharder = tensor_resharder<B, mesh_type, communicator_type>;
+  using resharder = tensor_resharder<B, communicator_type>;
   // Under model_parallel the executor runs every planned step around each layer, the variables'
   // gradients included (left partial for the buckets where only an all_reduce over the batch
   // axes remains); under data_parallel every layer computes on its blocks as they come and the
@@ -328,53 +434,14 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   // Every variable's global values with its shape, in Keras's order (d1/kernel (in, out),
   // d1/bias (out,), ...), on every process (a sharded variable is gathered).
   std::vector<array<float>> get_weights() const {
-    std::vector<array<float>> out;
-    for (const auto& v : vars_) {
-      if (v.value.size() == v.size()) {
-        out.emplace_back(v.shape, v.numpy());
-        continue;
-      }
-      typename B::matrix store;
-      const tensor whole =
-          reshard_(v.value, layout_value::replicated(v.shape.size()), store, "gathered");
-      std::vector<float> values(v.size());
-      B::download(whole.local(), std::span<float>(values));
-      out.emplace_back(v.shape, std::move(values));
-    }
-    return out;
+    return detail::gathered_weights(vars_, reshard_);
   }
   // Loads weights: global values with their variables' shapes, in get_weights' order. Every
   // array is checked (its values, then its shape, as Keras checks it) on every process before
   // anything changes; on a distributed model every process calls it, the values of the process
   // at device 0 are broadcast, and each process keeps its block of every variable.
   void set_weights(const std::vector<array<float>>& w) {
-    if (w.size() != vars_.size())
-      throw value_error("You called `set_weights(weights)` on model '" + name_ + "' with " +
-                        std::to_string(w.size()) + " arrays, but the model has " +
-                        std::to_string(vars_.size()) + " variables.");
-    detail::on_every_process(pm_, "set_weights", [&] {
-      std::size_t i = 0;
-      for (const auto& v : vars_) {
-        if (w[i].size() != v.size())
-          throw value_error("Variable '" + v.path + "' has " + std::to_string(v.size()) +
-                            " values; cannot assign " + std::to_string(w[i].size()) + ".");
-        if (w[i].shape != v.shape)
-          throw value_error("Layer " + name_ + " weight shape " + shape_to_string(v.shape) +
-                            " is not compatible with provided weight shape " +
-                            shape_to_string(w[i].shape) + ". The variable is '" + v.path +
-                            "' (weights[" + std::to_string(i) +
-                            "]); pass the arrays get_weights() returns, in its order and with "
-                            "its shapes.");
-        ++i;
-      }
-    });
-    std::size_t i = 0;
-    for (auto& v : vars_) {
-      std::vector<float> values = w[i].values;
-      pm_.broadcast_from_device_0(std::span<float>(values));
-      v.assign(block_of(v.value, std::span<const float>(values)));
-      ++i;
-    }
+    detail::assign_weights(vars_, pm_, name_, w);
   }
   bool is_chief() const { return pm_.is_chief(); }
   // The collectives the layers ran in their planned steps under model_parallel (kind, mesh
@@ -408,7 +475,7 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   static constexpr bool draws_random = (detail::draws_random_of<Layers>() || ...);
   // Keras's path of that counter (the one seed generator every random layer of the model draws
   // from, each layer from its own stream of it).
-  static constexpr std::string_view seed_generator_path = "seed_generator/seed_generator_state";
+  static constexpr std::string_view seed_generator_path = detail::seed_generator_state_path;
   // Copies of the trainable variables' values, in Keras's order.
   state_list<B> trainable_state() const { return state_where(true, true); }
   // Copies of the non-trainable variables' values, then the random stream's counter (an int64
@@ -530,19 +597,7 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   static constexpr bool keras_functional = Graph::functional;
   // x's values against its shape, then its shape against the model's input.
   void check_input_shape(const array<float>& x) const {
-    data::check_shape(x, "x");
-    bool ok = x.rank() == input_shape.rank + 1;
-    for (std::size_t i = 0; ok && i < input_shape.rank; ++i) ok = x.shape[i + 1] == input_shape[i];
-    if (!ok) {
-      std::string expected = "(None";
-      for (std::size_t i = 0; i < input_shape.rank; ++i)
-        expected += ", " + std::to_string(input_shape[i]);
-      expected += ")";
-      throw value_error("Input 0 of layer \"" + std::string(layer_infos[0].name.view()) +
-                        "\" is incompatible with the layer: expected shape=" + expected +
-                        ", found shape=" + shape_to_string(x.shape) +
-                        ". Reshape the data so that each sample has the model's input shape.");
-    }
+    detail::check_model_input(x, input_shape, layer_infos[0].name.view());
   }
   // Forward pass on rows [offset + first, offset + first + rows) of x: this device's block of
   // the batch of `batch` samples that starts at row `offset`, its first row being row `first` of
@@ -599,20 +654,8 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   // A store that places each variable as the plan lays it out on the bound mesh (replicated
   // under data parallelism), this device holding its block.
   static variable_store<B> placed_store(const mesh_binding& pm) {
-    variable_store<B> store;
-    const model_plan p = plan_model(Dist::value, pm.shape(), describe(), dynamic_extent);
-    std::vector<std::pair<std::string, layout_value>> layouts;
-    for (std::size_t i = 0; p.ok && i < p.variable_count; ++i)
-      layouts.emplace_back(std::string(p.variables[i].path.view()), p.variables[i].layout);
-    variable_placement at{layout_value{}, pm.shape(), {}};
-    for (std::size_t a = 0; a < mesh_binding::rank; ++a) at.coords[a] = pm.coordinates()[a];
-    store.place = [layouts = std::move(layouts), at](std::string_view path, std::size_t) {
-      variable_placement v = at;
-      for (const auto& [name, layout] : layouts)
-        if (name == path) v.layout = layout;
-      return v;
-    };
-    return store;
+    return detail::placed_variables<B, communicator_type>(
+        plan_model(Dist::value, pm.shape(), describe(), dynamic_extent), pm);
   }
   // ---- layers -----------------------------------------------------------------------------------
   template <std::size_t... I>
@@ -647,13 +690,7 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   // (copy false) the model's own tensors, to check a given state against; the non-trainable
   // group ends with the random stream's counter when a layer draws random numbers.
   state_list<B> state_where(bool trainable, bool copy) const {
-    state_list<B> out;
-    for (const auto& v : vars_)
-      if (v.trainable == trainable)
-        out.push_back(state_of(v, copy));
-    if (!trainable && draws_random)
-      out.push_back({std::string(seed_generator_path), {}, static_cast<std::int64_t>(pass_.step)});
-    return out;
+    return detail::variables_state(vars_, trainable, copy, draws_random, pass_.step);
   }
   template <class P>
   std::vector<variable<B>*> pointers(P pred) {
@@ -736,3 +773,24 @@ class functional_model
 };
 
 }  // namespace tessel
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace tessel::detail {
+TESSEL_INLINE void check_model_input(const array<float>& x, const shape_value& input,
+                                     std::string_view first_layer) {
+  data::check_shape(x, "x");
+  bool ok = x.rank() == input.rank + 1;
+  for (std::size_t i = 0; ok && i < input.rank; ++i) ok = x.shape[i + 1] == input[i];
+  if (!ok) {
+    std::string expected = "(None";
+    for (std::size_t i = 0; i < input.rank; ++i) expected += ", " + std::to_string(input[i]);
+    expected += ")";
+    throw value_error("Input 0 of layer \"" + std::string(first_layer) +
+                      "\" is incompatible with the layer: expected shape=" + expected +
+                      ", found shape=" + shape_to_string(x.shape) +
+                      ". Reshape the data so that each sample has the model's input shape.");
+  }
+}
+}  // namespace tessel::detail
+#endif  // TESSEL_DEFINITIONS

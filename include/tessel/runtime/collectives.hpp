@@ -1,8 +1,9 @@
 // Collectives over one mesh axis, the axis a template argument: `comm::all_reduce<"batch">(pm,
 // grads)` sums `grads` over the processes along axis "batch" of the process_mesh `pm`. An axis
 // the mesh does not have is a compile error naming it. `run_step` executes one step of a plan
-// (planner.hpp's reshard_step, as `explain` prints it), dispatching to the instantiation for the
-// step's axis. They live in runtime/, above comm/: they take the process_mesh, which binds a
+// (planner.hpp's reshard_step, as `explain` prints it) on the communicator of the step's axis;
+// it takes any bound_mesh (a process_mesh is one), so it is compiled once per communicator, not
+// once per mesh. They live in runtime/, above comm/: they take the process_mesh, which binds a
 // mesh to the job's processes, and comm/ (the communicator) sits below the runtime.
 #pragma once
 
@@ -78,13 +79,17 @@ template <fixed_string Axis, class Mesh, class C, class T>
 
 // ---- a planned step -------------------------------------------------------------------------
 namespace detail {
-// Step `s` on axis I: non-blocking (returns the request) or blocking (returns a done request).
+inline void check_axis(std::size_t axes, std::size_t axis, const char* what) {
+  if (axis >= axes)
+    throw value_error("tessel: " + std::string(what) + " mesh axis " + std::to_string(axis) +
+                      " of a mesh with " + std::to_string(axes) + " axes");
+}
+// Step `s` on an axis: non-blocking (returns the request) or blocking (returns a done request).
 // MPI's blocking collectives are used when nothing is to overlap: Open MPI's non-blocking
 // all-reduce costs up to twice its blocking one over shared memory.
-template <std::size_t I, class Mesh, class C, class T>
-typename C::request on_axis(const process_mesh<Mesh, C>& pm, const reshard_step& s, std::span<const T> in,
-                std::span<T> out, bool blocking) {
-  const C& c = pm.template axis<I>();
+template <class C, class T>
+typename C::request on_axis(const C& c, const reshard_step& s, std::span<const T> in,
+                            std::span<T> out, bool blocking) {
   const auto n = static_cast<std::size_t>(c.size());
   auto require_sizes = [&](bool ok, const char* rule) {
     if (!ok)
@@ -117,22 +122,16 @@ typename C::request on_axis(const process_mesh<Mesh, C>& pm, const reshard_step&
   return {};
 }
 
-template <class Mesh, class C, class T>
-typename C::request dispatch_step(const process_mesh<Mesh, C>& pm, const reshard_step& s, std::span<const T> in,
-                      std::span<T> out, bool blocking) {
+template <class C, class T>
+typename C::request dispatch_step(const bound_mesh<C>& pm, const reshard_step& s,
+                                  std::span<const T> in, std::span<T> out, bool blocking) {
   if (s.kind != collective::all_reduce && (s.dim != 0 || s.to_dim != 0))
     throw value_error("tessel: " + std::string(name_of(s.kind)) + " on tensor dimension " +
                       std::to_string(s.kind == collective::all_to_all ? s.to_dim : s.dim) +
                       " needs the tensor's shape to pack it: call run_step(pm, step, "
                       "local_shape, in, out, scratch)");
-  if (s.axis >= Mesh::rank)
-    throw value_error("tessel: a planned step names mesh axis " + std::to_string(s.axis) +
-                      " of a mesh with " + std::to_string(Mesh::rank) + " axes");
-  typename C::request r;
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((s.axis == I ? (r = on_axis<I>(pm, s, in, out, blocking), true) : false) || ...);
-  }(std::make_index_sequence<Mesh::rank>{});
-  return r;
+  check_axis(pm.axis_count(), s.axis, "a planned step names");
+  return on_axis(pm.axis(s.axis), s, in, out, blocking);
 }
 }  // namespace detail
 
@@ -140,14 +139,14 @@ typename C::request dispatch_step(const process_mesh<Mesh, C>& pm, const reshard
 // the tensor row-major; gathers, scatters, slices and all-to-alls move whole blocks of the
 // leading dimension (dimension 0; the batch), which is where data parallelism shards. Steps on
 // other dimensions need packing: the run_step below, which knows the tensor's shape.
-template <class Mesh, class C, class T>
-[[nodiscard]] typename C::request start_step(const process_mesh<Mesh, C>& pm, const reshard_step& s,
-                                 std::span<const T> in, std::span<T> out) {
+template <class C, class T>
+[[nodiscard]] typename C::request start_step(const bound_mesh<C>& pm, const reshard_step& s,
+                                             std::span<const T> in, std::span<T> out) {
   return detail::dispatch_step(pm, s, in, out, false);
 }
 // The same step, blocking (MPI's blocking collective).
-template <class Mesh, class C, class T>
-void run_step(const process_mesh<Mesh, C>& pm, const reshard_step& s, std::span<const T> in,
+template <class C, class T>
+void run_step(const bound_mesh<C>& pm, const reshard_step& s, std::span<const T> in,
               std::span<T> out) {
   detail::dispatch_step(pm, s, in, out, true);
 }
@@ -155,13 +154,11 @@ void run_step(const process_mesh<Mesh, C>& pm, const reshard_step& s, std::span<
 // Step `s` on a tensor whose block on this process, the step's input, has shape `local`: a
 // gather, scatter, slice or all-to-all on any dimension, packed where the dimension is not the
 // leading one (comm/dimension.hpp); `scratch` holds the packed data between calls. Blocking.
-template <class Mesh, class C, class T>
-void run_step(const process_mesh<Mesh, C>& pm, const reshard_step& s,
+template <class C, class T>
+void run_step(const bound_mesh<C>& pm, const reshard_step& s,
               std::span<const std::size_t> local, std::span<const T> in, std::span<T> out,
               std::vector<T>& scratch) {
-  if (s.axis >= Mesh::rank)
-    throw value_error("tessel: a planned step names mesh axis " + std::to_string(s.axis) +
-                      " of a mesh with " + std::to_string(Mesh::rank) + " axes");
+  detail::check_axis(pm.axis_count(), s.axis, "a planned step names");
   auto run = [&](const C& c) {
     const auto n = static_cast<std::size_t>(c.size());
     switch (s.kind) {
@@ -192,22 +189,15 @@ void run_step(const process_mesh<Mesh, C>& pm, const reshard_step& s,
         return all_to_all_dim(c, local, s.dim, s.to_dim, in, out, scratch);
     }
   };
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((s.axis == I ? (run(pm.template axis<I>()), true) : false) || ...);
-  }(std::make_index_sequence<Mesh::rank>{});
+  run(pm.axis(s.axis));
 }
 
 // The all_reduce of `data` over the mesh axis numbered `axis` (known at run time), a sum or a
 // maximum: the per-row reductions of a class dimension split across devices. Blocking.
-template <class Mesh, class C, class T>
-void all_reduce_over(const process_mesh<Mesh, C>& pm, std::size_t axis, std::span<T> data,
-                     reduce_op op) {
-  if (axis >= Mesh::rank)
-    throw value_error("tessel: all_reduce over mesh axis " + std::to_string(axis) +
-                      " of a mesh with " + std::to_string(Mesh::rank) + " axes");
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((axis == I ? (pm.template axis<I>().all_reduce(data, op), true) : false) || ...);
-  }(std::make_index_sequence<Mesh::rank>{});
+template <class C, class T>
+void all_reduce_over(const bound_mesh<C>& pm, std::size_t axis, std::span<T> data, reduce_op op) {
+  detail::check_axis(pm.axis_count(), axis, "all_reduce over");
+  pm.axis(axis).all_reduce(data, op);
 }
 
 }  // namespace tessel::comm

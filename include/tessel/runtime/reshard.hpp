@@ -93,8 +93,8 @@ constexpr shape_value after_step(shape_value local, const reshard_step& s, std::
 // Runs every step of `plan` (a resharding of a tensor whose block on this process has shape
 // `local` and is `in`, row-major) and leaves the new block in `out`; returns its shape. `scratch`
 // holds data between steps. Collectives are recorded in `log` when one is given. Blocking.
-template <class Mesh, class C, class T>
-shape_value run_reshard(const process_mesh<Mesh, C>& pm, const reshard_plan& plan,
+template <class C, class T>
+shape_value run_reshard(const bound_mesh<C>& pm, const reshard_plan& plan,
                         shape_value local, std::span<const T> in, std::vector<T>& out,
                         std::vector<T>& scratch, collective_log* log = nullptr) {
   if (!plan.ok)
@@ -104,7 +104,7 @@ shape_value run_reshard(const process_mesh<Mesh, C>& pm, const reshard_plan& pla
   std::vector<T> current;
   std::span<const T> source = in;
   for (const reshard_step& s : plan) {
-    const std::size_t n = pm.mesh().extent(s.axis);
+    const std::size_t n = pm.shape().sizes[s.axis];
     const shape_value next = after_step(local, s, n);
     std::size_t elements = 1;
     for (std::size_t d = 0; d < next.rank; ++d) elements *= next.extents[d];
@@ -129,14 +129,14 @@ namespace tessel {
 // Reshards sharded tensors (basic_dtensor) of backend B over a bound mesh: what a model-parallel
 // layer calls for each planned step. Each result lives in a buffer the caller keeps (resized only
 // when it grows) and every collective is logged.
-template <class B, class Mesh, class C>
+template <class B, class C>
 class tensor_resharder {
  public:
   using matrix = typename B::matrix;
   using tensor = basic_dtensor<B>;
 
-  explicit tensor_resharder(const process_mesh<Mesh, C>& pm) : pm_(&pm), mesh_(pm.shape()) {
-    for (std::size_t a = 0; a < Mesh::rank; ++a) coords_[a] = pm.coordinates()[a];
+  explicit tensor_resharder(const bound_mesh<C>& pm) : pm_(&pm), mesh_(pm.shape()) {
+    for (std::size_t a = 0; a < pm.axis_count(); ++a) coords_[a] = pm.coordinate(a);
   }
 
   // A tensor of shape `global` laid out by `layout` (partial or not): this device's block over
@@ -196,7 +196,7 @@ class tensor_resharder {
   }
   template <class T>
   void reduce_rows(std::span<T> values, std::uint32_t axes, comm::reduce_op op) {
-    for (std::size_t a = 0; a < Mesh::rank; ++a) {
+    for (std::size_t a = 0; a < mesh_.rank; ++a) {
       if (!((axes >> a) & 1u) || mesh_.sizes[a] == 1) continue;
       comm::all_reduce_over(*pm_, a, values, op);
       log_.add({collective::all_reduce, static_cast<std::uint8_t>(a), 0, 0,
@@ -205,7 +205,7 @@ class tensor_resharder {
   }
   // Whether any axis in `axes` has more than one device (a reduction over them moves data).
   bool moves(std::uint32_t axes) const noexcept {
-    for (std::size_t a = 0; a < Mesh::rank; ++a)
+    for (std::size_t a = 0; a < mesh_.rank; ++a)
       if (((axes >> a) & 1u) && mesh_.sizes[a] > 1) return true;
     return false;
   }
@@ -216,7 +216,7 @@ class tensor_resharder {
   void clear_log() { log_.clear(); }
 
  private:
-  const process_mesh<Mesh, C>* pm_;
+  const bound_mesh<C>* pm_;
   mesh_value mesh_;
   std::array<std::size_t, max_mesh_rank> coords_{};
   std::vector<float> host_in_, host_out_, scratch_;

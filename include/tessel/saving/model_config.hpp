@@ -78,82 +78,38 @@ TESSEL_INLINE std::string loss_config(const compile_info& c);
 TESSEL_INLINE std::string compile_config(const compile_info* c);
 }  // namespace detail
 
+// A model as its config.json describes it, as values: its layers' names, Keras classes and
+// config fields, and the graph's shapes and connections.
+struct model_config_desc {
+  bool functional = false;
+  shape_value input_shape{};
+  std::vector<std::string_view> names, classes;
+  std::vector<layers::keras_config> configs;
+  std::vector<shape_value> outputs;                 // layer i's output shape
+  std::vector<std::vector<std::size_t>> inputs;     // the graph nodes layer i reads (0: input)
+};
+
+// The config.json of the model `d` describes, named `name` (compiled as `compiled` says, or not).
+TESSEL_INLINE std::string model_config_json(const model_config_desc& d, const std::string& name,
+                                            const compile_info* compiled);
+
 // The config.json of a model of type Model named `name` (compiled as `compiled` says, or not).
 template <class Model>
 std::string model_config_json(const std::string& name, const compile_info* compiled) {
   using info = decltype(detail::model_layers_of(static_cast<const Model*>(nullptr)));
   static_assert(info::all_described);
-  using layers::keras_config;
-  constexpr bool functional = Model::keras_functional;
-  constexpr std::size_t n = Model::layer_count;
-  // The shape of graph node k: 0 the model's input, i + 1 layer i's output.
-  auto node_shape = [](std::size_t k) {
-    return k == 0 ? Model::input_shape : Model::layer_infos[k - 1].output;
-  };
-  auto node_name = [](std::size_t k) {
-    return k == 0 ? std::string("input_layer") : std::string(Model::layer_name(k - 1));
-  };
   constexpr auto edges = info::graph_type::edges;
-  std::string list =
-      R"({"module": "keras.layers", "class_name": "InputLayer", "config": )"
-      R"({"batch_shape": )" +
-      detail::batch_shape(Model::input_shape) +
-      R"(, "dtype": "float32", "sparse": false, "ragged": false, "name": )"
-      R"("input_layer", "optional": false}, "registered_name": null)" +
-      std::string(functional ? R"(, "name": "input_layer", "inbound_nodes": [])" : "") + "}";
-  for (std::size_t i = 0; i < n; ++i) {
-    const keras_config c = info::config_of(i);
-    const std::string lname = std::string(Model::layer_name(i));
-    std::string entry = R"({"module": "keras.layers", "class_name": )" +
-                        keras_config::quote(Model::layer_class_name(i)) +
-                        R"(, "config": {"name": )" + keras_config::quote(lname) +
-                        R"(, "trainable": true, "dtype": )" + detail::dtype_policy +
-                        (c.text().empty() ? "" : ", " + c.text()) + R"(}, "registered_name": null)";
-    const std::size_t inputs = edges.count[i];
-    if (c.build_config) {
-      std::string shapes;
-      if (inputs > 1) {
-        shapes = "[";
-        for (std::size_t k = 0; k < inputs; ++k)
-          shapes += (k ? ", " : "") + detail::batch_shape(node_shape(edges.inputs[i][k]));
-        shapes += "]";
-      } else {
-        shapes = detail::batch_shape(node_shape(edges.inputs[i][0]));
-      }
-      entry += R"(, "build_config": {"input_shape": )" + shapes + "}";
-    }
-    if constexpr (functional) {
-      std::string args;
-      for (std::size_t k = 0; k < inputs; ++k) {
-        const std::size_t from = edges.inputs[i][k];
-        args += std::string(k ? ", " : "") +
-                R"({"class_name": "__keras_tensor__", "config": {"shape": )" +
-                detail::batch_shape(node_shape(from)) +
-                R"(, "dtype": "float32", "keras_history": [)" +
-                keras_config::quote(node_name(from)) + ", 0, 0]}}";
-      }
-      if (inputs > 1) args = "[" + args + "]";
-      entry += R"(, "name": )" + keras_config::quote(lname) + R"(, "inbound_nodes": [{"args": [)" +
-               args + R"(], "kwargs": {}}])";
-    }
-    list += ", " + entry + "}";
+  model_config_desc d;
+  d.functional = Model::keras_functional;
+  d.input_shape = Model::input_shape;
+  for (std::size_t i = 0; i < Model::layer_count; ++i) {
+    d.names.push_back(Model::layer_name(i));
+    d.classes.push_back(Model::layer_class_name(i));
+    d.configs.push_back(info::config_of(i));
+    d.outputs.push_back(Model::layer_infos[i].output);
+    d.inputs.emplace_back(edges.inputs[i].begin(), edges.inputs[i].begin() + edges.count[i]);
   }
-  const std::string input = detail::batch_shape(Model::input_shape);
-  if constexpr (functional)
-    return R"({"module": "keras.src.models.functional", "class_name": "Functional", "config": )"
-           R"({"name": )" +
-           keras_config::quote(name) + R"(, "trainable": true, "layers": [)" + list +
-           R"(], "input_layers": ["input_layer", 0, 0], "output_layers": [)" +
-           keras_config::quote(node_name(n)) +
-           R"(, 0, 0]}, "registered_name": "Functional", "build_config": {"input_shape": null}, )"
-           R"("compile_config": )" +
-           detail::compile_config(compiled) + "}";
-  else
-    return R"({"module": "keras", "class_name": "Sequential", "config": {"name": )" +
-           keras_config::quote(name) + R"(, "trainable": true, "dtype": )" + detail::dtype_policy +
-           R"(, "layers": [)" + list + R"(], "build_input_shape": )" + input +
-           R"(}, "registered_name": null, "build_config": {"input_shape": )" + input +
-           R"(}, "compile_config": )" + detail::compile_config(compiled) + "}";
+  return model_config_json(d, name, compiled);
 }
 
 // ---- the check on load -------------------------------------------------------------------------

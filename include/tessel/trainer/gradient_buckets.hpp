@@ -62,7 +62,7 @@ struct communication_stats {
   }
 };
 
-template <class B, class Mesh, class C = comm::communicator>
+template <class B, class C = comm::communicator>
 class gradient_buckets {
  public:
   // One gradient and the planned step that reduces it.
@@ -74,7 +74,7 @@ class gradient_buckets {
   // `entries` in the order backward completes them. Consecutive entries with the same step
   // kind and axis share a bucket until it holds `cap_mb`.
   // `log`, if given, records every collective the buckets run.
-  void build(const process_mesh<Mesh, C>& pm, std::vector<entry> entries, gradient_options o,
+  void build(const bound_mesh<C>& pm, std::vector<entry> entries, gradient_options o,
              collective_log* log = nullptr) {
     pm_ = &pm;
     log_ = log;
@@ -221,7 +221,7 @@ class gradient_buckets {
     if (log_ != nullptr) log_->add({s.kind, s.axis, 0, 0, floats * sizeof(float)});
   }
 
-  const process_mesh<Mesh, C>* pm_ = nullptr;
+  const bound_mesh<C>* pm_ = nullptr;
   collective_log* log_ = nullptr;
   gradient_options options_{};
   typename B::matrix flat_;

@@ -192,3 +192,78 @@ TESSEL_INLINE void check_model_config(const nlohmann::json& file, const nlohmann
 }
 
 }  // namespace tessel::saving
+
+namespace tessel::saving {
+
+TESSEL_INLINE std::string model_config_json(const model_config_desc& d, const std::string& name,
+                                            const compile_info* compiled) {
+  using layers::keras_config;
+  const bool functional = d.functional;
+  const std::size_t n = d.names.size();
+  // The shape of graph node k: 0 the model's input, i + 1 layer i's output.
+  auto node_shape = [&](std::size_t k) { return k == 0 ? d.input_shape : d.outputs[k - 1]; };
+  auto node_name = [&](std::size_t k) {
+    return k == 0 ? std::string("input_layer") : std::string(d.names[k - 1]);
+  };
+  std::string list =
+      R"({"module": "keras.layers", "class_name": "InputLayer", "config": )"
+      R"({"batch_shape": )" +
+      detail::batch_shape(d.input_shape) +
+      R"(, "dtype": "float32", "sparse": false, "ragged": false, "name": )"
+      R"("input_layer", "optional": false}, "registered_name": null)" +
+      std::string(functional ? R"(, "name": "input_layer", "inbound_nodes": [])" : "") + "}";
+  for (std::size_t i = 0; i < n; ++i) {
+    const keras_config& c = d.configs[i];
+    const std::string lname = std::string(d.names[i]);
+    std::string entry = R"({"module": "keras.layers", "class_name": )" +
+                        keras_config::quote(d.classes[i]) +
+                        R"(, "config": {"name": )" + keras_config::quote(lname) +
+                        R"(, "trainable": true, "dtype": )" + detail::dtype_policy +
+                        (c.text().empty() ? "" : ", " + c.text()) + R"(}, "registered_name": null)";
+    const std::size_t inputs = d.inputs[i].size();
+    if (c.build_config) {
+      std::string shapes;
+      if (inputs > 1) {
+        shapes = "[";
+        for (std::size_t k = 0; k < inputs; ++k)
+          shapes += (k ? ", " : "") + detail::batch_shape(node_shape(d.inputs[i][k]));
+        shapes += "]";
+      } else {
+        shapes = detail::batch_shape(node_shape(d.inputs[i][0]));
+      }
+      entry += R"(, "build_config": {"input_shape": )" + shapes + "}";
+    }
+    if (functional) {
+      std::string args;
+      for (std::size_t k = 0; k < inputs; ++k) {
+        const std::size_t from = d.inputs[i][k];
+        args += std::string(k ? ", " : "") +
+                R"({"class_name": "__keras_tensor__", "config": {"shape": )" +
+                detail::batch_shape(node_shape(from)) +
+                R"(, "dtype": "float32", "keras_history": [)" +
+                keras_config::quote(node_name(from)) + ", 0, 0]}}";
+      }
+      if (inputs > 1) args = "[" + args + "]";
+      entry += R"(, "name": )" + keras_config::quote(lname) + R"(, "inbound_nodes": [{"args": [)" +
+               args + R"(], "kwargs": {}}])";
+    }
+    list += ", " + entry + "}";
+  }
+  const std::string input = detail::batch_shape(d.input_shape);
+  if (functional)
+    return R"({"module": "keras.src.models.functional", "class_name": "Functional", "config": )"
+           R"({"name": )" +
+           keras_config::quote(name) + R"(, "trainable": true, "layers": [)" + list +
+           R"(], "input_layers": ["input_layer", 0, 0], "output_layers": [)" +
+           keras_config::quote(node_name(n)) +
+           R"(, 0, 0]}, "registered_name": "Functional", "build_config": {"input_shape": null}, )"
+           R"("compile_config": )" +
+           detail::compile_config(compiled) + "}";
+  return R"({"module": "keras", "class_name": "Sequential", "config": {"name": )" +
+         keras_config::quote(name) + R"(, "trainable": true, "dtype": )" + detail::dtype_policy +
+         R"(, "layers": [)" + list + R"(], "build_input_shape": )" + input +
+         R"(}, "registered_name": null, "build_config": {"input_shape": )" + input +
+         R"(}, "compile_config": )" + detail::compile_config(compiled) + "}";
+}
+
+}  // namespace tessel::saving

@@ -1,0 +1,941 @@
+// trainer_core's members (trainer/trainer_core.hpp), defined outside the class so that
+// `extern template` keeps every translation unit but tessel::compiled from compiling them: GCC
+// compiles a member defined inside its class wherever it might inline it.
+#pragma once
+
+namespace tessel {
+inline namespace TESSEL_LIMITS_NAMESPACE {
+
+template <class B, class C>
+trainer_core<B, C>::trainer_core(const trained_model_facts& facts) : facts_(facts) {}
+
+template <class B, class C>
+trainer_core<B, C>::~trainer_core() {}
+
+template <class B, class C>
+void trainer_core<B, C>::attach(const bound_mesh<C>& pm, tensor_resharder<B, C>& reshard) {
+  pm_ = &pm;
+  reshard_ = &reshard;
+  replan();
+}
+
+// ---- compile ---------------------------------------------------------------------------------
+template <class B, class C>
+void trainer_core<B, C>::compile(compile_options o) {
+  compile(std::move(o.optimizer), std::move(o.loss), std::move(o.metrics));
+}
+
+template <class B, class C>
+void trainer_core<B, C>::compile(optimizer_spec optimizer_, loss_function<B> loss,
+                                 std::vector<metrics::metric_arg<B>> metric_list) {
+  optimizer_state_.emplace(std::move(optimizer_));
+  loss_.emplace(std::move(loss));
+  metrics_.clear();
+  for (const auto& m : metric_list) metrics_.push_back(m.resolve(loss_->sparse_labels()));
+  metric_means_.assign(metrics_.size(), metrics::mean{});
+  sums_ = B::make_sums("loss_and_metric_sums", 1 + metrics_.size());
+  for (std::size_t i = 0; i < metrics_.size(); ++i)
+    metric_means_[i] = metrics::mean(metrics_[i].name());
+  replan();
+}
+
+template <class B, class C>
+std::optional<saving::compile_info> trainer_core<B, C>::compiled_info() const {
+  if (!optimizer_state_ || !loss_) return std::nullopt;
+  saving::compile_info compiled{optimizer_state_->spec(), optimizer_state_->learning_rate(),
+                                std::string(loss_->name()), loss_->plan_kind(), {}};
+  for (const auto& m : metrics_) compiled.metrics.push_back(m.name());
+  return compiled;
+}
+
+// ---- distribution ----------------------------------------------------------------------------
+template <class B, class C>
+std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
+  const model_desc d = described();
+  return tessel::explain(plan_model(facts_.distribution, pm().shape(), d, global_batch), d);
+}
+
+template <class B, class C>
+void trainer_core<B, C>::set_gradient_options(gradient_options o) {
+  if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb))
+    throw value_error("set_gradient_options: bucket_cap_mb must be a positive number of MB, "
+                      "got " + std::to_string(o.bucket_cap_mb));
+  grad_options_ = o;
+  build_buckets(bucket_batch_);
+}
+
+template <class B, class C>
+tessel::communication_stats trainer_core<B, C>::communication_stats() {
+  tessel::communication_stats s = buckets_.stats();
+  const collective_log& log = reshard_->log();
+  for (const auto& t : log.totals)
+    s.collectives.push_back(
+        {t.kind, std::string(pm().shape().names[t.axis].view()), t.count, t.bytes});
+  return s;
+}
+
+template <class B, class C>
+void trainer_core<B, C>::reset_communication_stats() {
+  buckets_.reset_stats();
+  reshard_->log().clear();
+}
+
+template <class B, class C>
+optimizer<B>& trainer_core<B, C>::get_optimizer() {
+  require_compiled("get_optimizer");
+  return *optimizer_state_;
+}
+
+template <class B, class C>
+std::optional<bool> trainer_core<B, C>::metric_increases(std::string_view name) const {
+  for (const auto& m : metrics_)
+    if (m.name() == name) return m.increases();
+  return std::nullopt;
+}
+
+// ---- the custom-training-loop pieces -----------------------------------------------------------
+template <class B, class C>
+template <class Y>
+double trainer_core<B, C>::compute_loss_and_gradients(const array<float>& x, const array<Y>& y) {
+  require_compiled("compute_loss_and_gradients");
+  return loss_and_gradients(x, y, true);
+}
+
+template <class B, class C>
+template <class Y>
+double trainer_core<B, C>::loss_and_gradients(const array<float>& x, const array<Y>& y,
+                                              bool training) {
+  if (!agreed_) {
+    agreed_ = true;
+    std::vector<fact> f = model_facts();
+    f.push_back(fact::number("the global batch (x's rows)", x.rows()));
+    f.push_back(fact::fingerprint("the shape of x", shape_fingerprint(x.shape)));
+    f.push_back(fact::fingerprint("the shape of y", shape_fingerprint(y.shape)));
+    agree("train_on_batch", f);
+  }
+  buckets_for(x.rows());
+  const std::size_t global = forward_and_loss(x, y, training);
+  buckets_.begin();
+  model_backward(loss_grad_, [this](std::span<variable<B>* const> layer_variables) {
+    if (buckets_.empty()) return;
+    for (const variable<B>* v : layer_variables) buckets_.ready(v);
+    buckets_.progress();
+  });
+  buckets_.finish();
+  // The next training call draws new dropout masks, as Keras's seed generator.
+  if (training) model_set_training_step(model_training_step() + 1);
+  return finish_metrics(global);
+}
+
+template <class B, class C>
+void trainer_core<B, C>::apply_gradients() {
+  require_compiled("apply_gradients");
+  optimizer_state_->apply(model_trainable_variables());
+}
+
+template <class B, class C>
+template <class Y>
+logs trainer_core<B, C>::train_on_batch(const array<float>& x, const array<Y>& y,
+                                        bool reset_metrics) {
+  if (reset_metrics) this->reset_metrics();
+  compute_loss_and_gradients(x, y);
+  apply_gradients();
+  return metric_logs();
+}
+
+// ---- the training state as one value ---------------------------------------------------------
+template <class B, class C>
+void trainer_core<B, C>::set_state_tree(const state_tree<B>& t) {
+  const bool optimizer = !t.optimizer_variables.empty(), metrics = !t.metrics_variables.empty();
+  if ((optimizer || metrics) && !loss_)
+    throw value_error("set_state_tree: the state has optimizer or metric variables, but the "
+                      "model is not compiled; call compile() as for the state's model first.");
+  detail::on_every_process(pm(), "set_state_tree", [&] {
+    if (optimizer) {
+      optimizer_state_->build(model_trainable_variables());
+      optimizer_state_->check_state(t.optimizer_variables);
+    }
+    if (metrics)
+      detail::check_state_list(metrics_state(), t.metrics_variables, "set_state_tree",
+                               "metrics_variables");
+  });
+  model_assign_state(t.trainable_variables, t.non_trainable_variables);
+  if (optimizer) optimizer_state_->set_state(t.optimizer_variables);
+  if (metrics) {
+    std::size_t i = 0;
+    auto set = [&](metrics::mean& m) {
+      m.set_state(t.metrics_variables[i].real(), t.metrics_variables[i + 1].real());
+      i += 2;
+    };
+    set(loss_tracker_);
+    for (auto& m : metric_means_) set(m);
+  }
+}
+
+template <class B, class C>
+typename trainer_core<B, C>::stateless_call_result trainer_core<B, C>::stateless_call(
+    const state_list<B>& trainable, const state_list<B>& non_trainable, const array<float>& x,
+    bool training) {
+  if (x.rows() == 0)
+    throw value_error("stateless_call: x has no samples (shape " + shape_to_string(x.shape) +
+                      "); pass at least one.");
+  model_check_input_shape(x);
+  stateless_call_result r;
+  model_with_state(trainable, non_trainable, "stateless_call", [&] {
+    const shard s = shard_of(x.rows());
+    r.y_pred =
+        copy_of(model_forward_rows(x, 0, s.first, s.local, s.global, training), "y_pred");
+    if (training) model_set_training_step(model_training_step() + 1);
+    r.non_trainable_variables = model_state(false, true);
+  });
+  return r;
+}
+
+template <class B, class C>
+template <class Y>
+typename trainer_core<B, C>::value_and_grad_result trainer_core<B, C>::value_and_grad(
+    const state_list<B>& trainable, const state_list<B>& non_trainable, const array<float>& x,
+    const array<Y>& y, bool training) {
+  require_compiled("value_and_grad");
+  const metrics::mean loss_tracker = loss_tracker_;
+  const std::vector<metrics::mean> means = metric_means_;
+  struct restore_metrics {
+    trainer_core* t;
+    const metrics::mean& loss;
+    const std::vector<metrics::mean>& means;
+    ~restore_metrics() {
+      t->loss_tracker_ = loss;
+      t->metric_means_ = means;
+    }
+  } guard{this, loss_tracker, means};
+  value_and_grad_result r;
+  model_with_state(trainable, non_trainable, "value_and_grad", [&] {
+    r.loss = loss_and_gradients(x, y, training);
+    for (variable<B>* v : model_trainable_variables())
+      r.grads.push_back({v->path, v->shape, copy_of(v->value.like(v->gradient), v->path)});
+    r.non_trainable_variables = model_state(false, true);
+  });
+  return r;
+}
+
+template <class B, class C>
+logs trainer_core<B, C>::metric_logs() const {
+  logs l{{"loss", loss_tracker_.result()}};
+  for (const auto& m : metric_means_) l.emplace_back(m.name(), m.result());
+  return l;
+}
+
+template <class B, class C>
+void trainer_core<B, C>::reset_metrics() {
+  loss_tracker_.reset_state();
+  for (auto& m : metric_means_) m.reset_state();
+}
+
+// ---- fit / evaluate / predict ----------------------------------------------------------------
+template <class B, class C>
+template <class Dataset>
+history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>& o) {
+  require_compiled("fit");
+  {
+    std::vector<fact> f = model_facts();
+    const std::vector<fact> data = train.facts();
+    f.insert(f.end(), data.begin(), data.end());
+    f.push_back(fact::number("fit's epochs", o.epochs));
+    f.push_back(fact::number("fit's initial_epoch", o.initial_epoch));
+    f.push_back(fact::number("fit's validation_data (given)", o.validation_data ? 1 : 0));
+    if (o.validation_data) {
+      const std::vector<fact> v = o.validation_data->facts("validation_data: ");
+      f.insert(f.end(), v.begin(), v.end());
+    }
+    agree("fit", f);
+    agreed_ = true;
+  }
+  history hist;
+  std::vector<callback*> cbs{&hist};
+  for (const auto& c : o.callbacks) cbs.push_back(c.get());
+  for (callback* c : cbs) c->set_model(this);
+  const int verbose = shown_verbosity(o.verbose);
+  if (known_steps(train) == std::size_t{0}) throw empty_data("fit", "the training data", "train on");
+  progbar_logger bar(verbose, o.epochs, known_steps(train));
+  stop_training = false;
+  bar.on_train_begin();
+  resume_.reset();
+  position_ = {o.initial_epoch, 0, passes_of(train)};
+  // A callback that fails here (csv_logger's file, on process 0 only) fails fit() on every
+  // process, so that none goes on to wait in a training step for the others.
+  detail::on_every_process(pm(), "a callback's on_train_begin", [&] {
+    for (callback* c : cbs) c->on_train_begin({});
+  });
+  // A callback that restored a checkpoint (backup_and_restore) asked to go on from its
+  // position: that epoch, drawing its order again, past the batches already done.
+  std::size_t first_epoch = o.initial_epoch, done = 0;
+  if (resume_) {
+    first_epoch = resume_->epoch;
+    done = resume_->step;
+    if constexpr (requires { train.set_iterations(resume_->data_pass); })
+      train.set_iterations(resume_->data_pass);
+  }
+  logs epoch_logs;
+  for (std::size_t epoch = first_epoch; epoch < o.epochs && !stop_training; ++epoch) {
+    const std::size_t skip = epoch == first_epoch ? done : 0;
+    if (skip == 0) reset_metrics();  // else the checkpoint's accumulators go on
+    position_ = {epoch, skip, passes_of(train)};
+    if (verbose) bar.on_epoch_begin(epoch);
+    for (callback* c : cbs) c->on_epoch_begin(epoch, {});
+    std::size_t step = 0;
+    for (const auto& element : train) {
+      if (step < skip) {  // trained before the checkpoint
+        ++step;
+        continue;
+      }
+      const auto& [x, y] = element;
+      for (callback* c : cbs) c->on_train_batch_begin(step, {});
+      const logs l = train_on_batch(x, y, false);
+      position_.step = step + 1;
+      if (verbose) bar.on_train_batch_end(step, sorted_logs(l));
+      for (callback* c : cbs) c->on_train_batch_end(step, l);
+      ++step;
+      if (stop_training) break;
+    }
+    if (step == 0) throw empty_data("fit", "the training data", "train on");
+    position_ = {epoch + 1, 0, passes_of(train)};
+    epoch_logs = metric_logs();
+    if (o.validation_data) {
+      const logs v = run_evaluate(*o.validation_data, nullptr, cbs, true);
+      for (const auto& [k, val] : v) epoch_logs.emplace_back("val_" + k, val);
+    }
+    const logs shown = sorted_logs(epoch_logs);
+    if (verbose) bar.on_epoch_end(epoch, shown);
+    for (callback* c : cbs) c->on_epoch_end(epoch, shown);
+  }
+  for (callback* c : cbs) c->on_train_end(epoch_logs);
+  wait_for_checkpoint();  // a save in the background ends with fit
+  return hist;
+}
+
+template <class B, class C>
+template <class Y>
+history trainer_core<B, C>::fit(const array<float>& x, const array<Y>& y,
+                                const array_fit_options& o) {
+  check_batch_size("fit", o.batch_size);
+  auto ds = from_tensor_slices(x, y);
+  if (x.rows() == 0) throw empty_data("fit", "x", "train on");
+  auto batched =
+      o.shuffle ? ds.shuffle(static_cast<std::int64_t>(x.rows()), model_seed()).batch(o.batch_size)
+                : ds.batch(o.batch_size);
+  return fit(batched, fit_options<decltype(batched)>{.epochs = o.epochs,
+                                                      .verbose = o.verbose,
+                                                      .callbacks = o.callbacks,
+                                                      .validation_data = std::nullopt,
+                                                      .initial_epoch = o.initial_epoch});
+}
+
+template <class B, class C>
+template <class Y>
+logs trainer_core<B, C>::evaluate(const array<float>& x, const array<Y>& y,
+                                  std::int64_t batch_size, int verbose) {
+  check_batch_size("evaluate", batch_size);
+  return evaluate(from_tensor_slices(x, y).batch(batch_size), verbose);
+}
+
+template <class B, class C>
+template <class Dataset>
+logs trainer_core<B, C>::evaluate(const Dataset& data, int verbose,
+                                  std::vector<callback_ref> callbacks) {
+  require_compiled("evaluate");
+  {
+    std::vector<fact> f = model_facts();
+    const std::vector<fact> d = data.facts();
+    f.insert(f.end(), d.begin(), d.end());
+    agree("evaluate", f);
+  }
+  std::vector<callback*> cbs;
+  for (const auto& c : callbacks) cbs.push_back(c.get());
+  for (callback* c : cbs) c->set_model(this);
+  if (known_steps(data) == std::size_t{0}) throw empty_data("evaluate", "the data", "evaluate");
+  std::optional<progbar_logger> bar;
+  verbose = shown_verbosity(verbose);
+  if (verbose) bar.emplace(verbose, 1, known_steps(data));
+  return run_evaluate(data, bar ? &*bar : nullptr, cbs, false);
+}
+
+template <class B, class C>
+array<float> trainer_core<B, C>::predict(const array<float>& x, std::int64_t batch_size,
+                                         int verbose) {
+  check_batch_size("predict", batch_size);
+  model_check_input_shape(x);
+  const std::size_t n = x.rows();
+  if (n == 0) throw empty_data("predict", "x", "predict");
+  {
+    std::vector<fact> f{fact::fingerprint("the model (its type)", facts_.type_fingerprint),
+                        fact::number("the number of samples", n)};
+    data::describe_samples(x, "x", f);
+    f.push_back(fact::number("predict's batch_size", batch_size));
+    agree("predict", f);
+  }
+  const std::size_t features = facts_.output_features;
+  std::vector<std::size_t> shape{n};
+  for (std::size_t i = 0; i < facts_.output_shape.rank; ++i)
+    shape.push_back(facts_.output_shape[i]);
+  array<float> out(shape);
+  std::optional<progbar_logger> bar;
+  // Batches of at most n rows: a batch size above n is one batch, without n + batch_size - 1
+  // overflowing.
+  const std::size_t rows_per_batch = std::min(n, static_cast<std::size_t>(batch_size));
+  const std::size_t steps = n / rows_per_batch + (n % rows_per_batch != 0);
+  verbose = shown_verbosity(verbose);
+  if (verbose) {
+    bar.emplace(verbose, 1, steps);
+    bar->on_predict_begin();
+  }
+  for (std::size_t b = 0; b < steps; ++b) {
+    const std::size_t begin = b * rows_per_batch,
+                      end = begin + std::min(n - begin, rows_per_batch);
+    const shard s = shard_of(end - begin);
+    const basic_dtensor<B>* y = &model_forward_rows(x, begin, s.first, s.local, s.global, false);
+    basic_dtensor<B> whole_rows;
+    if (splits_classes(*y)) {  // gathered over the class axes first: rows of every class
+      layout_value rows = y->layout();
+      rows.dims[rows.rank - 1] = {};
+      whole_rows = (*reshard_)(*y, rows, prediction_store_, "prediction");
+      y = &whole_rows;
+    }
+    gather_rows(*y, s,
+                std::span<float>(out.values.data() + begin * features, (end - begin) * features));
+    if (bar) bar->on_predict_batch_end(b);
+  }
+  if (bar) bar->on_predict_end();
+  return out;
+}
+
+// ---- the state ---------------------------------------------------------------------------------
+// The state tree, its tensors copies (get_state_tree) or the model's own (state_tree_view).
+template <class B, class C>
+state_tree<B> trainer_core<B, C>::state_tree_of(bool copy) {
+  state_tree<B> t{model_state(true, copy), model_state(false, copy), {}, {}};
+  if (!loss_) return t;
+  optimizer_state_->build(model_trainable_variables());
+  t.optimizer_variables = copy ? optimizer_state_->state() : optimizer_state_->state_view();
+  t.metrics_variables = metrics_state();
+  return t;
+}
+
+// The metric accumulators as state: "loss/total", "loss/count", then each metric's.
+template <class B, class C>
+state_list<B> trainer_core<B, C>::metrics_state() const {
+  state_list<B> out;
+  auto add = [&](const metrics::mean& m) {
+    out.push_back({m.name() + "/total", {}, m.total()});
+    out.push_back({m.name() + "/count", {}, m.count()});
+  };
+  add(loss_tracker_);
+  for (const auto& m : metric_means_) add(m);
+  return out;
+}
+
+// ---- what every process must hold alike (runtime/agreement.hpp) -------------------------------
+// Compared across the processes before a distributed fit, evaluate, predict or first
+// train_on_batch; a model on one device (or a one-process job) has nothing to compare.
+template <class B, class C>
+void trainer_core<B, C>::agree(std::string_view where, const std::vector<fact>& facts) const {
+  if (pm().size() > 1) runtime::require_agreement(where, facts);
+}
+
+// The model's type (its layers and distribution), and what compile() gave it.
+template <class B, class C>
+std::vector<fact> trainer_core<B, C>::model_facts() const {
+  hasher metrics, optimizer;
+  for (const auto& m : metrics_) metrics.value(m.fingerprint());
+  std::visit(
+      [&](const auto& o) {
+        optimizer.text(o.name).value(o.learning_rate);
+        if constexpr (requires { o.momentum; }) optimizer.value(o.momentum);
+        if constexpr (requires { o.nesterov; }) optimizer.value(o.nesterov);
+        if constexpr (requires { o.beta_1; }) optimizer.value(o.beta_1).value(o.beta_2);
+        if constexpr (requires { o.rho; }) optimizer.value(o.rho).value(o.centered);
+        if constexpr (requires { o.epsilon; }) optimizer.value(o.epsilon);
+      },
+      optimizer_state_->spec().value());
+  // The loss's fingerprint holds its type and every argument (from_logits), not only its
+  // kind: binary cross-entropy on logits and on probabilities plan alike and differ in every
+  // value.
+  return {fact::fingerprint("the model (its type)", facts_.type_fingerprint),
+          fact::fingerprint("the compiled loss", loss_->fingerprint()),
+          fact::fingerprint("the compiled metrics", metrics.result()),
+          fact::fingerprint("the compiled optimizer", optimizer.result())};
+}
+
+// The model as the planner sees it with the compiled loss and metrics (an accuracy takes the
+// output's arg-max: over split classes each row's is reduced).
+template <class B, class C>
+model_desc trainer_core<B, C>::described() const {
+  model_desc d = model_describe(plan_loss(), loss_values());
+  d.argmax_metrics =
+      std::any_of(metrics_.begin(), metrics_.end(), [](const auto& m) { return m.takes_argmax(); });
+  return d;
+}
+
+// ---- the plan ----------------------------------------------------------------------------------
+// Plans a training step on the bound mesh and turns its collectives into work: the gradient
+// all_reduces into buckets, the loss all_reduce into the reduction of the loss and metric sums.
+// A collective this model cannot perform yet is refused here, before any step runs.
+template <class B, class C>
+void trainer_core<B, C>::replan() {
+  const model_desc d = described();
+  plan_ = plan_model(facts_.distribution, pm().shape(), d, dynamic_extent);
+  if (!plan_.ok) throw value_error(tessel::explain(plan_, d));
+  loss_steps_.clear();
+  const bool model_parallel = facts_.model_parallel;
+  for (const auto& s : plan_) {
+    const bool gradient = s.when == phase::backward && s.step.kind == collective::all_reduce &&
+                          is_gradient_of_variable(s.role);
+    const bool loss_sum = s.when == phase::forward && s.role == step_role::loss;
+    if (loss_sum) loss_steps_.push_back(s.step);
+    // Under model_parallel a layer with planned layouts runs its own steps, gradients included;
+    // the loss and the metrics reduce the rows of an output whose classes are split.
+    const bool by_layer = model_parallel && !loss_sum && s.op < facts_.layer_count &&
+                          model_runs_plan_of(s.op);
+    const bool by_loss = model_parallel && s.op == facts_.layer_count;
+    // A layer's statistics (batch normalization's synchronized sums) it reduces itself, through
+    // the resharder it is handed, under any distribution.
+    const bool statistic = s.role == step_role::statistic && s.op < facts_.layer_count;
+    if (!by_layer && !by_loss && !loss_sum && !statistic && !(gradient && !model_parallel))
+      throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
+                        " of '" + step_name(plan_, s) + "' in layer '" +
+                        std::string(model_layer_name(s.op)) +
+                        "', which tessel does not execute yet; lay the layers out so that only "
+                        "layers with variables need collectives");
+  }
+  build_buckets();
+}
+
+// The gradient buckets: every variable gradient whose planned steps are one all_reduce (all of
+// them under data_parallel; under model_parallel those partial over the batch axis only: the
+// others a layer reduces or reshards in its own steps). Such a variable is marked
+// reduced_in_bucket, so that its layer leaves the partial sum to the bucket. Under
+// model_parallel the layouts depend on the global batch: the buckets follow the plan of
+// `batch`, rebuilt only when the gradients they take change.
+template <class B, class C>
+auto trainer_core<B, C>::bucket_entries(const model_plan& p) -> std::vector<bucket_entry> {
+  std::vector<bucket_entry> entries;
+  for (const auto& s : p) {
+    if (s.when != phase::backward || !is_gradient_of_variable(s.role)) continue;
+    std::size_t steps = 0;
+    for (const auto& t : p) steps += t.op == s.op && t.role == s.role && t.index == s.index;
+    if (steps != 1 || s.step.kind != collective::all_reduce) continue;
+    entries.push_back({&model_variable(std::string(p.variables[s.index].path.view())), s.step});
+  }
+  return entries;
+}
+
+template <class B, class C>
+void trainer_core<B, C>::build_buckets(std::size_t batch) {
+  std::vector<bucket_entry> entries =
+      batch != dynamic_extent
+          ? bucket_entries(plan_model(facts_.distribution, pm().shape(), described(), batch))
+          : bucket_entries(plan_);
+  bucket_batch_ = batch;
+  for (variable<B>* v : model_trainable_variables()) v->reduced_in_bucket = false;
+  for (const auto& e : entries) e.var->reduced_in_bucket = true;
+  buckets_.build(pm(), std::move(entries), grad_options_, &reshard_->log());
+}
+
+// Under model_parallel, before a training step on a global batch of `batch`: the buckets of
+// that batch's plan (rebuilt when its gradients differ from those of the buckets in place).
+template <class B, class C>
+void trainer_core<B, C>::buckets_for(std::size_t batch) {
+  if (!facts_.model_parallel || batch == bucket_batch_) return;
+  const model_plan p = plan_model(facts_.distribution, pm().shape(), described(), batch);
+  if (!p.ok) return;  // the step refuses the batch, with the reason
+  const auto entries = bucket_entries(p);
+  bool same = entries.size() == buckets_.entry_count();
+  for (std::size_t i = 0; same && i < entries.size(); ++i)
+    same = buckets_.entry_at(i).var == entries[i].var &&
+           buckets_.entry_at(i).step == entries[i].step;
+  if (same) bucket_batch_ = batch;
+  else build_buckets(batch);
+}
+
+// ---- the batch split ---------------------------------------------------------------------------
+// Contiguous blocks of the global batch along the batch axis, as Keras's DataParallel. A batch
+// that does not divide (the last partial batch of an epoch) is split as evenly as possible, as
+// tf.distribute splits it: the first `global % n` processes take one row more, and a process may
+// hold none. The loss is still the mean over the global batch, so the step equals one device's.
+template <class B, class C>
+auto trainer_core<B, C>::block_of(std::size_t global, std::size_t n, std::size_t c) -> shard {
+  const std::size_t base = global / n, extra = global % n;
+  return {global, base + (c < extra ? 1 : 0), c * base + std::min(c, extra),
+          base + (extra ? 1 : 0)};
+}
+
+template <class B, class C>
+auto trainer_core<B, C>::shard_of(std::size_t global) const -> shard {
+  const std::size_t axis = facts_.batch_axis, n = pm().shape().sizes[axis];
+  if (facts_.model_parallel && global % n != 0)
+    throw value_error("The global batch size (" + std::to_string(global) +
+                      ") is not divisible by the size of the batch axis '" +
+                      std::string(pm().shape().names[axis].view()) + "' (" + std::to_string(n) +
+                      ") under model_parallel. Use a batch size that " +
+                      "is a multiple of " + std::to_string(n) + " (drop_remainder in batch()).");
+  return block_of(global, n, pm().coordinate(axis));
+}
+
+// The rows of every process's `local` output, in order, into `out` (the whole batch).
+// Every process sends a block of s.block rows (the rows it holds, then zeros), so that the
+// planned all_gather of equal blocks serves batches that do not divide too.
+template <class B, class C>
+void trainer_core<B, C>::gather_rows(const basic_dtensor<B>& y, const shard& s,
+                                     std::span<float> out) {
+  const std::size_t features = facts_.output_features;
+  host_gather_.assign(s.block * features, 0.0f);
+  B::download(y.local(), std::span<float>(host_gather_).first(s.local * features));
+  const reshard_plan r = plan_reshard(y.layout(), layout_value::replicated(2), pm().shape(),
+                                      shape_value{s.global, features});
+  if (r.empty()) {
+    std::copy_n(host_gather_.begin(), s.local * features, out.begin());
+    return;
+  }
+  for (const auto& step : r)
+    if (step.kind != collective::all_gather || r.size() != 1)
+      throw value_error("tessel::sequential::predict: the output needs " +
+                        to_string(step, plan_.mesh) + ", which predict does not perform");
+  const std::size_t n = pm().shape().sizes[facts_.batch_axis];
+  if (n * s.block == s.global) {
+    comm::run_step(pm(), r[0], std::span<const float>(host_gather_), out);
+    return;
+  }
+  gathered_.resize(n * host_gather_.size());
+  comm::run_step(pm(), r[0], std::span<const float>(host_gather_), std::span<float>(gathered_));
+  for (std::size_t c = 0; c < n; ++c) {
+    const shard p = block_of(s.global, n, c);
+    std::copy_n(gathered_.begin() + static_cast<std::ptrdiff_t>(c * host_gather_.size()),
+                p.local * features,
+                out.begin() + static_cast<std::ptrdiff_t>(p.first * features));
+  }
+}
+
+// Starts the reduction of this process's loss and metric sums (the plan's "loss" steps).
+template <class B, class C>
+void trainer_core<B, C>::start_scalar_reduction() {
+  for (const auto& step : loss_steps_)
+    reshard_->log().add({step.kind, step.axis, 0, 0, scalars_.size() * sizeof(double)});
+  if (loss_steps_.size() == 1) {
+    scalar_request_ = comm::start_step(pm(), loss_steps_[0], std::span<const double>(scalars_),
+                                       std::span<double>(scalars_));
+  } else {
+    for (const auto& step : loss_steps_)
+      comm::run_step(pm(), step, std::span<const double>(scalars_), std::span<double>(scalars_));
+  }
+}
+
+// Waits for the sums and updates the loss tracker and metrics with the whole batch's values;
+// returns the batch's mean loss.
+template <class B, class C>
+double trainer_core<B, C>::finish_metrics(std::size_t global) {
+  scalar_request_.wait();
+  const double rows = static_cast<double>(global);
+  const double loss = scalars_[0] / rows;
+  loss_tracker_.update_state(loss, rows);
+  for (std::size_t i = 0; i < metrics_.size(); ++i)
+    metric_means_[i].update_state(scalars_[i + 1] / rows, rows);
+  return loss;
+}
+
+template <class B, class C>
+template <class Dataset>
+std::optional<std::size_t> trainer_core<B, C>::known_steps(const Dataset& d) {
+  const std::optional<std::size_t> n = d.cardinality();
+  if (n && *n == std::numeric_limits<std::size_t>::max()) return std::nullopt;
+  return n;
+}
+
+// Checks the targets of the whole batch (so that every process finds the same error), then
+// uploads rows [first, first + local).
+template <class B, class C>
+template <class Y>
+void trainer_core<B, C>::upload_targets(const array<Y>& y, std::size_t rows, std::size_t first,
+                                        std::size_t local) {
+  const std::size_t features = facts_.output_features;
+  data::check_shape(y, "y");
+  if (y.rows() != rows)
+    throw value_error("Data cardinality is ambiguous: x sizes: " + std::to_string(rows) +
+                      ", y sizes: " + std::to_string(y.rows()) +
+                      ". Make sure all arrays contain the same number of samples.");
+  if (loss_->sparse_labels()) {
+    if (y.size() != rows)
+      throw value_error("A sparse loss (" + std::string(loss_->name()) +
+                        ") takes one integer label per sample, shape (" + std::to_string(rows) +
+                        ",); got shape " + shape_to_string(y.shape) +
+                        ". Use categorical_crossentropy for one-hot targets.");
+    host_labels_.resize(rows);
+    for (std::size_t i = 0; i < rows; ++i) {
+      const double v = static_cast<double>(y.values[i]);
+      if (!(v >= 0 && v < static_cast<double>(features)) || v != std::floor(v))
+        throw value_error("Received a label value of " + label_text(y.values[i]) +
+                          " which is outside the valid range of [0, " + std::to_string(features) +
+                          ") (sample " + std::to_string(i) +
+                          " of the batch). Labels must be class indices in [0, " +
+                          std::to_string(features) + ").");
+      host_labels_[i] = static_cast<std::int32_t>(v);
+    }
+    if (labels_rows_ != local) {
+      labels_ = B::make_indices("labels", local);
+      labels_rows_ = local;
+    }
+    B::upload(std::span<const std::int32_t>(host_labels_).subspan(first, local), labels_);
+  } else {
+    if (y.size() != rows * features)
+      throw value_error(
+          "Arguments `target` and `output` must have the same shape. Received: "
+          "target.shape=" +
+          shape_to_string(y.shape) + ", output.shape=(" + std::to_string(rows) + ", " +
+          std::to_string(features) +
+          "). For class labels use sparse_categorical_crossentropy, or one-hot "
+          "encode them with to_categorical.");
+    host_targets_.assign(
+        y.values.begin() + static_cast<std::ptrdiff_t>(first * features),
+        y.values.begin() + static_cast<std::ptrdiff_t>((first + local) * features));
+    targets_ = sized<B>(targets_store_, local, features, "targets");
+    B::upload(std::span<const float>(host_targets_), targets_);
+  }
+}
+
+template <class B, class C>
+template <class Y>
+std::string trainer_core<B, C>::label_text(Y v) {
+  if constexpr (std::is_floating_point_v<Y>)
+    return callbacks::python_float_repr(static_cast<double>(v));
+  else
+    return std::to_string(v);
+}
+
+// This process's metric counts, after the loss sum, into the device's sums (slot i + 1 for
+// metric i); then the step's one read-back of all of them.
+template <class B, class C>
+void trainer_core<B, C>::local_sums(const basic_dtensor<B>& output) {
+  const matrix& out = output.local();
+  const bool split = !metrics_.empty() && splits_classes(output);
+  for (std::size_t i = 0; i < metrics_.size(); ++i) {
+    const metrics::metric_function<B>& m = metrics_[i];
+    if (m.sparse_labels()) require_sparse(m);
+    else if (!m.takes_argmax()) require_targets(m);
+    if (split && !m.takes_argmax())
+      throw value_error("Metric " + m.name() +
+                        " sums whole rows, but the output's classes are split across devices; "
+                        "lay the last layer's output out with its classes whole (a "
+                        "\"<layer>/output\" rule with None last)");
+    if (split) continue;
+    m.local_sum(out, labels_, targets_, sums_, i + 1);
+  }
+  scalars_.resize(metrics_.size() + 1);
+  B::download(sums_, std::span<double>(scalars_));
+  if (split) split_metric_counts(output);
+}
+
+// The accuracies over split classes: every row's arg-max all_reduced over the class axes (one
+// key per row), then counted on the host against the labels (the targets' first arg-max). A
+// loss summed over the class axes too (squared error) takes the counts of one device per row.
+template <class B, class C>
+void trainer_core<B, C>::split_metric_counts(const basic_dtensor<B>& output) {
+  const std::size_t features = facts_.output_features;
+  split_argmax(output, argmax_store_, host_pairs_, argmax_keys_, argmax_, *reshard_);
+  const std::size_t first = output.shard().offset[0];
+  std::size_t equal = 0;
+  for (std::size_t r = 0; r < argmax_.size(); ++r) {
+    std::size_t want = 0;
+    if (loss_->sparse_labels()) {
+      want = static_cast<std::size_t>(host_labels_[first + r]);
+    } else {
+      const float* t = host_targets_.data() + r * features;
+      for (std::size_t j = 1; j < features; ++j)
+        if (t[j] > t[want]) want = j;
+    }
+    equal += argmax_[r] == want;
+  }
+  const std::uint32_t classes = class_axes(output.layout());
+  bool counted_once = true;
+  for (const auto& step : loss_steps_)
+    if ((classes >> step.axis) & 1u)
+      counted_once = counted_once && reshard_->coordinates()[step.axis] == 0;
+  for (std::size_t i = 0; i < metrics_.size(); ++i)
+    scalars_[i + 1] = counted_once ? static_cast<double>(equal) : 0.0;
+}
+
+template <class B, class C>
+void trainer_core<B, C>::require_targets(const metrics::metric_function<B>& m) const {
+  if (loss_->sparse_labels())
+    throw value_error("Metric " + m.name() + " takes target vectors of the output's shape, but "
+                      "the loss " + std::string(loss_->name()) +
+                      " takes integer labels; use a loss on target vectors (one-hot encode the "
+                      "labels with to_categorical).");
+}
+
+template <class B, class C>
+void trainer_core<B, C>::require_sparse(const metrics::metric_function<B>& m) const {
+  if (!loss_->sparse_labels())
+    throw value_error("Metric " + m.name() + " takes integer labels, but the loss " +
+                      std::string(loss_->name()) +
+                      " takes target vectors; use "
+                      "categorical_accuracy or \"accuracy\".");
+}
+
+template <class B, class C>
+template <class Dataset>
+logs trainer_core<B, C>::run_evaluate(const Dataset& data, progbar_logger* bar,
+                                      const std::vector<callback*>& cbs, bool validating) {
+  // Validation uses its own trackers so that the training metrics of the epoch survive.
+  metrics::mean saved_loss = loss_tracker_;
+  std::vector<metrics::mean> saved = metric_means_;
+  reset_metrics();
+  if (bar) bar->on_test_begin();
+  for (callback* c : cbs) c->on_test_begin({});
+  std::size_t step = 0;
+  for (const auto& element : data) {
+    const auto& [x, y] = element;
+    for (callback* c : cbs) c->on_test_batch_begin(step, {});
+    test_step(x, y);
+    const logs l = metric_logs();
+    if (bar) bar->on_test_batch_end(step, sorted_logs(l));
+    for (callback* c : cbs) c->on_test_batch_end(step, l);
+    ++step;
+  }
+  if (step == 0) {
+    loss_tracker_ = saved_loss;
+    metric_means_ = saved;
+    if (validating) throw empty_data("fit", "validation_data", "evaluate");
+    throw empty_data("evaluate", "the data", "evaluate");
+  }
+  const logs result = metric_logs();
+  if (bar) bar->on_test_end(sorted_logs(result));
+  for (callback* c : cbs) c->on_test_end(result);
+  loss_tracker_ = saved_loss;
+  metric_means_ = saved;
+  return result;
+}
+
+template <class B, class C>
+template <class Y>
+void trainer_core<B, C>::test_step(const array<float>& x, const array<Y>& y) {
+  finish_metrics(forward_and_loss(x, y, false));
+}
+
+// Forward pass on this process's rows of the global batch, the loss's gradient w.r.t. the
+// output (left in loss_grad_, scaled for the mean over the global batch), and the start of the
+// reduction of the loss and metric sums. Returns the global batch size.
+template <class B, class C>
+template <class Y>
+std::size_t trainer_core<B, C>::forward_and_loss(const array<float>& x, const array<Y>& y,
+                                                 bool training) {
+  if (x.rows() == 0)
+    throw value_error("a batch of 0 samples has no loss: pass at least one sample to " +
+                      std::string(training ? "train_on_batch / compute_loss_and_gradients"
+                                           : "evaluate") + ", x has shape " +
+                      shape_to_string(x.shape));
+  model_check_input_shape(x);
+  const shard s = shard_of(x.rows());
+  upload_targets(y, x.rows(), s.first, s.local);
+  const basic_dtensor<B>& output = model_forward_rows(x, 0, s.first, s.local, s.global, training);
+  const matrix& out = output.local();
+  loss_grad_ = sized<B>(loss_grad_store_, B::rows(out), B::cols(out), "loss_gradient");
+  const float scale = 1.0f / static_cast<float>(s.global);
+  if (splits_classes(output)) {
+    upload_target_columns(output);
+    split_loss_and_gradient<B>(*loss_, output, labels_, targets_, loss_grad_, scale, sums_, 0,
+                               row_stats_, *reshard_);
+  } else {
+    loss_and_gradient<B>(*loss_, output, labels_, targets_, loss_grad_, scale, sums_, 0);
+  }
+  local_sums(output);
+  start_scalar_reduction();
+  return s.global;
+}
+
+// Whether the output's class dimension is split across devices (model_parallel with the last
+// layer's columns over a model axis): the loss and the metrics then reduce rows.
+template <class B, class C>
+bool trainer_core<B, C>::splits_classes(const basic_dtensor<B>& output) {
+  return facts_.model_parallel && reshard_->moves(class_axes(output.layout()));
+}
+
+// The targets of this device's columns of the output (the uploaded ones hold whole rows).
+template <class B, class C>
+void trainer_core<B, C>::upload_target_columns(const basic_dtensor<B>& output) {
+  if (loss_->sparse_labels()) return;
+  const block& b = output.shard();
+  const std::size_t rows = b.extent[0], cols = b.extent[1];
+  const std::array<std::size_t, 2> whole{rows, facts_.output_features}, offset{0, b.offset[1]},
+      extent{rows, cols};
+  host_columns_.resize(rows * cols);
+  comm::detail::copy_block<float>(whole, offset, extent, host_targets_.data(),
+                                  host_columns_.data(), true);
+  targets_ = sized<B>(targets_store_, rows, cols, "targets");
+  B::upload(std::span<const float>(host_columns_), targets_);
+}
+
+template <class B, class C>
+void trainer_core<B, C>::check_batch_size(const char* what, std::int64_t batch_size) {
+  if (batch_size <= 0)
+    throw value_error(std::string(what) + ": batch_size must be greater than zero, got " +
+                      std::to_string(batch_size) +
+                      "; pass a positive integer, the number of samples per batch (Keras's "
+                      "default is 32)");
+}
+
+// Keras 3 fails on data with no batch too (its epoch iterator raises StopIteration): there is no
+// loss to report and nothing to train on, so say so instead of printing a loss of 0.
+template <class B, class C>
+value_error trainer_core<B, C>::empty_data(std::string_view what, std::string_view data,
+                                           std::string_view purpose) {
+  return value_error(std::string(what) + ": " + std::string(data) +
+                     " has no samples, so there is no batch to " + std::string(purpose) +
+                     ". Check that the arrays have rows and that the dataset's pipeline (take, "
+                     "filter, batch with drop_remainder) leaves at least one batch.");
+}
+
+template <class B, class C>
+void trainer_core<B, C>::require_compiled(const char* what) const {
+  if (!loss_)
+    throw value_error(std::string("You must call `compile()` before calling `") + what +
+                      "()`. For example: model.compile(\"adam\", "
+                      "\"sparse_categorical_crossentropy\", {\"accuracy\"}).");
+}
+
+// The passes a dataset has started (its next epoch's shuffle key), where it counts them.
+template <class B, class C>
+template <class Dataset>
+std::uint64_t trainer_core<B, C>::passes_of(const Dataset& d) {
+  if constexpr (requires { d.iterations(); }) return d.iterations();
+  else return 0;
+}
+
+}  // namespace TESSEL_LIMITS_NAMESPACE
+
+// Compiled once for the host backend and MPI's communicator at the default limits, in
+// tessel::compiled: the core, and its members over the labels and datasets most programs use
+// (float targets and int32 class labels).
+#define TESSEL_TRAINER_LABEL_TEMPLATES(prefix, B, C, Y)                                         \
+  prefix template double trainer_core<B, C>::compute_loss_and_gradients(const array<float>&,    \
+                                                                        const array<Y>&);       \
+  prefix template double trainer_core<B, C>::loss_and_gradients(const array<float>&,            \
+                                                                const array<Y>&, bool);         \
+  prefix template logs trainer_core<B, C>::train_on_batch(const array<float>&, const array<Y>&, \
+                                                          bool);                                \
+  prefix template trainer_core<B, C>::value_and_grad_result trainer_core<B, C>::value_and_grad( \
+      const state_list<B>&, const state_list<B>&, const array<float>&, const array<Y>&, bool);  \
+  prefix template history trainer_core<B, C>::fit(                                              \
+      const array<float>&, const array<Y>&, const trainer_core<B, C>::array_fit_options&);      \
+  prefix template logs trainer_core<B, C>::evaluate(const array<float>&, const array<Y>&,       \
+                                                    std::int64_t, int);                         \
+  prefix template history trainer_core<B, C>::fit(const dataset<float, Y>&,                     \
+                                                  const fit_options<dataset<float, Y>>&);       \
+  prefix template logs trainer_core<B, C>::evaluate(const dataset<float, Y>&, int,              \
+                                                    std::vector<callback_ref>);
+#define TESSEL_TRAINER_TEMPLATES(prefix, B, C)                \
+  prefix template class trainer_core<B, C>;                   \
+  TESSEL_TRAINER_LABEL_TEMPLATES(prefix, B, C, float)         \
+  TESSEL_TRAINER_LABEL_TEMPLATES(prefix, B, C, std::int32_t)
+#if TESSEL_EXTERN_TEMPLATES && TESSEL_DEFAULT_LIMITS
+TESSEL_TRAINER_TEMPLATES(extern, backend::host, comm::communicator)
+#endif
+
+}  // namespace tessel
