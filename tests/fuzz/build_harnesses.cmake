@@ -5,7 +5,10 @@
 #
 #   cmake -DBINARY_DIR=<dir> [-DCXX=clang++] [-DSOURCE_DIR=<repo>] [-DSYSTEM_INCLUDES=a;b]
 #         [-DZLIB_INCLUDE_DIRS=..] [-DZLIB_LIBRARIES=..] [-DHDF5_LIBRARIES=..] [-DRUNS=200]
-#         [-DHARNESSES=idx;regex] -P tests/fuzz/build_harnesses.cmake
+#         [-DHARNESSES=idx;regex] [-DOPTIMIZE=-O0;-g1] -P tests/fuzz/build_harnesses.cmake
+#
+# OPTIMIZE is the optimization and debug flags, -O1 -g by default (long runs: scripts/fuzz.sh);
+# the CTest test's short run over the seeds builds at -O0 -g1, in half the time.
 #
 # The saving harnesses include headers that reach libhdf5's (saving/h5.hpp) and nlohmann's JSON:
 # SYSTEM_INCLUDES carries their directories, and every harness links HDF5_LIBRARIES (a harness
@@ -76,7 +79,13 @@ if(NOT DEFINED SYSTEM_INCLUDES)
     list(APPEND SYSTEM_INCLUDES ${mpi_includes})
   endif()
 endif()
-set(flags -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
+if(NOT OPTIMIZE)
+  set(OPTIMIZE -O1 -g)
+endif()
+# MPI's C++ bindings left out, as the main build leaves them (at -O0 their inline functions would
+# be emitted and need libmpi).
+set(flags -std=c++20 ${OPTIMIZE} -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -fno-omit-frame-pointer
+          -fsanitize=fuzzer,address,undefined
           -fno-sanitize-recover=undefined -Wall -Wextra -Wpedantic -Werror -I${SOURCE_DIR}/include)
 foreach(dir IN LISTS SYSTEM_INCLUDES ZLIB_INCLUDE_DIRS)
   # -isystem /usr/include would reorder the default directories and break libstdc++'s
