@@ -17,16 +17,11 @@
 #include <thread>
 #include <vector>
 
-#include <dlfcn.h>
 #if defined(__SSE2__)
 #include <xmmintrin.h>
 #endif
 
 #include <Kokkos_Core.hpp>
-#include <cblas.h>
-#if defined(TESSEL_HAVE_LIBXSMM)
-#include <libxsmm.h>
-#endif
 
 #include "../core/activations.hpp"
 #include "../core/compilation.hpp"
@@ -477,8 +472,20 @@ struct host {
   }
 };
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+}  // namespace tessel::backend
+
+// Definitions (compiled once in tessel::compiled; see core/compilation.hpp). The BLAS, libxsmm and
+// the dynamic loader are seen here alone: a program linked with tessel::compiled does not include
+// their headers.
 #if TESSEL_DEFINITIONS
+#include <dlfcn.h>
+
+#include <cblas.h>
+#if defined(TESSEL_HAVE_LIBXSMM)
+#include <libxsmm.h>
+#endif
+
+namespace tessel::backend {
 namespace host_detail {
 
 TESSEL_INLINE void set_blas_threads(int n) {
@@ -1550,6 +1557,5 @@ TESSEL_INLINE void host::rmsprop_update(updates u, float lr, float rho, float mo
   });
 }
 
-#endif  // TESSEL_DEFINITIONS
-
 }  // namespace tessel::backend
+#endif  // TESSEL_DEFINITIONS
