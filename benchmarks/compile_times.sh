@@ -59,7 +59,7 @@ for line in open(log):
 def group(out):
     rules = [
         (r'\.gch$', 'precompiled headers'),
-        (r'^CMakeFiles/tessel_(compiled|cuda)\.dir/', 'the library'),
+        (r'^CMakeFiles/tessel_(compiled|cuda|cuda_compiled)\.dir/', 'the library'),
         (r'^tests/layering/', 'headers compiled alone'),
         (r'^tests/sanitize/CMakeFiles/tessel_compiled_sanitized', 'the library (sanitized)'),
         (r'^tests/sanitize/', 'sanitized programs'),

@@ -35,7 +35,8 @@ endfunction()
 # tessel_precompiled_headers_for_directory([CATCH2])
 #
 # tessel_precompiled_headers for every executable of the calling directory that links
-# tessel::compiled and does not set a limit of the library (a macro its headers read).
+# tessel::compiled, not tessel::cuda, and does not set a limit of the library (a macro its headers
+# read).
 function(tessel_precompiled_headers_for_directory)
   get_property(targets DIRECTORY PROPERTY BUILDSYSTEM_TARGETS)
   foreach(t IN LISTS targets)
@@ -48,7 +49,9 @@ function(tessel_precompiled_headers_for_directory)
     if(definitions AND definitions MATCHES "TESSEL_MAX_")
       set(own_limits TRUE)
     endif()
-    if(type STREQUAL "EXECUTABLE" AND "tessel::compiled" IN_LIST libs AND NOT own_limits)
+    # A program linked with tessel::cuda (TESSEL_HAVE_CUDA) compiles them differently too.
+    if(type STREQUAL "EXECUTABLE" AND "tessel::compiled" IN_LIST libs AND NOT own_limits
+       AND NOT "tessel::cuda" IN_LIST libs AND NOT "tessel::cuda_compiled" IN_LIST libs)
       tessel_precompiled_headers(${t} ${ARGN})
     endif()
   endforeach()

@@ -215,5 +215,8 @@ class metric_arg {
 #if TESSEL_EXTERN_TEMPLATES
 TESSEL_METRICS_TEMPLATES(extern, backend::host)
 #endif
+#if TESSEL_EXTERN_CUDA_TEMPLATES
+TESSEL_METRICS_TEMPLATES(extern, backend::cuda)
+#endif
 
 }  // namespace tessel::metrics

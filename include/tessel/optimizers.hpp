@@ -309,5 +309,8 @@ void optimizer<B>::update(std::span<const backend::update_tensors<matrix>> u, st
 // Compiled once, in tessel::compiled (core/compilation.hpp).
 extern template class optimizer<backend::host>;
 #endif
+#if TESSEL_EXTERN_CUDA_TEMPLATES
+extern template class optimizer<backend::cuda>;  // in tessel::cuda_compiled
+#endif
 
 }  // namespace tessel

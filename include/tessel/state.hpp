@@ -168,5 +168,8 @@ void check_state_list(const state_list<B>& expected, const state_list<B>& given,
 #if TESSEL_EXTERN_TEMPLATES
 TESSEL_STATE_TEMPLATES(extern, backend::host)
 #endif
+#if TESSEL_EXTERN_CUDA_TEMPLATES
+TESSEL_STATE_TEMPLATES(extern, backend::cuda)
+#endif
 
 }  // namespace tessel

@@ -1,5 +1,5 @@
-// The helpers of the Keras-parity tests (golden_test.cpp, golden_models_test.cpp): the backend
-// under test and the cases' readers.
+// The helpers of the Keras-parity tests (golden_test.cpp, golden_models_test.cpp,
+// golden_functional_test.cpp): the backend under test, the cases' readers and the summaries'.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -90,4 +90,53 @@ void check_activation_case(const json& g, const json& c, const std::string& what
               what + " dx");
 }
 
+
+// Splits UTF-8 text into code points (each box character is one).
+inline std::vector<std::string> code_points(const std::string& s) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+// tessel's summary without its layout column: Keras's table (three columns, or four with a
+// functional graph's "Connected to").
+inline std::string without_layout_column(const std::string& text, bool connections = false) {
+  std::istringstream in(text);
+  std::ostringstream out;
+  std::string line;
+  // Cells up to the border before the layout column.
+  const std::size_t cut =
+      connections ? 1 + 31 + 1 + 27 + 1 + 17 + 1 + 28 : 1 + 38 + 1 + 29 + 1 + 17;
+  while (std::getline(in, line)) {
+    auto cps = code_points(line);
+    if (cps.size() > cut && (cps[0] == "┏" || cps[0] == "┃" || cps[0] == "┡" || cps[0] == "│" ||
+                             cps[0] == "├" || cps[0] == "└")) {
+      std::string first3;
+      for (std::size_t i = 1; i < cut; ++i) first3 += cps[i];
+      if (cps[0] == "│" && first3.find_first_not_of(" │") == std::string::npos) continue;
+      const std::string& sep = cps[cut];
+      const std::string close = sep == "┳"   ? "┓"
+                                : sep == "╇" ? "┩"
+                                : sep == "┼" ? "┤"
+                                : sep == "┴" ? "┘"
+                                             : sep;
+      line.clear();
+      for (std::size_t i = 0; i < cut; ++i) line += cps[i];
+      line += close;
+    }
+    out << line << "\n";
+  }
+  return out.str();
+}
+inline std::string read_text(const std::string& name) {
+  std::ifstream in(golden_dir() + "/" + name);
+  REQUIRE(in.good());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 }  // namespace

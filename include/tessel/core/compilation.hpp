@@ -39,3 +39,19 @@ struct host;
 #else
 #define TESSEL_EXTERN_TEMPLATES 0
 #endif
+
+// The same templates over the CUDA backend (its model and trainer parts, saving, the optimizer)
+// are compiled once too in a program linked with tessel::cuda_compiled (src/tessel_cuda.cpp, which
+// defines TESSEL_CUDA_SEPARATE_COMPILATION for its users): declared `extern template` for them.
+#if TESSEL_EXTERN_TEMPLATES && defined(TESSEL_CUDA_SEPARATE_COMPILATION) && \
+    !defined(TESSEL_CUDA_SOURCE)
+#define TESSEL_EXTERN_CUDA_TEMPLATES 1
+namespace tessel::backend {
+struct cuda;
+}  // namespace tessel::backend
+namespace tessel::comm {
+class cuda_communicator;
+}  // namespace tessel::comm
+#else
+#define TESSEL_EXTERN_CUDA_TEMPLATES 0
+#endif

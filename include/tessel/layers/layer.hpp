@@ -163,5 +163,8 @@ constexpr name_string auto_name(std::string_view base, std::size_t count) {
 #if TESSEL_EXTERN_TEMPLATES
 TESSEL_LAYER_TEMPLATES(extern, backend::host)
 #endif
+#if TESSEL_EXTERN_CUDA_TEMPLATES
+TESSEL_LAYER_TEMPLATES(extern, backend::cuda)
+#endif
 
 }  // namespace tessel

@@ -317,6 +317,9 @@ executor_core<B>::~executor_core() {}
 #if TESSEL_EXTERN_TEMPLATES && TESSEL_DEFAULT_LIMITS
 TESSEL_EXECUTOR_TEMPLATES(extern, backend::host)
 #endif
+#if TESSEL_EXTERN_CUDA_TEMPLATES && TESSEL_DEFAULT_LIMITS
+TESSEL_EXECUTOR_TEMPLATES(extern, backend::cuda)
+#endif
 
 // A model's executor: its ops' own parts, each instantiated for its op, around the core.
 template <class B, graph_edges Graph, class... Ops>

@@ -331,6 +331,9 @@ variable_store<B> placed_variables(const model_plan& p, const bound_mesh<C>& pm)
 #if TESSEL_EXTERN_TEMPLATES && TESSEL_DEFAULT_LIMITS
 TESSEL_MODEL_TEMPLATES(extern, backend::host, comm::communicator)
 #endif
+#if TESSEL_EXTERN_CUDA_TEMPLATES && TESSEL_DEFAULT_LIMITS
+TESSEL_MODEL_TEMPLATES(extern, backend::cuda, comm::cuda_communicator)
+#endif
 
 // A model over a graph of layers: `Graph` gives its edges (graph_edges: which nodes each layer
 // reads, in topological order), whether it is a functional model (summary() then lists the input

@@ -497,6 +497,9 @@ nlohmann::json load_checkpoint(Model& model, const std::filesystem::path& dir) {
 #if TESSEL_EXTERN_TEMPLATES
 TESSEL_CHECKPOINT_TEMPLATES(extern, backend::host)
 #endif
+#if TESSEL_EXTERN_CUDA_TEMPLATES
+TESSEL_CHECKPOINT_TEMPLATES(extern, backend::cuda)
+#endif
 
 // The newest checkpoint in `dir` (seeds/001's "restore the latest" step), or an empty path if
 // there is none: of the complete ones there (a directory with its manifest.json, as

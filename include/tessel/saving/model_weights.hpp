@@ -328,6 +328,11 @@ namespace tessel {
 TESSEL_MODEL_WEIGHTS_TEMPLATES(extern, backend::host)
 }  // namespace tessel
 #endif
+#if TESSEL_EXTERN_CUDA_TEMPLATES
+namespace tessel {
+TESSEL_MODEL_WEIGHTS_TEMPLATES(extern, backend::cuda)
+}  // namespace tessel
+#endif
 
 // Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS

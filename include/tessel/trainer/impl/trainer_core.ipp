@@ -937,5 +937,8 @@ std::uint64_t trainer_core<B, C>::passes_of(const Dataset& d) {
 #if TESSEL_EXTERN_TEMPLATES && TESSEL_DEFAULT_LIMITS
 TESSEL_TRAINER_TEMPLATES(extern, backend::host, comm::communicator)
 #endif
+#if TESSEL_EXTERN_CUDA_TEMPLATES && TESSEL_DEFAULT_LIMITS
+TESSEL_TRAINER_TEMPLATES(extern, backend::cuda, comm::cuda_communicator)
+#endif
 
 }  // namespace tessel
