@@ -1,6 +1,6 @@
 # Every header with a `#if TESSEL_DEFINITIONS` block (core/compilation.hpp) is included by name
-# in src/tessel.cpp, so that tessel::compiled defines what the headers declare. Without it, a
-# program linked with tessel::compiled fails to link on the first function the header moved.
+# in src/tessel.cpp, so that tessel::tessel defines what the headers declare. Without it, a
+# program linked with tessel::tessel fails to link on the first function the header moved.
 # ROOT: the include directory; SOURCE: the library's source file.
 file(GLOB_RECURSE headers RELATIVE ${ROOT} ${ROOT}/tessel/*.hpp)
 file(READ ${SOURCE} source)
@@ -18,7 +18,7 @@ foreach(h IN LISTS headers)
   endif()
 endforeach()
 if(missing)
-  message(FATAL_ERROR "tessel::compiled would miss definitions:${missing}")
+  message(FATAL_ERROR "tessel::tessel would miss definitions:${missing}")
 endif()
 if(count EQUAL 0)
   message(FATAL_ERROR "no header under ${ROOT} has a `#if TESSEL_DEFINITIONS` block")
