@@ -1,6 +1,6 @@
 # tessel_precompiled_headers(<target> [CATCH2])
 #
-# Gives <target> (a test, example or benchmark of this project, built against tessel::compiled)
+# Gives <target> (a test, example or benchmark of this project, built against tessel::tessel)
 # the precompiled <tessel/tessel.hpp> (and with CATCH2, <catch2/catch.hpp>): parsed once for the
 # whole build instead of once per translation unit (about 230,000 lines after preprocessing). The
 # header is compiled by a holder target with the same flags as its users; a user whose flags differ
@@ -21,7 +21,7 @@ function(tessel_precompiled_headers target)
     set(source ${PROJECT_BINARY_DIR}/${holder}.cpp)
     file(CONFIGURE OUTPUT ${source} CONTENT "// the holder of ${holder}'s precompiled header\n")
     add_library(${holder} STATIC EXCLUDE_FROM_ALL ${source})
-    target_link_libraries(${holder} PRIVATE tessel::compiled tessel_warnings)
+    target_link_libraries(${holder} PRIVATE tessel::tessel tessel_warnings)
     if(ARG_CATCH2)
       target_link_libraries(${holder} PRIVATE Catch2::Catch2)
       target_precompile_headers(${holder} PRIVATE <tessel/tessel.hpp> <catch2/catch.hpp>)
@@ -35,7 +35,7 @@ endfunction()
 # tessel_precompiled_headers_for_directory([CATCH2])
 #
 # tessel_precompiled_headers for every executable of the calling directory that links
-# tessel::compiled, not tessel::cuda, and does not set a limit of the library (a macro its headers
+# tessel::tessel, not tessel::cuda, and does not set a limit of the library (a macro its headers
 # read).
 function(tessel_precompiled_headers_for_directory)
   get_property(targets DIRECTORY PROPERTY BUILDSYSTEM_TARGETS)
@@ -50,7 +50,7 @@ function(tessel_precompiled_headers_for_directory)
       set(own_limits TRUE)
     endif()
     # A program linked with tessel::cuda (TESSEL_HAVE_CUDA) compiles them differently too.
-    if(type STREQUAL "EXECUTABLE" AND "tessel::compiled" IN_LIST libs AND NOT own_limits
+    if(type STREQUAL "EXECUTABLE" AND "tessel::tessel" IN_LIST libs AND NOT own_limits
        AND NOT "tessel::cuda" IN_LIST libs AND NOT "tessel::cuda_compiled" IN_LIST libs)
       tessel_precompiled_headers(${t} ${ARGN})
     endif()

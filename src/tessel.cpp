@@ -1,10 +1,10 @@
-// tessel::compiled: the library's non-template functions, compiled once (core/compilation.hpp).
+// tessel::tessel: the library's non-template functions, compiled once (core/compilation.hpp).
 // Each header below defines its share in its `#if TESSEL_DEFINITIONS` block; a program linked
 // with this library compiles with TESSEL_SEPARATE_COMPILATION and sees only their declarations.
 // (tests/layering checks that every header with such a block is listed here.)
 #if !defined(TESSEL_SEPARATE_COMPILATION) || !defined(TESSEL_SOURCE)
 #error \
-    "compile src/tessel.cpp with -DTESSEL_SEPARATE_COMPILATION -DTESSEL_SOURCE (CMake's tessel::compiled does)"
+    "compile src/tessel.cpp with -DTESSEL_SEPARATE_COMPILATION -DTESSEL_SOURCE (CMake's tessel::tessel does)"
 #endif
 
 #include <tessel/backend/host.hpp>

@@ -6,7 +6,7 @@
 #if !defined(TESSEL_SEPARATE_COMPILATION) || !defined(TESSEL_CUDA_SEPARATE_COMPILATION) || \
     !defined(TESSEL_CUDA_SOURCE) || !defined(TESSEL_HAVE_CUDA)
 #error \
-    "compile src/tessel_cuda.cpp as CMake's tessel::cuda_compiled does (TESSEL_CUDA_SOURCE, linked with tessel::compiled and tessel::cuda)"
+    "compile src/tessel_cuda.cpp as CMake's tessel::cuda_compiled does (TESSEL_CUDA_SOURCE, linked with tessel::tessel and tessel::cuda)"
 #endif
 
 #include <tessel/backend/cuda.hpp>

@@ -209,7 +209,7 @@ class metric_arg {
   std::optional<metric_function<B>> metric_;
 };
 
-// Compiled once for the host backend, in tessel::compiled (core/compilation.hpp).
+// Compiled once for the host backend, in tessel::tessel (core/compilation.hpp).
 #define TESSEL_METRICS_TEMPLATES(prefix, B) \
   prefix template metric_function<B> resolve_metric<B>(std::string_view, bool);
 #if TESSEL_EXTERN_TEMPLATES

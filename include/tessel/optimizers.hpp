@@ -306,7 +306,7 @@ void optimizer<B>::update(std::span<const backend::update_tensors<matrix>> u, st
 }
 
 #if TESSEL_EXTERN_TEMPLATES
-// Compiled once, in tessel::compiled (core/compilation.hpp).
+// Compiled once, in tessel::tessel (core/compilation.hpp).
 extern template class optimizer<backend::host>;
 #endif
 #if TESSEL_EXTERN_CUDA_TEMPLATES

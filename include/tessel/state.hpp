@@ -158,7 +158,7 @@ void check_state_list(const state_list<B>& expected, const state_list<B>& given,
 }
 }  // namespace detail
 
-// Compiled once for the host backend, in tessel::compiled (core/compilation.hpp).
+// Compiled once for the host backend, in tessel::tessel (core/compilation.hpp).
 #define TESSEL_STATE_TEMPLATES(prefix, B)                                                      \
   prefix template void detail::check_state_variable<B>(                                      \
       const state_variable<B>&, const state_variable<B>&, std::string_view, std::string_view,  \

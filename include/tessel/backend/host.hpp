@@ -474,8 +474,8 @@ struct host {
 
 }  // namespace tessel::backend
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp). The BLAS, libxsmm and
-// the dynamic loader are seen here alone: a program linked with tessel::compiled does not include
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp). The BLAS, libxsmm and
+// the dynamic loader are seen here alone: a program linked with tessel::tessel does not include
 // their headers.
 #if TESSEL_DEFINITIONS
 #include <dlfcn.h>

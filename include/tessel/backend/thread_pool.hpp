@@ -130,7 +130,7 @@ inline std::size_t& processes_on_node() {
 TESSEL_INLINE std::size_t pool_threads();
 }  // namespace host_detail
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 TESSEL_INLINE thread_pool::thread_pool(std::size_t threads)
     : size_(std::max<std::size_t>(threads, 1)),

@@ -149,7 +149,7 @@ class communicator {
 
   // ---- blocking -------------------------------------------------------------------------------
   // Each collective is a thin template over the element type that calls its type-erased form
-  // (addresses, counts and the MPI type), compiled once in tessel::compiled, as fmt's format
+  // (addresses, counts and the MPI type), compiled once in tessel::tessel, as fmt's format
   // calls vformat: a translation unit compiles no MPI call of its own.
   // Every process ends with the sum (or the maximum) of everyone's `data`, element-wise.
   template <class T>
@@ -283,7 +283,7 @@ struct communicator_of<Backend> {
   using type = typename Backend::communicator;
 };
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 TESSEL_INLINE communicator::communicator(MPI_Comm c, bool owned, std::string_view label)
     : comm_(c), owned_(owned) {

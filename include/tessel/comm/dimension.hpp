@@ -138,7 +138,7 @@ void all_to_all_dim(const C& c, std::span<const std::size_t> local, std::size_t 
   }
 }
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace detail {
 TESSEL_INLINE std::string shape_text(std::span<const std::size_t> shape) {

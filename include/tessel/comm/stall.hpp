@@ -65,7 +65,7 @@ TESSEL_INLINE std::string seconds_text(double s, const char* format);
 // Why the job waits, as one message (without a trailing newline).
 TESSEL_INLINE std::string describe(const snapshot& s);
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace detail {
 TESSEL_INLINE std::string ranks_text(const std::vector<int>& sorted) {

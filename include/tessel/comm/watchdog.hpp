@@ -233,7 +233,7 @@ class watched_wait {
   watched_wait& operator=(const watched_wait&) = delete;
 };
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 TESSEL_INLINE void watchdog::start() {
   if (running_) return;

@@ -2,9 +2,9 @@
 // progress bar, the watchdog, the host kernels): in every translation unit that uses them, or
 // once, in a library.
 //
-// - Headers only (the default, target tessel::tessel): each is an inline function, defined in
+// - Headers only (target tessel::header_only): each is an inline function, defined in
 //   its header.
-// - Compiled once (target tessel::compiled, which defines TESSEL_SEPARATE_COMPILATION for its
+// - Compiled once (target tessel::tessel, which defines TESSEL_SEPARATE_COMPILATION for its
 //   users): each header declares them, and src/tessel.cpp defines them (TESSEL_SOURCE). A
 //   program with one executable per mesh (examples/model_parallel) compiles them once instead of
 //   once per executable. Templates and constexpr functions stay in the headers either way.

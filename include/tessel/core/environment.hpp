@@ -90,7 +90,7 @@ TESSEL_INLINE std::optional<std::size_t> blas_threads();
 // Every bad value among tessel's variables, one message each (empty: all are good or unset).
 TESSEL_INLINE std::vector<std::string> problems();
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace detail {
 TESSEL_INLINE std::optional<long> whole_number(std::string_view text, long lo, long hi) {

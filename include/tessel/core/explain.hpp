@@ -31,7 +31,7 @@ inline namespace TESSEL_LIMITS_NAMESPACE {
 TESSEL_PLAN_INLINE std::string explain(const model_plan& p, const model_desc& m);
 }
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace detail {
 TESSEL_INLINE std::string bytes_text(std::size_t b) {

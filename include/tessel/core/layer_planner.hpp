@@ -361,7 +361,7 @@ class layer_planner {
 
 // Plans a training step of `model` under `dist` on `mesh` (concrete sizes) for a global batch.
 // When the program runs (a mesh or batch sized at run time, a new batch size), the planner's code
-// is plan_model_at_run_time's, compiled once in tessel::compiled (inline with headers only), not
+// is plan_model_at_run_time's, compiled once in tessel::tessel (inline with headers only), not
 // emitted again by every translation unit that plans.
 inline namespace TESSEL_LIMITS_NAMESPACE {
 TESSEL_PLAN_INLINE model_plan plan_model_at_run_time(const distribution_value& dist,

@@ -91,7 +91,7 @@ inline constexpr std::size_t max_ops = TESSEL_MAX_OPS;
 // A node is numbered in one byte (0 the model's input, i + 1 op i).
 static_assert(max_ops >= 1 && max_ops <= 254, "tessel: TESSEL_MAX_OPS must be 1 to 254");
 
-// The planner's functions compiled once in tessel::compiled (plan_model_at_run_time, explain, the
+// The planner's functions compiled once in tessel::tessel (plan_model_at_run_time, explain, the
 // layers' rules when the program runs, the executor's core) take the planner's arrays, whose
 // sizes are these limits, so they are compiled for the default limits (TESSEL_DEFAULT_LIMITS)
 // only: a translation unit with other limits compiles them itself, inline (TESSEL_PLAN_INLINE,

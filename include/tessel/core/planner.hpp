@@ -128,7 +128,7 @@ constexpr std::size_t wire_bytes(collective c, std::size_t bytes, std::size_t n)
 // size 1 change the layout but move nothing, so they produce no step.
 //
 // When the program compiles, the plan is computed here; when it runs (a mesh or batch sized at
-// run time), by plan_reshard_at_run_time, compiled once in tessel::compiled (inline with headers
+// run time), by plan_reshard_at_run_time, compiled once in tessel::tessel (inline with headers
 // only), so that a translation unit does not emit the planner's code again.
 TESSEL_INLINE reshard_plan plan_reshard_at_run_time(const layout_value& from,
                                                     const layout_value& to, const mesh_value& mesh,

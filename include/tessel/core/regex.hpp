@@ -517,7 +517,7 @@ constexpr parse_result validate(std::string_view pattern) noexcept {
 }
 
 // full_match when the program runs (a layout_map looked up at run time): compiled once in
-// tessel::compiled (inline with headers only), not emitted by every translation unit.
+// tessel::tessel (inline with headers only), not emitted by every translation unit.
 TESSEL_INLINE bool full_match_at_run_time(std::string_view pattern, std::string_view text) noexcept;
 
 // Returns false for a pattern that validate() rejects, rather than reading out of bounds.

@@ -124,7 +124,7 @@ struct laid_out {
 template <class Layout, class Shape>
 inline constexpr shape_value local_shape_v = laid_out<Layout, Shape>::local_shape;
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 TESSEL_INLINE void check_layout(const layout_value& l, const mesh_value& m, const shape_value& s) {
   if (l.rank != s.rank)

@@ -190,7 +190,7 @@ template <class M, dim_spec... S>
 inline constexpr bool is_tensor_layout<tensor_layout<M, S...>> = true;
 }  // namespace detail
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 TESSEL_INLINE std::string to_string(const layout_value& l, const mesh_value& m) {
   // Built with append only: gcc 12 warns wrongly (-Wrestrict) on `"'" + std::string(...)`.

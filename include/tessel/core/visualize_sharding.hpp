@@ -34,7 +34,7 @@ std::string visualize_sharding(const V& v, const mesh_value& mesh, std::string_v
   return visualize_sharding(v.value.global_shape(), v.value.layout(), mesh, kind);
 }
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 TESSEL_INLINE std::string visualize_sharding(const shape_value& shape, const layout_value& layout,
                                              const mesh_value& mesh, std::string_view kind) {

@@ -78,7 +78,7 @@ struct array {
   friend bool operator==(const array&, const array&) = default;
 };
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 
 TESSEL_INLINE std::string shape_to_string(const std::vector<std::size_t>& s) {

@@ -295,7 +295,7 @@ array<float> to_categorical(const array<T>& labels,
 }
 
 // The array functions over the element types of the data readers (float, int32, uint8), compiled
-// once in tessel::compiled (core/compilation.hpp).
+// once in tessel::tessel (core/compilation.hpp).
 #define TESSEL_ARRAY_OPS_TEMPLATES(prefix, T)                                            \
   prefix template void check_shape<T>(const array<T>&, std::string_view);               \
   prefix template array<T> reshape<T>(array<T>, std::vector<std::size_t>);              \

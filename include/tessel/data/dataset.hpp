@@ -802,7 +802,7 @@ class dataset {
 };
 
 // The members that build the pipeline's stages, out of the class so that they are compiled once
-// for the element types of tessel::compiled (TESSEL_DATASET_TEMPLATES below) and not in every
+// for the element types of tessel::tessel (TESSEL_DATASET_TEMPLATES below) and not in every
 // translation unit: each stage's code (batching, shuffling, prefetching) comes with them.
 template <class X, class Y>
 dataset<X, Y> dataset<X, Y>::from_tensor_slices(array<X> x, array<Y> y) {
@@ -880,7 +880,7 @@ dataset<X, Y> from_tensor_slices(array<X> x, array<Y> y) {
 }
 
 // Compiled once for the data the readers give (float samples; float or int32 labels), in
-// tessel::compiled (core/compilation.hpp).
+// tessel::tessel (core/compilation.hpp).
 #define TESSEL_DATASET_TEMPLATES(prefix, X, Y)                                \
   prefix template dataset<X, Y> from_tensor_slices<X, Y>(array<X>, array<Y>); \
   prefix template class dataset<X, Y>;

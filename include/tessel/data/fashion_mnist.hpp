@@ -63,7 +63,7 @@ TESSEL_INLINE split load_split(const std::filesystem::path& images_path,
 // refuses (permission denied, with its text).
 TESSEL_INLINE std::pair<split, split> load_data(const std::filesystem::path& directory = {});
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 
 namespace detail {

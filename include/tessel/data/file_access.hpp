@@ -62,7 +62,7 @@ TESSEL_INLINE path_access check_path(const std::filesystem::path& path, path_kin
 // and, where it does not say it, the part of the path at fault.
 TESSEL_INLINE std::string open_failure(const std::filesystem::path& path, int error, bool writing);
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 
 namespace detail {

@@ -77,7 +77,7 @@ TESSEL_INLINE array<std::uint8_t> read_idx(const std::filesystem::path& path);
 // the format (rank <= 255, each dimension < 2^32) or the file cannot be written.
 TESSEL_INLINE void write_idx(const std::filesystem::path& path, const array<std::uint8_t>& a);
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 
 namespace detail {

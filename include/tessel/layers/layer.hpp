@@ -155,7 +155,7 @@ constexpr name_string auto_name(std::string_view base, std::size_t count) {
 }
 }  // namespace detail
 
-// Compiled once for the host backend, in tessel::compiled (core/compilation.hpp).
+// Compiled once for the host backend, in tessel::tessel (core/compilation.hpp).
 #define TESSEL_LAYER_TEMPLATES(prefix, B)                                               \
   prefix template variable<B>& add_variable<B>(variable_store<B>&, std::string,       \
                                                std::vector<std::size_t>, std::string, \

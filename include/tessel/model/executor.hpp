@@ -132,7 +132,7 @@ class executor_core {
   template <std::size_t N>
   explicit executor_core(const graph_edges<N>& g)
       : executor_core(g.count, g.inputs, g.needs_gradient(), g.readers()) {}
-  // The graph as spans: compiled once per backend (tessel::compiled for the host), not per model.
+  // The graph as spans: compiled once per backend (tessel::tessel for the host), not per model.
   executor_core(std::span<const std::uint8_t> count,
                 std::span<const std::array<std::uint8_t, max_op_inputs>> inputs,
                 std::span<const bool> needs_gradient, std::span<const std::size_t> readers);
@@ -308,7 +308,7 @@ executor_core<B>::executor_core(std::span<const std::uint8_t> count,
 template <class B>
 executor_core<B>::~executor_core() {}
 
-// Compiled once for the host backend at the default limits, in tessel::compiled.
+// Compiled once for the host backend at the default limits, in tessel::tessel.
 #define TESSEL_EXECUTOR_TEMPLATES(prefix, B)                                                   \
   prefix template executor_core<B>::executor_core(                                             \
       std::span<const std::uint8_t>, std::span<const std::array<std::uint8_t, max_op_inputs>>, \

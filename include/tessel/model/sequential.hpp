@@ -209,7 +209,7 @@ struct checked_layers {
 }  // namespace detail
 
 // A model's code that does not depend on its type (its layers), over its variables, mesh and
-// resharder: compiled once per backend, in tessel::compiled for the host (TESSEL_MODEL_TEMPLATES),
+// resharder: compiled once per backend, in tessel::tessel for the host (TESSEL_MODEL_TEMPLATES),
 // instead of once per model.
 namespace detail {
 // Keras's path of the random stream's counter (its seed generator's state).
@@ -777,7 +777,7 @@ class functional_model
 
 }  // namespace tessel
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace tessel::detail {
 TESSEL_INLINE void check_model_input(const array<float>& x, const shape_value& input,

@@ -40,7 +40,7 @@ TESSEL_INLINE std::string format_summary(const std::string& model_name,
                                          std::size_t trainable, std::size_t non_trainable,
                                          bool connections = false);
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace detail {
 TESSEL_INLINE std::string with_commas(std::size_t n) {

@@ -99,7 +99,7 @@ TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
                               std::span<const std::size_t> offset,
                               std::span<const std::size_t> extent, std::span<float> out);
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 
 TESSEL_INLINE bool is_known(std::string_view name) {

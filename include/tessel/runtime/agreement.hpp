@@ -39,7 +39,7 @@ TESSEL_INLINE std::string disagreement(std::string_view where, std::span<const f
 // Throws collective_value_error on every process when a fact differs.
 TESSEL_INLINE void require_agreement(std::string_view where, std::span<const fact> facts);
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace detail {
 TESSEL_INLINE std::string fact_value_text(const fact& f, std::uint64_t v) {

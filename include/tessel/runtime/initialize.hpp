@@ -126,7 +126,7 @@ class initialize {
   bool owns_backend_ = false;
 };
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace runtime {
 TESSEL_INLINE void exit_while_open(int status, void*) {

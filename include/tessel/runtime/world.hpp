@@ -139,7 +139,7 @@ inline std::vector<std::string> list_devices(std::string_view device_type = {}) 
   return out;
 }
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace runtime {
 

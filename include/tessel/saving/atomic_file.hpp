@@ -62,7 +62,7 @@ void write_atomically(const std::filesystem::path& path, Write&& write) {
 
 }  // namespace tessel::saving
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/atomic_file.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

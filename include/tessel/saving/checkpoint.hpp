@@ -510,7 +510,7 @@ TESSEL_INLINE std::filesystem::path latest_checkpoint(const std::filesystem::pat
 
 }  // namespace tessel
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/checkpoint.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

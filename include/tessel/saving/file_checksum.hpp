@@ -92,7 +92,7 @@ TESSEL_INLINE checksum_state verify_checksum(const std::filesystem::path& path, 
 
 }  // namespace tessel::saving
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/file_checksum.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

@@ -60,7 +60,7 @@ class file_writer {
 
 }  // namespace tessel::saving
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/file_writer.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

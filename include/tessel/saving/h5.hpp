@@ -219,7 +219,7 @@ void read_values(const object& dataset, std::span<T> out) {
 
 }  // namespace tessel::saving::h5
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/h5.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

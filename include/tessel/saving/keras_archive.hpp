@@ -76,7 +76,7 @@ TESSEL_INLINE optimizer_found read_keras_archive(const std::filesystem::path& pa
 
 }  // namespace tessel::saving
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/keras_archive.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

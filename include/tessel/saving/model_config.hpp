@@ -143,7 +143,7 @@ TESSEL_INLINE void check_model_config(const nlohmann::json& file, const nlohmann
 
 }  // namespace tessel::saving
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/model_config.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

@@ -334,7 +334,7 @@ TESSEL_MODEL_WEIGHTS_TEMPLATES(extern, backend::cuda)
 }  // namespace tessel
 #endif
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/model_weights.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

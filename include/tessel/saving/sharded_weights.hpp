@@ -72,7 +72,7 @@ TESSEL_INLINE optimizer_found read_sharded_weights(const std::filesystem::path& 
 
 }  // namespace tessel::saving
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/sharded_weights.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

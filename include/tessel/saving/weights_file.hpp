@@ -208,7 +208,7 @@ TESSEL_INLINE optimizer_found read_weights_file(const std::filesystem::path& pat
 
 }  // namespace tessel::saving
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/weights_file.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

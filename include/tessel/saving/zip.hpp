@@ -136,7 +136,7 @@ class reader {
 
 }  // namespace tessel::saving::zip
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 #include "impl/zip.ipp"  // IWYU pragma: keep
 #endif  // TESSEL_DEFINITIONS

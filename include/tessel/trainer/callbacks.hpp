@@ -232,7 +232,7 @@ class lambda_callback : public callback {
 
 }  // namespace callbacks
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 TESSEL_INLINE void history::on_epoch_end(std::size_t e, const logs& l) {
   epoch.push_back(e);

@@ -176,7 +176,7 @@ class backup_and_restore : public callback {
 
 }  // namespace tessel::callbacks
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace tessel::callbacks {
 

@@ -27,7 +27,7 @@ TESSEL_INLINE void set_log(logs& entries, std::string_view name, double value);
 // Repeated names collapse to one entry holding the later value, as dict construction would.
 TESSEL_INLINE logs sorted_logs(const logs& entries);
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 TESSEL_INLINE std::optional<double> find_log(const logs& entries, std::string_view name) {
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {

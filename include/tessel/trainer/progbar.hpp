@@ -200,7 +200,7 @@ class progbar {
   std::size_t prev_total_width_ = 0;
 };
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace progbar_detail {
 TESSEL_INLINE double py_mod(double x, double y) {

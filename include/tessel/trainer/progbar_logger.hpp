@@ -130,7 +130,7 @@ class progbar_logger {
   bool called_in_fit_ = false;
 };
 
-// Definitions (compiled once in tessel::compiled; see core/compilation.hpp).
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 TESSEL_INLINE void progbar_logger::on_epoch_begin(std::size_t epoch) {
   reset_progbar();

@@ -5,7 +5,7 @@
 // communicator alone: trainer<Model> (trainer.hpp) adds the model and answers the few questions
 // the core asks of it (its forward and backward pass, its variables, its plan's description)
 // through virtual functions, one call per step or per layer, never per element. So a program's
-// models share one copy of this code, which tessel::compiled holds for the host backend
+// models share one copy of this code, which tessel::tessel holds for the host backend
 // (TESSEL_TRAINER_TEMPLATES) instead of every model and every translation unit compiling it.
 #pragma once
 

@@ -84,7 +84,7 @@ constexpr void plan_batch_normalization(layer_planner& p, const op_desc& op,
   p.needs_grad() = true;
 }
 
-// plan_batch_normalization when the program runs: compiled once in tessel::compiled (inline
+// plan_batch_normalization when the program runs: compiled once in tessel::tessel (inline
 // with headers only), at the default limits (core/model_plan.hpp).
 inline namespace TESSEL_LIMITS_NAMESPACE {
 TESSEL_PLAN_INLINE void plan_batch_normalization_at_run_time(

@@ -142,7 +142,7 @@ constexpr void plan_conv2d(layer_planner& p, const op_desc& op, const conv2d_par
   p.needs_grad() = true;
 }
 
-// plan_conv2d when the program runs: compiled once in tessel::compiled (inline with headers only),
+// plan_conv2d when the program runs: compiled once in tessel::tessel (inline with headers only),
 // at the default limits (core/model_plan.hpp).
 inline namespace TESSEL_LIMITS_NAMESPACE {
 TESSEL_PLAN_INLINE void plan_conv2d_at_run_time(layer_planner& p, const op_desc& op,

@@ -181,7 +181,7 @@ constexpr void plan_dense(layer_planner& p, const op_desc& op,
   p.needs_grad() = true;
 }
 
-// plan_dense when the program runs: compiled once in tessel::compiled (inline with headers only).
+// plan_dense when the program runs: compiled once in tessel::tessel (inline with headers only).
 inline namespace TESSEL_LIMITS_NAMESPACE {
 TESSEL_PLAN_INLINE void plan_dense_at_run_time(layer_planner& p, const op_desc& op,
                                                 const dense_params& params) noexcept;

@@ -38,7 +38,7 @@ constexpr void activation(layer_planner& p, const op_desc&) noexcept {
 
 // Flatten of every dimension after the batch: the input's trailing dimensions may be split only
 // as a flattened dimension can be (the outer one), so reshard to that first.
-// (When the program runs, flatten_at_run_time's copy, compiled once in tessel::compiled.)
+// (When the program runs, flatten_at_run_time's copy, compiled once in tessel::tessel.)
 inline namespace TESSEL_LIMITS_NAMESPACE {
 TESSEL_PLAN_INLINE void flatten_at_run_time(layer_planner& p) noexcept;
 }

@@ -1,6 +1,6 @@
 // The definitions of saving/model_weights.hpp's non-template functions, included by it under
 // TESSEL_DEFINITIONS alone (core/compilation.hpp): in every translation unit with headers only, in
-// src/tessel.cpp alone with tessel::compiled, so that a change here rebuilds the library and not
+// src/tessel.cpp alone with tessel::tessel, so that a change here rebuilds the library and not
 // the programs that include model_weights.hpp.
 namespace tessel::saving::detail {
 

@@ -1,5 +1,5 @@
 // trainer_core's members (trainer/trainer_core.hpp), defined outside the class so that
-// `extern template` keeps every translation unit but tessel::compiled from compiling them: GCC
+// `extern template` keeps every translation unit but tessel::tessel from compiling them: GCC
 // compiles a member defined inside its class wherever it might inline it.
 #pragma once
 
@@ -911,7 +911,7 @@ std::uint64_t trainer_core<B, C>::passes_of(const Dataset& d) {
 }  // namespace TESSEL_LIMITS_NAMESPACE
 
 // Compiled once for the host backend and MPI's communicator at the default limits, in
-// tessel::compiled: the core, and its members over the labels and datasets most programs use
+// tessel::tessel: the core, and its members over the labels and datasets most programs use
 // (float targets and int32 class labels).
 #define TESSEL_TRAINER_LABEL_TEMPLATES(prefix, B, C, Y)                                         \
   prefix template double trainer_core<B, C>::compute_loss_and_gradients(const array<float>&,    \
