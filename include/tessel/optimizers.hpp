@@ -217,13 +217,25 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
   const double lr = new_state[1].real();
   const auto names = slot_names();
   std::vector<backend::update_tensors<matrix>> tensors;
+  // The update reads every gradient and slot over its variable's block: each must be a tensor
+  // of the variable's global shape and block, or the update would read past its end.
+  auto same_block = [](const basic_dtensor<B>& a, const basic_dtensor<B>& b) {
+    return a.global_shape() == b.global_shape() && B::rows(a.local()) == B::rows(b.local()) &&
+           B::cols(a.local()) == B::cols(b.local());
+  };
+  auto shape_of = [](const state_variable<B>& v) {
+    return v.is_tensor() ? to_string(v.tensor().global_shape())
+                         : "a " + std::string(v.dtype()) + " scalar";
+  };
   for (std::size_t i = 0; i < trainable.size(); ++i) {
     const state_variable<B>& g = grads[i];
     const basic_dtensor<B>& w = new_trainable[i].tensor();
-    if (!g.is_tensor() || g.tensor().size() != w.size())
+    if (!g.is_tensor() || !same_block(g.tensor(), w))
       throw value_error("stateless_apply: grads[" + std::to_string(i) + "] ('" + g.path +
-                        "') does not match trainable_variables[" + std::to_string(i) + "] ('" +
-                        trainable[i].path + "'): pass the gradients value_and_grad returns.");
+                        "', " + shape_of(g) + ") does not match trainable_variables[" +
+                        std::to_string(i) + "] ('" + trainable[i].path + "', " +
+                        to_string(w.global_shape()) +
+                        "): pass the gradients value_and_grad returns.");
     std::array<matrix, 3> s{};
     for (std::size_t k = 0; k < names.size(); ++k) {
       if (names[k] == nullptr) continue;
@@ -233,6 +245,12 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
         throw value_error("stateless_apply: optimizer_variables has no '" + path +
                           "' for trainable variable '" + trainable[i].path +
                           "'; pass the optimizer_variables of get_state_tree().");
+      if (!slot_value->is_tensor() || !same_block(slot_value->tensor(), w))
+        throw value_error("stateless_apply: optimizer_variables' '" + path + "' is " +
+                          shape_of(*slot_value) + ", but trainable variable '" +
+                          trainable[i].path + "' is " + to_string(w.global_shape()) +
+                          " (an optimizer state of another model?); pass the "
+                          "optimizer_variables of this model's get_state_tree().");
       s[k] = slot_value->tensor().local();
     }
     tensors.push_back({w.local(), g.tensor().local(), s[0], s[1], s[2]});

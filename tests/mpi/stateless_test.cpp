@@ -180,6 +180,30 @@ void run(const std::string& name) {
     });
     check(has(g, "stateless_apply: 0 gradients for 4 trainable variables"),
           name + ": stateless_apply without gradients is refused: " + g);
+    // An optimizer state of another model (the same paths, other shapes: here the kernel's and
+    // the bias's first slots trade values), and gradients out of place: refused naming the entry,
+    // never read past a block's end.
+    const auto grads =
+        stateless.value_and_grad(state.trainable_variables, state.non_trainable_variables, x, y)
+            .grads;
+    auto other = state.optimizer_variables;
+    std::swap(other[2].value, other[4].value);
+    const std::string m = error_of([&] {
+      stateless.get_optimizer().stateless_apply(other, grads, state.trainable_variables);
+    });
+    check(has(m, "stateless_apply: optimizer_variables' 'adam/dense_kernel_momentum' is (16,), "
+                 "but trainable variable 'dense/kernel' is (12, 16)") &&
+              has(m, "get_state_tree()"),
+          name + ": another model's optimizer state is refused naming the slot: " + m);
+    auto swapped_grads = grads;
+    std::swap(swapped_grads[0].value, swapped_grads[1].value);
+    const std::string n = error_of([&] {
+      stateless.get_optimizer().stateless_apply(state.optimizer_variables, swapped_grads,
+                                                state.trainable_variables);
+    });
+    check(has(n, "stateless_apply: grads[0] ('dense/kernel', (16,)) does not match "
+                 "trainable_variables[0] ('dense/kernel', (12, 16))"),
+          name + ": gradients of other shapes are refused naming both: " + n);
     auto bad_counter = state;
     bad_counter.non_trainable_variables[0].value = 1.5;
     const std::string h = error_of([&] { stateless.set_state_tree(bad_counter); });
