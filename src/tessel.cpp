@@ -63,16 +63,11 @@
 #include <tessel/trainer/progbar_logger.hpp>
 #include <tessel/trainer/trainer_core.hpp>
 
+#include "backend_templates.hpp"
+
 // The templates over the host backend that do not depend on a model's type (core/compilation.hpp).
 namespace tessel {
-TESSEL_CHECKPOINT_TEMPLATES(, backend::host)
-TESSEL_MODEL_WEIGHTS_TEMPLATES(, backend::host)
-template class optimizer<backend::host>;
-TESSEL_STATE_TEMPLATES(, backend::host)
-TESSEL_LAYER_TEMPLATES(, backend::host)
-TESSEL_EXECUTOR_TEMPLATES(, backend::host)
-TESSEL_MODEL_TEMPLATES(, backend::host, comm::communicator)
-TESSEL_TRAINER_TEMPLATES(, backend::host, comm::communicator)
+TESSEL_BACKEND_TEMPLATES(backend::host, comm::communicator)
 TESSEL_DATASET_TEMPLATES(, float, float)
 TESSEL_DATASET_TEMPLATES(, float, std::int32_t)
 TESSEL_DESCRIBE_SAMPLES_TEMPLATES(, float)
@@ -82,7 +77,4 @@ TESSEL_ARRAY_OPS_TEMPLATES(, float)
 TESSEL_ARRAY_OPS_TEMPLATES(, std::int32_t)
 TESSEL_ARRAY_OPS_TEMPLATES(, std::uint8_t)
 }  // namespace data
-namespace metrics {
-TESSEL_METRICS_TEMPLATES(, backend::host)
-}  // namespace metrics
 }  // namespace tessel

@@ -13,16 +13,8 @@
 #include <tessel/comm/cuda_communicator.hpp>
 #include <tessel/tessel.hpp>
 
+#include "backend_templates.hpp"
+
 namespace tessel {
-TESSEL_CHECKPOINT_TEMPLATES(, backend::cuda)
-TESSEL_MODEL_WEIGHTS_TEMPLATES(, backend::cuda)
-template class optimizer<backend::cuda>;
-TESSEL_STATE_TEMPLATES(, backend::cuda)
-TESSEL_LAYER_TEMPLATES(, backend::cuda)
-TESSEL_EXECUTOR_TEMPLATES(, backend::cuda)
-TESSEL_MODEL_TEMPLATES(, backend::cuda, comm::cuda_communicator)
-TESSEL_TRAINER_TEMPLATES(, backend::cuda, comm::cuda_communicator)
-namespace metrics {
-TESSEL_METRICS_TEMPLATES(, backend::cuda)
-}  // namespace metrics
+TESSEL_BACKEND_TEMPLATES(backend::cuda, comm::cuda_communicator)
 }  // namespace tessel
