@@ -1,5 +1,5 @@
 // The templates over a backend B and its communicator C that do not depend on a model's type
-// (core/compilation.hpp), instantiated once: for the host backend in src/tessel.cpp
+// (core/compilation.hpp), instantiated once: for the host backend in src/tessel_templates.cpp
 // (tessel::tessel), for the CUDA backend in src/tessel_cuda.cpp (tessel::cuda_compiled). Each
 // header lists its own in a TESSEL_..._TEMPLATES macro, declared `extern` for the programs.
 #pragma once

@@ -63,18 +63,3 @@
 #include <tessel/trainer/progbar_logger.hpp>
 #include <tessel/trainer/trainer_core.hpp>
 
-#include "backend_templates.hpp"
-
-// The templates over the host backend that do not depend on a model's type (core/compilation.hpp).
-namespace tessel {
-TESSEL_BACKEND_TEMPLATES(backend::host, comm::communicator)
-TESSEL_DATASET_TEMPLATES(, float, float)
-TESSEL_DATASET_TEMPLATES(, float, std::int32_t)
-TESSEL_DESCRIBE_SAMPLES_TEMPLATES(, float)
-TESSEL_DESCRIBE_SAMPLES_TEMPLATES(, std::int32_t)
-namespace data {
-TESSEL_ARRAY_OPS_TEMPLATES(, float)
-TESSEL_ARRAY_OPS_TEMPLATES(, std::int32_t)
-TESSEL_ARRAY_OPS_TEMPLATES(, std::uint8_t)
-}  // namespace data
-}  // namespace tessel

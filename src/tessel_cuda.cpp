@@ -1,7 +1,7 @@
 // tessel::cuda_compiled: the templates over the CUDA backend that do not depend on a model's type
 // (its trainer's core and model parts, the executor's core, saving, the optimizer, the state
-// checks, the metrics by name), compiled once by the host compiler, as src/tessel.cpp compiles
-// them for the host backend; a program linked with it declares them `extern template`
+// checks, the metrics by name), compiled once by the host compiler, as src/tessel_templates.cpp
+// compiles them for the host backend; a program linked with it declares them `extern template`
 // (TESSEL_EXTERN_CUDA_TEMPLATES, core/compilation.hpp). The kernels are tessel::cuda's (nvcc).
 #if !defined(TESSEL_SEPARATE_COMPILATION) || !defined(TESSEL_CUDA_SEPARATE_COMPILATION) || \
     !defined(TESSEL_CUDA_SOURCE) || !defined(TESSEL_HAVE_CUDA)

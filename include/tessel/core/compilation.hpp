@@ -27,9 +27,9 @@
 
 // The library's templates over the host backend that do not depend on a model's type (saving,
 // checkpoints, the optimizers): with separate compilation they are instantiated once, in
-// src/tessel.cpp, and declared `extern template` for everyone else (a header lists its own in a
-// TESSEL_..._TEMPLATES(prefix, B) macro, used with `extern` under TESSEL_EXTERN_TEMPLATES and with
-// nothing in src/tessel.cpp). Headers only, each translation unit instantiates what it uses.
+// src/tessel_templates.cpp, and declared `extern template` for everyone else (a header lists its
+// own in a TESSEL_..._TEMPLATES(prefix, B) macro, used with `extern` under TESSEL_EXTERN_TEMPLATES
+// and with nothing in src/tessel_templates.cpp). Headers only, each file instantiates what it uses.
 #if defined(TESSEL_SEPARATE_COMPILATION) && !defined(TESSEL_SOURCE)
 #define TESSEL_EXTERN_TEMPLATES 1
 // The backend those declarations name (backend/host.hpp defines it).

@@ -1,6 +1,6 @@
 // model_view: a model as the saving code sees it, its type erased. Checkpoints, weights files and
 // .keras archives are written and read by code templated on the backend alone, compiled once in
-// tessel::tessel for the host backend (explicit instantiations, src/tessel.cpp), not once per
+// tessel::tessel for the host backend (src/tessel_templates.cpp), not once per
 // model type in every translation unit; a model hands it this view: its processes, its state,
 // its layers' names and its variables, and the few things only its type knows (gathering a
 // sharded variable, its Keras config).
