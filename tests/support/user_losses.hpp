@@ -1,10 +1,10 @@
 // A loss and a metric written outside the library, as a user writes them: Keras's Huber loss and
 // MeanSquaredError metric, which tessel does not have, each a type of the protocols in
-// losses.hpp and metrics.hpp with its own host kernel (Kokkos). Used by
+// losses.hpp and metrics.hpp with its own host kernel: a loop over the rows of the host backend's
+// matrices (element access m(i, j), the sum into c.sums(c.slot)). Used by
 // tests/unit/custom_loss_test.cpp (Keras parity) and tests/mpi/functional_test.cpp (distributed).
 #pragma once
 
-#include <Kokkos_Core.hpp>
 #include <cmath>
 #include <concepts>
 #include <string>
@@ -32,18 +32,17 @@ struct huber {
     const std::size_t n = pred.extent(1);
     const float inv_n = 1.0f / static_cast<float>(c.classes()), scale = c.grad_scale,
                 delta_ = delta;
-    Kokkos::parallel_reduce(
-        "user::huber", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, pred.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          float s = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) {
-            const float d = pred(i, j) - targets(i, j), a = std::fabs(d);
-            s += a <= delta_ ? 0.5f * d * d : delta_ * (a - 0.5f * delta_);
-            grad(i, j) = scale * inv_n * (a <= delta_ ? d : (d > 0 ? delta_ : -delta_));
-          }
-          acc += static_cast<double>(s * inv_n);
-        },
-        Kokkos::subview(c.sums, c.slot));
+    double acc = 0.0;
+    for (std::size_t i = 0; i < pred.extent(0); ++i) {
+      float s = 0.0f;
+      for (std::size_t j = 0; j < n; ++j) {
+        const float d = pred(i, j) - targets(i, j), a = std::fabs(d);
+        s += a <= delta_ ? 0.5f * d * d : delta_ * (a - 0.5f * delta_);
+        grad(i, j) = scale * inv_n * (a <= delta_ ? d : (d > 0 ? delta_ : -delta_));
+      }
+      acc += static_cast<double>(s * inv_n);
+    }
+    c.sums(c.slot) = acc;
   }
 };
 
@@ -59,18 +58,16 @@ struct mean_squared_error_metric {
     const auto pred = c.pred;
     const auto targets = c.targets;
     const std::size_t n = pred.extent(1);
-    Kokkos::parallel_reduce(
-        "user::mse_metric",
-        Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, pred.extent(0)),
-        KOKKOS_LAMBDA(std::size_t i, double& acc) {
-          float s = 0.0f;
-          for (std::size_t j = 0; j < n; ++j) {
-            const float d = pred(i, j) - targets(i, j);
-            s += d * d;
-          }
-          acc += static_cast<double>(s / static_cast<float>(n));
-        },
-        Kokkos::subview(c.sums, c.slot));
+    double acc = 0.0;
+    for (std::size_t i = 0; i < pred.extent(0); ++i) {
+      float s = 0.0f;
+      for (std::size_t j = 0; j < n; ++j) {
+        const float d = pred(i, j) - targets(i, j);
+        s += d * d;
+      }
+      acc += static_cast<double>(s / static_cast<float>(n));
+    }
+    c.sums(c.slot) = acc;
   }
 };
 

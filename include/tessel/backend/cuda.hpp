@@ -31,32 +31,16 @@
 #include "cuda_launch.hpp"
 #include "host.hpp"
 #include "interface.hpp"
+#include "strided_matrix.hpp"
 
 namespace tessel::backend {
 
 namespace cuda_detail {
 
-// A row-major rows x cols block of device memory, rows `ld` elements apart, that shares the
-// ownership of its allocation (views of it keep it alive).
+// A row-major block of device memory that shares the ownership of its allocation (no element
+// access from the host).
 template <class T>
-class device_matrix {
- public:
-  device_matrix() = default;
-  device_matrix(std::shared_ptr<T> owner, T* p, std::size_t rows, std::size_t cols,
-                std::size_t ld)
-      : owner_(std::move(owner)), p_(p), rows_(rows), cols_(cols), ld_(ld) {}
-  [[nodiscard]] T* data() const noexcept { return p_; }
-  [[nodiscard]] std::size_t extent(int d) const noexcept { return d == 0 ? rows_ : cols_; }
-  [[nodiscard]] std::size_t stride(int d) const noexcept { return d == 0 ? ld_ : 1; }
-  [[nodiscard]] std::size_t size() const noexcept { return rows_ * cols_; }
-  [[nodiscard]] bool contiguous() const noexcept { return rows_ <= 1 || ld_ == cols_; }
-  [[nodiscard]] const std::shared_ptr<T>& owner() const noexcept { return owner_; }
-
- private:
-  std::shared_ptr<T> owner_;
-  T* p_ = nullptr;
-  std::size_t rows_ = 0, cols_ = 0, ld_ = 0;
-};
+using device_matrix = strided_matrix<T, false>;
 
 }  // namespace cuda_detail
 

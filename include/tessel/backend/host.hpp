@@ -1,8 +1,10 @@
-// host: the CPU backend. Data lives in Kokkos views (row-major, host memory). GEMM goes through
-// libxsmm's kernels or OpenBLAS on the process's thread pool (by size, see host_detail::gemm);
-// the optimizer updates run on the same pool, and so do the element-wise kernels where Kokkos is
-// Serial (Debian's; Kokkos's parallel patterns where it has threads); the losses and metrics are
-// Kokkos reductions.
+// host: the CPU backend. Data lives in strided_matrix blocks of host memory (row-major, 64-byte
+// aligned). GEMM goes through libxsmm's kernels or OpenBLAS on the process's thread pool (by
+// size, see host_detail::gemm); the optimizer updates and the element-wise kernels run on the same
+// pool; the losses, metrics and row statistics are Kokkos reductions and loops over unmanaged
+// views of the same memory. This header's declarations need only the standard library: Kokkos,
+// the BLAS and libxsmm are seen by its definitions alone (compiled once in tessel::tessel), so a
+// program linked with it never includes their headers.
 // Layers never name this type: they are written against backend_interface (interface.hpp).
 #pragma once
 
@@ -21,8 +23,6 @@
 #include <xmmintrin.h>
 #endif
 
-#include <Kokkos_Core.hpp>
-
 #include "../core/activations.hpp"
 #include "../core/compilation.hpp"
 #include "../random/philox.hpp"
@@ -30,6 +30,7 @@
 #include "convolution_bodies.hpp"
 #include "interface.hpp"
 #include "kernel_bodies.hpp"
+#include "strided_matrix.hpp"
 #include "thread_pool.hpp"
 
 namespace tessel::backend {
@@ -160,20 +161,17 @@ TESSEL_INLINE void launch(const batch_normalization::input_gradient_elements& f,
 
 struct host {
   static constexpr std::string_view device_kind = "cpu";
-  using execution_space = Kokkos::DefaultHostExecutionSpace;
-  using matrix = Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace>;
-  using index_vector = Kokkos::View<std::int32_t*, Kokkos::HostSpace>;
+  // Element access m(i, j) and v(i), as a Kokkos view's; data(), extent(d), stride(0), size().
+  using matrix = strided_matrix<float, true>;
+  using index_vector = strided_matrix<std::int32_t, true>;  // one column
   // The step's loss and metric sums, in the device's memory until the step ends (a GPU backend
   // reads them back once per step, not once per loss and metric).
-  using sums = Kokkos::View<double*, Kokkos::HostSpace>;
+  using sums = strided_matrix<double, true>;  // one column
 
-  static bool is_initialized() { return Kokkos::is_initialized(); }
-  static void initialize(int& argc, char** argv) {
-    if (!Kokkos::is_initialized()) Kokkos::initialize(argc, argv);
-  }
-  static void finalize() {
-    if (Kokkos::is_initialized()) Kokkos::finalize();
-  }
+  // Kokkos, which the losses' and metrics' kernels run on.
+  static bool is_initialized();
+  static void initialize(int& argc, char** argv);
+  static void finalize();
   // This process is number local_rank of the local_size processes (devices) on its machine, as
   // tessel::initialize finds from MPI. Each computes with its share of the cores (as torchrun
   // sets OMP_NUM_THREADS): its thread pool (GEMMs, optimizer updates) has cores / local_size
@@ -204,7 +202,7 @@ struct host {
   }
 
   // ---- memory -------------------------------------------------------------------------------
-  // (The functions that allocate or copy through Kokkos are compiled once, out of the class.)
+  // (Allocations are 64-byte aligned and not initialised, but make_zeros'.)
   static matrix make_matrix(const std::string& label, std::size_t rows, std::size_t cols);
   static matrix make_zeros(const std::string& label, std::size_t rows, std::size_t cols);
   static index_vector make_indices(const std::string& label, std::size_t n);
@@ -217,7 +215,7 @@ struct host {
   // the gradients of one bucket are views of the bucket's buffer.
   static matrix alias(const matrix& storage, std::size_t offset, std::size_t rows,
                       std::size_t cols) {
-    return matrix(storage.data() + offset, rows, cols);
+    return matrix(storage.owner(), storage.data() + offset, rows, cols, cols);
   }
   // The memory the collectives read and write (host memory, for MPI).
   static std::span<float> comm_span(const matrix& m) { return {m.data(), m.size()}; }
@@ -225,7 +223,8 @@ struct host {
   static std::size_t cols(const matrix& m) { return m.extent(1); }
   // Rows [begin, end) of m, sharing its memory.
   static matrix row_range(const matrix& m, std::size_t begin, std::size_t end) {
-    return Kokkos::subview(m, Kokkos::make_pair(begin, end), Kokkos::ALL);
+    return matrix(m.owner(), m.data() + begin * m.stride(0), end - begin, m.extent(1),
+                  m.stride(0));
   }
   static void upload(std::span<const float> src, const matrix& dst) {
     std::copy(src.begin(), src.end(), dst.data());
@@ -408,26 +407,20 @@ struct host {
   // Below this many elements an element-wise kernel runs on the calling thread (a job of the pool
   // costs a few microseconds).
   static constexpr std::size_t elementwise_parallel_min = 32768;
-  // f(i) for every i in [0, rows), each row costing about `row_cost` elements of work: Kokkos's
-  // parallel_for where Kokkos runs threads; where it is Serial (Debian's), the pool's threads
-  // take contiguous blocks of rows once the work is worth a job.
+  // f(i) for every i in [0, rows), each row costing about `row_cost` elements of work: the
+  // pool's threads take contiguous blocks of rows once the work is worth a job (the threads the
+  // GEMMs run on; Debian's Kokkos is Serial).
   template <class F>
-  static void for_rows(const char* label, std::size_t rows, std::size_t row_cost, F f) {
-#if defined(KOKKOS_ENABLE_SERIAL)
-    if constexpr (std::is_same_v<execution_space, Kokkos::Serial>) {
-      thread_pool& p = host_detail::pool();
-      if (rows < 2 || rows * row_cost < elementwise_parallel_min || p.size() == 1) {
-        for (std::size_t i = 0; i < rows; ++i) f(i);
-        return;
-      }
-      p.run([&](std::size_t part, std::size_t parts) {
-        const auto [i0, i1] = host_detail::share(rows, part, parts);
-        for (std::size_t i = i0; i < i1; ++i) f(i);
-      });
+  static void for_rows(const char* /*label*/, std::size_t rows, std::size_t row_cost, F f) {
+    thread_pool& p = host_detail::pool();
+    if (rows < 2 || rows * row_cost < elementwise_parallel_min || p.size() == 1) {
+      for (std::size_t i = 0; i < rows; ++i) f(i);
       return;
     }
-#endif
-    Kokkos::parallel_for(label, policy(rows), f);
+    p.run([&](std::size_t part, std::size_t parts) {
+      const auto [i0, i1] = host_detail::share(rows, part, parts);
+      for (std::size_t i = i0; i < i1; ++i) f(i);
+    });
   }
   // f(t, begin, end) over every element of every tensor of u, in one job of the pool (one
   // dispatch for all the variables of a step): each thread takes the same share of each tensor,
@@ -459,9 +452,6 @@ struct host {
       }
     });
   }
-  static Kokkos::RangePolicy<execution_space> policy(std::size_t n) {
-    return Kokkos::RangePolicy<execution_space>(0, n);
-  }
   // Row i of m (for the kernel bodies, which take a row's pointer; m may have no columns).
   static float* row_of(const matrix& m, std::size_t i) { return m.data() + i * m.stride(0); }
   // A loss's targets for the kernel bodies: the labels where there are any, else `targets`.
@@ -474,19 +464,48 @@ struct host {
 
 }  // namespace tessel::backend
 
-// Definitions (compiled once in tessel::tessel; see core/compilation.hpp). The BLAS, libxsmm and
-// the dynamic loader are seen here alone: a program linked with tessel::tessel does not include
-// their headers.
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp). Kokkos, the BLAS,
+// libxsmm and the dynamic loader are seen here alone: a program linked with tessel::tessel does
+// not include their headers.
 #if TESSEL_DEFINITIONS
 #include <dlfcn.h>
 
+#include <Kokkos_Core.hpp>
 #include <cblas.h>
+#include <cstring>
+#include <new>
+#include <stdexcept>
 #if defined(TESSEL_HAVE_LIBXSMM)
 #include <libxsmm.h>
 #endif
 
 namespace tessel::backend {
 namespace host_detail {
+
+// The losses' and metrics' reductions and the row statistics run as Kokkos parallel patterns.
+using execution_space = Kokkos::DefaultHostExecutionSpace;
+inline Kokkos::RangePolicy<execution_space> policy(std::size_t n) {
+  return Kokkos::RangePolicy<execution_space>(0, n);
+}
+// A reduction's result: slot `slot` of the step's sums, as a Kokkos view (of memory it does not
+// own).
+inline Kokkos::View<double, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> sum_at(
+    const host::sums& out, std::size_t slot) {
+  return Kokkos::View<double, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+      out.data() + slot);
+}
+
+// n elements of T, not initialised, 64 bytes aligned (a cache line, an AVX-512 register), owned
+// by the returned pointer and every view of it.
+template <class T>
+strided_matrix<T, true> allocate(std::size_t rows, std::size_t cols) {
+  constexpr std::align_val_t alignment{64};
+  const std::size_t n = rows * cols;
+  if (n == 0) return strided_matrix<T, true>(nullptr, nullptr, rows, cols, cols);
+  T* p = static_cast<T*>(::operator new(n * sizeof(T), alignment));
+  std::shared_ptr<T> owner(p, [](T* q) { ::operator delete(q, alignment); });
+  return strided_matrix<T, true>(std::move(owner), p, rows, cols, cols);
+}
 
 TESSEL_INLINE void set_blas_threads(int n) {
   using set_threads_t = void (*)(int);
@@ -1141,35 +1160,56 @@ TESSEL_INLINE bool host::set_flush_denormal(bool on) {
 #endif
 }
 
-TESSEL_INLINE host::matrix host::make_matrix(const std::string& label, std::size_t rows,
+TESSEL_INLINE bool host::is_initialized() { return Kokkos::is_initialized(); }
+TESSEL_INLINE void host::initialize(int& argc, char** argv) {
+  if (!Kokkos::is_initialized()) Kokkos::initialize(argc, argv);
+}
+TESSEL_INLINE void host::finalize() {
+  if (Kokkos::is_initialized()) Kokkos::finalize();
+}
+
+TESSEL_INLINE host::matrix host::make_matrix(const std::string& /*label*/, std::size_t rows,
                                              std::size_t cols) {
-  return matrix(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), rows, cols);
+  return host_detail::allocate<float>(rows, cols);
 }
 TESSEL_INLINE host::matrix host::make_zeros(const std::string& label, std::size_t rows,
                                             std::size_t cols) {
-  return matrix(label, rows, cols);
+  matrix m = make_matrix(label, rows, cols);
+  if (m.size() > 0) std::memset(m.data(), 0, m.size() * sizeof(float));
+  return m;
 }
-TESSEL_INLINE host::index_vector host::make_indices(const std::string& label, std::size_t n) {
-  return index_vector(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), n);
+TESSEL_INLINE host::index_vector host::make_indices(const std::string& /*label*/, std::size_t n) {
+  return host_detail::allocate<std::int32_t>(n, 1);
 }
-TESSEL_INLINE host::sums host::make_sums(const std::string& label, std::size_t n) {
-  return sums(label, n);
+TESSEL_INLINE host::sums host::make_sums(const std::string& /*label*/, std::size_t n) {
+  sums s = host_detail::allocate<double>(n, 1);
+  for (std::size_t i = 0; i < n; ++i) s(i) = 0.0;
+  return s;
 }
-TESSEL_INLINE void host::fill(const matrix& m, float v) { Kokkos::deep_copy(m, v); }
-TESSEL_INLINE void host::copy(const matrix& src, const matrix& dst) { Kokkos::deep_copy(dst, src); }
+TESSEL_INLINE void host::fill(const matrix& m, float v) {
+  for (std::size_t i = 0; i < m.extent(0); ++i) std::fill_n(row_of(m, i), m.extent(1), v);
+}
+TESSEL_INLINE void host::copy(const matrix& src, const matrix& dst) {
+  if (src.extent(0) != dst.extent(0) || src.extent(1) != dst.extent(1))
+    throw std::invalid_argument("tessel: host::copy of a " + std::to_string(src.extent(0)) + "x" +
+                                std::to_string(src.extent(1)) + " matrix into a " +
+                                std::to_string(dst.extent(0)) + "x" +
+                                std::to_string(dst.extent(1)) + " one: the shapes must match");
+  if (src.data() == dst.data()) return;
+  for (std::size_t i = 0; i < src.extent(0); ++i)
+    std::copy_n(row_of(src, i), src.extent(1), row_of(dst, i));
+}
 
 TESSEL_INLINE void host::gemm(bool trans_a, bool trans_b, float alpha, const matrix& a,
                               const matrix& b, float beta, const matrix& c) {
   if ((trans_a ? a.extent(0) : a.extent(1)) == 0) {
     if (beta == 0.0f) {
-      Kokkos::deep_copy(c, 0.0f);
+      fill(c, 0.0f);
     } else {
       const std::size_t n = c.extent(1);
-      Kokkos::parallel_for(
-          "tessel::gemm_scale", policy(c.extent(0)),
-          KOKKOS_LAMBDA(std::size_t i) {
-            for (std::size_t j = 0; j < n; ++j) c(i, j) *= beta;
-          });
+      for_rows("tessel::gemm_scale", c.extent(0), n, [=](std::size_t i) {
+        for (std::size_t j = 0; j < n; ++j) c(i, j) *= beta;
+      });
     }
     return;
   }
@@ -1340,12 +1380,12 @@ TESSEL_INLINE void host::crossentropy_on_probabilities(const matrix& probs,
   const std::size_t n = probs.extent(1);
   const kernel_bodies::targets t = targets_of(labels, targets);
   Kokkos::parallel_reduce(
-      "tessel::xent_probabilities", policy(probs.extent(0)),
+      "tessel::xent_probabilities", host_detail::policy(probs.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         acc += static_cast<double>(kernel_bodies::crossentropy_row(
             row_of(probs, i), n, t.row(i), eps, grad_scale, row_of(grad, i)));
       },
-      Kokkos::subview(out, slot));
+      host_detail::sum_at(out, slot));
 }
 
 TESSEL_INLINE void host::softmax_cross_entropy(const matrix& logits, const index_vector& labels,
@@ -1355,12 +1395,12 @@ TESSEL_INLINE void host::softmax_cross_entropy(const matrix& logits, const index
   const std::size_t n = logits.extent(1);
   const kernel_bodies::targets t = targets_of(labels, targets);
   Kokkos::parallel_reduce(
-      "tessel::softmax_xent", policy(logits.extent(0)),
+      "tessel::softmax_xent", host_detail::policy(logits.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         acc += static_cast<double>(kernel_bodies::softmax_crossentropy_row(
             row_of(logits, i), n, t.row(i), grad_scale, row_of(grad, i)));
       },
-      Kokkos::subview(out, slot));
+      host_detail::sum_at(out, slot));
 }
 
 TESSEL_INLINE void host::mean_squared_error(const matrix& pred, const matrix& targets,
@@ -1369,12 +1409,12 @@ TESSEL_INLINE void host::mean_squared_error(const matrix& pred, const matrix& ta
   const std::size_t n = pred.extent(1);
   const float inv_n = 1.0f / static_cast<float>(classes ? classes : n);
   Kokkos::parallel_reduce(
-      "tessel::mse", policy(pred.extent(0)),
+      "tessel::mse", host_detail::policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         acc += static_cast<double>(kernel_bodies::squared_error_row(
             row_of(pred, i), row_of(targets, i), n, grad_scale, inv_n, row_of(grad, i)));
       },
-      Kokkos::subview(out, slot));
+      host_detail::sum_at(out, slot));
 }
 
 TESSEL_INLINE void host::binary_crossentropy(const matrix& pred, const matrix& targets,
@@ -1384,13 +1424,13 @@ TESSEL_INLINE void host::binary_crossentropy(const matrix& pred, const matrix& t
   const std::size_t n = pred.extent(1);
   const float inv_n = 1.0f / static_cast<float>(classes ? classes : n);
   Kokkos::parallel_reduce(
-      "tessel::binary_crossentropy", policy(pred.extent(0)),
+      "tessel::binary_crossentropy", host_detail::policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         acc += static_cast<double>(kernel_bodies::binary_crossentropy_row(
             row_of(pred, i), row_of(targets, i), n, from_logits, epsilon, grad_scale, inv_n,
             row_of(grad, i)));
       },
-      Kokkos::subview(out, slot));
+      host_detail::sum_at(out, slot));
 }
 
 TESSEL_INLINE void host::mean_absolute_error(const matrix& pred, const matrix& targets,
@@ -1398,12 +1438,12 @@ TESSEL_INLINE void host::mean_absolute_error(const matrix& pred, const matrix& t
   const std::size_t n = pred.extent(1);
   const float inv_n = 1.0f / static_cast<float>(n);
   Kokkos::parallel_reduce(
-      "tessel::mean_absolute_error", policy(pred.extent(0)),
+      "tessel::mean_absolute_error", host_detail::policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         acc += static_cast<double>(
             kernel_bodies::absolute_error_row(row_of(pred, i), row_of(targets, i), n, inv_n));
       },
-      Kokkos::subview(out, slot));
+      host_detail::sum_at(out, slot));
 }
 
 TESSEL_INLINE void host::count_argmax_equal(const matrix& pred, const index_vector& labels,
@@ -1412,17 +1452,17 @@ TESSEL_INLINE void host::count_argmax_equal(const matrix& pred, const index_vect
   const std::size_t n = pred.extent(1);
   const kernel_bodies::targets t = targets_of(labels, targets);
   Kokkos::parallel_reduce(
-      "tessel::argmax_equal", policy(pred.extent(0)),
+      "tessel::argmax_equal", host_detail::policy(pred.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         acc += kernel_bodies::argmax_matches(row_of(pred, i), n, t.row(i)) ? 1.0 : 0.0;
       },
-      Kokkos::subview(out, slot));
+      host_detail::sum_at(out, slot));
 }
 
 TESSEL_INLINE void host::row_max(const matrix& m, const matrix& out) {
   const std::size_t n = m.extent(1);
   Kokkos::parallel_for(
-      "tessel::row_max", policy(m.extent(0)),
+      "tessel::row_max", host_detail::policy(m.extent(0)),
       KOKKOS_LAMBDA(std::size_t i) { out(i, 0) = kernel_bodies::row_max(row_of(m, i), n); });
 }
 
@@ -1430,7 +1470,7 @@ TESSEL_INLINE void host::row_dot(const matrix& a, const matrix& b, const matrix&
   const std::size_t n = a.extent(1);
   const bool with_b = b.extent(0) > 0;
   Kokkos::parallel_for(
-      "tessel::row_dot", policy(a.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+      "tessel::row_dot", host_detail::policy(a.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
         out(i, 0) = with_b ? kernel_bodies::row_dot(row_of(a, i), row_of(b, i), n)
                            : kernel_bodies::row_sum(row_of(a, i), n);
       });
@@ -1440,7 +1480,7 @@ TESSEL_INLINE void host::exp_rows(const matrix& src, const matrix& mx, const mat
                                   const matrix& sum) {
   const std::size_t n = src.extent(1);
   Kokkos::parallel_for(
-      "tessel::exp_rows", policy(src.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+      "tessel::exp_rows", host_detail::policy(src.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
         sum(i, 0) = kernel_bodies::exp_row(row_of(src, i), mx(i, 0), row_of(dst, i), n);
       });
 }
@@ -1448,7 +1488,7 @@ TESSEL_INLINE void host::exp_rows(const matrix& src, const matrix& mx, const mat
 TESSEL_INLINE void host::divide_rows(const matrix& m, const matrix& s) {
   const std::size_t n = m.extent(1);
   Kokkos::parallel_for(
-      "tessel::divide_rows", policy(m.extent(0)),
+      "tessel::divide_rows", host_detail::policy(m.extent(0)),
       KOKKOS_LAMBDA(std::size_t i) { kernel_bodies::divide_row(row_of(m, i), s(i, 0), n); });
 }
 
@@ -1456,7 +1496,7 @@ TESSEL_INLINE void host::softmax_backward_rows(const matrix& y, const matrix& dy
                                                const matrix& dz) {
   const std::size_t n = y.extent(1);
   Kokkos::parallel_for(
-      "tessel::softmax_backward_rows", policy(y.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+      "tessel::softmax_backward_rows", host_detail::policy(y.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
         kernel_bodies::softmax_gradient_given_dot(row_of(y, i), row_of(dy, i), dot(i, 0),
                                                   row_of(dz, i), n);
       });
@@ -1467,7 +1507,7 @@ TESSEL_INLINE void host::target_terms(const matrix& z, const index_vector& label
   const std::size_t n = z.extent(1);
   const kernel_bodies::targets t = targets_of(labels, targets, col0);
   Kokkos::parallel_for(
-      "tessel::target_terms", policy(z.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+      "tessel::target_terms", host_detail::policy(z.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
         float tz = 0.0f, ts = 0.0f;
         kernel_bodies::target_terms_row(row_of(z, i), n, t.row(i), mx(i, 0), tz, ts);
         out(i, 0) = tz;
@@ -1483,12 +1523,12 @@ TESSEL_INLINE void host::split_softmax_cross_entropy(const matrix& grad, const i
   const std::size_t n = grad.extent(1);
   const kernel_bodies::targets t = targets_of(labels, targets, col0);
   Kokkos::parallel_reduce(
-      "tessel::split_softmax_xent", policy(grad.extent(0)),
+      "tessel::split_softmax_xent", host_detail::policy(grad.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         acc += static_cast<double>(kernel_bodies::split_softmax_crossentropy_row(
             row_of(grad, i), n, t.row(i), s(i, 0), terms(i, 0), terms(i, 1), grad_scale));
       },
-      Kokkos::subview(out, slot));
+      host_detail::sum_at(out, slot));
 }
 
 TESSEL_INLINE void host::crossentropy_terms(const matrix& probs, const index_vector& labels,
@@ -1498,7 +1538,7 @@ TESSEL_INLINE void host::crossentropy_terms(const matrix& probs, const index_vec
   const std::size_t n = probs.extent(1);
   const kernel_bodies::targets t = targets_of(labels, targets, col0);
   Kokkos::parallel_for(
-      "tessel::crossentropy_terms", policy(probs.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+      "tessel::crossentropy_terms", host_detail::policy(probs.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
         float loss = 0.0f, dot = 0.0f;
         kernel_bodies::crossentropy_terms_row(row_of(probs, i), n, t.row(i), s(i, 0), eps,
                                               row_of(grad, i), loss, dot);
@@ -1512,19 +1552,19 @@ TESSEL_INLINE void host::split_crossentropy(const matrix& grad, const matrix& s,
                                             std::size_t slot) {
   const std::size_t n = grad.extent(1);
   Kokkos::parallel_reduce(
-      "tessel::split_crossentropy", policy(grad.extent(0)),
+      "tessel::split_crossentropy", host_detail::policy(grad.extent(0)),
       KOKKOS_LAMBDA(std::size_t i, double& acc) {
         kernel_bodies::crossentropy_gradient_row(row_of(grad, i), n, terms(i, 1), s(i, 0),
                                                  grad_scale);
         acc += static_cast<double>(terms(i, 0));
       },
-      Kokkos::subview(out, slot));
+      host_detail::sum_at(out, slot));
 }
 
 TESSEL_INLINE void host::row_argmax(const matrix& m, std::size_t col0, const matrix& out) {
   const std::size_t n = m.extent(1);
   Kokkos::parallel_for(
-      "tessel::row_argmax", policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+      "tessel::row_argmax", host_detail::policy(m.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
         const std::size_t best = kernel_bodies::argmax_row(row_of(m, i), n);
         out(i, 0) = m(i, best);
         out(i, 1) = static_cast<float>(col0 + best);

@@ -6,6 +6,12 @@
 #include <tessel/tessel.hpp>
 #include <vector>
 
+// With the compiled library, the kernels' dependencies stay inside it.
+#if defined(TESSEL_SEPARATE_COMPILATION) && \
+    (defined(KOKKOS_VERSION) || defined(CBLAS_H) || defined(LIBXSMM_H))
+#error "a program linked with tessel::tessel includes Kokkos, the BLAS or libxsmm"
+#endif
+
 using mesh = tessel::device_mesh<tessel::axis<"data", 2>, tessel::axis<"model", 4>>;
 using kernel = tessel::tensor_layout<mesh, tessel::none, "model">;
 constexpr auto local = tessel::local_shape_v<kernel, tessel::shape<784, 200>>;
