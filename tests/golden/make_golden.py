@@ -916,6 +916,22 @@ def make_functional(keras, jax):
         outputs = layers.Dense(4, name="head")(s)
         return keras.Model(inputs, outputs, name="inner_residual")
 
+    def build_unequal_branches(short_first):
+        # Branches of unequal depth meeting in an Add: Keras orders the layers by depth (the
+        # longest path to the output), ties broken by the order a depth-first walk from the
+        # output first reaches them, so p2 (depth 1) comes after p1a and p1b whichever operand
+        # of the Add it is. p2, p1a, p1b and p1c have kernels of one shape.
+        inputs = keras.Input(shape=(8,), name="input_layer")
+        t = layers.Dense(6, activation="relu", name="trunk")(inputs)
+        p2 = layers.Dense(6, name="p2")(t)
+        p1 = layers.Dense(6, activation="tanh", name="p1a")(t)
+        p1 = layers.Dense(6, activation="relu", name="p1b")(p1)
+        p1 = layers.Dense(6, name="p1c")(p1)
+        s = layers.Add(name="add")([p2, p1] if short_first else [p1, p2])
+        outputs = layers.Dense(3, name="head")(s)
+        name = "unequal_branches" if short_first else "unequal_branches_long_first"
+        return keras.Model(inputs, outputs, name=name)
+
     specs = [
         (
             "residual",
@@ -945,6 +961,25 @@ def make_functional(keras, jax):
             10,
             4,
             8010,
+        ),
+        (
+            "unequal_branches",
+            "Input(8, 'input_layer') -> Dense(6, relu, 'trunk') -> {Dense(6, 'p2'), "
+            "Dense(6, tanh, 'p1a') -> Dense(6, relu, 'p1b') -> Dense(6, 'p1c')}; "
+            "Add('add')([p2, p1c]) -> Dense(3, 'head') logits (Keras's layer order: trunk, "
+            "p1a, p1b, p2, p1c: by depth, then by first reach from the output)",
+            lambda: build_unequal_branches(True),
+            8,
+            3,
+            8011,
+        ),
+        (
+            "unequal_branches_long_first",
+            "as unequal_branches with Add('add')([p1c, p2])",
+            lambda: build_unequal_branches(False),
+            8,
+            3,
+            8012,
         ),
     ]
 

@@ -85,6 +85,40 @@ TEST_CASE("golden: a residual join of a layer's output that another layer reads 
   check_functional(model, m);
 }
 
+// Branches of unequal depth joined by an add, each operand order: Keras orders the layers by
+// depth (the longest path to the output), ties broken by the order a depth-first walk from the
+// output first reaches them (trunk, p1a, p1b, p2, p1c with the short branch first). Its summary,
+// its variables' order and set_weights(keras_model.get_weights()) follow that order; p2, p1a,
+// p1b and p1c have kernels of one shape, so weights loaded in another order would be taken
+// silently and only the values would show it.
+template <bool short_first>
+void check_unequal_branches(std::size_t index, const std::string& name) {
+  using namespace tessel::layers;
+  const json m = load("functional.json")["models"][index];
+  REQUIRE(m["name"] == name);
+  using x = input<8>;
+  using trunk = dense<6, {.activation = "relu", .name = "trunk"}>::on<x>;
+  using p2 = dense<6, {.name = "p2"}>::on<trunk>;
+  using p1a = dense<6, {.activation = "tanh", .name = "p1a"}>::on<trunk>;
+  using p1b = dense<6, {.activation = "relu", .name = "p1b"}>::on<p1a>;
+  using p1c = dense<6, {.name = "p1c"}>::on<p1b>;
+  using joined = std::conditional_t<short_first, add<"add">::on<p2, p1c>, add<"add">::on<p1c, p2>>;
+  using y = dense<3, {.name = "head"}>::on<joined>;
+  tessel::basic_functional<B, tessel::one_device, x, y> model(name);
+  std::vector<std::string> order;
+  for (const json& l : m["layers"]) order.push_back(l["name"].get<std::string>());
+  std::vector<std::string> ours{"input_layer"};
+  for (std::size_t i = 0; i < model.layer_count; ++i) ours.emplace_back(model.layer_name(i));
+  CHECK(ours == order);
+  check_functional(model, m);
+}
+
+TEST_CASE("golden: branches of unequal depth joined by add, in Keras's layer order (functional)",
+          "[golden][functional]") {
+  check_unequal_branches<true>(3, "unequal_branches");
+  check_unequal_branches<false>(4, "unequal_branches_long_first");
+}
+
 TEST_CASE("golden: layer normalization forward and gradients, 2-D and 3-D inputs",
           "[golden][layers]") {
   using namespace tessel::layers;

@@ -1,13 +1,17 @@
 // graph: a model's graph as types — the nodes of a functional model (layers/node.hpp) ordered as
-// Keras orders a functional model's layers (each after the nodes it reads, in the order they are
-// read: a depth-first walk from the output), and as the edges the planner and the executor take
-// (node 0 the model's input, node i + 1 the output of layer i). A sequential model is the chain.
+// Keras orders a functional model's layers (ops/function.py's map_graph: by depth, the longest
+// path from the layer to the output, deepest first; layers of one depth in the order a
+// depth-first walk from the output first reaches them), and as the edges the planner and the
+// executor take (node 0 the model's input, node i + 1 the output of layer i). A sequential model
+// is the chain.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "../core/diagnostics.hpp"
 #include "../core/fixed_string.hpp"
@@ -86,6 +90,58 @@ struct index_of<type_list<L...>, T> {
   }();
 };
 
+// Keras's order of the nodes of a post-order walk (each after the nodes it reads; `inputs[i]`
+// node i's inputs as node numbers, 0 the model's input and k + 1 node k): position p of the
+// result is the post-order index of Keras's p-th layer. Deeper first (the depth of a node is the
+// longest path from it to the output, the output's 0), ties in the order a depth-first walk from
+// the output, reading each node's inputs in order, first reaches them (pre-order).
+template <std::size_t N, std::size_t MaxInputs>
+constexpr std::array<std::size_t, N> keras_layer_order(
+    const std::array<std::array<std::uint8_t, MaxInputs>, N>& inputs,
+    const std::array<std::uint8_t, N>& count) {
+  std::array<std::size_t, N> order{}, depth{}, first_reached{};
+  if constexpr (N > 0) {
+    // A node follows every node it reads, so walking backwards visits each reader first.
+    for (std::size_t i = N; i-- > 0;)
+      for (std::size_t k = 0; k < count[i]; ++k)
+        if (inputs[i][k] != 0 && depth[inputs[i][k] - 1u] < depth[i] + 1)
+          depth[inputs[i][k] - 1u] = depth[i] + 1;
+    // The pre-order walk from the output (node N - 1), with an explicit stack.
+    std::array<bool, N> seen{};
+    std::array<std::size_t, N * MaxInputs + 1> stack{};
+    std::size_t top = 0, reached = 0;
+    stack[top++] = N - 1;
+    while (top > 0) {
+      const std::size_t i = stack[--top];
+      if (seen[i]) continue;
+      seen[i] = true;
+      first_reached[i] = reached++;
+      for (std::size_t k = count[i]; k-- > 0;)  // pushed in reverse: read in order
+        if (inputs[i][k] != 0 && !seen[inputs[i][k] - 1u]) stack[top++] = inputs[i][k] - 1u;
+    }
+    for (std::size_t i = 0; i < N; ++i) order[i] = i;
+    for (std::size_t i = 1; i < N; ++i)  // insertion sort: N is small, and this runs at compile time
+      for (std::size_t j = i; j > 0; --j) {
+        const std::size_t a = order[j - 1], b = order[j];
+        const bool before = depth[b] > depth[a] ||
+                            (depth[b] == depth[a] && first_reached[b] < first_reached[a]);
+        if (!before) break;
+        order[j - 1] = b;
+        order[j] = a;
+      }
+  }
+  return order;
+}
+
+template <class List, auto Order, class Indices>
+struct permute;
+template <class... L, auto Order, std::size_t... I>
+struct permute<type_list<L...>, Order, std::index_sequence<I...>> {
+  template <std::size_t K>
+  using at = std::tuple_element_t<K, std::tuple<L...>>;
+  using type = type_list<at<Order[I]>...>;
+};
+
 template <class Node>
 struct node_inputs;
 template <class Layer, class... In>
@@ -98,8 +154,6 @@ struct node_inputs<node<Layer, In...>> {
 // The graph of a functional model from `Input` to `Output`: its layers in order, and its edges.
 template <class Input, class Output>
 struct functional_graph {
-  using nodes = typename detail::visit<Input, type_list<>, Output>::type;
-
  private:
   template <class List>
   struct unpack;
@@ -111,7 +165,7 @@ struct functional_graph {
     template <class T>
     static constexpr std::uint8_t node_number() {
       if constexpr (detail::is_node<T>::value)
-        return static_cast<std::uint8_t>(detail::index_of<nodes, T>::value + 1);
+        return static_cast<std::uint8_t>(detail::index_of<type_list<N...>, T>::value + 1);
       else
         return 0;
     }
@@ -135,8 +189,16 @@ struct functional_graph {
       return g;
     }
   };
+  // Each node after the nodes it reads, in the order a depth-first walk from the output reads
+  // them; then in Keras's order.
+  using post_order = typename detail::visit<Input, type_list<>, Output>::type;
+  static constexpr auto post_order_edges = unpack<post_order>::edges();
+  static constexpr auto keras_order =
+      detail::keras_layer_order(post_order_edges.inputs, post_order_edges.count);
 
  public:
+  using nodes = typename detail::permute<post_order, keras_order,
+                                         std::make_index_sequence<unpack<post_order>::count>>::type;
   using layers = typename unpack<nodes>::layers;
   static constexpr std::size_t layer_count = unpack<nodes>::count;
   static constexpr graph_edges<layer_count> edges = unpack<nodes>::edges();
