@@ -168,3 +168,39 @@ constexpr tessel::model_plan unruled_plan =
                        tessel::describe_model(tessel::shape_value{4}, std::array{unruled}), 8);
 static_assert(!unruled_plan.ok && unruled_plan.error == "the layer has no planning rule");
 }  // namespace
+
+// Every op's variables fit in the plan: a model of TESSEL_MAX_OPS layers with four variables each
+// (batch normalization's gamma, beta and moving statistics) plans all 128 of them; a layer that
+// adds a fifth is refused, naming that variable, rather than written past its op's arrays.
+namespace {
+using batch_2 = tessel::data_parallel<tessel::device_mesh<tessel::axis<"batch", 2>>>;
+constexpr tessel::model_desc all_batch_norms = [] {
+  std::array<tessel::op_desc, tessel::max_ops> ops{};
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const char name[] = {'b', 'n', static_cast<char>('A' + i % 26), static_cast<char>('a' + i / 26)};
+    ops[i] = tessel::batch_normalization_op(std::string_view(name, 4));
+  }
+  return tessel::describe_model(tessel::shape_value{6}, ops);
+}();
+constexpr tessel::model_plan all_batch_norms_plan =
+    tessel::plan_model(batch_2::value, batch_2::mesh::value, all_batch_norms, 8);
+static_assert(all_batch_norms_plan.ok);
+static_assert(all_batch_norms_plan.variable_count == 4 * tessel::max_ops);
+static_assert(all_batch_norms_plan.variables[4 * tessel::max_ops - 1].path.view() ==
+              "bnFb/moving_variance");
+
+constexpr void plan_five_variables(tessel::layer_planner& p, const tessel::op_desc& op) noexcept {
+  for (std::string_view leaf : {"a", "b", "c", "d", "e"})
+    p.add_variable(op.name, leaf, tessel::shape_value{6});
+}
+constexpr tessel::plan_rule five_variables{&plan_five_variables, "five_variables"};
+constexpr tessel::model_plan five_plan = tessel::plan_model(
+    batch_2::value, batch_2::mesh::value,
+    tessel::describe_model(tessel::shape_value{6},
+                           std::array{tessel::op_desc{.rule = &five_variables,
+                                                      .name = tessel::name_string("many")}}),
+    8);
+static_assert(!five_plan.ok && five_plan.variable_count == 4);
+static_assert(five_plan.error == "a layer has more than 4 variables (max_op_variables)");
+static_assert(five_plan.error_path.view() == "many/e");
+}  // namespace

@@ -246,7 +246,9 @@ struct op_layouts {
 
 // Five steps per op (160 at the default TESSEL_MAX_OPS): a plan that needs more is refused.
 inline constexpr std::size_t max_planned_steps = 5 * max_ops;
-inline constexpr std::size_t max_variables = 2 * max_ops;
+// Room for every op's variables (an op has at most max_op_variables: the planner refuses a
+// layer with more), so no model of at most max_ops layers runs out of it.
+inline constexpr std::size_t max_variables = max_op_variables * max_ops;
 
 struct model_plan {
   bool ok = true;
