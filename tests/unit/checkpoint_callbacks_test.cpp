@@ -380,8 +380,23 @@ TEST_CASE("backup_and_restore: the metadata of a backup, checked", "[callbacks][
   CHECK(p.epoch == 2);
   CHECK(p.step == 5);
   CHECK(p.data_pass == 7);
+  // The training data's description, when the backup has one.
+  const tessel::training_position d = backup_position(
+      R"({"batch": 5, "data_pass": 7, "epoch": 2, "data": [{"what": "the batch size",
+          "value": 8, "kind": "number"}, {"what": "the values of x", "value": 12345,
+          "kind": "fingerprint"}]})",
+      "b/checkpoint-3");
+  REQUIRE(d.data.size() == 2);
+  CHECK(d.data[0].what == "the batch size");
+  CHECK(d.data[0].value == 8);
+  CHECK(d.data[1].shown == tessel::fact::kind::fingerprint);
   for (const char* metadata :
-       {R"({"batch": -1, "data_pass": 7, "epoch": 2})",
+       {R"({"batch": 5, "data_pass": 7, "epoch": 2, "data": 3})",
+        R"({"batch": 5, "data_pass": 7, "epoch": 2, "data": [{"what": "b", "value": -1,
+            "kind": "number"}]})",
+        R"({"batch": 5, "data_pass": 7, "epoch": 2, "data": [{"what": "b", "value": 1,
+            "kind": "colour"}]})",
+        R"({"batch": -1, "data_pass": 7, "epoch": 2})",
         R"({"batch": 1.5, "data_pass": 7, "epoch": 2})", R"({"batch": 5, "data_pass": 7})",
         R"({"batch": 5, "data_pass": "7", "epoch": 2})", "null", "[5, 7, 2]", "{\"batch\": 5"}) {
     INFO(metadata);
@@ -390,6 +405,89 @@ TEST_CASE("backup_and_restore: the metadata of a backup, checked", "[callbacks][
                       Catch::Contains("The backup 'b/checkpoint-3' is damaged: its metadata") &&
                           Catch::Contains("restore from another checkpoint"));
   }
+}
+
+TEST_CASE("backup_and_restore: a resume over other training data is refused mid-epoch",
+          "[callbacks][saving]") {
+  // The backup records what its batches were batches of. Resumed mid-epoch with another batch
+  // size (4 batches an epoch where the backup had done 6 of 8), fit trained nothing of that
+  // epoch and said nothing; now it names what changed. From the end of an epoch, the next epoch
+  // starts on the new data, as it would have.
+  namespace fs = std::filesystem;
+  using namespace tessel::layers;
+  using model_t = tessel::sequential<tessel::one_device, input<6>, dense<8, {.activation = "relu"}>,
+                                     dense<3, {.activation = "softmax"}>>;
+  const fs::path root = fs::temp_directory_path() / ("tessel_resume_" + std::to_string(getpid()));
+  fs::remove_all(root);
+  tessel::array<float> x({64, 6});
+  tessel::array<std::int32_t> y({64});
+  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>((i * 37) % 11) / 11;
+  for (std::size_t r = 0; r < 64; ++r) y.values[r] = static_cast<std::int32_t>((r * 7) % 3);
+  struct run {
+    tessel::training_position restored;
+    std::size_t batches = 0;  // trained by this fit
+  };
+  const auto fit = [&](const fs::path& dir, const tessel::array<float>& xs, std::int64_t batch,
+                       tessel::callbacks::save_freq_arg freq) {
+    model_t model;
+    model.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+    tessel::callbacks::backup_and_restore backup(
+        {.backup_dir = dir.string(), .save_freq = freq, .delete_checkpoint = false});
+    run r;
+    tessel::callbacks::lambda_callback count(
+        {.on_batch_end = [&](std::size_t, const tessel::logs&) { ++r.batches; }});
+    model.fit(xs, y, {.batch_size = batch, .epochs = 1, .verbose = 0, .callbacks = {backup, count}});
+    r.restored = backup.restored_position();
+    return r;
+  };
+  // As if interrupted after batch 6 of 8: a whole run's backups (delete_checkpoint false), the
+  // newest after batch 6.
+  const fs::path mid = root / "mid";
+  fit(mid, x, 8, 3);
+  REQUIRE(fs::exists(mid / "checkpoint-2" / "manifest.json"));
+  const auto copy_of = [&](const fs::path& from, const char* name) {
+    const fs::path to = root / name;
+    fs::remove_all(to);
+    fs::copy(from, to, fs::copy_options::recursive);
+    return to;
+  };
+  // The same data: the last 2 batches.
+  const run same = fit(copy_of(mid, "same"), x, 8, 3);
+  CHECK(same.restored.step == 6);
+  CHECK(same.batches == 2);
+  // Another batch size.
+  CHECK_THROWS_WITH(fit(copy_of(mid, "batch"), x, 16, 3),
+                    Catch::Contains("the restored backup stopped after batch 6 of epoch 1") &&
+                        Catch::Contains("the batch size was 8, now 16") &&
+                        Catch::Contains("Resume with the training data of the interrupted run"));
+  // Other values.
+  tessel::array<float> other = x;
+  other.values[5] += 1.0f;
+  CHECK_THROWS_WITH(fit(copy_of(mid, "values"), other, 8, 3),
+                    Catch::Contains("the values of x (a checksum of 64 samples) differs"));
+  // A backup without the description (an older tessel's): the position past the end of the
+  // epoch's batches is still an error, not an epoch skipped.
+  const fs::path old = copy_of(mid, "old");
+  {
+    const fs::path m = old / "checkpoint-2" / "manifest.json";
+    std::ifstream in(m);
+    nlohmann::json j = nlohmann::json::parse(in);
+    in.close();
+    REQUIRE(j["metadata"].contains("data"));
+    j["metadata"].erase("data");
+    std::ofstream(m, std::ios::trunc) << j.dump();
+  }
+  CHECK_THROWS_WITH(fit(old, x, 16, 3),
+                    Catch::Contains("stopped after batch 6 of epoch 1, but this epoch's data has "
+                                    "4 batches"));
+  // From the end of an epoch, another batch size goes on: the next epoch, all of it.
+  const fs::path ended = root / "ended";
+  fit(ended, x, 8, "epoch");
+  const run next = fit(ended, x, 16, "epoch");
+  CHECK(next.restored.epoch == 1);
+  CHECK(next.restored.step == 0);
+  CHECK(next.batches == 0);  // epochs = 1: that epoch is done
+  fs::remove_all(root);
 }
 
 TEST_CASE("model_checkpoint: a long width is formatted whole, a width past a path's is refused",

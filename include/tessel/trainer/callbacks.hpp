@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../core/agreement.hpp"
 #include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "../data/array.hpp"
@@ -26,11 +27,15 @@
 namespace tessel {
 
 // Where fit() is: the epoch, how many of its batches are done, and the pass of the training
-// dataset that epoch draws (its shuffle order: dataset::iterations()).
+// dataset that epoch draws (its shuffle order: dataset::iterations()); and what those batches
+// are batches of: the training dataset's facts (its stages, batch size, sample count, a checksum
+// of its values: dataset::facts()), so that a resume can tell whether the batches it skips are
+// the ones trained before (empty: not known).
 struct training_position {
   std::size_t epoch = 0;
   std::size_t step = 0;
   std::uint64_t data_pass = 0;
+  std::vector<fact> data;
 };
 
 // What a callback may ask of the model it is attached to (Keras's `self.model`).
@@ -112,6 +117,14 @@ class callback_ref {
 };
 
 // keras.callbacks.History: every epoch's logs, by name; fit() returns it.
+namespace detail {
+// Whether fit may go on from `from` (a restored position) over training data described by `now`:
+// past the start of an epoch, the batches it skips must be those trained before, so the data must
+// be described as it was then (a position without a description, from a backup of an older
+// tessel, is taken as it is). Otherwise a value_error naming what changed and what to do.
+TESSEL_INLINE void check_resume(const training_position& from, const std::vector<fact>& now);
+}  // namespace detail
+
 class history : public callback {
  public:
   std::vector<std::size_t> epoch;
@@ -234,6 +247,39 @@ class lambda_callback : public callback {
 
 // Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
+TESSEL_INLINE void detail::check_resume(const training_position& from,
+                                        const std::vector<fact>& now) {
+  if (from.step == 0 || from.data.empty()) return;
+  std::string changed;
+  for (const fact& then : from.data) {
+    const fact* same = nullptr;
+    for (const fact& f : now)
+      if (f.what == then.what) same = &f;
+    if (same != nullptr && same->value == then.value) continue;
+    changed += changed.empty() ? "" : "; ";
+    if (same == nullptr)
+      changed += then.what + " (no longer in the pipeline)";
+    else if (then.shown == fact::kind::fingerprint)
+      changed += then.what + " differs";
+    else
+      changed += then.what + " was " + std::to_string(then.value) + ", now " +
+                 std::to_string(same->value);
+  }
+  for (const fact& f : now) {
+    bool known = false;
+    for (const fact& then : from.data) known = known || then.what == f.what;
+    if (!known) changed += (changed.empty() ? "" : "; ") + f.what + " (new in the pipeline)";
+  }
+  if (changed.empty()) return;
+  throw value_error("fit: the restored backup stopped after batch " + std::to_string(from.step) +
+                    " of epoch " + std::to_string(from.epoch + 1) +
+                    ", counting batches of other training data: " + changed +
+                    ". Skipping that many batches now would not skip the samples trained "
+                    "before. Resume with the training data of the interrupted run, or start the "
+                    "epoch again from a backup taken at the end of an epoch (or remove the backup "
+                    "directory to train from the start)");
+}
+
 TESSEL_INLINE void history::on_epoch_end(std::size_t e, const logs& l) {
   epoch.push_back(e);
   for (const auto& [k, v] : l) history[k].push_back(v);

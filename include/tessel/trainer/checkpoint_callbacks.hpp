@@ -397,6 +397,23 @@ TESSEL_INLINE training_position backup_position(const std::string& metadata,
   p.epoch = count("epoch");
   p.step = count("batch");
   p.data_pass = count("data_pass");
+  // The training data's description (absent in backups of older versions: not checked).
+  if (const auto it = m.find("data"); it != m.end()) {
+    if (!it->is_array()) throw damaged("has a \"data\" that is not a list");
+    for (const auto& e : *it) {
+      if (!e.is_object() || !e.contains("what") || !e["what"].is_string() ||
+          !e.contains("value") || !e["value"].is_number_unsigned() || !e.contains("kind") ||
+          !e["kind"].is_string())
+        throw damaged("has a \"data\" entry that is not {what, value, kind}");
+      const std::string kind = e["kind"].get<std::string>();
+      if (kind != "number" && kind != "signed_number" && kind != "fingerprint")
+        throw damaged("has a \"data\" entry of unknown kind '" + kind + "'");
+      p.data.push_back({e["what"].get<std::string>(), e["value"].get<std::uint64_t>(),
+                        kind == "fingerprint"     ? fact::kind::fingerprint
+                        : kind == "signed_number" ? fact::kind::signed_number
+                                                  : fact::kind::number});
+    }
+  }
   return p;
 }
 }  // namespace tessel::callbacks::detail
@@ -442,7 +459,16 @@ TESSEL_INLINE void backup_and_restore::on_train_end(const logs&) {
 
 TESSEL_INLINE void backup_and_restore::save() {
   const training_position p = model->position();
-  const nlohmann::json meta{{"epoch", p.epoch}, {"batch", p.step}, {"data_pass", p.data_pass}};
+  nlohmann::json meta{{"epoch", p.epoch}, {"batch", p.step}, {"data_pass", p.data_pass}};
+  // What the batches counted are batches of, so that a resume over other data is refused.
+  nlohmann::json data = nlohmann::json::array();
+  for (const fact& f : p.data)
+    data.push_back({{"what", f.what},
+                    {"value", f.value},
+                    {"kind", f.shown == fact::kind::fingerprint       ? "fingerprint"
+                             : f.shown == fact::kind::signed_number ? "signed_number"
+                                                                    : "number"}});
+  meta["data"] = std::move(data);
   if (o_.save_on_background) {
     model->wait_for_checkpoint();  // the backup before is complete: the older ones may go
     prune();

@@ -238,8 +238,8 @@ history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>
   require_compiled("fit");
   {
     std::vector<fact> f = model_facts();
-    const std::vector<fact> data = train.facts();
-    f.insert(f.end(), data.begin(), data.end());
+    train_facts_ = train.facts();
+    f.insert(f.end(), train_facts_.begin(), train_facts_.end());
     f.push_back(fact::number("fit's epochs", o.epochs));
     f.push_back(fact::number("fit's initial_epoch", o.initial_epoch));
     f.push_back(fact::number("fit's validation_data (given)", o.validation_data ? 1 : 0));
@@ -260,7 +260,7 @@ history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>
   stop_training = false;
   bar.on_train_begin();
   resume_.reset();
-  position_ = {o.initial_epoch, 0, passes_of(train)};
+  position_ = {o.initial_epoch, 0, passes_of(train), train_facts_};
   // A callback that fails here (csv_logger's file, on process 0 only) fails fit() on every
   // process, so that none goes on to wait in a training step for the others.
   detail::on_every_process(pm(), "a callback's on_train_begin", [&] {
@@ -270,6 +270,7 @@ history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>
   // position: that epoch, drawing its order again, past the batches already done.
   std::size_t first_epoch = o.initial_epoch, done = 0;
   if (resume_) {
+    detail::check_resume(*resume_, train_facts_);
     first_epoch = resume_->epoch;
     done = resume_->step;
     if constexpr (requires { train.set_iterations(resume_->data_pass); })
@@ -279,7 +280,7 @@ history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>
   for (std::size_t epoch = first_epoch; epoch < o.epochs && !stop_training; ++epoch) {
     const std::size_t skip = epoch == first_epoch ? done : 0;
     if (skip == 0) reset_metrics();  // else the checkpoint's accumulators go on
-    position_ = {epoch, skip, passes_of(train)};
+    position_ = {epoch, skip, passes_of(train), train_facts_};
     if (verbose) bar.on_epoch_begin(epoch);
     for (callback* c : cbs) c->on_epoch_begin(epoch, {});
     std::size_t step = 0;
@@ -298,7 +299,14 @@ history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>
       if (stop_training) break;
     }
     if (step == 0) throw empty_data("fit", "the training data", "train on");
-    position_ = {epoch + 1, 0, passes_of(train)};
+    if (skip > 0 && step < skip && !stop_training)
+      throw value_error("fit: the restored backup stopped after batch " + std::to_string(skip) +
+                        " of epoch " + std::to_string(epoch + 1) + ", but this epoch's data has " +
+                        std::to_string(step) +
+                        " batches: the training data is not the data of the interrupted run. "
+                        "Resume with that data, or remove the backup directory to train from the "
+                        "start");
+    position_ = {epoch + 1, 0, passes_of(train), train_facts_};
     epoch_logs = metric_logs();
     if (o.validation_data) {
       const logs v = run_evaluate(*o.validation_data, nullptr, cbs, true);
