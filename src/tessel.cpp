@@ -61,5 +61,6 @@
 #include <tessel/trainer/logs.hpp>
 #include <tessel/trainer/progbar.hpp>
 #include <tessel/trainer/progbar_logger.hpp>
+#include <tessel/trainer/replica_check.hpp>
 #include <tessel/trainer/trainer_core.hpp>
 

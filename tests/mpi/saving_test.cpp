@@ -165,6 +165,47 @@ void model_parallel_saves_global_values(const fs::path& dir) {
   check(!fs::exists(dir / "no_such_dir"), "a failed save leaves nothing");
 }
 
+// Processes that each load other (valid) values into a replicated model are refused, naming the
+// variable and the processes, instead of training apart: each process's own .weights.h5 file,
+// its own checkpoint, and a state tree that differs on one process. The same file everywhere
+// loads (above), and so does a model split over "model" whose blocks differ by design.
+void processes_that_load_different_values_are_refused(const fs::path& dir) {
+  const std::string rank = std::to_string(process_id());
+  mlp<one_device> own;  // on each process alone, trained on other batches
+  compile(own);
+  train(own, 10 * process_id(), 2);
+  const std::string file = (dir / ("own_" + rank + ".weights.h5")).string();
+  own.save_weights(file);
+  const fs::path checkpoint = dir / ("own_" + rank);
+  save_checkpoint(own, checkpoint);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  mlp<data_parallel<mesh_t>> b;
+  compile(b);
+  const auto names_both = [](const std::string& e, const std::string& where) {
+    return e.find(where + ": the processes hold different values") != std::string::npos &&
+           e.find("'d1/kernel': process 0 has one value and process 1 has another") !=
+               std::string::npos &&
+           e.find("Load the same file on every process") != std::string::npos;
+  };
+  std::string e = error_of([&] { b.load_weights(file); });
+  check(names_both(e, "load_weights"), "each process's own weights file is refused: '" + e + "'");
+  e = error_of([&] { load_checkpoint(b, checkpoint); });
+  check(names_both(e, "load_checkpoint"), "each process's own checkpoint is refused: '" + e + "'");
+
+  mlp<data_parallel<mesh_t>> c;
+  compile(c);
+  state_tree<backend::host> t = c.get_state_tree();
+  if (process_id() == 1) {
+    std::vector<float> v = t.trainable_variables[0].numpy();
+    v[0] += 1.0f;
+    backend::host::upload(v, t.trainable_variables[0].tensor().local());
+  }
+  e = error_of([&] { c.set_state_tree(t); });
+  check(names_both(e, "set_state_tree"), "a state that differs on one process is refused: '" +
+                                             e + "'");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -174,6 +215,7 @@ int main(int argc, char** argv) {
     dir = shared_dir();
     data_parallel_saves_once_and_every_process_loads(dir);
     if (num_processes() == 2) model_parallel_saves_global_values(dir);
+    if (num_processes() == 2) processes_that_load_different_values_are_refused(dir);
   } catch (const std::exception& e) {
     check(false, std::string("threw: ") + e.what());
   }

@@ -453,6 +453,7 @@ nlohmann::json load(const saving::model_view<B>& model, const std::filesystem::p
   });
   for (const auto& [t, values] : reads) B::upload(values, t->local());
   model.set_state_tree(state);  // the scalars (its tensors are the model's own: not copied)
+  model.check_replicas("load_checkpoint");
   return metadata;
 }
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../core/device_mesh.hpp"
@@ -31,7 +32,13 @@ struct model_view {
 
   // ---- the state (get_state_tree without copies, set_state_tree): checkpoints
   std::function<state_tree<B>()> state_tree_view;
-  std::function<void(const state_tree<B>&)> set_state_tree;
+  std::function<void(const state_tree<B>&)> set_state_tree;  // without the check below
+  // The processes' check that they hold the same values where they hold copies of one value
+  // (trainer_core::require_same_replicas), run once a load has written everything.
+  std::function<void(std::string_view)> require_same_replicas;
+  void check_replicas(std::string_view where) const {
+    if (require_same_replicas) require_same_replicas(where);
+  }
 
   // ---- the layers and variables: weights files and archives
   std::string name;
@@ -58,7 +65,8 @@ model_view<typename Model::backend> view_of(Model& m) {
   v.coordinates.assign(pm.coordinates().begin(), pm.coordinates().end());
   v.count_true = [&pm](bool flag) { return pm.count(flag); };
   v.state_tree_view = [&m] { return m.state_tree_view(); };
-  v.set_state_tree = [&m](const state_tree<B>& t) { m.set_state_tree(t); };
+  v.set_state_tree = [&m](const state_tree<B>& t) { m.assign_state_tree(t); };
+  v.require_same_replicas = [&m](std::string_view where) { m.require_same_replicas(where); };
   v.name = m.name();
   v.functional = Model::keras_functional;
   for (std::size_t i = 0; i < Model::layer_count; ++i) {

@@ -297,16 +297,18 @@ void load_model_weights(const model_view<B>& m, optimizer<B>* opt, const std::st
     for (auto& v : layer.variables)
       detail::assign_values(vars[layout.weight_index[next++]]->value,
                             std::span<const float>(v.values));
-  if (opt == nullptr || found == optimizer_found::none) return;
-  state_list<B> state = opt->state_view();
-  const saved_optimizer& o = *layout.content.optimizer;
-  state[0].value = o.iterations;
-  state[1].value = o.learning_rate;
-  if (found == optimizer_found::all)
-    for (std::size_t k = 0; k < o.slots.size(); ++k)
-      detail::assign_values(state[layout.slot_index[k] + 2].tensor(),
-                            std::span<const float>(o.slots[k].values));
-  opt->set_state(state, "load_weights");
+  if (opt != nullptr && found != optimizer_found::none) {
+    state_list<B> state = opt->state_view();
+    const saved_optimizer& o = *layout.content.optimizer;
+    state[0].value = o.iterations;
+    state[1].value = o.learning_rate;
+    if (found == optimizer_found::all)
+      for (std::size_t k = 0; k < o.slots.size(); ++k)
+        detail::assign_values(state[layout.slot_index[k] + 2].tensor(),
+                              std::span<const float>(o.slots[k].values));
+    opt->set_state(state, "load_weights");
+  }
+  m.check_replicas("load_weights");
 }
 
 }  // namespace tessel::saving

@@ -38,6 +38,7 @@
 #include "../runtime/reshard.hpp"
 #include "../saving/model_config.hpp"
 #include "../state.hpp"
+#include "replica_check.hpp"
 #include "callbacks.hpp"
 #include "gradient_buckets.hpp"
 #include "logs.hpp"
@@ -158,8 +159,23 @@ class trainer_core : public model_base {
   state_tree<B> state_tree_view() { return state_tree_of(false); }
   // Keras's set_state_tree(): writes a state back into the model, its optimizer and its
   // metrics. Every group is checked against the model's (paths, dtypes, shapes, layouts) before
-  // anything changes; a group that is empty is left as it is.
-  void set_state_tree(const state_tree<B>& t);
+  // anything changes; a group that is empty is left as it is. Then the processes check that they
+  // hold the same values where they hold copies of one value (require_same_replicas).
+  void set_state_tree(const state_tree<B>& t) {
+    assign_state_tree(t);
+    require_same_replicas("set_state_tree");
+  }
+  // set_state_tree without the processes' check (a load that checks once it has read everything).
+  void assign_state_tree(const state_tree<B>& t);
+  // After a load: every process holds the same values where the layouts say it holds a copy of
+  // one value (every variable, optimizer slot and accumulator under data_parallel; the blocks of
+  // processes at the same coordinates of a variable's split axes under model_parallel), or every
+  // process throws collective_value_error naming the variable and the processes. One all_gather
+  // of two words per state variable, and a checksum of this process's blocks; nothing on one
+  // process.
+  void require_same_replicas(std::string_view where) {
+    detail::require_same_replicas(state_tree_view(), pm(), where);
+  }
 
   // Keras's model.stateless_call(trainable_variables, non_trainable_variables, x, training): the
   // model's output on x with these values, and the non-trainable values after the call (the

@@ -145,7 +145,7 @@ logs trainer_core<B, C>::train_on_batch(const array<float>& x, const array<Y>& y
 
 // ---- the training state as one value ---------------------------------------------------------
 template <class B, class C>
-void trainer_core<B, C>::set_state_tree(const state_tree<B>& t) {
+void trainer_core<B, C>::assign_state_tree(const state_tree<B>& t) {
   const bool optimizer = !t.optimizer_variables.empty(), metrics = !t.metrics_variables.empty();
   if ((optimizer || metrics) && !loss_)
     throw value_error("set_state_tree: the state has optimizer or metric variables, but the "
