@@ -216,11 +216,82 @@ void run(const std::string& name) {
   }
 }
 
+// The stateless pieces are pure, as JAX's and Keras's: a call reads its arguments and returns new
+// values. Batch normalization in training wrote its moving statistics into the non-trainable
+// values the caller passed (so a second value_and_grad on the same state applied the moving
+// average twice), and value_and_grad overwrote the gradients compute_loss_and_gradients had left
+// for apply_gradients. Now two calls on one state give the same results bit for bit, the
+// arguments and the model's own state do not change, and pending gradients survive.
+template <class Model>
+void pure(const std::string& name) {
+  using B = typename Model::backend;
+  Model m;
+  m.compile(optimizers::adam{.learning_rate = 0.005}, losses::sparse_categorical_crossentropy{});
+  const auto x = features(8, 12, 3);
+  const auto y = labels(8, 4, 3);
+  m.train_on_batch(x, y);  // moving statistics and a counter away from their initial values
+  const state_tree<B> own = m.get_state_tree();
+  const state_tree<B> state = m.get_state_tree();
+  const state_list<B> given = [&] {  // a copy of the argument, to compare it with after the calls
+    state_list<B> c;
+    for (const auto& v : state.non_trainable_variables) c.push_back(copy_of(v));
+    return c;
+  }();
+  check(state.non_trainable_variables.size() == 3 &&
+            state.non_trainable_variables[0].path == "batch_normalization/moving_mean",
+        name + ": the state holds batch normalization's moving statistics and the counter");
+  const auto a = m.value_and_grad(state.trainable_variables, state.non_trainable_variables, x, y,
+                                  true);
+  const auto b = m.value_and_grad(state.trainable_variables, state.non_trainable_variables, x, y,
+                                  true);
+  check(a.loss == b.loss && same_list(a.grads, b.grads) &&
+            same_list(a.non_trainable_variables, b.non_trainable_variables),
+        name + ": value_and_grad twice on one state gives the same loss, gradients and "
+               "non-trainable values bit for bit");
+  check(same_list(state.non_trainable_variables, given),
+        name + ": value_and_grad leaves the non-trainable values it was given as they were");
+  check(!same_list(a.non_trainable_variables, given),
+        name + ": and returns the moving statistics after the step");
+  const auto c = m.stateless_call(state.trainable_variables, state.non_trainable_variables, x, true);
+  const auto d = m.stateless_call(state.trainable_variables, state.non_trainable_variables, x, true);
+  std::vector<float> cy(c.y_pred.size()), dy(d.y_pred.size());
+  B::download(c.y_pred.local(), std::span<float>(cy));
+  B::download(d.y_pred.local(), std::span<float>(dy));
+  check(same_bits(cy, dy) && same_list(c.non_trainable_variables, d.non_trainable_variables) &&
+            same_list(state.non_trainable_variables, given),
+        name + ": stateless_call in training twice: the same output and state, the arguments "
+               "unchanged");
+  const state_tree<B> after = m.get_state_tree();
+  check(same_list(after.trainable_variables, own.trainable_variables) &&
+            same_list(after.non_trainable_variables, own.non_trainable_variables) &&
+            same_list(after.optimizer_variables, own.optimizer_variables),
+        name + ": the model's own state did not change");
+
+  // Gradients left by compute_loss_and_gradients are those apply_gradients applies, whatever
+  // value_and_grad ran between them.
+  Model plain, mixed;
+  plain.compile(optimizers::adam{.learning_rate = 0.005}, losses::sparse_categorical_crossentropy{});
+  mixed.compile(optimizers::adam{.learning_rate = 0.005}, losses::sparse_categorical_crossentropy{});
+  plain.compute_loss_and_gradients(x, y);
+  plain.apply_gradients();
+  mixed.compute_loss_and_gradients(x, y);
+  const state_tree<B> s = mixed.get_state_tree();
+  mixed.value_and_grad(s.trainable_variables, s.non_trainable_variables, features(8, 12, 4),
+                       labels(8, 4, 4), true);
+  mixed.apply_gradients();
+  check(same_weights(mixed.get_weights(), plain.get_weights()),
+        name + ": apply_gradients after a value_and_grad applies compute_loss_and_gradients' "
+               "gradients");
+}
+
 }  // namespace
 
 using model_one = sequential<input<12>, dense<16, {.activation = "relu"}>, dropout<0.25>, dense<4>>;
 using model_dp = sequential<data_parallel<>, input<12>, dense<16, {.activation = "relu"}>,
                             dropout<0.25>, dense<4>>;
+template <class Dist>
+using model_bn = sequential<Dist, input<12>, dense<16, {.activation = "relu"}>,
+                            batch_normalization<>, dropout<0.25>, dense<4>>;
 
 // Megatron's pair on 2x2: the hidden layer's columns split over "model", the output's rows.
 using mesh_2x2 = device_mesh<axis<"data", 2>, axis<"model", 2>>;
@@ -233,6 +304,8 @@ int main(int argc, char** argv) {
   initialize guard(argc, argv);
   try {
     run<model_one>("one device");
+    pure<model_bn<one_device>>("one device, batch normalization");
+    if (num_processes() > 1) pure<model_bn<data_parallel<>>>("data_parallel, batch normalization");
     if (num_processes() > 1) run<model_dp>("data_parallel");
     if (num_processes() == 4) run<model_mp>("model_parallel 2x2");
   } catch (const std::exception& e) {

@@ -504,10 +504,11 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
     assign(trainable, true);
     assign(non_trainable, false);
   }
-  // Runs `f` with the model's variables standing for `trainable` and `non_trainable` (their
-  // storage, not copies: f must not write them) and the random stream's counter at theirs; the
-  // model's own values are back when f returns or throws. What f reads of the model's state
-  // (non_trainable_state()) is the state it ran with, as f left it.
+  // Runs `f` with the model's variables standing for `trainable` (their storage: no layer writes
+  // a trainable value while it runs) and copies of `non_trainable` (batch normalization in
+  // training writes its moving statistics into them, not into the caller's), and the random
+  // stream's counter at theirs; the model's own values are back when f returns or throws. What f
+  // reads of the model's state (non_trainable_state()) is the state it ran with, as f left it.
   template <class F>
   decltype(auto) with_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
                             std::string_view where, F&& f) {
@@ -517,7 +518,8 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
     std::size_t t = 0, n = 0;
     for (auto& v : vars_) {
       own.push_back(v.value);
-      v.value = (v.trainable ? trainable[t++] : non_trainable[n++]).tensor();
+      v.value = v.trainable ? trainable[t++].tensor()
+                            : copy_of(non_trainable[n++].tensor(), v.path);
     }
     const std::uint64_t own_step = pass_.step;
     if constexpr (draws_random) pass_.step = static_cast<std::uint64_t>(non_trainable[n].integer());

@@ -330,6 +330,7 @@ class trainer_core : public model_base {
   tensor_resharder<B, C>* reshard_ = nullptr;
   training_position position_{};
   std::vector<fact> train_facts_;  // the training data of the fit in progress (dataset::facts())
+  bool gradients_pending_ = false;  // compute_loss_and_gradients' gradients, not yet applied
   std::optional<training_position> resume_;
   matrix loss_grad_store_, loss_grad_, targets_store_, targets_;
   typename B::index_vector labels_;

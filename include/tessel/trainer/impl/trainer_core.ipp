@@ -98,7 +98,9 @@ template <class B, class C>
 template <class Y>
 double trainer_core<B, C>::compute_loss_and_gradients(const array<float>& x, const array<Y>& y) {
   require_compiled("compute_loss_and_gradients");
-  return loss_and_gradients(x, y, true);
+  const double loss = loss_and_gradients(x, y, true);
+  gradients_pending_ = true;
+  return loss;
 }
 
 template <class B, class C>
@@ -131,6 +133,7 @@ template <class B, class C>
 void trainer_core<B, C>::apply_gradients() {
   require_compiled("apply_gradients");
   optimizer_state_->apply(model_trainable_variables());
+  gradients_pending_ = false;
 }
 
 template <class B, class C>
@@ -197,17 +200,28 @@ typename trainer_core<B, C>::value_and_grad_result trainer_core<B, C>::value_and
     const state_list<B>& trainable, const state_list<B>& non_trainable, const array<float>& x,
     const array<Y>& y, bool training) {
   require_compiled("value_and_grad");
+  // What the call changes of the model is put back: the metrics, and the gradients that
+  // compute_loss_and_gradients left for apply_gradients (value_and_grad computes in the same
+  // buffers).
   const metrics::mean loss_tracker = loss_tracker_;
   const std::vector<metrics::mean> means = metric_means_;
-  struct restore_metrics {
+  std::vector<basic_dtensor<B>> pending;
+  if (gradients_pending_)
+    for (variable<B>* v : model_trainable_variables())
+      pending.push_back(copy_of(v->value.like(v->gradient), v->path));
+  struct restore_model {
     trainer_core* t;
     const metrics::mean& loss;
     const std::vector<metrics::mean>& means;
-    ~restore_metrics() {
+    const std::vector<basic_dtensor<B>>& pending;
+    ~restore_model() {
       t->loss_tracker_ = loss;
       t->metric_means_ = means;
+      std::size_t i = 0;
+      if (!pending.empty())
+        for (variable<B>* v : t->model_trainable_variables()) B::copy(pending[i++].local(), v->gradient);
     }
-  } guard{this, loss_tracker, means};
+  } guard{this, loss_tracker, means, pending};
   value_and_grad_result r;
   model_with_state(trainable, non_trainable, "value_and_grad", [&] {
     r.loss = loss_and_gradients(x, y, training);
