@@ -287,16 +287,24 @@ TEST_CASE("keras archive: model_checkpoint with a .keras filepath saves the whol
 
 namespace {
 
+// The text of a .weights.json without tessel's entry of the shards' sums (which Keras ignores).
+std::string keras_part(const fs::path& index) {
+  auto j = nlohmann::ordered_json::parse(read_file(index));
+  CHECK(j.contains("tessel_shards"));
+  j.erase("tessel_shards");
+  return j.dump(4);
+}
+
 // Keras's shards of a compiled model whose optimizer has not stepped (its counters alone), at
 // the max_shard_size of scripts/golden/keras_saving.py (SHARD_KIB): tessel writes the same JSON,
-// byte for byte, and the same shard files.
+// byte for byte but for its entry of the shards' sums, and the same shard files.
 template <class Model>
 void same_shards_as_keras(const std::string& name, double kib, void (*compile)(Model&)) {
   temp_dir dir;
   Model m;
   compile(m);
   m.save_weights((dir / (name + ".weights.json")).string(), {.max_shard_size = kib / (1 << 20)});
-  CHECK(read_file(dir / (name + ".weights.json")) ==
+  CHECK(keras_part(dir / (name + ".weights.json")) ==
         read_file(golden_file(name + ".weights.json")));
   for (std::size_t k = 0; k < 4; ++k) {
     const std::string shard = name + "_0000" + std::to_string(k) + ".weights.h5";
@@ -337,7 +345,7 @@ TEST_CASE("keras archive: shards are filled as Keras fills them", "[saving][kera
   seed001::model m;
   seed001::compile(m);
   m.save_weights((dir / "exact.weights.json").string(), {.max_shard_size = 803840.0 / (1 << 30)});
-  CHECK(nlohmann::json::parse(read_file(dir / "exact.weights.json")) == nlohmann::json::parse(R"({
+  CHECK(nlohmann::json::parse(keras_part(dir / "exact.weights.json")) == nlohmann::json::parse(R"({
       "metadata": {"total_size": 1077296.0},
       "weight_map": {"/layers/dense/vars": ["exact_00000.weights.h5"],
                      "/layers/dense_1/vars": ["exact_00001.weights.h5"],
@@ -607,4 +615,57 @@ TEST_CASE("keras archive: a write that fails names the system's cause", "[saving
     CHECK(m.find("No space left on device") != std::string::npos);
     CHECK(m.find("is the disk full?") != std::string::npos);
   }
+}
+
+TEST_CASE("keras archive: sharded weights are saved and loaded as one set",
+          "[saving][keras_archive]") {
+  // A save wrote each shard over the old one in turn and the index last: one that failed
+  // part-way left new shards beside the old index, and a load took the mix (new weights, old
+  // optimizer slots) without a word. Now the old set stays whole until every new shard is
+  // written, and the index's sums refuse a shard of another save.
+  temp_dir dir;
+  const fs::path index = dir / "s.weights.json";
+  seed001::model a, b;
+  seed001::compile(a);
+  seed001::compile(b);
+  b.set_weights([&] {
+    auto w = b.get_weights();
+    for (auto& t : w)
+      for (auto& v : t.values) v += 0.5f;
+    return w;
+  }());
+  a.save_weights(index.string(), {.max_shard_size = 1.0 / 1024});
+  REQUIRE(fs::exists(dir / "s_00001.weights.h5"));
+  const auto j = nlohmann::json::parse(read_file(index));
+  CHECK(j["tessel_shards"]["s_00000.weights.h5"]["crc32"].is_number_unsigned());
+  const std::string old_index = read_file(index), old_first = read_file(dir / "s_00000.weights.h5");
+
+  // The second shard cannot be written (its temporary name is taken by a directory): the old
+  // set is whole, no temporary file is left, and it loads a's weights.
+  const fs::path blocked = tessel::saving::temporary_path(dir / "s_00001.weights.h5");
+  fs::create_directory(blocked);
+  CHECK_THROWS_WITH(b.save_weights(index.string(), {.max_shard_size = 1.0 / 1024}),
+                    Catch::Contains("s_00001.weights.h5.tmp"));
+  CHECK(fs::is_directory(blocked));  // not tessel's: left
+  fs::remove(blocked);
+  CHECK(read_file(index) == old_index);
+  CHECK(read_file(dir / "s_00000.weights.h5") == old_first);
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path)) ++files;
+  CHECK(files == 1 + j["tessel_shards"].size());
+  seed001::model r;
+  seed001::compile(r);
+  r.load_weights(index.string());
+  CHECK(weights_of(r) == weights_of(a));
+
+  // A shard of another save beside this index (as a save stopped between its renames leaves
+  // it): refused, naming the shard.
+  fs::create_directory(dir / "other");
+  b.save_weights((dir / "other" / "s.weights.json").string(), {.max_shard_size = 1.0 / 1024});
+  fs::copy_file(dir / "other" / "s_00001.weights.h5", dir / "s_00001.weights.h5",
+                fs::copy_options::overwrite_existing);
+  CHECK_THAT(message_of([&] { r.load_weights(index.string()); }),
+             Catch::Contains("s_00001.weights.h5' is not the one this index was saved with") &&
+                 Catch::Contains("Save the weights again"));
+  CHECK(weights_of(r) == weights_of(a));  // nothing loaded
 }

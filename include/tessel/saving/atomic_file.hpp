@@ -52,8 +52,10 @@ void write_atomically(const std::filesystem::path& path, Write&& write) {
       throw runtime_error("Cannot rename '" + tmp.string() + "' to '" + path.string() +
                           "': " + std::strerror(errno));
   } catch (...) {
+    // The temporary file, if the write made one (a directory of that name is not tessel's).
     std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
+    if (!std::filesystem::is_directory(std::filesystem::symlink_status(tmp, ignored)))
+      std::filesystem::remove(tmp, ignored);
     throw;
   }
   detail::sync_path(dir, true);

@@ -21,6 +21,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <span>
+#include <streambuf>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,22 @@ TESSEL_INLINE std::optional<std::uint32_t> crc32_of_file(std::istream& in, std::
                                                          std::vector<known_crc> known);
 }  // namespace detail
 
+namespace detail {
+// The same over `size` bytes in memory (a file's image before it is written).
+TESSEL_INLINE std::optional<std::uint32_t> crc32_of_image(std::span<const unsigned char> image,
+                                                          std::vector<known_crc> known);
+// The trailer of a content of `size` bytes whose CRC-32 is `crc`: the magic, the size (8 bytes,
+// little-endian), the CRC-32 (4 bytes), 4 bytes of zeros.
+inline std::array<unsigned char, checksum_trailer_size> checksum_trailer(std::uint64_t size,
+                                                                        std::uint32_t crc) {
+  std::array<unsigned char, checksum_trailer_size> t{};
+  std::memcpy(t.data(), checksum_magic, 8);
+  for (std::size_t i = 0; i < 8; ++i) t[8 + i] = static_cast<unsigned char>(size >> (8 * i));
+  for (std::size_t i = 0; i < 4; ++i) t[16 + i] = static_cast<unsigned char>(crc >> (8 * i));
+  return t;
+}
+}  // namespace detail
+
 // Appends the trailer to the file at `path` (its whole content so far). `known`: runs of it
 // whose CRC-32 the caller has (see known_crc); the rest is read back.
 inline void append_checksum(const std::filesystem::path& path,
@@ -67,16 +85,22 @@ inline void append_checksum(const std::filesystem::path& path,
   const auto size = static_cast<std::uint64_t>(f.tellg());
   const std::optional<std::uint32_t> crc = detail::crc32_of_file(f, size, known);
   if (!crc) throw runtime_error("Cannot read '" + path.string() + "' back to checksum it.");
-  std::array<unsigned char, checksum_trailer_size> t{};
-  std::memcpy(t.data(), detail::checksum_magic, 8);
-  for (std::size_t i = 0; i < 8; ++i) t[8 + i] = static_cast<unsigned char>(size >> (8 * i));
-  for (std::size_t i = 0; i < 4; ++i) t[16 + i] = static_cast<unsigned char>(*crc >> (8 * i));
+  const auto t = detail::checksum_trailer(size, *crc);
   f.clear();
   f.seekp(0, std::ios::end);
   f.write(reinterpret_cast<const char*>(t.data()), static_cast<std::streamsize>(t.size()));
   f.flush();
   if (!f) throw runtime_error("Cannot append the checksum to '" + path.string() + "'.");
 }
+
+// A file's content size and CRC-32, as its trailer records them.
+struct file_sum {
+  std::uint64_t bytes = 0;
+  std::uint32_t crc = 0;
+  bool operator==(const file_sum&) const = default;
+};
+// What the trailer of the file at `path` records, if it has one.
+TESSEL_INLINE std::optional<file_sum> read_checksum_trailer(const std::filesystem::path& path);
 
 // What the trailer of a file says about it.
 enum class checksum_state {

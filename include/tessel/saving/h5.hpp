@@ -7,6 +7,9 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -90,8 +93,35 @@ TESSEL_INLINE handle file_access_list(const std::string& file);
 // Creates (or truncates) a file to write.
 TESSEL_INLINE object create_file(const std::string& file);
 
-// The POSIX file descriptor libhdf5 writes `file` through (its default driver's), or -1.
-TESSEL_INLINE int file_descriptor(const object& file);
+// A file libhdf5 builds in memory (its core driver, no backing store), `name` naming it in
+// messages. tessel writes the files it saves this way and then writes their bytes itself
+// (file_writer), so that a full disk or an I/O error is its own error with the system's words,
+// and libhdf5 never holds a file it could not finish: when libhdf5 wrote to the disk, a failed
+// H5Fclose left the file open inside it, and the process died in libhdf5's exit handler.
+// (H5Fget_file_image's copy of a file of HDF5 1.8's format has a superblock whose checksum
+// libhdf5 1.10 then refuses: the bytes are taken from the driver's buffer once the file is
+// closed, through file image callbacks.)
+class memory_file {
+ public:
+  explicit memory_file(const std::string& name);
+  memory_file(const memory_file&) = delete;
+  memory_file& operator=(const memory_file&) = delete;
+  ~memory_file();
+  // The file's root group, to write into.
+  [[nodiscard]] const object& root() const noexcept { return file_; }
+  // Closes the file (in memory: nothing can fail for want of disk) and returns its bytes, up to
+  // the end its superblock records: the driver's own buffer, valid while this object lives.
+  std::span<const unsigned char> close();
+
+  struct captured {  // the driver's buffer, kept when the file closes
+    void* buffer = nullptr;
+    std::size_t allocated = 0;
+  };
+
+ private:
+  std::unique_ptr<captured> image_;
+  object file_;
+};
 
 // Opens a file to read.
 TESSEL_INLINE object open_file(const std::string& file);

@@ -55,12 +55,19 @@ struct shard_item {
 
 TESSEL_INLINE std::string shard_name(const std::string& base, std::size_t i);
 
-TESSEL_INLINE void write_shard(const std::filesystem::path& path,
-                               const std::vector<shard_item>& items);
+// Writes one shard's file at `path` (not renamed: the set is committed together); returns its
+// content's size and CRC-32, as its trailer records them.
+TESSEL_INLINE file_sum write_shard(const std::filesystem::path& path,
+                                   const std::vector<shard_item>& items);
 }  // namespace detail
 
 // Writes `content` as Keras's sharded weights at `path` (a `.weights.json` name), shards of at
-// most `max_shard_size` GB.
+// most `max_shard_size` GB. The set is written as one: every shard first, under temporary names
+// beside the old set (which stays whole if anything fails: the temporary files are removed), then
+// the shards renamed into place and the index last. The index records each shard's size and
+// CRC-32 (`tessel_shards`; Keras reads `weight_map` alone), so that a load refuses a shard of
+// another save: a set left mixed by a save that stopped between its renames is an error, never
+// a silent mix.
 TESSEL_INLINE void write_sharded_weights(const std::filesystem::path& path,
                                          const weights_content& content, double max_shard_size);
 

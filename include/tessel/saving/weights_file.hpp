@@ -107,12 +107,16 @@ TESSEL_INLINE std::string shape_text(const std::vector<std::size_t>& s);
 TESSEL_INLINE std::size_t elements(const std::vector<std::size_t>& s);
 
 // Writes `v` as dataset `i` of `vars`, with its checksum, which `known` records with where its
-// values lie in the file (so that the file's checksum does not read them back). `fd`, the file's
-// descriptor (h5::file_descriptor, or -1): its values go to the disk at once, while the next
-// variable is checksummed and written, instead of all of them at the final fsync
-// (file_writer.hpp).
+// values lie in the file (so that the file's checksum does not read them back).
 TESSEL_INLINE void write_variable(const h5::object& vars, std::size_t i, const saved_variable& v,
-                                  std::vector<known_crc>& known, int fd);
+                                  std::vector<known_crc>& known);
+// Writes the memory file `file` to `path`: its bytes, then tessel's checksum trailer (`known`:
+// the runs whose CRC-32 write_variable has), through file_writer (each failure an error with
+// the system's words: no space, permission, I/O), synced; libhdf5's file is closed first, which
+// cannot fail for want of disk.
+TESSEL_INLINE file_sum write_memory_file(h5::memory_file& file,
+                                         const std::filesystem::path& path,
+                                         const std::vector<known_crc>& known);
 }  // namespace detail
 
 // Writes `content` to `path` in Keras's layout, atomically (atomic_file.hpp). `ready(k)`, where
@@ -128,8 +132,8 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
   };
   write_atomically(path, [&](const std::filesystem::path& tmp) {
     std::vector<known_crc> known;
-    h5::object file = h5::create_file(tmp.string());
-    const int fd = h5::file_descriptor(file);
+    h5::memory_file memory(tmp.string());
+    const h5::object& file = memory.root();
     h5::write_attribute(h5::create_group(file, "vars"), "name", content.model_name);
     {
       const h5::object layers = h5::create_group(file, "layers");
@@ -138,7 +142,7 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
         h5::write_attribute(vars, "name", layer.name);
         for (std::size_t i = 0; i < layer.variables.size(); ++i) {
           wait();
-          detail::write_variable(vars, i, layer.variables[i], known, fd);
+          detail::write_variable(vars, i, layer.variables[i], known);
         }
       }
     }
@@ -159,11 +163,10 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
       h5::write_attribute(d, detail::learning_rate_attribute, o.learning_rate);
       for (std::size_t i = 0; i < o.slots.size(); ++i) {
         wait();
-        detail::write_variable(vars, i + 2, o.slots[i], known, fd);
+        detail::write_variable(vars, i + 2, o.slots[i], known);
       }
     }
-    if (!file.h.close()) h5::fail(tmp.string(), "libhdf5 cannot finish writing the file");
-    append_checksum(tmp, known);
+    detail::write_memory_file(memory, tmp, known);
   });
 }
 

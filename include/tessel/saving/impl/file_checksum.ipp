@@ -53,9 +53,55 @@ TESSEL_INLINE std::optional<std::uint32_t> crc32_of_file(std::istream& in, std::
   if (!read_to(size)) return std::nullopt;
   return static_cast<std::uint32_t>(crc);
 }
+// An input stream over bytes in memory (seekable, not copied).
+class memory_streambuf : public std::streambuf {
+ public:
+  explicit memory_streambuf(std::span<const unsigned char> bytes) {
+    char* b = const_cast<char*>(reinterpret_cast<const char*>(bytes.data()));
+    setg(b, b, b + bytes.size());
+  }
+
+ protected:
+  pos_type seekoff(off_type off, std::ios_base::seekdir dir, std::ios_base::openmode) override {
+    const off_type base = dir == std::ios_base::beg   ? 0
+                          : dir == std::ios_base::cur ? gptr() - eback()
+                                                      : egptr() - eback();
+    const off_type to = base + off;
+    if (to < 0 || to > egptr() - eback()) return pos_type(off_type(-1));
+    setg(eback(), eback() + to, egptr());
+    return pos_type(to);
+  }
+  pos_type seekpos(pos_type pos, std::ios_base::openmode which) override {
+    return seekoff(off_type(pos), std::ios_base::beg, which);
+  }
+};
+
+TESSEL_INLINE std::optional<std::uint32_t> crc32_of_image(std::span<const unsigned char> image,
+                                                          std::vector<known_crc> known) {
+  memory_streambuf buffer(image);
+  std::istream in(&buffer);
+  return crc32_of_file(in, image.size(), std::move(known));
+}
 }  // namespace tessel::saving::detail
 
 namespace tessel::saving {
+
+TESSEL_INLINE std::optional<file_sum> read_checksum_trailer(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::uint64_t>(in.tellg());
+  if (!in || size < checksum_trailer_size) return std::nullopt;
+  std::array<unsigned char, checksum_trailer_size> t{};
+  in.seekg(static_cast<std::streamoff>(size - checksum_trailer_size));
+  in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size()));
+  if (static_cast<std::size_t>(in.gcount()) != t.size() ||
+      std::memcmp(t.data(), detail::checksum_magic, 8) != 0)
+    return std::nullopt;
+  file_sum s;
+  for (std::size_t i = 8; i-- > 0;) s.bytes = (s.bytes << 8) | t[8 + i];
+  for (std::size_t i = 4; i-- > 0;) s.crc = (s.crc << 8) | t[16 + i];
+  return s;
+}
 
 TESSEL_INLINE checksum_state verify_checksum(const std::filesystem::path& path, std::uint64_t size,
                                              std::uint64_t& content) {

@@ -46,10 +46,79 @@ TESSEL_INLINE object create_file(const std::string& file) {
   return {std::move(f), file, "/"};
 }
 
-TESSEL_INLINE int file_descriptor(const object& file) {
-  void* handle = nullptr;
-  if (H5Fget_vfd_handle(file.id(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) return -1;
-  return *static_cast<int*>(handle);
+namespace detail {
+// The core driver's buffer through malloc/realloc/free, kept (not freed) when the file closes.
+inline void* image_malloc(std::size_t size, H5FD_file_image_op_t, void* udata) {
+  void* p = std::malloc(size);
+  if (p != nullptr) static_cast<memory_file::captured*>(udata)->allocated = size;
+  return p;
+}
+inline void* image_memcpy(void* dst, const void* src, std::size_t size, H5FD_file_image_op_t,
+                          void*) {
+  return std::memcpy(dst, src, size);
+}
+inline void* image_realloc(void* p, std::size_t size, H5FD_file_image_op_t, void* udata) {
+  void* q = std::realloc(p, size);
+  if (q != nullptr) static_cast<memory_file::captured*>(udata)->allocated = size;
+  return q;
+}
+inline herr_t image_free(void* p, H5FD_file_image_op_t op, void* udata) {
+  auto* c = static_cast<memory_file::captured*>(udata);
+  if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && c->buffer == nullptr) {
+    c->buffer = p;
+    return 0;
+  }
+  std::free(p);
+  return 0;
+}
+// The property lists libhdf5 copies share the one record (memory_file owns it).
+inline void* image_udata_copy(void* udata) { return udata; }
+inline herr_t image_udata_free(void*) { return 0; }
+// The end of an HDF5 file of superblock version 2 or 3 (HDF5 1.8's format, which tessel
+// writes): its base address plus the end-of-file address, or 0 if the bytes do not say.
+inline std::uint64_t superblock_end(const unsigned char* b, std::size_t n) {
+  static constexpr unsigned char signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  if (n < 12 || std::memcmp(b, signature, 8) != 0 || b[8] < 2 || b[8] > 3) return 0;
+  const std::size_t offsets = b[9];
+  if (offsets != 8 || n < 12 + 3 * offsets) return 0;
+  std::uint64_t base = 0, eof = 0;
+  for (std::size_t i = 8; i-- > 0;) {
+    base = (base << 8) | b[12 + i];
+    eof = (eof << 8) | b[12 + 2 * offsets + i];
+  }
+  return base + eof;
+}
+}  // namespace detail
+
+TESSEL_INLINE memory_file::memory_file(const std::string& name)
+    : image_(std::make_unique<captured>()) {
+  silence_errors();
+  const handle fapl = file_access_list(name);
+  // The buffer grows by 1 MiB at a time; nothing is written to a file on disk.
+  H5FD_file_image_callbacks_t callbacks{&detail::image_malloc, &detail::image_memcpy,
+                                        &detail::image_realloc, &detail::image_free,
+                                        &detail::image_udata_copy, &detail::image_udata_free,
+                                        image_.get()};
+  if (H5Pset_fapl_core(fapl.id(), std::size_t{1} << 20, 0) < 0 ||
+      H5Pset_file_image_callbacks(fapl.id(), &callbacks) < 0)
+    fail(name, "cannot set up a file in memory");
+  handle f(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id()), H5Fclose);
+  if (!f) fail(name, "libhdf5 cannot create the file in memory");
+  file_ = {std::move(f), name, "/"};
+}
+
+TESSEL_INLINE memory_file::~memory_file() {
+  file_.h = handle();  // closes the file if close() did not
+  std::free(image_->buffer);
+}
+
+TESSEL_INLINE std::span<const unsigned char> memory_file::close() {
+  if (!file_.h.close()) fail(file_.file, "libhdf5 cannot close the file in memory");
+  const auto* b = static_cast<const unsigned char*>(image_->buffer);
+  const std::uint64_t end = b != nullptr ? detail::superblock_end(b, image_->allocated) : 0;
+  if (end == 0 || end > image_->allocated)
+    fail(file_.file, "libhdf5 left no complete file in memory");
+  return {b, static_cast<std::size_t>(end)};
 }
 
 TESSEL_INLINE object open_file(const std::string& file) {

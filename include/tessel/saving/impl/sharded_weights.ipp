@@ -10,12 +10,12 @@ TESSEL_INLINE std::string shard_name(const std::string& base, std::size_t i) {
   return base + "_" + b + ".weights.h5";
 }
 
-TESSEL_INLINE void write_shard(const std::filesystem::path& path,
-                               const std::vector<shard_item>& items) {
-  write_atomically(path, [&](const std::filesystem::path& tmp) {
+TESSEL_INLINE file_sum write_shard(const std::filesystem::path& tmp,
+                                   const std::vector<shard_item>& items) {
+  {
     std::vector<known_crc> known;
-    h5::object file = h5::create_file(tmp.string());
-    const int fd = h5::file_descriptor(file);
+    h5::memory_file memory(tmp.string());
+    const h5::object& file = memory.root();
     for (const shard_item& it : items) {
       // Create the group path as far as it goes.
       std::vector<h5::object> chain;
@@ -38,7 +38,7 @@ TESSEL_INLINE void write_shard(const std::filesystem::path& path,
         continue;
       }
       if (it.variable != nullptr) {
-        write_variable(vars, it.index, *it.variable, known, fd);
+        write_variable(vars, it.index, *it.variable, known);
       } else if (it.is_iterations) {
         h5::write_attribute(h5::write_scalar(vars, "0", it.iterations), crc_attribute,
                             crc32_of(&it.iterations, sizeof it.iterations));
@@ -49,9 +49,8 @@ TESSEL_INLINE void write_shard(const std::filesystem::path& path,
         h5::write_attribute(d, learning_rate_attribute, it.learning_rate);
       }
     }
-    if (!file.h.close()) h5::fail(tmp.string(), "libhdf5 cannot finish writing the file");
-    append_checksum(tmp, known);
-  });
+    return write_memory_file(memory, tmp, known);
+  }
 }
 }  // namespace tessel::saving::detail
 
@@ -143,12 +142,44 @@ TESSEL_INLINE void write_sharded_weights(const std::filesystem::path& path,
       put(s, 4.0 * static_cast<double>(detail::elements(o.slots[i].shape)), o.slots[i].path);
     }
   }
-  const std::filesystem::path dir = path.parent_path();
-  for (std::size_t k = 0; k < shards.size(); ++k)
-    detail::write_shard(dir / detail::shard_name(base, k), shards[k]);
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  {
+    const data::path_access where = data::check_path(dir, data::path_kind::directory);
+    if (!where.ok())
+      throw value_error("Cannot write '" + p + "': the directory '" + dir.string() + "' " +
+                        where.reason + ".");
+  }
+  // Every shard under a temporary name first: the old set stays whole until the new one is.
+  std::vector<std::filesystem::path> written;
+  nlohmann::ordered_json sums = nlohmann::ordered_json::object();
+  try {
+    for (std::size_t k = 0; k < shards.size(); ++k) {
+      const std::string name = detail::shard_name(base, k);
+      written.push_back(temporary_path(dir / name));
+      const file_sum s = detail::write_shard(written.back(), shards[k]);
+      sums[name] = {{"bytes", s.bytes}, {"crc32", s.crc}};
+    }
+  } catch (...) {
+    std::error_code ignored;  // this save's temporary files, not a directory of that name
+    for (const auto& t : written)
+      if (std::filesystem::is_regular_file(std::filesystem::symlink_status(t, ignored)))
+        std::filesystem::remove(t, ignored);
+    throw;
+  }
+  // Then into place, and the index last: a load of an index whose shards are not all of its
+  // save is refused by their sums.
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    const std::filesystem::path to = dir / detail::shard_name(base, k);
+    if (std::rename(written[k].c_str(), to.c_str()) != 0)
+      throw runtime_error("Cannot rename '" + written[k].string() + "' to '" + to.string() +
+                          "': " + std::strerror(errno));
+    ++files_written();
+  }
+  detail::sync_path(dir, true);
   nlohmann::ordered_json j;
   j["metadata"]["total_size"] = total;
   j["weight_map"] = map;
+  j["tessel_shards"] = sums;
   const std::string text = j.dump(4);
   write_atomically(path, [&](const std::filesystem::path& tmp) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -198,9 +229,15 @@ TESSEL_INLINE optimizer_found read_sharded_weights(const std::filesystem::path& 
       if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
     }
   }
+  // The sums tessel recorded for the shards of one save (an index Keras wrote has none).
+  const auto recorded = j.find("tessel_shards");
+  if (recorded != j.end() && !recorded->is_object())
+    throw value_error(head + "its \"tessel_shards\" is not an object of the shards' sums.");
   const detail::temporary_file merged(".weights.h5");
   {
-    h5::object out = h5::create_file(merged.path().string());
+    // Built in memory, then written (h5::memory_file: a full disk is an error, not a crash).
+    h5::memory_file memory(merged.path().string());
+    const h5::object& out = memory.root();
     for (const std::string& f : files) {
       const std::filesystem::path shard = path.parent_path() / f;
       const data::path_access s = data::check_path(shard, data::path_kind::file);
@@ -208,6 +245,21 @@ TESSEL_INLINE optimizer_found read_sharded_weights(const std::filesystem::path& 
         throw value_error(head + "its shard '" + shard.string() + "' " + s.reason +
                           ". Copy every shard the .weights.json names beside it.");
       check_weights_file(shard, where);
+      if (recorded != j.end()) {
+        const auto e = recorded->find(f);
+        const std::optional<file_sum> has = read_checksum_trailer(shard);
+        const bool same = e != recorded->end() && e->is_object() && has &&
+                          e->contains("bytes") && (*e)["bytes"].is_number_unsigned() &&
+                          e->contains("crc32") && (*e)["crc32"].is_number_unsigned() &&
+                          (*e)["bytes"].get<std::uint64_t>() == has->bytes &&
+                          (*e)["crc32"].get<std::uint64_t>() == has->crc;
+        if (!same)
+          throw value_error(head + "its shard '" + shard.string() +
+                            "' is not the one this index was saved with (its size or CRC-32 "
+                            "differs from the index's): a save that stopped part-way, or a "
+                            "shard of another save. Save the weights again, or use a complete "
+                            "copy of the set.");
+      }
       const h5::object in = h5::open_file(shard.string());
       std::vector<std::string> groups;
       if (h5::has(in, "vars")) groups.push_back("vars");
@@ -240,7 +292,10 @@ TESSEL_INLINE optimizer_found read_sharded_weights(const std::filesystem::path& 
         }
       }
     }
-    if (!out.h.close()) h5::fail(merged.path().string(), "libhdf5 cannot finish the file");
+    const std::span<const unsigned char> bytes = memory.close();
+    file_writer written(merged.path(), "temporary weights file");
+    written.write(bytes.data(), bytes.size());
+    written.finish();
   }
   try {
     return read_weights_file(merged.path(), expected, where);

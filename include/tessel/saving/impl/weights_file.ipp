@@ -85,7 +85,7 @@ TESSEL_INLINE std::size_t elements(const std::vector<std::size_t>& s) {
 }
 
 TESSEL_INLINE void write_variable(const h5::object& vars, std::size_t i, const saved_variable& v,
-                                  std::vector<known_crc>& known, int fd) {
+                                  std::vector<known_crc>& known) {
   const std::span<const float> values = v.data();
   if (values.size() != elements(v.shape))
     throw value_error("save_weights: variable '" + v.path + "' has " +
@@ -96,7 +96,20 @@ TESSEL_INLINE void write_variable(const h5::object& vars, std::size_t i, const s
   h5::write_attribute(d, crc_attribute, crc);
   if (const auto at = h5::raw_data_offset(d); at && !values.empty())
     known.push_back({*at, values.size_bytes(), crc});
-  if (fd >= 0) start_writeback(fd);
+}
+
+TESSEL_INLINE file_sum write_memory_file(h5::memory_file& file,
+                                         const std::filesystem::path& path,
+                                         const std::vector<known_crc>& known) {
+  const std::span<const unsigned char> image = file.close();
+  const std::optional<std::uint32_t> crc = crc32_of_image(image, known);
+  if (!crc) throw runtime_error("Cannot checksum the image of '" + path.string() + "'.");
+  const auto trailer = checksum_trailer(image.size(), *crc);
+  file_writer out(path, "weights file");
+  out.write(image.data(), image.size());
+  out.write(trailer.data(), trailer.size());
+  out.finish();
+  return {image.size(), *crc};
 }
 
 TESSEL_INLINE std::uint64_t little_endian(const unsigned char* p, std::size_t n) {
