@@ -7,7 +7,10 @@
 // (missing files, directories, paths, the index itself, empty or NUL-bearing names). The input
 // is never handed to libhdf5: only the shards, which are valid files, are.
 //
-// Input: the index's bytes, as they are.
+// Input: the index's bytes, as they are, but for the text $SUMS, replaced by the shards' sums as
+// write_sharded_weights recorded them in its own index (`tessel_shards`: their bytes change with
+// libhdf5's timestamps, so a seed cannot hold them), so that the fuzzer works on indexes whose
+// sums match and whose sums differ.
 //
 // The documented error is tessel::value_error (tessel::runtime_error for what libhdf5 refuses),
 // whose message must name the index. Any other exception (nlohmann's json::exception among
@@ -17,6 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <tessel/core/errors.hpp>
 #include <tessel/saving/sharded_weights.hpp>
@@ -93,9 +98,25 @@ bool same_values(const std::vector<saving::saved_variable>& a,
 
 }  // namespace
 
+// The text of the sums the harness's own index records.
+const std::string& own_sums() {
+  static const std::string sums = [] {
+    std::ifstream in(shards() / "m.weights.json", std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const std::size_t at = text.find("\"tessel_shards\"");
+    if (at == std::string::npos) fail("the harness's own index records no sums");
+    const std::size_t open = text.find('{', at), close = text.rfind('}', text.rfind('}') - 1);
+    return text.substr(open, close + 1 - open);
+  }();
+  return sums;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const fs::path index = shards() / "input.weights.json";
-  tessel_fuzz::write_plain(index, data, size);
+  std::string text(reinterpret_cast<const char*>(data), size);
+  for (std::size_t at = text.find("$SUMS"); at != std::string::npos; at = text.find("$SUMS", at))
+    text.replace(at, 5, own_sums());
+  tessel_fuzz::write_plain(index, reinterpret_cast<const std::uint8_t*>(text.data()), text.size());
   saving::weights_content got = expected();
   try {
     const saving::optimizer_found found = saving::read_sharded_weights(index, got, "load_weights");

@@ -301,5 +301,18 @@ index["weight_map"]["/optimizer/vars"] = shards[:2]
 write("weights_index", "missing_shard", json.dumps(index).encode())
 index["weight_map"]["/optimizer/vars"] = [shards[0], 1]
 write("weights_index", "not_a_name", json.dumps(index).encode())
+# With the shards' sums a save records: "$SUMS" (which the harness replaces by its own shards'
+# sums, as their bytes change with libhdf5's timestamps), sums of other shards, of one shard
+# alone, and sums that are not numbers.
+index["weight_map"]["/optimizer/vars"] = shards
+write("weights_index", "sums", (json.dumps(index)[:-1] + ', "tessel_shards": $SUMS}').encode())
+index["tessel_shards"] = {s: {"bytes": 100, "crc32": 7} for s in shards}
+write("weights_index", "other_sums", json.dumps(index).encode())
+index["tessel_shards"] = {shards[0]: {"bytes": 100, "crc32": 7}}
+write("weights_index", "one_sum", json.dumps(index).encode())
+index["tessel_shards"] = {s: {"bytes": -1, "crc32": "x"} for s in shards}
+write("weights_index", "bad_sums", json.dumps(index).encode())
+index["tessel_shards"] = 3
+write("weights_index", "sums_not_an_object", json.dumps(index).encode())
 EOF
 echo "seeds: $(find "$out" -type f | wc -l) files in $out"
