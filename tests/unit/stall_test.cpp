@@ -178,6 +178,18 @@ TEST_CASE("stall: every process arrived, processes on other machines, a wait cyc
   CHECK_THAT(stall::describe(s), Contains("the processes it waits for that are on other machines "
                                           "could not be checked (1)"));
 
+  // Two processes at the same number of one communicator, one in an all_reduce and the other in
+  // a broadcast (they took different paths: one restored a backup, the other did not): every
+  // counter says both arrived, but they wait in different collectives. This was reported as an
+  // MPI or network fault in about one run of six.
+  s.processes = {waiting(0, 3, {3}), waiting(0, 3, {3})};
+  s.processes[0].wait_op = stall::op_key("all_reduce");
+  s.processes[1].wait_op = stall::op_key("broadcast");
+  CHECK_THAT(stall::describe(s), Contains("the processes wait in different collectives") &&
+                                     !Contains("MPI or network fault"));
+  s.processes[1].wait_op = stall::op_key("all_reduce");  // the same collective: a fault
+  CHECK_THAT(stall::describe(s), Contains("an MPI or network fault"));
+
   // 0 waits over channel 0 for 1, which waits over channel 1 for 0.
   s.channels.push_back({"mesh axis 'model'", {0, 1}});
   s.processes = {waiting(0, 3, {3, 4}), waiting(1, 5, {2, 5})};

@@ -26,6 +26,7 @@ struct process {
   bool leaving = false;                // its tessel::initialize guard ended (main returned)
   int wait_channel = -1;               // the communicator of the collective it waits in, -1: none
   std::uint64_t wait_seq = 0;          // that collective's number there
+  std::uint64_t wait_op = 0;           // which collective that is (op_key of its name), 0: unknown
   std::vector<std::uint64_t> entered;  // per channel: the collectives it has entered
   // Per channel: which communicator it belongs to there (group_key), 0 for none. Processes of
   // different rows of a mesh share a channel number (one per axis) but not its members: a
@@ -33,6 +34,15 @@ struct process {
   // Empty: the reporter's members (one communicator per channel).
   std::vector<std::uint64_t> group;
 };
+
+// A collective's name as a number, to tell two processes waiting at the same place of one
+// communicator in different collectives (a broadcast and an all_reduce) apart: FNV-1a, never 0.
+constexpr std::uint64_t op_key(const char* op) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char* c = op; c != nullptr && *c != '\0'; ++c)
+    h = (h ^ static_cast<unsigned char>(*c)) * 0x100000001b3ULL;
+  return h == 0 ? 1 : h;
+}
 
 // A communicator as a number: its lowest world rank and its size.
 constexpr std::uint64_t group_key(int lowest, int size) noexcept {
@@ -95,6 +105,7 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
   std::vector<std::uint64_t> cause_seq(s.processes.size(), 0);
   std::vector<bool> visited(s.processes.size(), false), unknown(s.processes.size(), false);
   bool missing = false;    // some process has not entered a collective others wait in
+  const std::uint64_t reporter_op = op_key(s.op);
   std::size_t hidden = 0;  // members on other machines whose ranks are not known here
   std::vector<std::pair<int, std::uint64_t>> counted;  // the rows counted in `hidden`
 
@@ -131,8 +142,12 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
         unknown[i] = true;
         continue;
       }
+      // A process that waits at this number of this communicator, but in another collective (it
+      // took another path through the program), has not arrived at this one.
+      const bool elsewhere_here = p.wait_channel == c && p.wait_seq == seq && p.wait_op != 0 &&
+                                  p.wait_op != reporter_op;
       const bool arrived = static_cast<std::size_t>(c) < p.entered.size() &&
-                           p.entered[static_cast<std::size_t>(c)] >= seq;
+                           p.entered[static_cast<std::size_t>(c)] >= seq && !elsewhere_here;
       missing = missing || !arrived;
       if (cause[i] != why::none) continue;
       if (p.stopped) {

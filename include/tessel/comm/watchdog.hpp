@@ -123,6 +123,7 @@ class watchdog {
     op_.store(op, relaxed);
     channel_.store(channel, relaxed);
     seq_.store(seq, relaxed);
+    word(own_, op_word).store(stall::op_key(op), relaxed);
     word(own_, wait_word).store(encode_wait(channel, seq), std::memory_order_release);
     if (timed) waiting_.store(++wait_id_, std::memory_order_release);
   }
@@ -144,8 +145,8 @@ class watchdog {
   // A process's words in the segment: its counters, then what it waits in, its pid, its flags,
   // (spare words to a cache line), then per channel the communicator it is in (group_key).
   static constexpr std::size_t wait_word = max_channels, pid_word = max_channels + 1,
-                               flags_word = max_channels + 2, group_word = max_channels + 8,
-                               slot_words = 2 * max_channels + 8;
+                               flags_word = max_channels + 2, op_word = max_channels + 3,
+                               group_word = max_channels + 8, slot_words = 2 * max_channels + 8;
   static constexpr std::size_t header_words = 8;  // [0]: the reporter's world rank + 1
   static constexpr std::uint64_t leaving_flag = 1;
 
@@ -447,9 +448,11 @@ TESSEL_INLINE void watchdog::report(stall::snapshot& s) const {
     if (w != 0 && r != world_rank_) {
       p.wait_channel = static_cast<int>(w & 0x7fffu) - 1;
       p.wait_seq = w >> 16;
+      p.wait_op = word(slot, op_word).load(std::memory_order_acquire);
     } else if (r == world_rank_) {
       p.wait_channel = s.channel;
       p.wait_seq = s.seq;
+      p.wait_op = stall::op_key(s.op);
     }
     p.leaving = (word(slot, flags_word).load(std::memory_order_acquire) & leaving_flag) != 0;
     if (r != world_rank_) read_process_state(word(slot, pid_word).load(), p);
