@@ -1496,7 +1496,8 @@ TESSEL_INLINE void host::softmax_backward_rows(const matrix& y, const matrix& dy
                                                const matrix& dz) {
   const std::size_t n = y.extent(1);
   Kokkos::parallel_for(
-      "tessel::softmax_backward_rows", host_detail::policy(y.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+      "tessel::softmax_backward_rows", host_detail::policy(y.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) {
         kernel_bodies::softmax_gradient_given_dot(row_of(y, i), row_of(dy, i), dot(i, 0),
                                                   row_of(dz, i), n);
       });
@@ -1538,7 +1539,8 @@ TESSEL_INLINE void host::crossentropy_terms(const matrix& probs, const index_vec
   const std::size_t n = probs.extent(1);
   const kernel_bodies::targets t = targets_of(labels, targets, col0);
   Kokkos::parallel_for(
-      "tessel::crossentropy_terms", host_detail::policy(probs.extent(0)), KOKKOS_LAMBDA(std::size_t i) {
+      "tessel::crossentropy_terms", host_detail::policy(probs.extent(0)),
+      KOKKOS_LAMBDA(std::size_t i) {
         float loss = 0.0f, dot = 0.0f;
         kernel_bodies::crossentropy_terms_row(row_of(probs, i), n, t.row(i), s(i, 0), eps,
                                               row_of(grad, i), loss, dot);

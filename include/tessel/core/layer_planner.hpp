@@ -212,7 +212,8 @@ class layer_planner {
     const key_string path = make_path(layer, leaf);
     const layout_value l = find_layout(path).value_or(layout_value::replicated(shape.rank));
     std::size_t of_this_op = 0;
-    for (std::size_t i = 0; i < plan_.variable_count; ++i) of_this_op += plan_.variables[i].op == op_;
+    for (std::size_t i = 0; i < plan_.variable_count; ++i)
+      of_this_op += plan_.variables[i].op == op_;
     if (of_this_op == max_op_variables || plan_.variable_count == max_variables) {
       fail("a layer has more than 4 variables (max_op_variables)", path);
       return l;

@@ -120,7 +120,8 @@ constexpr std::array<std::size_t, N> keras_layer_order(
         if (inputs[i][k] != 0 && !seen[inputs[i][k] - 1u]) stack[top++] = inputs[i][k] - 1u;
     }
     for (std::size_t i = 0; i < N; ++i) order[i] = i;
-    for (std::size_t i = 1; i < N; ++i)  // insertion sort: N is small, and this runs at compile time
+    // Insertion sort: N is small, and this runs when the program compiles.
+    for (std::size_t i = 1; i < N; ++i)
       for (std::size_t j = i; j > 0; --j) {
         const std::size_t a = order[j - 1], b = order[j];
         const bool before = depth[b] > depth[a] ||

@@ -219,7 +219,8 @@ typename trainer_core<B, C>::value_and_grad_result trainer_core<B, C>::value_and
       t->metric_means_ = means;
       std::size_t i = 0;
       if (!pending.empty())
-        for (variable<B>* v : t->model_trainable_variables()) B::copy(pending[i++].local(), v->gradient);
+        for (variable<B>* v : t->model_trainable_variables())
+          B::copy(pending[i++].local(), v->gradient);
     }
   } guard{this, loss_tracker, means, pending};
   value_and_grad_result r;
