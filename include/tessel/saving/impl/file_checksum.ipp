@@ -86,42 +86,41 @@ TESSEL_INLINE std::optional<std::uint32_t> crc32_of_image(std::span<const unsign
 
 namespace tessel::saving {
 
-TESSEL_INLINE std::optional<file_sum> read_checksum_trailer(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<std::uint64_t>(in.tellg());
-  if (!in || size < checksum_trailer_size) return std::nullopt;
+namespace detail {
+// The trailer at the end of the `size` bytes of `in`, if they end with one.
+TESSEL_INLINE std::optional<file_sum> trailer_of(std::istream& in, std::uint64_t size) {
+  if (size < checksum_trailer_size) return std::nullopt;
   std::array<unsigned char, checksum_trailer_size> t{};
   in.seekg(static_cast<std::streamoff>(size - checksum_trailer_size));
   in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size()));
   if (static_cast<std::size_t>(in.gcount()) != t.size() ||
-      std::memcmp(t.data(), detail::checksum_magic, 8) != 0)
+      std::memcmp(t.data(), checksum_magic, 8) != 0)
     return std::nullopt;
   file_sum s;
   for (std::size_t i = 8; i-- > 0;) s.bytes = (s.bytes << 8) | t[8 + i];
   for (std::size_t i = 4; i-- > 0;) s.crc = (s.crc << 8) | t[16 + i];
   return s;
 }
+}  // namespace detail
+
+TESSEL_INLINE std::optional<file_sum> read_checksum_trailer(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<std::uint64_t>(in.tellg());
+  if (!in) return std::nullopt;
+  return detail::trailer_of(in, size);
+}
 
 TESSEL_INLINE checksum_state verify_checksum(const std::filesystem::path& path, std::uint64_t size,
                                              std::uint64_t& content) {
   content = size;
-  if (size < checksum_trailer_size) return checksum_state::none;
   std::ifstream in(path, std::ios::binary);
-  std::array<unsigned char, checksum_trailer_size> t{};
-  in.seekg(static_cast<std::streamoff>(size - checksum_trailer_size));
-  in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size()));
-  if (static_cast<std::size_t>(in.gcount()) != t.size() ||
-      std::memcmp(t.data(), detail::checksum_magic, 8) != 0)
-    return checksum_state::none;
-  std::uint64_t n = 0;
-  std::uint32_t crc = 0;
-  for (std::size_t i = 8; i-- > 0;) n = (n << 8) | t[8 + i];
-  for (std::size_t i = 4; i-- > 0;) crc = (crc << 8) | t[16 + i];
-  if (n != size - checksum_trailer_size) return checksum_state::damaged;
-  content = n;
-  const std::optional<std::uint32_t> actual = detail::crc32_of_file(in, n, {});
-  return actual && *actual == crc ? checksum_state::ok : checksum_state::damaged;
+  const std::optional<file_sum> t = detail::trailer_of(in, size);
+  if (!t) return checksum_state::none;
+  if (t->bytes != size - checksum_trailer_size) return checksum_state::damaged;
+  content = t->bytes;
+  const std::optional<std::uint32_t> actual = detail::crc32_of_file(in, t->bytes, {});
+  return actual && *actual == t->crc ? checksum_state::ok : checksum_state::damaged;
 }
 
 }  // namespace tessel::saving
