@@ -14,14 +14,25 @@
 //                  data_parallel MLP: the stalled collectives are spread over both mesh axes.
 //   --reporter R   every process but R triples its collective timeout, so that R's watchdog
 //                  reports the stall (R may wait for processes that themselves wait).
+//   --diverge K    no model: 20 steps of an all_reduce over the world, where at step 5 the last
+//                  process takes another path (as one that found a backup the others did not):
+//                  K = broadcast-from-0   it runs a broadcast from process 0 (which never does),
+//                  K = broadcast-from-me  a broadcast from itself (as its root it completes it
+//                                         alone, and the paths part silently until later),
+//                  K = barrier            a barrier.
+//                  The watchdog must name the collective number where the paths parted, in every
+//                  run (expect_job_ends.cmake's RUNS).
 // expect_job_ends.cmake runs this under mpiexec and checks the exit code, the messages and how
 // long the job took to end.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 #include <tessel/tessel.hpp>
 
 namespace {
@@ -45,7 +56,29 @@ struct options {
   std::string leave;
   bool model_parallel = false;
   int reporter = -1;
+  std::string diverge;
 };
+
+// --diverge: 20 steps of an all_reduce over the world; the last process takes another path at
+// step 5.
+void diverge(const options& o) {
+  const auto& world = tessel::runtime::world();
+  const int last = tessel::num_processes() - 1;
+  std::vector<float> grads(16, 1.0f);
+  std::int32_t flag = 1;
+  for (int step = 0; step < 20; ++step) {
+    if (step == 5 && tessel::process_id() == last) {
+      std::printf("process %d: %s at step %d\n", last, o.diverge.c_str(), step);
+      std::fflush(stdout);
+      if (o.diverge == "broadcast-from-0") world.broadcast(std::span(&flag, 1), 0);
+      else if (o.diverge == "broadcast-from-me") world.broadcast(std::span(&flag, 1), last);
+      else if (o.diverge == "barrier") world.barrier();
+      else throw std::invalid_argument("--diverge " + o.diverge + ": not a case");
+    }
+    world.all_reduce(std::span(grads));
+  }
+  std::printf("process %d: finished its 20 steps\n", tessel::process_id());
+}
 
 template <class Model>
 void train(const options& o) {
@@ -96,11 +129,17 @@ int main(int argc, char** argv) {
       o.model_parallel = true;
     } else if (std::strcmp(argv[i], "--reporter") == 0 && has_value) {
       o.reporter = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--diverge") == 0 && has_value) {
+      o.diverge = argv[++i];
     }
   }
   tessel::initialize guard(argc, argv, init);
   if (o.reporter >= 0 && tessel::process_id() != o.reporter)
     tessel::set_collective_timeout(3 * tessel::collective_timeout());
+  if (!o.diverge.empty()) {
+    diverge(o);
+    return 0;
+  }
   if (o.leave == "uncaught") {
     o.model_parallel ? train<mp_model>(o) : train<dp_model>(o);
     return 0;

@@ -4,6 +4,7 @@
 // mpi.watchdog_*.)
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,14 @@ stall::process waiting(int channel, std::uint64_t seq, std::vector<std::uint64_t
   p.wait_seq = seq;
   p.entered = std::move(entered);
   return p;
+}
+// `p` ran `what` as collective `seq` of `channel` (replacing what it ran there as that number).
+void ran(stall::process& p, int channel, std::uint64_t seq, stall::call what) {
+  if (p.history.size() <= static_cast<std::size_t>(channel))
+    p.history.resize(static_cast<std::size_t>(channel) + 1);
+  auto& h = p.history[static_cast<std::size_t>(channel)];
+  std::erase_if(h, [&](const stall::ran& r) { return r.seq == seq; });
+  h.push_back({seq, what});
 }
 stall::process running(std::vector<std::uint64_t> entered) {
   stall::process p;
@@ -180,15 +189,26 @@ TEST_CASE("stall: every process arrived, processes on other machines, a wait cyc
 
   // Two processes at the same number of one communicator, one in an all_reduce and the other in
   // a broadcast (they took different paths: one restored a backup, the other did not): every
-  // counter says both arrived, but they wait in different collectives. This was reported as an
-  // MPI or network fault in about one run of six.
+  // counter says both arrived, but they ran different collectives. This was reported as an MPI
+  // or network fault in about one run of six.
   s.processes = {waiting(0, 3, {3}), waiting(0, 3, {3})};
-  s.processes[0].wait_op = stall::op_key("all_reduce");
-  s.processes[1].wait_op = stall::op_key("broadcast");
-  CHECK_THAT(stall::describe(s), Contains("the processes wait in different collectives") &&
-                                     !Contains("MPI or network fault"));
-  s.processes[1].wait_op = stall::op_key("all_reduce");  // the same collective: a fault
-  CHECK_THAT(stall::describe(s), Contains("an MPI or network fault"));
+  ran(s.processes[0], 0, 3, {.op = stall::op_key("all_reduce"), .bytes = 40});
+  ran(s.processes[1], 0, 3, {.op = stall::op_key("broadcast"), .bytes = 4, .root = 0});
+  CHECK_THAT(stall::describe(s),
+             Contains("collective timeout: the processes took different paths through the "
+                      "program: as their collective number 3 over mesh axis 'batch', process 0 "
+                      "of 2 ran all_reduce (sum) of 40 bytes and process 1 of 2 ran broadcast of "
+                      "4 bytes from rank 0 (every process of a communicator must run the same "
+                      "collectives in the same order") &&
+                 !Contains("MPI or network fault"));
+  // The same collective: a fault.
+  ran(s.processes[1], 0, 3, {.op = stall::op_key("all_reduce"), .bytes = 40});
+  CHECK_THAT(stall::describe(s), Contains("an MPI or network fault") && !Contains("paths"));
+  // One name, another size or operation: different collectives.
+  ran(s.processes[1], 0, 3, {.op = stall::op_key("all_reduce"), .bytes = 4});
+  CHECK_THAT(stall::describe(s), Contains("process 1 of 2 ran all_reduce (sum) of 4 bytes"));
+  ran(s.processes[1], 0, 3, {.op = stall::op_key("all_reduce"), .bytes = 40, .max = true});
+  CHECK_THAT(stall::describe(s), Contains("process 1 of 2 ran all_reduce (maximum) of 40 bytes"));
 
   // 0 waits over channel 0 for 1, which waits over channel 1 for 0.
   s.channels.push_back({"mesh axis 'model'", {0, 1}});
@@ -196,6 +216,77 @@ TEST_CASE("stall: every process arrived, processes on other machines, a wait cyc
   CHECK_THAT(stall::describe(s), Contains("the processes wait in different collectives for each "
                                           "other (the program calls collectives in a different "
                                           "order on different processes)"));
+}
+
+TEST_CASE("stall: processes that took different paths are named, even when all look arrived",
+          "[comm][stall]") {
+  const auto all_reduce = stall::call{.op = stall::op_key("all_reduce"), .bytes = 4};
+  const auto broadcast = stall::call{.op = stall::op_key("broadcast"), .bytes = 4, .root = 0};
+  const auto barrier = stall::call{.op = stall::op_key(stall::guard_barrier)};
+  stall::snapshot s{.reporter = 1,
+                    .op = "all_reduce",
+                    .channel = 0,
+                    .seq = 6,
+                    .waited = 2,
+                    .timeout = 2,
+                    .channels = {{"the world", {0, 1}}},
+                    .processes = {}};
+  // Process 0 ran an extra broadcast as number 5 (as the root its broadcast completes without
+  // the other); process 1's all_reduce 5 was paired by MPI with 0's all_reduce 6, and 1 now
+  // waits in its all_reduce 6 while 0 waits in the barrier where the guards end, its number 7.
+  // The counters say that 0 has passed 6: arrived. The histories say where the paths parted.
+  s.processes = {waiting(0, 7, {7}), waiting(0, 6, {6})};
+  for (std::uint64_t k = 1; k <= 4; ++k) {
+    ran(s.processes[0], 0, k, all_reduce);
+    ran(s.processes[1], 0, k, all_reduce);
+  }
+  ran(s.processes[0], 0, 5, broadcast);
+  ran(s.processes[0], 0, 6, all_reduce);
+  ran(s.processes[0], 0, 7, barrier);
+  ran(s.processes[1], 0, 5, all_reduce);
+  ran(s.processes[1], 0, 6, all_reduce);
+  const std::string m = stall::describe(s);
+  CHECK_THAT(m, Contains("collective timeout: the processes took different paths through the "
+                         "program: as their collective number 5 over the world, process 0 of 2 "
+                         "ran broadcast of 4 bytes from rank 0 and process 1 of 2 ran all_reduce "
+                         "(sum) of 4 bytes"));
+  CHECK_THAT(m, Contains("Process 1 waited 2 s (timeout 2 s) in all_reduce over the world (its "
+                         "collective number 6)"));
+  CHECK_THAT(m, !Contains("MPI or network fault") && !Contains("number 6 over the world, "));
+
+  // Without the histories (older than what is kept), the counters' answer stands.
+  s.processes[0].history.clear();
+  s.processes[1].history.clear();
+  CHECK_THAT(stall::describe(s), Contains("MPI or network fault"));
+
+  // Four processes, grouped by what they ran; names not known are said so; the earliest number
+  // at which they part is named.
+  s.channels = {{"mesh axis 'batch'", {0, 1, 2, 3}}};
+  s.processes = {waiting(0, 6, {6}), waiting(0, 6, {6}), waiting(0, 6, {6}), waiting(0, 6, {6})};
+  for (int r = 0; r < 4; ++r) {
+    ran(s.processes[static_cast<std::size_t>(r)], 0, 5, r == 2 ? broadcast : all_reduce);
+    ran(s.processes[static_cast<std::size_t>(r)], 0, 6,
+        r == 3 ? stall::call{.op = stall::op_key("my_collective")} : barrier);
+  }
+  CHECK_THAT(stall::describe(s),
+             Contains("as their collective number 5 over mesh axis 'batch', processes 0, 1, 3 "
+                      "of 4 ran all_reduce (sum) of 4 bytes and process 2 of 4 ran broadcast") &&
+                 !Contains("number 6 over mesh axis 'batch', "));
+
+  // Rows of a mesh share a channel number, not their members: rows that ran different things
+  // (each row alike within itself) did not take different paths.
+  s.channels = {{"mesh axis 'model'", {0, 1}}};
+  s.processes = {waiting(0, 6, {6}), waiting(0, 6, {6}), waiting(0, 6, {6}), waiting(0, 6, {6})};
+  for (int r = 0; r < 4; ++r) {
+    auto& p = s.processes[static_cast<std::size_t>(r)];
+    p.group = {stall::group_key(r < 2 ? 0 : 2, 2)};
+    ran(p, 0, 6, r < 2 ? all_reduce : broadcast);
+  }
+  CHECK_THAT(stall::describe(s), !Contains("different paths"));
+  ran(s.processes[3], 0, 6, all_reduce);  // row {2, 3} parts
+  CHECK_THAT(stall::describe(s), Contains("as their collective number 6 over mesh axis 'model', "
+                                          "process 2 of 4 ran broadcast of 4 bytes from rank 0 "
+                                          "and process 3 of 4 ran all_reduce (sum)"));
 }
 
 TEST_CASE("stall: ranks are listed in ranges", "[comm][stall]") {

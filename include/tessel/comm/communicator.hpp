@@ -53,6 +53,13 @@ inline int count_of(std::size_t n) {
   return static_cast<int>(n);
 }
 
+// The bytes of `n` elements of `type`, as the watchdog records a collective's size.
+inline std::uint64_t bytes_of(std::size_t n, MPI_Datatype type) noexcept {
+  int size = 0;
+  MPI_Type_size(type, &size);
+  return static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(size);
+}
+
 // A communicator's copy (out = in) needs spans of one size; called where they differ.
 // [[noreturn]], so that the compiler knows the copy after it has equal sizes (else GCC's
 // -Warray-bounds sees a copy of 3 elements into 2 on the error path of a test).
@@ -221,10 +228,16 @@ class communicator {
   }
 
   // Counts collective `op` on this group for the watchdog (it names the processes that did not
-  // arrive): a collective run here, or one another library runs over this group's processes
-  // (NCCL's communicator being made), watched by holding a watched_wait with the tag.
-  [[nodiscard]] collective_tag tag(const char* op) const noexcept {
-    return {op, channel_, watchdog::instance().enter(channel_)};
+  // arrive, and those that ran another collective in its place): a collective run here, or one
+  // another library runs over this group's processes (NCCL's communicator being made), watched
+  // by holding a watched_wait with the tag. `bytes`: what each process contributes; `root`: a
+  // broadcast's; `max`: an all_reduce of the maximum.
+  [[nodiscard]] collective_tag tag(const char* op, std::uint64_t bytes = 0, int root = -1,
+                                   bool max = false) const noexcept {
+    auto& w = watchdog::instance();
+    if (!w.running() || channel_ < 0) return {op, channel_, 0};
+    return {op, channel_,
+            w.enter(channel_, stall::op_key(op), watchdog::shape_word(bytes, root, max))};
   }
 
  private:
@@ -320,7 +333,8 @@ TESSEL_INLINE void communicator::buffers::copy() const {
 TESSEL_INLINE void communicator::all_reduce_erased(void* data, std::size_t n, MPI_Datatype type,
                                                    reduce_op op) const {
   if (!uses_mpi() || n == 0) return;
-  const watched_wait watch(tag("all_reduce"));
+  const watched_wait watch(
+      tag("all_reduce", detail::bytes_of(n, type), -1, op == reduce_op::max));
   detail::check(MPI_Allreduce(MPI_IN_PLACE, data, detail::count_of(n), type,
                               op == reduce_op::max ? MPI_MAX : MPI_SUM, comm_),
                 "MPI_Allreduce");
@@ -328,7 +342,7 @@ TESSEL_INLINE void communicator::all_reduce_erased(void* data, std::size_t n, MP
 TESSEL_INLINE void communicator::all_gather_erased(const buffers& b) const {
   check_blocks("all_gather", b.out_count, b.in_count);
   if (!uses_mpi()) return b.copy();
-  const watched_wait watch(tag("all_gather"));
+  const watched_wait watch(tag("all_gather", detail::bytes_of(b.in_count, b.type)));
   detail::check(MPI_Allgather(b.in, detail::count_of(b.in_count), b.type, b.out,
                               detail::count_of(b.in_count), b.type, comm_),
                 "MPI_Allgather");
@@ -336,7 +350,7 @@ TESSEL_INLINE void communicator::all_gather_erased(const buffers& b) const {
 TESSEL_INLINE void communicator::reduce_scatter_erased(const buffers& b) const {
   check_blocks("reduce_scatter", b.in_count, b.out_count);
   if (!uses_mpi()) return b.copy();
-  const watched_wait watch(tag("reduce_scatter"));
+  const watched_wait watch(tag("reduce_scatter", detail::bytes_of(b.in_count, b.type)));
   detail::check(MPI_Reduce_scatter_block(b.in, b.out, detail::count_of(b.out_count), b.type,
                                          MPI_SUM, comm_),
                 "MPI_Reduce_scatter_block");
@@ -345,14 +359,14 @@ TESSEL_INLINE void communicator::broadcast_erased(void* data, std::size_t n, MPI
                                                   int root) const {
   check_root(root);
   if (!uses_mpi() || n == 0) return;
-  const watched_wait watch(tag("broadcast"));
+  const watched_wait watch(tag("broadcast", detail::bytes_of(n, type), root));
   detail::check(MPI_Bcast(data, detail::count_of(n), type, root, comm_), "MPI_Bcast");
 }
 TESSEL_INLINE void communicator::all_to_all_erased(const buffers& b) const {
   check_same("all_to_all", b.in_count, b.out_count);
   if (!uses_mpi()) return b.copy();
   const int block = detail::count_of(b.in_count / static_cast<std::size_t>(size_));
-  const watched_wait watch(tag("all_to_all"));
+  const watched_wait watch(tag("all_to_all", detail::bytes_of(b.in_count, b.type)));
   detail::check(MPI_Alltoall(b.in, block, b.type, b.out, block, b.type, comm_), "MPI_Alltoall");
 }
 TESSEL_INLINE request communicator::iall_reduce_erased(void* data, std::size_t n,
@@ -361,7 +375,7 @@ TESSEL_INLINE request communicator::iall_reduce_erased(void* data, std::size_t n
   MPI_Request r{};
   detail::check(MPI_Iallreduce(MPI_IN_PLACE, data, detail::count_of(n), type, MPI_SUM, comm_, &r),
                 "MPI_Iallreduce");
-  return request(r, tag("all_reduce"));
+  return request(r, tag("all_reduce", detail::bytes_of(n, type)));
 }
 TESSEL_INLINE request communicator::iall_gather_erased(const buffers& b) const {
   check_blocks("all_gather", b.out_count, b.in_count);
@@ -370,7 +384,7 @@ TESSEL_INLINE request communicator::iall_gather_erased(const buffers& b) const {
   detail::check(MPI_Iallgather(b.in, detail::count_of(b.in_count), b.type, b.out,
                                detail::count_of(b.in_count), b.type, comm_, &r),
                 "MPI_Iallgather");
-  return request(r, tag("all_gather"));
+  return request(r, tag("all_gather", detail::bytes_of(b.in_count, b.type)));
 }
 TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) const {
   check_blocks("reduce_scatter", b.in_count, b.out_count);
@@ -379,7 +393,7 @@ TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) con
   detail::check(MPI_Ireduce_scatter_block(b.in, b.out, detail::count_of(b.out_count), b.type,
                                           MPI_SUM, comm_, &r),
                 "MPI_Ireduce_scatter_block");
-  return request(r, tag("reduce_scatter"));
+  return request(r, tag("reduce_scatter", detail::bytes_of(b.in_count, b.type)));
 }
 TESSEL_INLINE request communicator::ibroadcast_erased(void* data, std::size_t n,
                                                       MPI_Datatype type, int root) const {
@@ -387,7 +401,7 @@ TESSEL_INLINE request communicator::ibroadcast_erased(void* data, std::size_t n,
   if (!uses_mpi() || n == 0) return {};
   MPI_Request r{};
   detail::check(MPI_Ibcast(data, detail::count_of(n), type, root, comm_, &r), "MPI_Ibcast");
-  return request(r, tag("broadcast"));
+  return request(r, tag("broadcast", detail::bytes_of(n, type), root));
 }
 TESSEL_INLINE request communicator::iall_to_all_erased(const buffers& b) const {
   check_same("all_to_all", b.in_count, b.out_count);
@@ -396,7 +410,7 @@ TESSEL_INLINE request communicator::iall_to_all_erased(const buffers& b) const {
   MPI_Request r{};
   detail::check(MPI_Ialltoall(b.in, block, b.type, b.out, block, b.type, comm_, &r),
                 "MPI_Ialltoall");
-  return request(r, tag("all_to_all"));
+  return request(r, tag("all_to_all", detail::bytes_of(b.in_count, b.type)));
 }
 #endif
 

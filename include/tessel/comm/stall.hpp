@@ -1,12 +1,15 @@
 // stall: what the collective watchdog says when a collective has waited past the timeout. From a
 // snapshot of every process it can see (the processes of its machine, through shared memory:
-// how many collectives each entered on each communicator, which one it waits in, whether it is
-// stopped, has exited or has ended its initialize guard) it finds the processes the job really
-// waits for, following processes that wait in another collective to the ones they wait for, and
-// names them in one message. Pure: no MPI, no clock, so that each case is tested on its own.
+// how many collectives each entered on each communicator and what the last few were, which one it
+// waits in, whether it is stopped, has exited or has ended its initialize guard) it finds the
+// processes the job really waits for, following processes that wait in another collective to the
+// ones they wait for, and names them in one message. Processes that ran different collectives as
+// the same number of one communicator took different paths through the program: that is named
+// first, as the cause. Pure: no MPI, no clock, so that each case is tested on its own.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +21,39 @@
 
 namespace tessel::comm::stall {
 
+// A collective's name as a number, as processes publish it: FNV-1a, never 0.
+constexpr std::uint64_t op_key(const char* op) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char* c = op; c != nullptr && *c != '\0'; ++c)
+    h = (h ^ static_cast<unsigned char>(*c)) * 0x100000001b3ULL;
+  return h == 0 ? 1 : h;
+}
+
+// The barrier every process passes when its tessel::initialize guard ends.
+inline constexpr const char* guard_barrier = "the barrier where every process's guard ends";
+// The collectives a message can name from their op_key.
+inline constexpr std::array<const char*, 8> known_ops{
+    "all_reduce", "all_gather", "reduce_scatter",   "broadcast",
+    "all_to_all", "barrier",    "ncclCommInitRank", guard_barrier};
+
+// One collective as a process ran it. Every process of a communicator must run the same ones in
+// the same order. Processes that ran different collectives as the same number of one
+// communicator took different paths through the program (one restored a backup, the other did
+// not), and MPI may then pair collectives of different kinds, complete one on one side only, or
+// wait for ever: the counters alone may then say that every process arrived.
+struct call {
+  std::uint64_t op = 0;     // op_key of its name; 0: not known
+  std::uint64_t bytes = 0;  // the bytes each process contributes (all_gather: its block)
+  int root = -1;            // a broadcast's root, as a rank of its group; -1: none
+  bool max = false;         // an all_reduce of the maximum, not the sum
+  friend bool operator==(const call&, const call&) = default;
+};
+// Collective number `seq` of a channel, as a process ran it.
+struct ran {
+  std::uint64_t seq = 0;
+  call what;
+};
+
 // One process as the watchdog sees it.
 struct process {
   bool known = false;                  // on this machine: the fields below are read from it
@@ -26,23 +62,15 @@ struct process {
   bool leaving = false;                // its tessel::initialize guard ended (main returned)
   int wait_channel = -1;               // the communicator of the collective it waits in, -1: none
   std::uint64_t wait_seq = 0;          // that collective's number there
-  std::uint64_t wait_op = 0;           // which collective that is (op_key of its name), 0: unknown
   std::vector<std::uint64_t> entered;  // per channel: the collectives it has entered
+  // Per channel: the last collectives it ran there (the watchdog keeps a few); empty: unknown.
+  std::vector<std::vector<ran>> history;
   // Per channel: which communicator it belongs to there (group_key), 0 for none. Processes of
   // different rows of a mesh share a channel number (one per axis) but not its members: a
   // process whose key differs from the reporter's waits with the processes that share its key.
   // Empty: the reporter's members (one communicator per channel).
   std::vector<std::uint64_t> group;
 };
-
-// A collective's name as a number, to tell two processes waiting at the same place of one
-// communicator in different collectives (a broadcast and an all_reduce) apart: FNV-1a, never 0.
-constexpr std::uint64_t op_key(const char* op) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char* c = op; c != nullptr && *c != '\0'; ++c)
-    h = (h ^ static_cast<unsigned char>(*c)) * 0x100000001b3ULL;
-  return h == 0 ? 1 : h;
-}
 
 // A communicator as a number: its lowest world rank and its size.
 constexpr std::uint64_t group_key(int lowest, int size) noexcept {
@@ -70,6 +98,10 @@ namespace detail {
 // "3", "0-6", "0, 2, 5-7": ranks in increasing order.
 TESSEL_INLINE std::string ranks_text(const std::vector<int>& sorted);
 TESSEL_INLINE std::string seconds_text(double s, const char* format);
+// "all_reduce (sum) of 40 bytes", "broadcast of 4 bytes from rank 0", "barrier".
+TESSEL_INLINE std::string call_text(const call& c);
+// What process `p` ran as collective `seq` of `channel`, or null when it is not known.
+TESSEL_INLINE const call* ran_at(const process& p, int channel, std::uint64_t seq);
 }  // namespace detail
 
 // Why the job waits, as one message (without a trailing newline).
@@ -95,6 +127,21 @@ TESSEL_INLINE std::string seconds_text(double s, const char* format) {
   std::snprintf(b, sizeof b, format, s);
   return b;
 }
+TESSEL_INLINE std::string call_text(const call& c) {
+  const auto name = std::find_if(known_ops.begin(), known_ops.end(),
+                                 [&](const char* op) { return op_key(op) == c.op; });
+  std::string out = name != known_ops.end() ? *name : "a collective of a name not known here";
+  if (c.op == op_key("all_reduce")) out += c.max ? " (maximum)" : " (sum)";
+  if (c.bytes != 0) out += " of " + std::to_string(c.bytes) + (c.bytes == 1 ? " byte" : " bytes");
+  if (c.root >= 0) out += " from rank " + std::to_string(c.root);
+  return out;
+}
+TESSEL_INLINE const call* ran_at(const process& p, int channel, std::uint64_t seq) {
+  if (channel < 0 || static_cast<std::size_t>(channel) >= p.history.size()) return nullptr;
+  for (const ran& r : p.history[static_cast<std::size_t>(channel)])
+    if (r.seq == seq && r.what.op != 0) return &r.what;
+  return nullptr;
+}
 }  // namespace detail
 
 TESSEL_INLINE std::string describe(const snapshot& s) {
@@ -105,7 +152,6 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
   std::vector<std::uint64_t> cause_seq(s.processes.size(), 0);
   std::vector<bool> visited(s.processes.size(), false), unknown(s.processes.size(), false);
   bool missing = false;    // some process has not entered a collective others wait in
-  const std::uint64_t reporter_op = op_key(s.op);
   std::size_t hidden = 0;  // members on other machines whose ranks are not known here
   std::vector<std::pair<int, std::uint64_t>> counted;  // the rows counted in `hidden`
 
@@ -142,12 +188,15 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
         unknown[i] = true;
         continue;
       }
-      // A process that waits at this number of this communicator, but in another collective (it
-      // took another path through the program), has not arrived at this one.
-      const bool elsewhere_here = p.wait_channel == c && p.wait_seq == seq && p.wait_op != 0 &&
-                                  p.wait_op != reporter_op;
+      // A process that ran another collective as this number of this communicator (it took
+      // another path through the program) has not arrived at this one.
+      const call* theirs = detail::ran_at(p, c, seq);
+      const call* ours = via >= 0 && via < n
+                             ? detail::ran_at(s.processes[static_cast<std::size_t>(via)], c, seq)
+                             : nullptr;
+      const bool other_call = theirs != nullptr && ours != nullptr && !(*theirs == *ours);
       const bool arrived = static_cast<std::size_t>(c) < p.entered.size() &&
-                           p.entered[static_cast<std::size_t>(c)] >= seq && !elsewhere_here;
+                           p.entered[static_cast<std::size_t>(c)] >= seq && !other_call;
       missing = missing || !arrived;
       if (cause[i] != why::none) continue;
       if (p.stopped) {
@@ -179,13 +228,69 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
                : std::string("an unknown communicator");
   };
   const std::string of = " of " + std::to_string(n);
+  const auto who_text = [&](const std::vector<int>& ranks) {
+    return (ranks.size() == 1 ? "process " : "processes ") + detail::ranks_text(ranks) + of;
+  };
+
+  // Processes of one communicator that ran different collectives as one number: for each
+  // communicator, the first such number, the processes grouped by what they ran there.
+  std::string paths;
+  for (int c = 0; c < static_cast<int>(s.channels.size()); ++c) {
+    const auto& members = s.channels[static_cast<std::size_t>(c)].members;
+    std::vector<std::pair<std::uint64_t, std::vector<int>>> groups;  // by key (0: reporter's)
+    for (int r = 0; r < n; ++r) {
+      if (!s.processes[static_cast<std::size_t>(r)].known) continue;
+      std::uint64_t k = key(r, c);
+      if (k == 0) {
+        if (std::find(members.begin(), members.end(), r) == members.end()) continue;
+        k = key(s.reporter, c);
+      }
+      auto g = std::find_if(groups.begin(), groups.end(), [&](auto& e) { return e.first == k; });
+      if (g == groups.end()) groups.push_back({k, {r}});
+      else g->second.push_back(r);
+    }
+    for (const auto& group : groups) {
+      std::vector<std::uint64_t> seqs;
+      for (const int r : group.second) {
+        const process& p = s.processes[static_cast<std::size_t>(r)];
+        if (static_cast<std::size_t>(c) < p.history.size())
+          for (const ran& x : p.history[static_cast<std::size_t>(c)]) seqs.push_back(x.seq);
+      }
+      std::sort(seqs.begin(), seqs.end());
+      seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
+      for (const std::uint64_t seq : seqs) {
+        std::vector<std::pair<call, std::vector<int>>> by_call;
+        for (const int r : group.second) {
+          const call* w = detail::ran_at(s.processes[static_cast<std::size_t>(r)], c, seq);
+          if (w == nullptr) continue;
+          auto e = std::find_if(by_call.begin(), by_call.end(),
+                                [&](auto& x) { return x.first == *w; });
+          if (e == by_call.end()) by_call.push_back({*w, {r}});
+          else e->second.push_back(r);
+        }
+        if (by_call.size() < 2) continue;
+        paths += (paths.empty() ? "" : "; ") + std::string("as their collective number ") +
+                 std::to_string(seq) + " over " + label(c) + ", ";
+        for (std::size_t i = 0; i < by_call.size(); ++i)
+          paths += std::string(i == 0 ? "" : i + 1 == by_call.size() ? " and " : ", ") +
+                   who_text(by_call[i].second) + " ran " + detail::call_text(by_call[i].first);
+        break;
+      }
+    }
+  }
+
   std::string msg = "tessel: collective timeout: ";
+  if (!paths.empty())
+    msg += "the processes took different paths through the program: " + paths +
+           " (every process of a communicator must run the same collectives in the same order: "
+           "look for a branch that some processes take and others do not, such as a file found "
+           "by one process only, a test of process_id, or an exception caught on one process)";
   std::vector<int> causes;
   for (int r = 0; r < n; ++r) {
     const auto i = static_cast<std::size_t>(r);
     if (cause[i] == why::none) continue;
     causes.push_back(r);
-    if (causes.size() > 1) msg += "; ";
+    if (causes.size() > 1 || !paths.empty()) msg += "; ";
     const std::string who = "process " + std::to_string(r) + of;
     switch (cause[i]) {
       case why::stopped_inside:
@@ -224,7 +329,7 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
   if (hidden > 0)
     others_text += (others.empty() ? "" : ", and ") + std::to_string(hidden) +
                    (others.empty() ? " of them" : " more");
-  if (causes.empty()) {
+  if (causes.empty() && paths.empty()) {
     if (!others_text.empty())
       msg += "the processes it waits for that are on other machines could not be checked (" +
              others_text + ")";

@@ -5,8 +5,9 @@
 // names the processes the job waits for, then calls MPI_Abort.
 //
 // One diagnosis: every process keeps, in memory shared with the other processes of its machine
-// (a POSIX shared-memory segment), how many collectives it has entered on each communicator,
-// which one it waits in, and whether its initialize guard has ended. The first process of a
+// (a POSIX shared-memory segment), how many collectives it has entered on each communicator and
+// what the last few were (name, bytes, root), which one it waits in, and whether its initialize
+// guard has ended. The first process of a
 // machine whose wait times out reports, alone: from the shared state and /proc (a process that
 // is stopped, or gone) it follows the processes that wait in other collectives to the ones they
 // wait for, and names those (comm/stall.hpp). The other processes of the machine say nothing
@@ -67,6 +68,19 @@ struct collective_tag {
 class watchdog {
  public:
   static constexpr std::size_t max_channels = 64;
+  // The collectives of each communicator a process keeps in its slot, the last ones it ran: two
+  // processes that ran different ones as one number took different paths through the program.
+  static constexpr std::size_t history_length = 8;
+
+  // A collective's size, root and operation as one word of the slot: the bytes above bit 20,
+  // bit 19 for an all_reduce of the maximum, the root + 1 below (0: none).
+  static constexpr std::uint64_t shape_word(std::uint64_t bytes, int root, bool max) noexcept {
+    return (bytes << 20) | (max ? 0x80000u : 0u) |
+           (static_cast<std::uint64_t>(root + 1) & 0x7ffffu);
+  }
+  static constexpr stall::call call_of(std::uint64_t op, std::uint64_t shape) noexcept {
+    return {op, shape >> 20, static_cast<int>(shape & 0x7ffffu) - 1, (shape & 0x80000u) != 0};
+  }
 
   static watchdog& instance() {
     static watchdog w;
@@ -102,11 +116,21 @@ class watchdog {
   // every channel is taken (its collectives are then timed, but who has not arrived is unknown).
   int register_channel(MPI_Comm c, std::string label);
 
-  // This process enters a collective on `channel`: returns its number there (1, 2, ...).
-  std::uint64_t enter(int channel) noexcept {
+  // This process enters a collective on `channel` (`op`: op_key of its name, `shape`:
+  // shape_word): returns its number there (1, 2, ...). The entry of the history is written as a
+  // sequence lock (its number cleared, the fields, its number), so that a reader never takes
+  // half an entry for a whole one.
+  std::uint64_t enter(int channel, std::uint64_t op = 0, std::uint64_t shape = 0) noexcept {
     if (!running_ || channel < 0) return 0;
+    constexpr auto relaxed = std::memory_order_relaxed;
     std::atomic_ref<std::uint64_t> n(own_[channel]);
-    const std::uint64_t k = n.load(std::memory_order_relaxed) + 1;
+    const std::uint64_t k = n.load(relaxed) + 1;
+    std::uint64_t* e = history_entry(own_, channel, k);
+    word(e, 0).store(0, relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    word(e, 1).store(op, relaxed);
+    word(e, 2).store(shape, relaxed);
+    word(e, 0).store(k, std::memory_order_release);
     n.store(k, std::memory_order_release);
     return k;
   }
@@ -123,7 +147,6 @@ class watchdog {
     op_.store(op, relaxed);
     channel_.store(channel, relaxed);
     seq_.store(seq, relaxed);
-    word(own_, op_word).store(stall::op_key(op), relaxed);
     word(own_, wait_word).store(encode_wait(channel, seq), std::memory_order_release);
     if (timed) waiting_.store(++wait_id_, std::memory_order_release);
   }
@@ -143,10 +166,13 @@ class watchdog {
 
  private:
   // A process's words in the segment: its counters, then what it waits in, its pid, its flags,
-  // (spare words to a cache line), then per channel the communicator it is in (group_key).
+  // (spare words to a cache line), then per channel the communicator it is in (group_key), then
+  // per channel its last collectives (history_length entries of 3 words: number, op, shape).
   static constexpr std::size_t wait_word = max_channels, pid_word = max_channels + 1,
-                               flags_word = max_channels + 2, op_word = max_channels + 3,
-                               group_word = max_channels + 8, slot_words = 2 * max_channels + 8;
+                               flags_word = max_channels + 2, group_word = max_channels + 8,
+                               history_word = 2 * max_channels + 8, entry_words = 3,
+                               slot_words =
+                                   history_word + max_channels * history_length * entry_words;
   static constexpr std::size_t header_words = 8;  // [0]: the reporter's world rank + 1
   static constexpr std::uint64_t leaving_flag = 1;
 
@@ -157,6 +183,12 @@ class watchdog {
   // 0: not waiting; else the collective's number above bit 16, bit 15 set, the channel + 1 below.
   static std::uint64_t encode_wait(int channel, std::uint64_t seq) noexcept {
     return (seq << 16) | 0x8000u | static_cast<std::uint64_t>(channel + 1);
+  }
+  static std::uint64_t* history_entry(std::uint64_t* slot, int channel,
+                                      std::uint64_t seq) noexcept {
+    return slot + history_word +
+           (static_cast<std::size_t>(channel) * history_length + seq % history_length) *
+               entry_words;
   }
   std::uint64_t* slot_at(int local) const noexcept {
     return shared_ + header_words + static_cast<std::size_t>(local) * slot_words;
@@ -440,19 +472,27 @@ TESSEL_INLINE void watchdog::report(stall::snapshot& s) const {
     p.known = true;
     p.entered.resize(used);
     p.group.resize(used);
+    p.history.resize(used);
     for (std::size_t c = 0; c < used; ++c) {
       p.entered[c] = word(slot, c).load(std::memory_order_acquire);
       p.group[c] = word(slot, group_word + c).load(std::memory_order_acquire);
+      for (std::size_t j = 0; j < history_length; ++j) {
+        std::uint64_t* e = slot + history_word + (c * history_length + j) * entry_words;
+        const std::uint64_t seq = word(e, 0).load(std::memory_order_acquire);
+        const std::uint64_t op = word(e, 1).load(std::memory_order_relaxed);
+        const std::uint64_t shape = word(e, 2).load(std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (seq != 0 && word(e, 0).load(std::memory_order_relaxed) == seq)
+          p.history[c].push_back({seq, call_of(op, shape)});
+      }
     }
     const std::uint64_t w = word(slot, wait_word).load(std::memory_order_acquire);
     if (w != 0 && r != world_rank_) {
       p.wait_channel = static_cast<int>(w & 0x7fffu) - 1;
       p.wait_seq = w >> 16;
-      p.wait_op = word(slot, op_word).load(std::memory_order_acquire);
     } else if (r == world_rank_) {
       p.wait_channel = s.channel;
       p.wait_seq = s.seq;
-      p.wait_op = stall::op_key(s.op);
     }
     p.leaving = (word(slot, flags_word).load(std::memory_order_acquire) & leaving_flag) != 0;
     if (r != world_rank_) read_process_state(word(slot, pid_word).load(), p);

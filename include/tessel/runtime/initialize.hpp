@@ -177,7 +177,7 @@ TESSEL_INLINE void initialize::leave() {
   w.guard_open = false;
   if (!w.mpi || w.size <= 1) return;
   comm::watchdog::instance().mark_leaving();
-  runtime::world().barrier("the barrier where every process's guard ends", false);
+  runtime::world().barrier(comm::stall::guard_barrier, false);
 }
 #endif
 
