@@ -12,7 +12,7 @@ out=$here/corpus
 rm -rf "$out"
 mkdir -p "$out/idx" "$out/fashion_mnist" "$out/regex" "$out/collective_timeout" \
   "$out/checkpoint_manifest" "$out/checkpoint_metadata" "$out/keras_config" "$out/zip" \
-  "$out/weights_precheck" "$out/weights_index"
+  "$out/weights_precheck" "$out/weights_index" "$out/checkpoint_path"
 
 byte() { printf "\\x$(printf %02x "$1")"; }
 be32() { byte $(($1 >> 24 & 255)); byte $(($1 >> 16 & 255)); byte $(($1 >> 8 & 255)); byte $(($1 & 255)); }
@@ -99,6 +99,18 @@ for v in 600 0 1.5 0.25e1 0x1p4 1e400 inf nan -1 '' ' 5' 5s; do
   printf '%s' "$v" >"$out/collective_timeout/$(printf %02d $n)"
   n=$((n + 1))
 done
+# --- checkpoint_path: a byte for what lies at work/ckpt (low 3 bits) and work/ckpt.partial (next
+# 3), then the path ($S: the sandbox, $H: the home directory).
+cpath() { { byte "$1"; printf '%s' "$2"; } >"$out/checkpoint_path/$3"; }
+cpath 2 ckpt replace_checkpoint; cpath 2 ckpt/ trailing_separator; cpath 2 ./ckpt/. dots
+cpath 0 . working_dir; cpath 0 .. parent; cpath 0 ../work parent_named; cpath 0 / root
+cpath 0 // root_twice; cpath 0 '$H' home; cpath 0 '$H/' home_slash; cpath 0 '$S/work' work_absolute
+cpath 0 '$S' sandbox; cpath 1 ckpt user_file; cpath 3 ckpt/ checkpoint_with_user_file
+cpath 4 ckpt empty_dir; cpath 5 ckpt symlink; cpath 6 ckpt shard_named_dir
+cpath 7 ckpt other_manifest; cpath $((2 | 1 << 3)) ckpt staging_is_user_file
+cpath $((2 | 2 << 3)) ckpt staging_left_over; cpath $((3 << 3)) ckpt staging_with_user_file
+cpath 2 ckpt/../ckpt up_and_back; cpath 2 '$S/work/ckpt/' absolute_trailing
+cpath 0 new/run/ckpt nested_new; cpath 2 ../work/ckpt via_parent; cpath 5 ckpt/inner through_symlink
 # --- the saving harnesses' seeds (Python: JSON, CRC-32 and zip as the formats need them).
 python3 - "$out" "$here/../golden/saving" <<'EOF'
 import io, json, os, struct, sys, zipfile, zlib
