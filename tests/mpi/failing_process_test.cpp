@@ -18,10 +18,12 @@
 //                  process takes another path (as one that found a backup the others did not):
 //                  K = broadcast-from-0   it runs a broadcast from process 0 (which never does),
 //                  K = broadcast-from-me  a broadcast from itself (as its root it completes it
-//                                         alone, and the paths part silently until later),
+//                                         alone, MPI pairs the all_reduces that follow, and the
+//                                         job would end normally: the guards' comparison of what
+//                                         each process ran ends it with exit code 1),
 //                  K = barrier            a barrier.
-//                  The watchdog must name the collective number where the paths parted, in every
-//                  run (expect_job_ends.cmake's RUNS).
+//                  In the first two the watchdog must name the collective number where the
+//                  paths parted, in every run (expect_job_ends.cmake's RUNS).
 // expect_job_ends.cmake runs this under mpiexec and checks the exit code, the messages and how
 // long the job took to end.
 #include <csignal>

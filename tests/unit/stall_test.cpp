@@ -296,3 +296,50 @@ TEST_CASE("stall: ranks are listed in ranges", "[comm][stall]") {
   CHECK(ranks_text({0, 1, 2, 3, 4, 5, 6}) == "0-6");
   CHECK(ranks_text({0, 2, 5, 6, 7}) == "0, 2, 5-7");
 }
+
+TEST_CASE("stall: processes that ran different collectives are found when their guards end",
+          "[comm][stall]") {
+  using stall::path;
+  const std::vector<std::string> labels{"the world", "mesh axis 'model'"};
+  const auto fp = [](std::initializer_list<const char*> ops) {
+    std::uint64_t f = 0;
+    for (const char* op : ops) f = stall::next_fingerprint(f, stall::op_key(op), 64);
+    return f;
+  };
+  const std::uint64_t world = stall::group_key(0, 2);
+  const path same{world, 2, fp({"all_reduce", "all_reduce"})};
+  CHECK(stall::parted_paths({{same}, {same}}, labels).empty());
+
+  // One more collective on process 1 (a broadcast whose root completed it alone).
+  const path more{world, 3, fp({"all_reduce", "broadcast", "all_reduce"})};
+  CHECK(stall::parted_paths({{same}, {more}}, labels) ==
+        "tessel: the processes took different paths through the program: over the world, "
+        "process 0 of 2 ran 2 collectives and process 1 of 2 ran 3 collectives. Every process of "
+        "a communicator must run the same collectives in the same order; MPI paired these as it "
+        "could (a broadcast's root completes alone), so what was computed after the paths "
+        "parted may be wrong. Look for a branch that some processes take and others do not, "
+        "such as a file found by one process only, a test of process_id, or an exception caught "
+        "on one process.");
+
+  // As many, in another order: the fingerprint tells them apart.
+  const path swapped{world, 2, fp({"broadcast", "all_reduce"})};
+  const path other{world, 2, fp({"all_reduce", "broadcast"})};
+  CHECK(other.fingerprint != swapped.fingerprint);
+  CHECK_THAT(stall::parted_paths({{swapped}, {other}}, labels),
+             Contains("process 0 of 2 ran 2 collectives (sequence 1) and process 1 of 2 ran 2 "
+                      "collectives (sequence 2)"));
+
+  // Rows of a mesh (two communicators on channel 1) may run different things; within a row they
+  // may not. Processes not in a communicator of a channel (group 0) are left out.
+  const std::uint64_t row0 = stall::group_key(0, 2), row1 = stall::group_key(2, 2);
+  const path a{row0, 4, fp({"all_gather"})}, b{row1, 7, fp({"reduce_scatter"})};
+  const path idle{};
+  std::vector<std::vector<path>> rows{{same, a}, {same, a}, {same, b}, {same, b}, {same, idle}};
+  for (auto& p : rows) p[0].group = stall::group_key(0, 5);
+  CHECK(stall::parted_paths(rows, labels).empty());
+  rows[3][1].count = 8;
+  CHECK_THAT(stall::parted_paths(rows, labels),
+             Contains("over mesh axis 'model', process 2 of 5 ran 7 collectives and process 3 "
+                      "of 5 ran 8 collectives. Every") &&
+                 !Contains("the world"));
+}

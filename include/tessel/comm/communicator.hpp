@@ -53,13 +53,6 @@ inline int count_of(std::size_t n) {
   return static_cast<int>(n);
 }
 
-// The bytes of `n` elements of `type`, as the watchdog records a collective's size.
-inline std::uint64_t bytes_of(std::size_t n, MPI_Datatype type) noexcept {
-  int size = 0;
-  MPI_Type_size(type, &size);
-  return static_cast<std::uint64_t>(n) * static_cast<std::uint64_t>(size);
-}
-
 // A communicator's copy (out = in) needs spans of one size; called where they differ.
 // [[noreturn]], so that the compiler knows the copy after it has equal sizes (else GCC's
 // -Warray-bounds sees a copy of 3 elements into 2 on the error path of a test).
@@ -161,7 +154,7 @@ class communicator {
   // Every process ends with the sum (or the maximum) of everyone's `data`, element-wise.
   template <class T>
   void all_reduce(std::span<T> data, reduce_op op = reduce_op::sum) const {
-    all_reduce_erased(data.data(), data.size(), detail::datatype<T>(), op);
+    all_reduce_erased(data.data(), data.size(), detail::datatype<T>(), sizeof(T), op);
   }
   // out = every process's `in`, concatenated in rank order (out.size() == size() * in.size()).
   template <class T>
@@ -178,7 +171,7 @@ class communicator {
   // Every process ends with `root`'s `data`.
   template <class T>
   void broadcast(std::span<T> data, int root = 0) const {
-    broadcast_erased(data.data(), data.size(), detail::datatype<T>(), root);
+    broadcast_erased(data.data(), data.size(), detail::datatype<T>(), sizeof(T), root);
   }
   // Block j of `in` goes to process j; block i of `out` comes from process i.
   template <class T>
@@ -196,7 +189,7 @@ class communicator {
   }
   // `what` names it in the watchdog's message; an untimed barrier is not ended by the collective
   // timeout on this process (the others' waits for it still are).
-  void barrier(const char* what = "barrier", bool timed = true) const {
+  void barrier(collective_name what = "barrier", bool timed = true) const {
     if (!uses_mpi()) return;
     const watched_wait watch(tag(what), timed);
     detail::check(MPI_Barrier(comm_), "MPI_Barrier");
@@ -205,7 +198,7 @@ class communicator {
   // ---- non-blocking ---------------------------------------------------------------------------
   template <class T>
   [[nodiscard]] request iall_reduce(std::span<T> data) const {
-    return iall_reduce_erased(data.data(), data.size(), detail::datatype<T>());
+    return iall_reduce_erased(data.data(), data.size(), detail::datatype<T>(), sizeof(T));
   }
   template <class T>
   [[nodiscard]] request iall_gather(std::span<const T> in, std::span<T> out) const {
@@ -219,7 +212,8 @@ class communicator {
   }
   template <class T>
   [[nodiscard]] request ibroadcast(std::span<T> data, int root = 0) const {
-    return ibroadcast_erased(data.data(), data.size(), detail::datatype<T>(), root);
+    return ibroadcast_erased(data.data(), data.size(), detail::datatype<T>(), sizeof(T),
+                             root);
   }
   template <class T>
   [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {
@@ -232,12 +226,11 @@ class communicator {
   // another library runs over this group's processes (NCCL's communicator being made), watched
   // by holding a watched_wait with the tag. `bytes`: what each process contributes; `root`: a
   // broadcast's; `max`: an all_reduce of the maximum.
-  [[nodiscard]] collective_tag tag(const char* op, std::uint64_t bytes = 0, int root = -1,
+  [[nodiscard]] collective_tag tag(collective_name op, std::uint64_t bytes = 0, int root = -1,
                                    bool max = false) const noexcept {
     auto& w = watchdog::instance();
-    if (!w.running() || channel_ < 0) return {op, channel_, 0};
-    return {op, channel_,
-            w.enter(channel_, stall::op_key(op), watchdog::shape_word(bytes, root, max))};
+    if (!w.running() || channel_ < 0) return {op.text, channel_, 0};
+    return {op.text, channel_, w.enter(channel_, op.key, watchdog::shape_word(bytes, root, max))};
   }
 
  private:
@@ -255,15 +248,19 @@ class communicator {
     // out = in, on a group of one process.
     void copy() const;
   };
-  void all_reduce_erased(void* data, std::size_t n, MPI_Datatype type, reduce_op op) const;
+  void all_reduce_erased(void* data, std::size_t n, MPI_Datatype type, std::size_t element_size,
+                         reduce_op op) const;
   void all_gather_erased(const buffers& b) const;
   void reduce_scatter_erased(const buffers& b) const;
-  void broadcast_erased(void* data, std::size_t n, MPI_Datatype type, int root) const;
+  void broadcast_erased(void* data, std::size_t n, MPI_Datatype type, std::size_t element_size,
+                        int root) const;
   void all_to_all_erased(const buffers& b) const;
-  request iall_reduce_erased(void* data, std::size_t n, MPI_Datatype type) const;
+  request iall_reduce_erased(void* data, std::size_t n, MPI_Datatype type,
+                             std::size_t element_size) const;
   request iall_gather_erased(const buffers& b) const;
   request ireduce_scatter_erased(const buffers& b) const;
-  request ibroadcast_erased(void* data, std::size_t n, MPI_Datatype type, int root) const;
+  request ibroadcast_erased(void* data, std::size_t n, MPI_Datatype type,
+                            std::size_t element_size, int root) const;
   request iall_to_all_erased(const buffers& b) const;
   void release() noexcept {
     int finalized = 0;
@@ -331,10 +328,9 @@ TESSEL_INLINE void communicator::buffers::copy() const {
   if (in != out && in_count != 0) std::memmove(out, in, in_count * element_size);
 }
 TESSEL_INLINE void communicator::all_reduce_erased(void* data, std::size_t n, MPI_Datatype type,
-                                                   reduce_op op) const {
+                                                   std::size_t element_size, reduce_op op) const {
   if (!uses_mpi() || n == 0) return;
-  const watched_wait watch(
-      tag("all_reduce", detail::bytes_of(n, type), -1, op == reduce_op::max));
+  const watched_wait watch(tag("all_reduce", n * element_size, -1, op == reduce_op::max));
   detail::check(MPI_Allreduce(MPI_IN_PLACE, data, detail::count_of(n), type,
                               op == reduce_op::max ? MPI_MAX : MPI_SUM, comm_),
                 "MPI_Allreduce");
@@ -342,7 +338,7 @@ TESSEL_INLINE void communicator::all_reduce_erased(void* data, std::size_t n, MP
 TESSEL_INLINE void communicator::all_gather_erased(const buffers& b) const {
   check_blocks("all_gather", b.out_count, b.in_count);
   if (!uses_mpi()) return b.copy();
-  const watched_wait watch(tag("all_gather", detail::bytes_of(b.in_count, b.type)));
+  const watched_wait watch(tag("all_gather", b.in_count * b.element_size));
   detail::check(MPI_Allgather(b.in, detail::count_of(b.in_count), b.type, b.out,
                               detail::count_of(b.in_count), b.type, comm_),
                 "MPI_Allgather");
@@ -350,32 +346,33 @@ TESSEL_INLINE void communicator::all_gather_erased(const buffers& b) const {
 TESSEL_INLINE void communicator::reduce_scatter_erased(const buffers& b) const {
   check_blocks("reduce_scatter", b.in_count, b.out_count);
   if (!uses_mpi()) return b.copy();
-  const watched_wait watch(tag("reduce_scatter", detail::bytes_of(b.in_count, b.type)));
+  const watched_wait watch(tag("reduce_scatter", b.in_count * b.element_size));
   detail::check(MPI_Reduce_scatter_block(b.in, b.out, detail::count_of(b.out_count), b.type,
                                          MPI_SUM, comm_),
                 "MPI_Reduce_scatter_block");
 }
 TESSEL_INLINE void communicator::broadcast_erased(void* data, std::size_t n, MPI_Datatype type,
-                                                  int root) const {
+                                                  std::size_t element_size, int root) const {
   check_root(root);
   if (!uses_mpi() || n == 0) return;
-  const watched_wait watch(tag("broadcast", detail::bytes_of(n, type), root));
+  const watched_wait watch(tag("broadcast", n * element_size, root));
   detail::check(MPI_Bcast(data, detail::count_of(n), type, root, comm_), "MPI_Bcast");
 }
 TESSEL_INLINE void communicator::all_to_all_erased(const buffers& b) const {
   check_same("all_to_all", b.in_count, b.out_count);
   if (!uses_mpi()) return b.copy();
   const int block = detail::count_of(b.in_count / static_cast<std::size_t>(size_));
-  const watched_wait watch(tag("all_to_all", detail::bytes_of(b.in_count, b.type)));
+  const watched_wait watch(tag("all_to_all", b.in_count * b.element_size));
   detail::check(MPI_Alltoall(b.in, block, b.type, b.out, block, b.type, comm_), "MPI_Alltoall");
 }
 TESSEL_INLINE request communicator::iall_reduce_erased(void* data, std::size_t n,
-                                                       MPI_Datatype type) const {
+                                                       MPI_Datatype type,
+                                                       std::size_t element_size) const {
   if (!uses_mpi() || n == 0) return {};
   MPI_Request r{};
   detail::check(MPI_Iallreduce(MPI_IN_PLACE, data, detail::count_of(n), type, MPI_SUM, comm_, &r),
                 "MPI_Iallreduce");
-  return request(r, tag("all_reduce", detail::bytes_of(n, type)));
+  return request(r, tag("all_reduce", n * element_size));
 }
 TESSEL_INLINE request communicator::iall_gather_erased(const buffers& b) const {
   check_blocks("all_gather", b.out_count, b.in_count);
@@ -384,7 +381,7 @@ TESSEL_INLINE request communicator::iall_gather_erased(const buffers& b) const {
   detail::check(MPI_Iallgather(b.in, detail::count_of(b.in_count), b.type, b.out,
                                detail::count_of(b.in_count), b.type, comm_, &r),
                 "MPI_Iallgather");
-  return request(r, tag("all_gather", detail::bytes_of(b.in_count, b.type)));
+  return request(r, tag("all_gather", b.in_count * b.element_size));
 }
 TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) const {
   check_blocks("reduce_scatter", b.in_count, b.out_count);
@@ -393,15 +390,16 @@ TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) con
   detail::check(MPI_Ireduce_scatter_block(b.in, b.out, detail::count_of(b.out_count), b.type,
                                           MPI_SUM, comm_, &r),
                 "MPI_Ireduce_scatter_block");
-  return request(r, tag("reduce_scatter", detail::bytes_of(b.in_count, b.type)));
+  return request(r, tag("reduce_scatter", b.in_count * b.element_size));
 }
 TESSEL_INLINE request communicator::ibroadcast_erased(void* data, std::size_t n,
-                                                      MPI_Datatype type, int root) const {
+                                                      MPI_Datatype type, std::size_t element_size,
+                                                      int root) const {
   check_root(root);
   if (!uses_mpi() || n == 0) return {};
   MPI_Request r{};
   detail::check(MPI_Ibcast(data, detail::count_of(n), type, root, comm_, &r), "MPI_Ibcast");
-  return request(r, tag("broadcast", detail::bytes_of(n, type), root));
+  return request(r, tag("broadcast", n * element_size, root));
 }
 TESSEL_INLINE request communicator::iall_to_all_erased(const buffers& b) const {
   check_same("all_to_all", b.in_count, b.out_count);
@@ -410,7 +408,7 @@ TESSEL_INLINE request communicator::iall_to_all_erased(const buffers& b) const {
   MPI_Request r{};
   detail::check(MPI_Ialltoall(b.in, block, b.type, b.out, block, b.type, comm_, &r),
                 "MPI_Ialltoall");
-  return request(r, tag("all_to_all", detail::bytes_of(b.in_count, b.type)));
+  return request(r, tag("all_to_all", b.in_count * b.element_size));
 }
 #endif
 

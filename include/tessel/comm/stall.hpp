@@ -107,6 +107,28 @@ TESSEL_INLINE const call* ran_at(const process& p, int channel, std::uint64_t se
 // Why the job waits, as one message (without a trailing newline).
 TESSEL_INLINE std::string describe(const snapshot& s);
 
+// What a process ran on one channel, as the processes compare it when their guards end: its
+// communicator there (group_key; 0: none), how many collectives it ran, and a fingerprint of
+// them in order (each one's name, bytes, root and operation).
+struct path {
+  std::uint64_t group = 0, count = 0, fingerprint = 0;
+  friend bool operator==(const path&, const path&) = default;
+};
+// The fingerprint after one more collective (op_key of its name, `shape`: its bytes, root and
+// operation as one word).
+constexpr std::uint64_t next_fingerprint(std::uint64_t fingerprint, std::uint64_t op,
+                                         std::uint64_t shape) noexcept {
+  return (fingerprint ^ op ^ (shape * 0x9e3779b97f4a7c15ULL)) * 0x100000001b3ULL + 1;
+}
+// Whether the processes of each communicator ran the same collectives in the same order, from
+// every process's paths (by world rank, then by channel; `labels` names the channels): empty
+// when they did, else one message naming the communicators where they parted and what each
+// process ran there. Collectives run on a path that parted were paired by MPI as it could (a
+// broadcast's root completes alone), so a job may end without waiting yet have computed wrong
+// values after that point.
+TESSEL_INLINE std::string parted_paths(const std::vector<std::vector<path>>& by_process,
+                                       const std::vector<std::string>& labels);
+
 // Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
 namespace detail {
@@ -359,6 +381,57 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
       ". Aborting the job. If a step really takes this long, raise the timeout: "
       "TESSEL_COLLECTIVE_TIMEOUT=<seconds> or tessel::set_collective_timeout.";
   return msg;
+}
+
+TESSEL_INLINE std::string parted_paths(const std::vector<std::vector<path>>& by_process,
+                                       const std::vector<std::string>& labels) {
+  const int n = static_cast<int>(by_process.size());
+  std::size_t channels = 0;
+  for (const auto& p : by_process) channels = std::max(channels, p.size());
+  const std::string of = " of " + std::to_string(n);
+  std::string parts;
+  for (std::size_t c = 0; c < channels; ++c) {
+    // The communicators on this channel (rows of a mesh share it), in order of their first rank.
+    std::vector<std::uint64_t> groups;
+    for (const auto& p : by_process)
+      if (c < p.size() && p[c].group != 0 &&
+          std::find(groups.begin(), groups.end(), p[c].group) == groups.end())
+        groups.push_back(p[c].group);
+    for (const std::uint64_t g : groups) {
+      std::vector<std::pair<path, std::vector<int>>> variants;
+      for (int r = 0; r < n; ++r) {
+        const auto& p = by_process[static_cast<std::size_t>(r)];
+        if (c >= p.size() || p[c].group != g) continue;
+        auto v = std::find_if(variants.begin(), variants.end(),
+                              [&](auto& x) { return x.first == p[c]; });
+        if (v == variants.end()) variants.push_back({p[c], {r}});
+        else v->second.push_back(r);
+      }
+      if (variants.size() < 2) continue;
+      parts += (parts.empty() ? "" : "; ") + std::string("over ") +
+               (c < labels.size() ? labels[c] : std::string("a communicator of another process")) +
+               ", ";
+      for (std::size_t i = 0; i < variants.size(); ++i) {
+        const path& p = variants[i].first;
+        const std::vector<int>& ranks = variants[i].second;
+        const bool same_count = std::any_of(variants.begin(), variants.end(), [&](auto& x) {
+          return x.first.count == p.count && !(x.first == p);
+        });
+        parts += std::string(i == 0 ? "" : i + 1 == variants.size() ? " and " : ", ") +
+                 (ranks.size() == 1 ? "process " : "processes ") + detail::ranks_text(ranks) +
+                 of + " ran " + std::to_string(p.count) +
+                 (p.count == 1 ? " collective" : " collectives") +
+                 (same_count ? " (sequence " + std::to_string(i + 1) + ")" : "");
+      }
+    }
+  }
+  if (parts.empty()) return {};
+  return "tessel: the processes took different paths through the program: " + parts +
+         ". Every process of a communicator must run the same collectives in the same order; "
+         "MPI paired these as it could (a broadcast's root completes alone), so what was "
+         "computed after the paths parted may be wrong. Look for a branch that some processes "
+         "take and others do not, such as a file found by one process only, a test of "
+         "process_id, or an exception caught on one process.";
 }
 #endif
 

@@ -57,6 +57,14 @@ inline constexpr double default_collective_timeout_seconds = 600.0;
 // Anything else is a value_error that names the variable and the value (core/environment.hpp).
 using environment::parse_collective_timeout;
 
+// A collective's name and its stall::op_key, computed when the program compiles (a collective
+// records its key each time it runs).
+struct collective_name {
+  const char* text;
+  std::uint64_t key;
+  consteval collective_name(const char* name) : text(name), key(stall::op_key(name)) {}
+};
+
 // One collective as the watchdog names it: its name, its communicator's channel and its number
 // there.
 struct collective_tag {
@@ -132,8 +140,18 @@ class watchdog {
     word(e, 2).store(shape, relaxed);
     word(e, 0).store(k, std::memory_order_release);
     n.store(k, std::memory_order_release);
+    fingerprint_[static_cast<std::size_t>(channel)] =
+        stall::next_fingerprint(fingerprint_[static_cast<std::size_t>(channel)], op, shape);
     return k;
   }
+  // What this process ran on each channel (stall::path: its communicator, how many collectives,
+  // their fingerprint), as path_words() words each, for the processes to compare when their
+  // guards end (runtime/initialize.hpp gathers them over the world).
+  static constexpr std::size_t path_words_per_channel = 3;
+  [[nodiscard]] std::vector<std::uint64_t> path_words() const;
+  // From every process's path_words(), concatenated in world rank order: empty when the
+  // processes of each communicator ran the same collectives, else stall::parted_paths's message.
+  [[nodiscard]] std::string parted_paths(const std::vector<std::uint64_t>& gathered) const;
   // The blocking part of collective `seq` on `channel`. A few stores and no clock read: the
   // watchdog's thread times a wait from when it first sees it (so a report comes between the
   // timeout and the timeout plus one check interval after the wait began). The wait is also
@@ -249,6 +267,7 @@ class watchdog {
   std::atomic<std::uint64_t> seq_{0};
   std::atomic<std::uint64_t> waiting_{0};
   std::uint64_t wait_id_ = 0;
+  std::array<std::uint64_t, max_channels> fingerprint_{};  // per channel: stall::path's
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable wake_;
@@ -290,6 +309,7 @@ TESSEL_INLINE void watchdog::start() {
     own_ = private_.data();
     slots_[static_cast<std::size_t>(world_rank_)] = own_;
   }
+  fingerprint_.fill(0);
   word(own_, pid_word).store(static_cast<std::uint64_t>(::getpid()), std::memory_order_relaxed);
   word(own_, flags_word).store(0, std::memory_order_relaxed);
   MPI_Comm_free(&node);
@@ -348,6 +368,30 @@ TESSEL_INLINE int watchdog::register_channel(MPI_Comm c, std::string label) {
     channels_.resize(static_cast<std::size_t>(agreed) + 1);
   channels_[static_cast<std::size_t>(agreed)] = std::move(ch);
   return agreed;
+}
+
+TESSEL_INLINE std::vector<std::uint64_t> watchdog::path_words() const {
+  std::vector<std::uint64_t> out(max_channels * path_words_per_channel, 0);
+  if (!running_) return out;
+  for (std::size_t c = 0; c < max_channels; ++c) {
+    out[c * path_words_per_channel] = word(own_, group_word + c).load(std::memory_order_acquire);
+    out[c * path_words_per_channel + 1] = word(own_, c).load(std::memory_order_relaxed);
+    out[c * path_words_per_channel + 2] = fingerprint_[c];
+  }
+  return out;
+}
+
+TESSEL_INLINE std::string watchdog::parted_paths(const std::vector<std::uint64_t>& gathered) const {
+  const std::size_t per_process = max_channels * path_words_per_channel;
+  std::vector<std::vector<stall::path>> by_process(gathered.size() / per_process);
+  for (std::size_t r = 0; r < by_process.size(); ++r)
+    for (std::size_t c = 0; c < max_channels; ++c) {
+      const std::uint64_t* w = gathered.data() + r * per_process + c * path_words_per_channel;
+      by_process[r].push_back({w[0], w[1], w[2]});
+    }
+  std::vector<std::string> labels;
+  for (const stall::channel& c : channels_) labels.push_back(c.label);
+  return stall::parted_paths(by_process, labels);
 }
 
 TESSEL_INLINE void watchdog::stop_thread() {

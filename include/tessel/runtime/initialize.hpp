@@ -6,9 +6,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <exception>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,13 +62,14 @@ class initialize {
     // Unwinding past the guard on one process while others wait in a collective would hang the
     // job: end it instead.
     if (std::uncaught_exceptions() > 0 && num_processes() > 1) runtime::abort_job(1);
-    if (owns_world_) leave();
+    const bool parted = owns_world_ && leave();
     if (owns_backend_) default_backend::finalize();
     if (owns_world_) {
       runtime::stop_mpi();
       runtime::state() = {};
       runtime::state().ended = true;
     }
+    if (parted) std::exit(1);
   }
 
   // For main's catch block: prints the error (prefixed with the process on a multi-process
@@ -120,8 +123,11 @@ class initialize {
   // still run collectives would leave them waiting: it marks itself as leaving, so that their
   // watchdog's report names it and says so, and waits for them at a barrier. That wait is not
   // timed here: another process may still have work to do outside any collective (writing
-  // results), and is not an error.
-  void leave();
+  // results), and is not an error. Then the processes compare what they ran (comm/stall.hpp's
+  // parted_paths): processes that took different paths through the program may have ended
+  // without waiting for each other (MPI paired their collectives as it could) and computed wrong
+  // values; process 0 says so, and true is returned: every process then exits with code 1.
+  bool leave();
   bool owns_world_ = false;
   bool owns_backend_ = false;
 };
@@ -172,12 +178,22 @@ TESSEL_INLINE int initialize::fail(const std::exception& e) const {
   runtime::abort_job(1);
 }
 
-TESSEL_INLINE void initialize::leave() {
+TESSEL_INLINE bool initialize::leave() {
   runtime::world_state& w = runtime::state();
   w.guard_open = false;
-  if (!w.mpi || w.size <= 1) return;
-  comm::watchdog::instance().mark_leaving();
+  if (!w.mpi || w.size <= 1) return false;
+  comm::watchdog& watchdog = comm::watchdog::instance();
+  watchdog.mark_leaving();
   runtime::world().barrier(comm::stall::guard_barrier, false);
+  if (!watchdog.running()) return false;
+  const std::vector<std::uint64_t> mine = watchdog.path_words();
+  std::vector<std::uint64_t> all(mine.size() * static_cast<std::size_t>(w.size));
+  runtime::world().all_gather(std::span<const std::uint64_t>(mine), std::span<std::uint64_t>(all));
+  const std::string parted = watchdog.parted_paths(all);
+  if (parted.empty()) return false;
+  if (w.rank == 0) std::fprintf(stderr, "%s Ending the job with exit code 1.\n", parted.c_str());
+  std::fflush(nullptr);
+  return true;
 }
 #endif
 
