@@ -1,8 +1,12 @@
 // Distributions: data_parallel and model_parallel (Keras DataParallel / ModelParallel) as types
 // that answer, at compile time, the layout of a variable, of a layer output and of the batch.
+// Any type with the same three members (a device_mesh `mesh`, its `batch_dim_name` and a
+// distribution_value `value`) is a distribution; `local` true says the model lives whole on its
+// own process (one_device). tf.distribute's strategies (strategy/) are such types.
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <string_view>
 #include <type_traits>
@@ -78,6 +82,7 @@ struct data_parallel {
 // No distribution (Keras without set_distribution): the model lives whole on its own process. Run
 // under `mpiexec`, every process then trains its own model; nothing is communicated.
 struct one_device {
+  static constexpr bool local = true;
   using mesh = device_mesh<axis<"batch", 1>>;
   static constexpr name_string batch_dim_name{"batch"};
   static constexpr distribution_value value{distribution_value::data, mesh::value, 0, {}, 0};
@@ -105,14 +110,21 @@ struct model_parallel {
 };
 
 namespace detail {
+// A distribution: a device_mesh, its batch axis's name and the distribution as a value.
 template <class T>
-inline constexpr bool is_distribution = false;
-template <class M>
-inline constexpr bool is_distribution<data_parallel<M>> = true;
-template <>
-inline constexpr bool is_distribution<one_device> = true;
-template <class L, fixed_string B>
-inline constexpr bool is_distribution<model_parallel<L, B>> = true;
+concept distribution_type = requires {
+  typename T::mesh;
+  T::batch_dim_name;
+  { T::value } -> std::convertible_to<distribution_value>;
+} && is_device_mesh<typename T::mesh>;
+template <class T>
+inline constexpr bool is_distribution = distribution_type<T>;
+// A distribution whose model lives whole on each process (nothing is communicated).
+template <class T>
+inline constexpr bool is_local_distribution = false;
+template <distribution_type T>
+  requires requires { T::local; }
+inline constexpr bool is_local_distribution<T> = T::local;
 
 template <class Dist, fixed_string Path>
 struct map_lookup {

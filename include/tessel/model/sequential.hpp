@@ -348,8 +348,8 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   using table = detail::layer_table<graph_, Layers...>;
   using checked = detail::checked_layers<table, shape_value{InputDims...}, graph_>;
   static_assert(detail::is_distribution<Dist>,
-                "tessel: a model's distribution must be one_device, data_parallel<...> or "
-                "model_parallel<...>");
+                "tessel: a model's distribution must be one_device, data_parallel<...>, "
+                "model_parallel<...> or a strategy (mirrored_strategy<>, ...)");
   static_assert(require<sizeof...(Layers) <= max_ops,
                         diagnostic::model_has_more_layers_than_max_ops<sizeof...(Layers), max_ops>>);
 
@@ -644,7 +644,7 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   static mesh_binding bind_mesh() {
     // Every model needs the backend the guard starts, one on one device too.
     runtime::require_started("building a model");
-    if constexpr (std::is_same_v<Dist, one_device>)
+    if constexpr (detail::is_local_distribution<Dist>)
       return mesh_binding::local();
     else
       return mesh_binding::bind();
