@@ -55,6 +55,7 @@
 #include <tessel/saving/weights_file.hpp>
 #include <tessel/saving/zip.hpp>
 #include <tessel/state.hpp>
+#include <tessel/strategy/strategy.hpp>
 #include <tessel/tessel.hpp>
 #include <tessel/trainer/callbacks.hpp>
 #include <tessel/trainer/checkpoint_callbacks.hpp>

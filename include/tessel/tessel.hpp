@@ -19,3 +19,4 @@
 #include "trainer/trainer.hpp"
 #include "optimizers.hpp"
 #include "runtime/initialize.hpp"
+#include "strategy/strategy.hpp"

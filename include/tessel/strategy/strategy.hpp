@@ -1,0 +1,459 @@
+// tf.distribute's synchronous strategies over tessel's runtime: one replica per process
+// (launched by mpiexec), each replica holding the whole model, the batch split and the gradients
+// all-reduced as data_parallel does. A strategy is two things:
+//   - a distribution type, usable wherever one is: tessel::sequential<tessel::mirrored_strategy<>,
+//     input<784>, ...> trains as tessel::sequential<tessel::data_parallel<>, ...>;
+//   - an object a program holds, with TensorFlow's members in snake_case: num_replicas_in_sync,
+//     scope, run, reduce, gather, experimental_local_results, experimental_distribute_dataset,
+//     distribute_datasets_from_function, compute_average_loss, and Keras 3's num_processes,
+//     num_model_replicas, num_data_shards, data_shard_id.
+// Made after tessel::initialize (it reads the job's processes); constructing one prints, from
+// process 0, the line TensorFlow logs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "../core/compilation.hpp"
+#include "../core/distribution.hpp"
+#include "../core/errors.hpp"
+#include "../data/array.hpp"
+#include "../data/dataset.hpp"
+#include "../runtime/world.hpp"
+
+namespace tessel {
+
+// tf.distribute.ReduceOp.
+enum class reduce_op { sum, mean };
+
+// tf.distribute.InputContext: what distribute_datasets_from_function's function is given.
+struct input_context {
+  int num_input_pipelines = 1;   // one per process
+  int input_pipeline_id = 0;     // this process's
+  int num_replicas_in_sync = 1;  // replicas over all pipelines
+  // The batch each replica takes of a global batch. As TensorFlow, the global batch must divide
+  // by the replicas.
+  [[nodiscard]] std::size_t get_per_replica_batch_size(std::size_t global_batch_size) const;
+};
+
+class strategy;
+
+// tf.distribute.ReplicaContext: where `run`'s function runs, one replica of the strategy's.
+class replica_context {
+ public:
+  [[nodiscard]] int replica_id_in_sync_group() const noexcept { return id_; }
+  [[nodiscard]] int num_replicas_in_sync() const noexcept { return replicas_; }
+  // Every replica's `value`, summed or averaged (a collective over the replicas).
+  [[nodiscard]] float all_reduce(reduce_op op, float value) const;
+  [[nodiscard]] double all_reduce(reduce_op op, double value) const;
+  [[nodiscard]] std::vector<float> all_reduce(reduce_op op, std::vector<float> value) const;
+  [[nodiscard]] array<float> all_reduce(reduce_op op, array<float> value) const;
+
+ private:
+  friend class strategy;
+  replica_context(int id, int replicas) : id_(id), replicas_(replicas) {}
+  int id_, replicas_;
+};
+
+// A dataset of global batches, each replica taking its rows of every batch: of a global batch of
+// B rows over R replicas, replica r takes B / R rows, one more for the first B % R replicas (as
+// the trainer splits a batch under data_parallel). One replica per process: iterating gives this
+// process's rows.
+template <class X, class Y>
+class distributed_dataset {
+ public:
+  using element_type = typename dataset<X, Y>::element_type;
+  class iterator {
+   public:
+    using value_type = element_type;
+    const element_type& operator*() const { return slice_; }
+    const element_type* operator->() const { return &slice_; }
+    iterator& operator++() {
+      ++it_;
+      take();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& i, std::default_sentinel_t) {
+      return i.it_ == std::default_sentinel;
+    }
+
+   private:
+    friend class distributed_dataset;
+    iterator(typename dataset<X, Y>::iterator it, int replica, int replicas)
+        : it_(std::move(it)), replica_(replica), replicas_(replicas) {
+      take();
+    }
+    void take();
+    typename dataset<X, Y>::iterator it_;
+    int replica_, replicas_;
+    element_type slice_;
+  };
+
+  iterator begin() const { return iterator(global_.begin(), replica_, replicas_); }
+  std::default_sentinel_t end() const { return {}; }
+  // The global dataset's cardinality: every replica takes a part of each of its batches.
+  [[nodiscard]] std::optional<std::size_t> cardinality() const { return global_.cardinality(); }
+
+ private:
+  friend class strategy;
+  distributed_dataset(dataset<X, Y> global, int replica, int replicas)
+      : global_(std::move(global)), replica_(replica), replicas_(replicas) {}
+  dataset<X, Y> global_;
+  int replica_, replicas_;
+};
+
+namespace strategy_detail {
+// The rows [first, first + count) replica r of R takes of a batch of `rows`.
+struct rows_range {
+  std::size_t first = 0, count = 0;
+};
+constexpr rows_range rows_of(std::size_t rows, int replica, int replicas) noexcept {
+  const auto r = static_cast<std::size_t>(replica), n = static_cast<std::size_t>(replicas);
+  return {r * (rows / n) + std::min(r, rows % n), rows / n + (r < rows % n ? 1 : 0)};
+}
+template <class T>
+array<T> slice_rows(const array<T>& a, rows_range r) {
+  array<T> out;
+  out.shape = a.shape;
+  if (out.shape.empty()) throw value_error("experimental_distribute_dataset: an element of rank 0 "
+                                           "has no batch dimension to split; batch the dataset "
+                                           "with the global batch size first");
+  std::size_t row = 1;
+  for (std::size_t d = 1; d < a.shape.size(); ++d) row *= a.shape[d];
+  out.shape[0] = r.count;
+  out.values.assign(a.values.begin() + static_cast<std::ptrdiff_t>(r.first * row),
+                    a.values.begin() + static_cast<std::ptrdiff_t>((r.first + r.count) * row));
+  return out;
+}
+}  // namespace strategy_detail
+
+template <class X, class Y>
+void distributed_dataset<X, Y>::iterator::take() {
+  if (it_ == std::default_sentinel) return;
+  const element_type& global = *it_;
+  const std::size_t rows = global.first.shape.empty() ? 0 : global.first.shape[0];
+  const auto r = strategy_detail::rows_of(rows, replica_, replicas_);
+  slice_ = {strategy_detail::slice_rows(global.first, r),
+            strategy_detail::slice_rows(global.second, r)};
+}
+
+// What every strategy object has. The strategy types below derive from it and from their
+// distribution type.
+class strategy {
+ public:
+  // TF's num_replicas_in_sync: the replicas that train in step, one per process (1 for a
+  // strategy whose model lives whole on each process).
+  [[nodiscard]] int num_replicas_in_sync() const noexcept { return replicas_; }
+  // This process's replica.
+  [[nodiscard]] int replica_id() const noexcept { return replica_; }
+  // TensorFlow's name of the strategy ("MirroredStrategy").
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+  // `with strategy.scope():` — a guard. The model's type already says its strategy, so the scope
+  // changes nothing but get_strategy(), which returns this strategy while the guard lives; kept
+  // so that a TensorFlow program translates line by line.
+  class scope_guard {
+   public:
+    scope_guard(const scope_guard&) = delete;
+    scope_guard& operator=(const scope_guard&) = delete;
+    ~scope_guard();
+
+   private:
+    friend class strategy;
+    explicit scope_guard(const strategy* s);
+    const strategy* previous_;
+  };
+  [[nodiscard]] scope_guard scope() const { return scope_guard(this); }
+
+  // strategy.run(fn, args=(...)): fn called once on each replica of this process (one), with
+  // this replica's context first when it takes one: fn(ctx, args...) or fn(args...). Returns
+  // fn's result on this replica (TF's PerReplica value: one replica per process).
+  template <class F, class... Args>
+  decltype(auto) run(F&& fn, Args&&... args) const {
+    const replica_context ctx(replica_, replicas_);
+    if constexpr (std::is_invocable_v<F, const replica_context&, Args...>)
+      return std::forward<F>(fn)(ctx, std::forward<Args>(args)...);
+    else
+      return std::forward<F>(fn)(std::forward<Args>(args)...);
+  }
+
+  // strategy.reduce(op, per_replica_value, axis=None): the replicas' values summed or averaged,
+  // on every process.
+  [[nodiscard]] float reduce(reduce_op op, float value) const;
+  [[nodiscard]] double reduce(reduce_op op, double value) const;
+  [[nodiscard]] std::vector<float> reduce(reduce_op op, std::vector<float> value) const;
+  [[nodiscard]] array<float> reduce(reduce_op op, array<float> value) const;
+
+  // strategy.gather(per_replica_value, axis=0): the replicas' arrays concatenated along their
+  // first dimension, in replica order, on every process (the other dimensions must agree).
+  [[nodiscard]] array<float> gather(const array<float>& value, int axis = 0) const;
+
+  // strategy.experimental_local_results(value): this process's replicas' values.
+  template <class T>
+  [[nodiscard]] std::vector<T> experimental_local_results(T value) const {
+    std::vector<T> out;
+    out.push_back(std::move(value));
+    return out;
+  }
+
+  // strategy.experimental_distribute_dataset(ds): `ds` batched with the global batch size; each
+  // replica iterates its rows of every batch.
+  template <class X, class Y>
+  [[nodiscard]] distributed_dataset<X, Y> experimental_distribute_dataset(dataset<X, Y> ds) const {
+    return distributed_dataset<X, Y>(std::move(ds), replica_, replicas_);
+  }
+  // strategy.distribute_datasets_from_function(fn): fn(input_context) builds this process's
+  // dataset (batched with the per-replica batch size, sharded as it chooses).
+  template <class F>
+  [[nodiscard]] auto distribute_datasets_from_function(F&& fn) const {
+    return std::forward<F>(fn)(input_context{replicas_, replica_, replicas_});
+  }
+
+  // tf.nn.compute_average_loss(per_example_loss, global_batch_size=None): the sum of this
+  // replica's per-example losses over the global batch size, so that the replicas' gradients
+  // sum to the gradient of the global batch's mean. Without a global batch size it is this
+  // replica's examples times the replicas (TF's default).
+  [[nodiscard]] float compute_average_loss(
+      std::span<const float> per_example_loss,
+      std::optional<std::size_t> global_batch_size = std::nullopt) const;
+
+  // Keras 3's names on a distribution.
+  [[nodiscard]] int num_processes() const noexcept { return processes_; }
+  [[nodiscard]] int num_model_replicas() const noexcept { return replicas_; }
+  [[nodiscard]] int num_data_shards() const noexcept { return replicas_; }
+  [[nodiscard]] int data_shard_id() const noexcept { return replica_; }
+  bool auto_shard_dataset = true;
+
+  strategy(const strategy&) = delete;
+  strategy& operator=(const strategy&) = delete;
+
+ protected:
+  // `local`: each process trains its model alone (one replica in sync).
+  strategy(std::string name, bool local);
+  // Prints TF's line from process 0: "INFO:tensorflow:Using MirroredStrategy with devices
+  // ('/job:localhost/replica:0/task:0/device:CPU:0', ...)".
+  void announce(const std::string& job) const;
+
+ private:
+  std::string name_;
+  int processes_ = 1, replicas_ = 1, replica_ = 0;
+};
+
+// tf.distribute.MirroredStrategy: one replica per process on one machine, the variables mirrored
+// on each, the gradients all-reduced every step (an MPI all-reduce over the processes: TF's
+// NcclAllReduce / ReductionToOneDevice choice is MPI's here).
+template <class Mesh = device_mesh<axis<"batch">>>
+struct mirrored_strategy : data_parallel<Mesh>, strategy {
+  mirrored_strategy() : strategy("MirroredStrategy", false) { announce("localhost"); }
+};
+
+// tf.distribute.MultiWorkerMirroredStrategy: the same across machines, one worker per process of
+// the job (the MPI launcher's hostfile or Slurm says where they run).
+template <class Mesh = device_mesh<axis<"batch">>>
+struct multi_worker_mirrored_strategy : data_parallel<Mesh>, strategy {
+  multi_worker_mirrored_strategy() : strategy("MultiWorkerMirroredStrategy", false) {
+    announce("worker");
+  }
+};
+
+// tf.distribute.OneDeviceStrategy: the model whole on this process's device; under mpiexec each
+// process trains its own, nothing is communicated.
+struct one_device_strategy : one_device, strategy {
+  one_device_strategy() : strategy("OneDeviceStrategy", true) { announce("localhost"); }
+};
+
+// tf.distribute's default strategy: what a model without a distribution has (one replica).
+class default_strategy : public one_device, public strategy {
+ public:
+  default_strategy() : strategy("_DefaultDistributionStrategy", true) {}
+};
+
+// tf.distribute.get_strategy(): the strategy whose scope is open on this thread, else the
+// default strategy.
+[[nodiscard]] TESSEL_INLINE const strategy& get_strategy();
+
+// Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
+#if TESSEL_DEFINITIONS
+namespace strategy_detail {
+inline thread_local const strategy* current = nullptr;
+TESSEL_INLINE comm::communicator& replicas_group() { return runtime::world(); }
+// The replicas' values summed (or averaged), on every process.
+template <class T>
+T reduce_scalar(reduce_op op, T value, int replicas) {
+  if (replicas > 1) replicas_group().all_reduce(std::span<T>(&value, 1));
+  return op == reduce_op::mean ? value / static_cast<T>(replicas) : value;
+}
+// The same element-wise. Every replica must hold as many values: checked first, so that a
+// mismatch is an error on every process instead of a collective of different sizes.
+TESSEL_INLINE std::vector<float> reduce_values(const char* what, reduce_op op,
+                                               std::vector<float> value, int replicas) {
+  if (replicas > 1) {
+    std::uint64_t sizes[2] = {value.size(), ~std::uint64_t{value.size()}};
+    replicas_group().all_reduce(std::span<std::uint64_t>(sizes), comm::reduce_op::max);
+    if (sizes[0] != value.size() || ~sizes[1] != value.size())
+      throw value_error(std::string(what) + ": the replicas hold values of different sizes (" +
+                        std::to_string(~sizes[1]) + " to " + std::to_string(sizes[0]) +
+                        ", this replica " + std::to_string(value.size()) +
+                        "); reduce values of one shape on every replica");
+    replicas_group().all_reduce(std::span<float>(value));
+  }
+  if (op == reduce_op::mean)
+    for (float& v : value) v /= static_cast<float>(replicas);
+  return value;
+}
+}  // namespace strategy_detail
+
+TESSEL_INLINE std::size_t input_context::get_per_replica_batch_size(
+    std::size_t global_batch_size) const {
+  const auto n = static_cast<std::size_t>(num_replicas_in_sync);
+  if (n == 0 || global_batch_size % n != 0)
+    throw value_error("The `global_batch_size` " + std::to_string(global_batch_size) +
+                      " is not divisible by `num_replicas_in_sync` " +
+                      std::to_string(num_replicas_in_sync) +
+                      ". Choose a global batch size that is a multiple of the replicas.");
+  return global_batch_size / n;
+}
+
+TESSEL_INLINE strategy::strategy(std::string name, bool local) : name_(std::move(name)) {
+  runtime::require_started("building a " + name_);
+  processes_ = tessel::num_processes();
+  replicas_ = local ? 1 : processes_;
+  replica_ = local ? 0 : tessel::process_id();
+}
+
+TESSEL_INLINE void strategy::announce(const std::string& job) const {
+  if (tessel::process_id() != 0) return;
+  const std::vector<std::string> devices = list_devices();
+  const std::string type = devices.front().starts_with("gpu") ? "GPU" : "CPU";
+  std::string names;
+  // A worker lists its own device (task 0: this process); one machine lists every replica's.
+  const int shown = replicas_ == 1 || job == "worker" ? 1 : static_cast<int>(devices.size());
+  for (int i = 0; i < shown; ++i) {
+    const std::string where = job == "worker"
+                                  ? "/job:worker/task:0/device:" + type + ":0"
+                                  : "/job:localhost/replica:0/task:0/device:" + type + ":" +
+                                        std::to_string(i);
+    names += (i == 0 ? "'" : ", '") + where + "'";
+  }
+  if (shown == 1) names += ",";  // a Python tuple of one
+  std::printf("INFO:tensorflow:Using %s with devices (%s)\n",
+              name_ == "OneDeviceStrategy" ? "OneDeviceStrategy" : "MirroredStrategy",
+              names.c_str());
+  if (job == "worker")
+    std::printf("INFO:tensorflow:MultiWorkerMirroredStrategy with task_type = 'worker', "
+                "task_id = 0, num_workers = %d, local_devices = (%s), communication = "
+                "CommunicationImplementation.AUTO\n",
+                processes_, names.c_str());
+  std::fflush(stdout);
+}
+
+TESSEL_INLINE strategy::scope_guard::scope_guard(const strategy* s)
+    : previous_(strategy_detail::current) {
+  strategy_detail::current = s;
+}
+TESSEL_INLINE strategy::scope_guard::~scope_guard() { strategy_detail::current = previous_; }
+
+TESSEL_INLINE float strategy::reduce(reduce_op op, float value) const {
+  return strategy_detail::reduce_scalar(op, value, replicas_);
+}
+TESSEL_INLINE double strategy::reduce(reduce_op op, double value) const {
+  return strategy_detail::reduce_scalar(op, value, replicas_);
+}
+TESSEL_INLINE std::vector<float> strategy::reduce(reduce_op op, std::vector<float> value) const {
+  return strategy_detail::reduce_values("strategy.reduce", op, std::move(value), replicas_);
+}
+TESSEL_INLINE array<float> strategy::reduce(reduce_op op, array<float> value) const {
+  value.values = reduce(op, std::move(value.values));
+  return value;
+}
+
+TESSEL_INLINE array<float> strategy::gather(const array<float>& value, int axis) const {
+  if (axis != 0)
+    throw value_error("strategy.gather: axis " + std::to_string(axis) +
+                      " is not supported; gather along axis 0 (the batch)");
+  if (value.shape.empty())
+    throw value_error("strategy.gather: a value of rank 0 has no axis 0; gather arrays");
+  std::size_t row = 1;
+  for (std::size_t d = 1; d < value.shape.size(); ++d) row *= value.shape[d];
+  const auto n = static_cast<std::size_t>(replicas_);
+  // Every replica's rows and row size, then the values padded to the most rows.
+  std::vector<std::uint64_t> mine{value.shape[0], row}, all(2 * n);
+  if (replicas_ > 1)
+    strategy_detail::replicas_group().all_gather(std::span<const std::uint64_t>(mine),
+                                                 std::span<std::uint64_t>(all));
+  else
+    all = mine;
+  std::size_t most = 0, total = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    if (all[2 * r + 1] != row)
+      throw value_error("strategy.gather: replica " + std::to_string(r) + " has rows of " +
+                        std::to_string(all[2 * r + 1]) + " values, this one of " +
+                        std::to_string(row) + "; only the gathered axis may differ");
+    most = std::max<std::size_t>(most, all[2 * r]);
+    total += all[2 * r];
+  }
+  std::vector<float> padded(most * row, 0.0f), gathered(n * most * row);
+  std::copy(value.values.begin(), value.values.end(), padded.begin());
+  if (replicas_ > 1)
+    strategy_detail::replicas_group().all_gather(std::span<const float>(padded),
+                                                 std::span<float>(gathered));
+  else
+    gathered = padded;
+  array<float> out;
+  out.shape = value.shape;
+  out.shape[0] = total;
+  out.values.reserve(total * row);
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto first = gathered.begin() + static_cast<std::ptrdiff_t>(r * most * row);
+    out.values.insert(out.values.end(), first,
+                      first + static_cast<std::ptrdiff_t>(all[2 * r] * row));
+  }
+  return out;
+}
+
+TESSEL_INLINE float strategy::compute_average_loss(
+    std::span<const float> per_example_loss, std::optional<std::size_t> global_batch_size) const {
+  const std::size_t global =
+      global_batch_size ? *global_batch_size
+                        : per_example_loss.size() * static_cast<std::size_t>(replicas_);
+  if (global == 0)
+    throw value_error("compute_average_loss: the global batch size is 0; pass the number of "
+                      "examples of the global batch");
+  double sum = 0;
+  for (float l : per_example_loss) sum += l;
+  return static_cast<float>(sum / static_cast<double>(global));
+}
+
+TESSEL_INLINE float replica_context::all_reduce(reduce_op op, float value) const {
+  return strategy_detail::reduce_scalar(op, value, replicas_);
+}
+TESSEL_INLINE double replica_context::all_reduce(reduce_op op, double value) const {
+  return strategy_detail::reduce_scalar(op, value, replicas_);
+}
+TESSEL_INLINE std::vector<float> replica_context::all_reduce(reduce_op op,
+                                                             std::vector<float> value) const {
+  return strategy_detail::reduce_values("replica_context.all_reduce", op, std::move(value),
+                                        replicas_);
+}
+TESSEL_INLINE array<float> replica_context::all_reduce(reduce_op op, array<float> value) const {
+  value.values = all_reduce(op, std::move(value.values));
+  return value;
+}
+
+TESSEL_INLINE const strategy& get_strategy() {
+  if (strategy_detail::current != nullptr) return *strategy_detail::current;
+  static const default_strategy d;
+  return d;
+}
+#endif
+
+}  // namespace tessel

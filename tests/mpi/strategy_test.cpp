@@ -1,0 +1,207 @@
+// tf.distribute's synchronous strategies (strategy/strategy.hpp), on 1, 2 and 4 processes:
+//   - models under mirrored_strategy<> and multi_worker_mirrored_strategy<> equal one device
+//     (compare_models.hpp: 20 steps, losses, weights, predictions, evaluate, and the collectives
+//     run are the plan's), and again with a global batch of 10 that 4 processes split 3, 3, 2, 2;
+//     one_device_strategy's model trains alone on each process, bit for bit as one_device;
+//   - the strategy object's members as TensorFlow's: num_replicas_in_sync, scope and
+//     get_strategy, run with and without a replica context, reduce (sum, mean), gather,
+//     experimental_local_results, experimental_distribute_dataset (each replica's rows of every
+//     global batch, together the whole batch), distribute_datasets_from_function's input_context,
+//     compute_average_loss, Keras 3's names, and the errors (a global batch the replicas do not
+//     divide, values of different sizes to reduce);
+//   - a TensorFlow-style loop of run / compute_average_loss / reduce over a distributed dataset
+//     gives the global batch's mean loss, as one process computes it.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tessel/tessel.hpp>
+#include <vector>
+
+#include "compare_models.hpp"
+#include "mpi_checks.hpp"
+
+namespace {
+using namespace tessel;
+using namespace tessel::layers;
+using tessel::testing::check;
+using tessel::testing::error_of;
+using tessel::testing::rel;
+
+template <class Dist>
+using mlp = sequential<Dist, input<12>, dense<16, {.activation = "relu"}>, dense<4>>;
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// 20 steps of a global batch of 10 (split unevenly over 4 processes), against one device.
+template <class Dist>
+void uneven(const char* what, const testing::data_set& d) {
+  mlp<Dist> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "sgd", .loss = "mse"});
+  b.compile({.optimizer = "sgd", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  double worst_loss = 0;
+  for (std::size_t step = 0; step < 20; ++step) {
+    const std::size_t first = (step * 10) % (d.x.rows() - 10);
+    const auto x = data::slice_rows(d.x, first, first + 10);
+    const auto y = data::slice_rows(d.y, first, first + 10);
+    worst_loss = std::max(worst_loss, rel(*find_log(a.train_on_batch(x, y), "loss"),
+                                          *find_log(b.train_on_batch(x, y), "loss")));
+  }
+  double worst_weight = 0;
+  const auto wa = a.get_weights(), wb = b.get_weights();
+  for (std::size_t i = 0; i < wa.size(); ++i)
+    worst_weight = std::max(worst_weight, rel(wa[i].values, wb[i].values));
+  check(worst_loss <= 1e-5 && worst_weight <= 1e-5,
+        std::string(what) + ": a global batch of 10 equals one device (loss " +
+            std::to_string(worst_loss) + ", weights " + std::to_string(worst_weight) + ")");
+}
+
+void strategy_object() {
+  const int n = num_processes(), me = process_id();
+  mirrored_strategy<> strategy;
+  check(strategy.num_replicas_in_sync() == n, "num_replicas_in_sync is the processes");
+  check(strategy.name() == "MirroredStrategy", "the name is TensorFlow's");
+  check(strategy.num_processes() == n && strategy.num_model_replicas() == n &&
+            strategy.num_data_shards() == n && strategy.data_shard_id() == me &&
+            strategy.auto_shard_dataset,
+        "Keras 3's names on the strategy");
+
+  // scope and get_strategy.
+  check(get_strategy().num_replicas_in_sync() == 1 &&
+            get_strategy().name() == "_DefaultDistributionStrategy",
+        "outside any scope, get_strategy() is the default strategy");
+  {
+    const auto scope = strategy.scope();
+    check(&get_strategy() == &strategy, "inside strategy.scope(), get_strategy() is the strategy");
+  }
+  check(&get_strategy() != &strategy, "the scope ends with its guard");
+
+  // run, with and without a replica context; reduce.
+  const int id = strategy.run([](const replica_context& ctx) { return ctx.replica_id_in_sync_group(); });
+  check(id == me, "run: the replica id is the process");
+  const float doubled = strategy.run([](float v) { return 2 * v; }, 1.5f);
+  check(doubled == 3.0f, "run: fn(args...) without a context");
+  const float total = strategy.run([&](const replica_context& ctx) {
+    return ctx.all_reduce(reduce_op::sum, static_cast<float>(ctx.replica_id_in_sync_group() + 1));
+  });
+  check(total == static_cast<float>(n * (n + 1) / 2), "replica_context.all_reduce sums");
+  check(strategy.reduce(reduce_op::sum, static_cast<double>(me)) == n * (n - 1) / 2.0,
+        "reduce(sum)");
+  check(strategy.reduce(reduce_op::mean, static_cast<double>(me)) == (n - 1) / 2.0,
+        "reduce(mean)");
+  const std::vector<float> v = strategy.reduce(reduce_op::mean, std::vector<float>{1.0f, 2.0f});
+  check(v == std::vector<float>{1.0f, 2.0f}, "reduce(mean) of equal vectors");
+  const auto results = strategy.experimental_local_results(7);
+  check(results.size() == 1 && results[0] == 7, "experimental_local_results: one replica here");
+  if (n > 1) {
+    const std::string e = error_of([&] {
+      (void)strategy.reduce(reduce_op::sum, std::vector<float>(static_cast<std::size_t>(me + 1)));
+    });
+    check(has(e, "strategy.reduce: the replicas hold values of different sizes") &&
+              has(e, "reduce values of one shape"),
+          "reduce of different sizes is an error on every process: " + e);
+  }
+
+  // experimental_distribute_dataset: each replica's rows of every global batch of 10; gathered,
+  // the whole batch.
+  array<float> x({25, 3}), y({25, 1});
+  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>(i);
+  for (std::size_t i = 0; i < y.size(); ++i) y.values[i] = static_cast<float>(i);
+  const auto global = from_tensor_slices(x, y).batch(10);
+  const auto dist = strategy.experimental_distribute_dataset(global);
+  std::size_t batches = 0;
+  bool whole = true;
+  auto g = global.begin();
+  for (auto it = dist.begin(); it != dist.end(); ++it, ++g) {
+    const auto& [xs, ys] = *it;
+    const std::size_t rows = (*g).first.shape[0];
+    const std::size_t expected = rows / static_cast<std::size_t>(n) +
+                                 (static_cast<std::size_t>(me) < rows % static_cast<std::size_t>(n));
+    whole = whole && xs.shape[0] == expected && ys.shape[0] == expected;
+    const array<float> gathered = strategy.gather(xs);
+    whole = whole && gathered.shape == (*g).first.shape && gathered.values == (*g).first.values;
+    ++batches;
+  }
+  check(batches == 3 && whole,
+        "experimental_distribute_dataset: each replica's rows, together every global batch");
+  const input_context ctx = strategy.distribute_datasets_from_function(
+      [](const input_context& c) { return c; });
+  check(ctx.num_input_pipelines == n && ctx.input_pipeline_id == me &&
+            ctx.num_replicas_in_sync == n,
+        "distribute_datasets_from_function: the input_context");
+  check(ctx.get_per_replica_batch_size(8 * static_cast<std::size_t>(n)) == 8,
+        "get_per_replica_batch_size");
+  if (n > 1) {
+    const std::string e = error_of([&] { (void)ctx.get_per_replica_batch_size(9 * 4 + 1); });
+    check(has(e, "The `global_batch_size` 37 is not divisible by `num_replicas_in_sync`"),
+          "a global batch the replicas do not divide: " + e);
+  }
+
+  // A TensorFlow-style loop: each replica's per-example losses over the global batch size,
+  // summed over the replicas, is the global batch's mean loss.
+  double distributed = 0, single = 0;
+  for (const auto& [xs, ys] : dist) {
+    const float loss = strategy.run(
+        [&](const array<float>& a, const array<float>& b) {
+          std::vector<float> per_example;
+          for (std::size_t r = 0; r < a.shape[0]; ++r)
+            per_example.push_back(std::pow(a.values[r * 3] * 0.01f - b.values[r], 2.0f));
+          return strategy.compute_average_loss(per_example, 10);
+        },
+        xs, ys);
+    distributed += strategy.reduce(reduce_op::sum, loss);
+  }
+  for (std::size_t r = 0; r < 25; ++r)
+    single += std::pow(x.values[r * 3] * 0.01f - y.values[r], 2.0f) / 10.0;
+  check(rel(distributed, single) <= 1e-5,
+        "run / compute_average_loss / reduce: the global mean loss (" +
+            std::to_string(distributed) + " against " + std::to_string(single) + ")");
+  check(strategy.compute_average_loss(std::vector<float>{2.0f, 4.0f}) ==
+            6.0f / static_cast<float>(2 * n),
+        "compute_average_loss without a global batch size: this replica's examples times the "
+        "replicas");
+}
+
+void one_device_strategy_trains_alone(const testing::data_set& d) {
+  one_device_strategy strategy;
+  check(strategy.num_replicas_in_sync() == 1 && strategy.replica_id() == 0,
+        "one_device_strategy: one replica");
+  mlp<one_device_strategy> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  // Each process its own data: nothing is communicated.
+  const std::size_t first = static_cast<std::size_t>(process_id()) * 8;
+  const auto x = data::slice_rows(d.x, first, first + 8);
+  const auto y = data::slice_rows(d.y, first, first + 8);
+  for (int step = 0; step < 5; ++step) {
+    a.train_on_batch(x, y);
+    b.train_on_batch(x, y);
+  }
+  check(a.get_weights() == b.get_weights(),
+        "one_device_strategy trains as one_device, bit for bit, on each process's own data");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessel::initialize guard(argc, argv);
+  try {
+    const testing::data_set d = testing::make_data(512, 12, 4);
+    testing::compare<mlp<mirrored_strategy<>>, mlp<one_device>>("mirrored_strategy", d.x, d.y);
+    testing::compare<mlp<multi_worker_mirrored_strategy<>>, mlp<one_device>>(
+        "multi_worker_mirrored_strategy", d.x, d.y, "adam", "categorical_crossentropy");
+    uneven<mirrored_strategy<>>("mirrored_strategy", d);
+    uneven<multi_worker_mirrored_strategy<>>("multi_worker_mirrored_strategy", d);
+    one_device_strategy_trains_alone(d);
+    strategy_object();
+    multi_worker_mirrored_strategy<> workers;
+    check(workers.num_replicas_in_sync() == num_processes() &&
+              workers.name() == "MultiWorkerMirroredStrategy",
+          "multi_worker_mirrored_strategy: one replica per worker process");
+  } catch (const std::exception& e) {
+    return guard.fail(e);
+  }
+  return testing::finish("strategy_test");
+}
