@@ -30,7 +30,9 @@ using tessel::testing::rel;
 template <class Dist>
 using mlp = sequential<Dist, input<12>, dense<16, {.activation = "relu"}>, dense<4>>;
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 // 20 steps of a global batch of 10 (split unevenly over 4 processes), against one device.
 template <class Dist>
@@ -78,7 +80,8 @@ void strategy_object() {
   check(&get_strategy() != &strategy, "the scope ends with its guard");
 
   // run, with and without a replica context; reduce.
-  const int id = strategy.run([](const replica_context& ctx) { return ctx.replica_id_in_sync_group(); });
+  const int id =
+      strategy.run([](const replica_context& ctx) { return ctx.replica_id_in_sync_group(); });
   check(id == me, "run: the replica id is the process");
   const float doubled = strategy.run([](float v) { return 2 * v; }, 1.5f);
   check(doubled == 3.0f, "run: fn(args...) without a context");
@@ -116,8 +119,9 @@ void strategy_object() {
   for (auto it = dist.begin(); it != dist.end(); ++it, ++g) {
     const auto& [xs, ys] = *it;
     const std::size_t rows = (*g).first.shape[0];
-    const std::size_t expected = rows / static_cast<std::size_t>(n) +
-                                 (static_cast<std::size_t>(me) < rows % static_cast<std::size_t>(n));
+    const auto replicas = static_cast<std::size_t>(n);
+    const std::size_t expected =
+        rows / replicas + (static_cast<std::size_t>(me) < rows % replicas ? 1 : 0);
     whole = whole && xs.shape[0] == expected && ys.shape[0] == expected;
     const array<float> gathered = strategy.gather(xs);
     whole = whole && gathered.shape == (*g).first.shape && gathered.values == (*g).first.values;
