@@ -1,7 +1,8 @@
-// seeds/001's fault tolerance: "make or restore the model". Each run restores the newest
-// checkpoint in ./ckpt if there is one (its weights and its optimizer's state), else makes a new
-// model; then trains, saving a checkpoint at the end of every epoch with model_checkpoint. Run it
-// twice: the second run goes on from the first one's last epoch.
+// seeds/001's fault tolerance under tf.distribute.MirroredStrategy: "make or restore the model".
+// Each run makes the strategy, opens its scope, restores the newest checkpoint in ./ckpt if there
+// is one (the whole model as a `.keras` archive: its weights and its optimizer's state), else
+// makes a new model; then trains, saving a checkpoint at the end of every epoch with
+// model_checkpoint. Run it twice: the second run goes on from the first one's last epoch.
 //
 //   Input(784) -> Dense(256, relu) -> Dense(256, relu) -> Dense(10) logits on Fashion-MNIST,
 //   Adam, sparse categorical crossentropy from logits, sparse categorical accuracy, batch 32,
@@ -9,10 +10,9 @@
 //
 //   [mpiexec -n N] fault_tolerant_training [--epochs N] [--checkpoint-dir DIR] [--steps N]
 //
-// The seed saves `.keras` files and restores with keras.models.load_model; this saves the
-// weights with the optimizer's state in Keras's `.weights.h5` format (save_weights_only) and
-// restores them into the same model type. For a restart that goes on mid-epoch, bit for bit, use
-// callbacks::backup_and_restore instead (docs/distributed.md).
+// The seed restores with keras.models.load_model; the model is a C++ type here, so the archive is
+// loaded into a model of that type (load_weights). For a restart that goes on mid-epoch, bit for
+// bit, use callbacks::backup_and_restore instead (docs/distributed.md).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +24,7 @@ namespace {
 
 using namespace tessel::layers;
 using model_t =
-    tessel::sequential<tessel::data_parallel<>, input<784>, dense<256, {.activation = "relu"}>,
+    tessel::sequential<tessel::mirrored_strategy<>, input<784>, dense<256, {.activation = "relu"}>,
                        dense<256, {.activation = "relu"}>, dense<10>>;
 
 // seeds/001's get_compiled_model().
@@ -79,15 +79,16 @@ int run(int argc, char** argv) {
                                                  tessel::data::slice_rows(y_all, v0, y_all.rows()))
                           .batch(batch_size);
 
+  // seeds/001's run_training(): the strategy, its scope, the model made or restored in it.
+  tessel::mirrored_strategy<> strategy;
+  const auto scope = strategy.scope();
   model_t model;
   make_or_restore_model(model, checkpoint_dir);
-  model.fit(train_ds,
-            {.epochs = epochs,
-             .verbose = 2,
-             .callbacks = {tessel::callbacks::model_checkpoint(
-                 {.filepath = checkpoint_dir + "/ckpt-{epoch}.weights.h5",
-                  .save_weights_only = true})},
-             .validation_data = val_ds});
+  model.fit(train_ds, {.epochs = epochs,
+                       .verbose = 2,
+                       .callbacks = {tessel::callbacks::model_checkpoint(
+                           {.filepath = checkpoint_dir + "/ckpt-{epoch}.keras"})},
+                       .validation_data = val_ds});
   return 0;
 }
 

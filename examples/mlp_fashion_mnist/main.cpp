@@ -3,9 +3,10 @@
 // accuracy; batch 32, 2 epochs, validation on the last 10,000 training images, then evaluation
 // on the test set. The Keras program it mirrors is in benchmarks/keras_mlp_fashion_mnist.py.
 //
-// Data parallel (seeds/001's MirroredStrategy): run alone it trains on one device; run as
-// `mpiexec -n N mlp_fashion_mnist` each of the N processes takes 32/N samples of every global
-// batch of 32, and the gradients are summed across them, so the result is one device's.
+// seeds/001's tf.distribute.MirroredStrategy (tessel::mirrored_strategy<>): run alone it trains on
+// one device; run as `mpiexec -n N mlp_fashion_mnist` each of the N processes (replicas) takes
+// 32/N samples of every global batch of 32, and the gradients are summed across them, so the
+// result is one device's.
 //
 //   [mpiexec -n N] mlp_fashion_mnist [--epochs N] [--verbose 0|1|2]
 #include <cstdio>
@@ -17,7 +18,7 @@ namespace {
 
 using namespace tessel::layers;
 using model_t =
-    tessel::sequential<tessel::data_parallel<>, input<784>, dense<256, {.activation = "relu"}>,
+    tessel::sequential<tessel::mirrored_strategy<>, input<784>, dense<256, {.activation = "relu"}>,
                        dense<256, {.activation = "relu"}>, dense<10>>;
 
 int run(int argc, char** argv) {
@@ -49,6 +50,11 @@ int run(int argc, char** argv) {
   auto val_ds = tessel::from_tensor_slices(x_val, y_val).batch(batch_size);
   auto test_ds = tessel::from_tensor_slices(x_test, y_test).batch(batch_size);
 
+  // seeds/001: the strategy, then the model made and compiled in its scope.
+  tessel::mirrored_strategy<> strategy;
+  if (tessel::process_id() == 0)
+    std::printf("Number of devices: %d\n", strategy.num_replicas_in_sync());
+  const auto scope = strategy.scope();
   model_t model;
   model.compile(tessel::optimizers::adam{},
                 tessel::losses::sparse_categorical_crossentropy{.from_logits = true},
