@@ -10,9 +10,12 @@
 //     compute_average_loss, Keras 3's names, and the errors (a global batch the replicas do not
 //     divide, values of different sizes to reduce);
 //   - a TensorFlow-style loop of run / compute_average_loss / reduce over a distributed dataset
-//     gives the global batch's mean loss, as one process computes it.
+//     gives the global batch's mean loss, as one process computes it;
+//   - TF_CONFIG read by multi_worker_mirrored_strategy, and refused where it disagrees with the
+//     launcher (another process's index, more workers than processes), naming both.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <tessel/tessel.hpp>
 #include <vector>
@@ -167,6 +170,40 @@ void strategy_object() {
         "replicas");
 }
 
+// TF_CONFIG read by multi_worker_mirrored_strategy and checked against the launcher.
+std::string tf_config(int workers, int index) {
+  std::string list;
+  for (int i = 0; i < workers; ++i)
+    list += (i == 0 ? "\"" : ", \"") + ("localhost:" + std::to_string(20000 + i)) + "\"";
+  return "{\"cluster\": {\"worker\": [" + list + "]}, \"task\": {\"type\": \"worker\", " +
+         "\"index\": " + std::to_string(index) + "}}";
+}
+void tf_config_checked() {
+  const int n = num_processes(), me = process_id();
+  ::setenv("TF_CONFIG", tf_config(n, me).c_str(), 1);
+  {
+    multi_worker_mirrored_strategy<> s;
+    check(s.cluster && s.cluster->num_workers() == n && s.cluster->task_id() == me &&
+              s.cluster->worker[static_cast<std::size_t>(me)] ==
+                  "localhost:" + std::to_string(20000 + me),
+          "TF_CONFIG: the cluster and this process's task, read");
+  }
+  if (n > 1) {
+    const int other = (me + 1) % n;
+    ::setenv("TF_CONFIG", tf_config(n, other).c_str(), 1);
+    const std::string e = error_of([] { multi_worker_mirrored_strategy<> s; });
+    check(has(e, "TF_CONFIG says this process is worker " + std::to_string(other)) &&
+              has(e, "the MPI launcher made it process " + std::to_string(me)),
+          "TF_CONFIG with another process's index names both views: " + e);
+  }
+  ::setenv("TF_CONFIG", tf_config(n + 1, me).c_str(), 1);
+  const std::string e = error_of([] { multi_worker_mirrored_strategy<> s; });
+  check(has(e, "TF_CONFIG lists " + std::to_string(n + 1) + " workers") &&
+            has(e, "the MPI launcher started " + std::to_string(n) + " processes"),
+        "TF_CONFIG with more workers than processes names both counts: " + e);
+  ::unsetenv("TF_CONFIG");
+}
+
 void one_device_strategy_trains_alone(const testing::data_set& d) {
   one_device_strategy strategy;
   check(strategy.num_replicas_in_sync() == 1 && strategy.replica_id() == 0,
@@ -200,6 +237,7 @@ int main(int argc, char** argv) {
     uneven<multi_worker_mirrored_strategy<>>("multi_worker_mirrored_strategy", d);
     one_device_strategy_trains_alone(d);
     strategy_object();
+    tf_config_checked();
     multi_worker_mirrored_strategy<> workers;
     check(workers.num_replicas_in_sync() == num_processes() &&
               workers.name() == "MultiWorkerMirroredStrategy",

@@ -11,13 +11,16 @@
 // process 0, the line TensorFlow logs.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -28,6 +31,10 @@
 #include "../data/array.hpp"
 #include "../data/dataset.hpp"
 #include "../runtime/world.hpp"
+
+#if TESSEL_DEFINITIONS
+#include <nlohmann/json.hpp>
+#endif
 
 namespace tessel {
 
@@ -45,6 +52,26 @@ struct input_context {
 };
 
 class strategy;
+
+// TF_CONFIG as MultiWorkerMirroredStrategy reads it: {"cluster": {"chief": [...], "worker":
+// [...]}, "task": {"type": "worker", "index": i}}. The workers are the chief's address, then the
+// workers' (TensorFlow counts the chief as worker 0 of the collective).
+struct tf_config {
+  std::vector<std::string> chief, worker;
+  std::string task_type;
+  int task_index = 0;
+  // This process's place among all workers.
+  [[nodiscard]] int task_id() const noexcept {
+    return task_type == "chief" ? task_index : static_cast<int>(chief.size()) + task_index;
+  }
+  [[nodiscard]] int num_workers() const noexcept {
+    return static_cast<int>(chief.size() + worker.size());
+  }
+};
+// TF_CONFIG's value parsed and checked, first on its own (a value_error naming the field), then
+// against the MPI launcher's view: as many workers as the job has processes, this process's task
+// at its rank (a value_error naming both views).
+TESSEL_INLINE tf_config parse_tf_config(std::string_view text, int processes, int process);
 
 // tf.distribute.ReplicaContext: where `run`'s function runs, one replica of the strategy's.
 class replica_context {
@@ -240,8 +267,9 @@ class strategy {
   // `local`: each process trains its model alone (one replica in sync).
   strategy(std::string name, bool local);
   // Prints TF's line from process 0: "INFO:tensorflow:Using MirroredStrategy with devices
-  // ('/job:localhost/replica:0/task:0/device:CPU:0', ...)".
-  void announce(const std::string& job) const;
+  // ('/job:localhost/replica:0/task:0/device:CPU:0', ...)"; for a worker, the cluster too
+  // (TF_CONFIG's, when the program has one).
+  void announce(const std::string& job, const tf_config* cluster = nullptr) const;
 
  private:
   std::string name_;
@@ -257,12 +285,21 @@ struct mirrored_strategy : data_parallel<Mesh>, strategy {
 };
 
 // tf.distribute.MultiWorkerMirroredStrategy: the same across machines, one worker per process of
-// the job (the MPI launcher's hostfile or Slurm says where they run).
+// the job (the MPI launcher's hostfile or Slurm says where they run). TF_CONFIG, where set, is
+// read and checked against the launcher (parse_tf_config).
 template <class Mesh = device_mesh<axis<"batch">>>
 struct multi_worker_mirrored_strategy : data_parallel<Mesh>, strategy {
   multi_worker_mirrored_strategy() : strategy("MultiWorkerMirroredStrategy", false) {
-    announce("worker");
+    const char* text = std::getenv("TF_CONFIG");
+    if (text != nullptr && *text != '\0') {
+      cluster = parse_tf_config(text, num_processes(), replica_id());
+      announce("worker", &*cluster);
+    } else {
+      announce("worker");
+    }
   }
+  // TF_CONFIG's cluster, when the program was given one.
+  std::optional<tf_config> cluster;
 };
 
 // tf.distribute.OneDeviceStrategy: the model whole on this process's device; under mpiexec each
@@ -330,7 +367,69 @@ TESSEL_INLINE strategy::strategy(std::string name, bool local) : name_(std::move
   replica_ = local ? 0 : tessel::process_id();
 }
 
-TESSEL_INLINE void strategy::announce(const std::string& job) const {
+TESSEL_INLINE tf_config parse_tf_config(std::string_view text, int processes, int process) {
+  using json = nlohmann::json;
+  const auto fail = [](const std::string& what) {
+    throw value_error("TF_CONFIG: " + what +
+                      ". Give each process {\"cluster\": {\"worker\": [\"host:port\", ...]}, "
+                      "\"task\": {\"type\": \"worker\", \"index\": i}}, or leave TF_CONFIG "
+                      "unset: the MPI launcher says where the workers run");
+  };
+  const json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail("the value is not a JSON object");
+  if (!j.contains("cluster") || !j["cluster"].is_object())
+    fail("'cluster' is missing or not an object");
+  tf_config c;
+  std::vector<std::string> seen;
+  for (const auto& [role, addresses] : j["cluster"].items()) {
+    if (role != "chief" && role != "worker")
+      fail("the cluster has '" + role + "' tasks; MultiWorkerMirroredStrategy trains with a "
+           "chief and workers only (the parameter servers' strategy is another)");
+    if (!addresses.is_array()) fail("'cluster." + role + "' is not a list of addresses");
+    for (const auto& a : addresses) {
+      if (!a.is_string() || a.get<std::string>().empty())
+        fail("'cluster." + role + "' holds an entry that is not an address");
+      const std::string address = a.get<std::string>();
+      if (std::find(seen.begin(), seen.end(), address) != seen.end())
+        fail("the address '" + address + "' is listed twice");
+      seen.push_back(address);
+      (role == "chief" ? c.chief : c.worker).push_back(address);
+    }
+  }
+  if (c.chief.size() > 1) fail("'cluster.chief' lists more than one address");
+  if (c.chief.empty() && c.worker.empty()) fail("the cluster lists no worker");
+  if (!j.contains("task") || !j["task"].is_object()) fail("'task' is missing or not an object");
+  const json& task = j["task"];
+  if (!task.contains("type") || !task["type"].is_string())
+    fail("'task.type' is missing or not a string");
+  c.task_type = task["type"].get<std::string>();
+  if (c.task_type != "chief" && c.task_type != "worker")
+    fail("'task.type' is '" + c.task_type + "'; a MultiWorkerMirroredStrategy process is a "
+         "'worker' or the 'chief'");
+  const auto& listed = c.task_type == "chief" ? c.chief : c.worker;
+  if (!task.contains("index") || !task["index"].is_number_integer() ||
+      task["index"].get<std::int64_t>() < 0 ||
+      task["index"].get<std::int64_t>() >= static_cast<std::int64_t>(listed.size()))
+    fail("'task.index' is missing, or not an index into 'cluster." + c.task_type + "' (" +
+         std::to_string(listed.size()) + " addresses)");
+  c.task_index = static_cast<int>(task["index"].get<std::int64_t>());
+  if (c.num_workers() != processes)
+    throw value_error("TF_CONFIG lists " + std::to_string(c.num_workers()) +
+                      " workers (cluster.chief and cluster.worker), but the MPI launcher started " +
+                      std::to_string(processes) + " processes, one per worker; launch as many "
+                      "processes as TF_CONFIG lists workers, or leave TF_CONFIG unset");
+  if (c.task_id() != process)
+    throw value_error("TF_CONFIG says this process is " + c.task_type + " " +
+                      std::to_string(c.task_index) + " (worker " + std::to_string(c.task_id()) +
+                      " of " + std::to_string(c.num_workers()) +
+                      "), but the MPI launcher made it process " + std::to_string(process) +
+                      " of " + std::to_string(processes) +
+                      "; give each process the TF_CONFIG of its own rank (the launcher numbers "
+                      "the processes as its hostfile lists the hosts), or leave TF_CONFIG unset");
+  return c;
+}
+
+TESSEL_INLINE void strategy::announce(const std::string& job, const tf_config* cluster) const {
   if (tessel::process_id() != 0) return;
   const std::vector<std::string> devices = list_devices();
   const std::string type = devices.front().starts_with("gpu") ? "GPU" : "CPU";
@@ -348,11 +447,27 @@ TESSEL_INLINE void strategy::announce(const std::string& job) const {
   std::printf("INFO:tensorflow:Using %s with devices (%s)\n",
               name_ == "OneDeviceStrategy" ? "OneDeviceStrategy" : "MirroredStrategy",
               names.c_str());
-  if (job == "worker")
-    std::printf("INFO:tensorflow:MultiWorkerMirroredStrategy with task_type = 'worker', "
-                "task_id = 0, num_workers = %d, local_devices = (%s), communication = "
+  if (job == "worker") {
+    // TensorFlow prints the ClusterSpec as a Python dict.
+    std::string spec = "{";
+    const auto list = [&](const char* role, const std::vector<std::string>& addresses) {
+      if (addresses.empty()) return;
+      spec += std::string(spec.size() > 1 ? ", '" : "'") + role + "': [";
+      for (std::size_t i = 0; i < addresses.size(); ++i)
+        spec += (i == 0 ? "'" : ", '") + addresses[i] + "'";
+      spec += "]";
+    };
+    if (cluster != nullptr) {
+      list("chief", cluster->chief);
+      list("worker", cluster->worker);
+    }
+    spec += "}";
+    std::printf("INFO:tensorflow:MultiWorkerMirroredStrategy with cluster_spec = %s, task_type = "
+                "'%s', task_id = %d, num_workers = %d, local_devices = (%s), communication = "
                 "CommunicationImplementation.AUTO\n",
-                processes_, names.c_str());
+                spec.c_str(), cluster != nullptr ? cluster->task_type.c_str() : "worker",
+                cluster != nullptr ? cluster->task_index : 0, processes_, names.c_str());
+  }
   std::fflush(stdout);
 }
 
