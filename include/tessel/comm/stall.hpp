@@ -102,6 +102,22 @@ TESSEL_INLINE std::string seconds_text(double s, const char* format);
 TESSEL_INLINE std::string call_text(const call& c);
 // What process `p` ran as collective `seq` of `channel`, or null when it is not known.
 TESSEL_INLINE const call* ran_at(const process& p, int channel, std::uint64_t seq);
+// "process 3 of 8", "processes 0-2 of 8".
+TESSEL_INLINE std::string who_text(const std::vector<int>& ranks, int n);
+// "a", "a and b", "a, b and c".
+TESSEL_INLINE std::string listed(const std::vector<std::string>& parts);
+// Process `r` added to the group of `value` (groups kept in order of their first member).
+template <class V>
+void group_by(std::vector<std::pair<V, std::vector<int>>>& groups, const V& value, int r) {
+  const auto g =
+      std::find_if(groups.begin(), groups.end(), [&](auto& e) { return e.first == value; });
+  if (g == groups.end()) groups.push_back({value, {r}});
+  else g->second.push_back(r);
+}
+// Where to look when processes took different paths, in both messages that name them.
+inline constexpr const char* parted_cause =
+    "a branch that some processes take and others do not, such as a file found by one process "
+    "only, a test of process_id, or an exception caught on one process";
 }  // namespace detail
 
 // Why the job waits, as one message (without a trailing newline).
@@ -163,6 +179,16 @@ TESSEL_INLINE const call* ran_at(const process& p, int channel, std::uint64_t se
   for (const ran& r : p.history[static_cast<std::size_t>(channel)])
     if (r.seq == seq && r.what.op != 0) return &r.what;
   return nullptr;
+}
+TESSEL_INLINE std::string who_text(const std::vector<int>& ranks, int n) {
+  return (ranks.size() == 1 ? "process " : "processes ") + ranks_text(ranks) + " of " +
+         std::to_string(n);
+}
+TESSEL_INLINE std::string listed(const std::vector<std::string>& parts) {
+  std::string out;
+  for (std::size_t i = 0; i < parts.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return out;
 }
 }  // namespace detail
 
@@ -250,9 +276,6 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
                : std::string("an unknown communicator");
   };
   const std::string of = " of " + std::to_string(n);
-  const auto who_text = [&](const std::vector<int>& ranks) {
-    return (ranks.size() == 1 ? "process " : "processes ") + detail::ranks_text(ranks) + of;
-  };
 
   // Processes of one communicator that ran different collectives as one number: for each
   // communicator, the first such number, the processes grouped by what they ran there.
@@ -267,9 +290,7 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
         if (std::find(members.begin(), members.end(), r) == members.end()) continue;
         k = key(s.reporter, c);
       }
-      auto g = std::find_if(groups.begin(), groups.end(), [&](auto& e) { return e.first == k; });
-      if (g == groups.end()) groups.push_back({k, {r}});
-      else g->second.push_back(r);
+      detail::group_by(groups, k, r);
     }
     for (const auto& group : groups) {
       std::vector<std::uint64_t> seqs;
@@ -283,19 +304,15 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
       for (const std::uint64_t seq : seqs) {
         std::vector<std::pair<call, std::vector<int>>> by_call;
         for (const int r : group.second) {
-          const call* w = detail::ran_at(s.processes[static_cast<std::size_t>(r)], c, seq);
-          if (w == nullptr) continue;
-          auto e = std::find_if(by_call.begin(), by_call.end(),
-                                [&](auto& x) { return x.first == *w; });
-          if (e == by_call.end()) by_call.push_back({*w, {r}});
-          else e->second.push_back(r);
+          if (const call* w = detail::ran_at(s.processes[static_cast<std::size_t>(r)], c, seq))
+            detail::group_by(by_call, *w, r);
         }
         if (by_call.size() < 2) continue;
+        std::vector<std::string> ran_what;
+        for (const auto& [what, ranks] : by_call)
+          ran_what.push_back(detail::who_text(ranks, n) + " ran " + detail::call_text(what));
         paths += (paths.empty() ? "" : "; ") + std::string("as their collective number ") +
-                 std::to_string(seq) + " over " + label(c) + ", ";
-        for (std::size_t i = 0; i < by_call.size(); ++i)
-          paths += std::string(i == 0 ? "" : i + 1 == by_call.size() ? " and " : ", ") +
-                   who_text(by_call[i].second) + " ran " + detail::call_text(by_call[i].first);
+                 std::to_string(seq) + " over " + label(c) + ", " + detail::listed(ran_what);
         break;
       }
     }
@@ -305,8 +322,8 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
   if (!paths.empty())
     msg += "the processes took different paths through the program: " + paths +
            " (every process of a communicator must run the same collectives in the same order: "
-           "look for a branch that some processes take and others do not, such as a file found "
-           "by one process only, a test of process_id, or an exception caught on one process)";
+           "look for " +
+           detail::parted_cause + ")";
   std::vector<int> causes;
   for (int r = 0; r < n; ++r) {
     const auto i = static_cast<std::size_t>(r);
@@ -388,7 +405,6 @@ TESSEL_INLINE std::string parted_paths(const std::vector<std::vector<path>>& by_
   const int n = static_cast<int>(by_process.size());
   std::size_t channels = 0;
   for (const auto& p : by_process) channels = std::max(channels, p.size());
-  const std::string of = " of " + std::to_string(n);
   std::string parts;
   for (std::size_t c = 0; c < channels; ++c) {
     // The communicators on this channel (rows of a mesh share it), in order of their first rank.
@@ -401,37 +417,31 @@ TESSEL_INLINE std::string parted_paths(const std::vector<std::vector<path>>& by_
       std::vector<std::pair<path, std::vector<int>>> variants;
       for (int r = 0; r < n; ++r) {
         const auto& p = by_process[static_cast<std::size_t>(r)];
-        if (c >= p.size() || p[c].group != g) continue;
-        auto v = std::find_if(variants.begin(), variants.end(),
-                              [&](auto& x) { return x.first == p[c]; });
-        if (v == variants.end()) variants.push_back({p[c], {r}});
-        else v->second.push_back(r);
+        if (c < p.size() && p[c].group == g) detail::group_by(variants, p[c], r);
       }
       if (variants.size() < 2) continue;
-      parts += (parts.empty() ? "" : "; ") + std::string("over ") +
-               (c < labels.size() ? labels[c] : std::string("a communicator of another process")) +
-               ", ";
+      std::vector<std::string> ran_what;
       for (std::size_t i = 0; i < variants.size(); ++i) {
         const path& p = variants[i].first;
-        const std::vector<int>& ranks = variants[i].second;
         const bool same_count = std::any_of(variants.begin(), variants.end(), [&](auto& x) {
           return x.first.count == p.count && !(x.first == p);
         });
-        parts += std::string(i == 0 ? "" : i + 1 == variants.size() ? " and " : ", ") +
-                 (ranks.size() == 1 ? "process " : "processes ") + detail::ranks_text(ranks) +
-                 of + " ran " + std::to_string(p.count) +
-                 (p.count == 1 ? " collective" : " collectives") +
-                 (same_count ? " (sequence " + std::to_string(i + 1) + ")" : "");
+        ran_what.push_back(detail::who_text(variants[i].second, n) + " ran " +
+                           std::to_string(p.count) +
+                           (p.count == 1 ? " collective" : " collectives") +
+                           (same_count ? " (sequence " + std::to_string(i + 1) + ")" : ""));
       }
+      parts += (parts.empty() ? "" : "; ") + std::string("over ") +
+               (c < labels.size() ? labels[c] : std::string("a communicator of another process")) +
+               ", " + detail::listed(ran_what);
     }
   }
   if (parts.empty()) return {};
   return "tessel: the processes took different paths through the program: " + parts +
          ". Every process of a communicator must run the same collectives in the same order; "
          "MPI paired these as it could (a broadcast's root completes alone), so what was "
-         "computed after the paths parted may be wrong. Look for a branch that some processes "
-         "take and others do not, such as a file found by one process only, a test of "
-         "process_id, or an exception caught on one process.";
+         "computed after the paths parted may be wrong. Look for " +
+         detail::parted_cause + ".";
 }
 #endif
 

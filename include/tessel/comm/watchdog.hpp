@@ -521,7 +521,7 @@ TESSEL_INLINE void watchdog::report(stall::snapshot& s) const {
       p.entered[c] = word(slot, c).load(std::memory_order_acquire);
       p.group[c] = word(slot, group_word + c).load(std::memory_order_acquire);
       for (std::size_t j = 0; j < history_length; ++j) {
-        std::uint64_t* e = slot + history_word + (c * history_length + j) * entry_words;
+        std::uint64_t* e = history_entry(slot, static_cast<int>(c), j);  // entry j of c
         const std::uint64_t seq = word(e, 0).load(std::memory_order_acquire);
         const std::uint64_t op = word(e, 1).load(std::memory_order_relaxed);
         const std::uint64_t shape = word(e, 2).load(std::memory_order_relaxed);

@@ -29,6 +29,7 @@
 #include "../core/distribution.hpp"
 #include "../core/errors.hpp"
 #include "../data/array.hpp"
+#include "../data/array_ops.hpp"
 #include "../data/dataset.hpp"
 #include "../runtime/world.hpp"
 
@@ -147,30 +148,19 @@ constexpr rows_range rows_of(std::size_t rows, int replica, int replicas) noexce
   const auto r = static_cast<std::size_t>(replica), n = static_cast<std::size_t>(replicas);
   return {r * (rows / n) + std::min(r, rows % n), rows / n + (r < rows % n ? 1 : 0)};
 }
-template <class T>
-array<T> slice_rows(const array<T>& a, rows_range r) {
-  array<T> out;
-  out.shape = a.shape;
-  if (out.shape.empty()) throw value_error("experimental_distribute_dataset: an element of rank 0 "
-                                           "has no batch dimension to split; batch the dataset "
-                                           "with the global batch size first");
-  std::size_t row = 1;
-  for (std::size_t d = 1; d < a.shape.size(); ++d) row *= a.shape[d];
-  out.shape[0] = r.count;
-  out.values.assign(a.values.begin() + static_cast<std::ptrdiff_t>(r.first * row),
-                    a.values.begin() + static_cast<std::ptrdiff_t>((r.first + r.count) * row));
-  return out;
-}
 }  // namespace strategy_detail
 
 template <class X, class Y>
 void distributed_dataset<X, Y>::iterator::take() {
   if (it_ == std::default_sentinel) return;
   const element_type& global = *it_;
-  const std::size_t rows = global.first.shape.empty() ? 0 : global.first.shape[0];
+  if (global.first.shape.empty())
+    throw value_error("experimental_distribute_dataset: an element of rank 0 has no batch "
+                      "dimension to split; batch the dataset with the global batch size first");
+  const std::size_t rows = global.first.shape[0];
   const auto r = strategy_detail::rows_of(rows, replica_, replicas_);
-  slice_ = {strategy_detail::slice_rows(global.first, r),
-            strategy_detail::slice_rows(global.second, r)};
+  slice_ = {data::slice_rows(global.first, r.first, r.first + r.count),
+            data::slice_rows(global.second, r.first, r.first + r.count)};
 }
 
 // What every strategy object has. The strategy types below derive from it and from their
