@@ -12,12 +12,21 @@
 //   - a TensorFlow-style loop of run / compute_average_loss / reduce over a distributed dataset
 //     gives the global batch's mean loss, as one process computes it;
 //   - TF_CONFIG read by multi_worker_mirrored_strategy, and refused where it disagrees with the
-//     launcher (another process's index, more workers than processes), naming both.
+//     launcher (another process's index, more workers than processes), naming both;
+//   - mirrored_strategy with reduction_to_one_device (a reduce, then a broadcast of each gradient)
+//     and central_storage_strategy (the gradients reduced to the parameter device, the update
+//     there once, the variables broadcast) equal one device, their collectives the plan's; under
+//     central storage only the parameter device holds optimizer state while training, a state
+//     read gives every process the one state (equal to one device's), and a checkpoint saved
+//     under it restores into a mirrored model; a parameter device the job has not is refused.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <span>
 #include <string>
 #include <tessel/tessel.hpp>
+#include <unistd.h>
 #include <vector>
 
 #include "compare_models.hpp"
@@ -204,6 +213,69 @@ void tf_config_checked() {
   ::unsetenv("TF_CONFIG");
 }
 
+// Central storage: the optimizer state lives on the parameter device only, until a state read
+// copies it to the others; that state, and a checkpoint of it, are one device's.
+template <int ParameterDevice>
+void central_state(const testing::data_set& d) {
+  using central = central_storage_strategy<device_mesh<axis<"batch">>, ParameterDevice>;
+  const std::string what = "central_storage_strategy<..., " + std::to_string(ParameterDevice) + ">";
+  central strategy;
+  check(strategy.num_replicas_in_sync() == num_processes() &&
+            strategy.name() == "CentralStorageStrategy",
+        what + ": one replica per process");
+  mlp<central> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  for (std::size_t step = 0; step < 5; ++step) {
+    const auto x = data::slice_rows(d.x, step * 16, step * 16 + 16);
+    const auto y = data::slice_rows(d.y, step * 16, step * 16 + 16);
+    a.train_on_batch(x, y);
+    b.train_on_batch(x, y);
+  }
+  const bool holder = process_id() == ParameterDevice;
+  check(a.get_optimizer().variables().size() == (holder ? 4u * 2u : 0u),
+        what + ": only the parameter device holds optimizer slots while training (" +
+            std::to_string(a.get_optimizer().variables().size()) + " here)");
+  const auto sa = a.get_state_tree(), sb = b.get_state_tree();
+  double worst = 0;
+  bool same_paths = sa.optimizer_variables.size() == sb.optimizer_variables.size();
+  for (std::size_t i = 0; same_paths && i < sa.optimizer_variables.size(); ++i) {
+    same_paths = sa.optimizer_variables[i].path == sb.optimizer_variables[i].path;
+    worst = std::max(worst, rel(sa.optimizer_variables[i].numpy(),
+                                sb.optimizer_variables[i].numpy()));
+  }
+  check(same_paths && worst <= testing::adam_weight_tolerance,
+        what + ": the optimizer state read on every process is one device's (" +
+            std::to_string(worst) + ")");
+  // A checkpoint of it restores into a mirrored model, which then trains as one device.
+  // One directory every process names alike: process 0's pid, broadcast.
+  std::uint64_t pid = static_cast<std::uint64_t>(::getpid());
+  runtime::world().broadcast(std::span<std::uint64_t>(&pid, 1), 0);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("tessel_central_" + std::to_string(ParameterDevice) + "_" + std::to_string(pid));
+  save_checkpoint(a, dir);
+  mlp<mirrored_strategy<>> m;
+  m.compile({.optimizer = "adam", .loss = "mse"});
+  load_checkpoint(m, dir);
+  const auto x = data::slice_rows(d.x, 100, 116);
+  const auto y = data::slice_rows(d.y, 100, 116);
+  const double lm = *find_log(m.train_on_batch(x, y), "loss");
+  const double lb = *find_log(b.train_on_batch(x, y), "loss");
+  double worst_weight = 0;
+  const auto wm = m.get_weights(), wb = b.get_weights();
+  for (std::size_t i = 0; i < wm.size(); ++i)
+    worst_weight = std::max(worst_weight, rel(wm[i].values, wb[i].values));
+  check(rel(lm, lb) <= 1e-5 && worst_weight <= testing::adam_weight_tolerance,
+        what + ": its checkpoint restores into a mirrored model that trains as one device "
+               "(loss " + std::to_string(rel(lm, lb)) + ", weights " +
+            std::to_string(worst_weight) + ")");
+  runtime::world().barrier();
+  if (process_id() == 0) std::filesystem::remove_all(dir);
+}
+
 void one_device_strategy_trains_alone(const testing::data_set& d) {
   one_device_strategy strategy;
   check(strategy.num_replicas_in_sync() == 1 && strategy.replica_id() == 0,
@@ -235,6 +307,24 @@ int main(int argc, char** argv) {
         "multi_worker_mirrored_strategy", d.x, d.y, "adam", "categorical_crossentropy");
     uneven<mirrored_strategy<>>("mirrored_strategy", d);
     uneven<multi_worker_mirrored_strategy<>>("multi_worker_mirrored_strategy", d);
+    using to_one = mirrored_strategy<device_mesh<axis<"batch">>, reduction_to_one_device>;
+    testing::compare<mlp<to_one>, mlp<one_device>>("mirrored_strategy, reduction_to_one_device",
+                                                   d.x, d.y, "adam", "categorical_crossentropy");
+    uneven<to_one>("mirrored_strategy, reduction_to_one_device", d);
+    testing::compare<mlp<central_storage_strategy<>>, mlp<one_device>>(
+        "central_storage_strategy", d.x, d.y, "adam", "categorical_crossentropy");
+    testing::compare<mlp<central_storage_strategy<>>, mlp<one_device>>(
+        "central_storage_strategy (sgd)", d.x, d.y, "sgd");
+    uneven<central_storage_strategy<>>("central_storage_strategy", d);
+    central_state<0>(d);
+    if (num_processes() > 1) central_state<1>(d);
+    const std::string e = error_of([] {
+      central_storage_strategy<device_mesh<axis<"batch">>, 4> s;
+    });
+    if (num_processes() <= 4)
+      check(has(e, "central_storage_strategy: the parameter device is process 4, but the job has " +
+                       std::to_string(num_processes()) + " processes; launch at least 5"),
+            "a parameter device the job has not: " + e);
     one_device_strategy_trains_alone(d);
     strategy_object();
     tf_config_checked();

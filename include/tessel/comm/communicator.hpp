@@ -173,6 +173,12 @@ class communicator {
   void broadcast(std::span<T> data, int root = 0) const {
     broadcast_erased(data.data(), data.size(), detail::datatype<T>(), sizeof(T), root);
   }
+  // `root` ends with the sum of everyone's `data`; the others' `data` is left as it was (MPI's
+  // reduce, in place at the root).
+  template <class T>
+  void reduce(std::span<T> data, int root = 0) const {
+    reduce_erased(data.data(), data.size(), detail::datatype<T>(), sizeof(T), root);
+  }
   // Block j of `in` goes to process j; block i of `out` comes from process i.
   template <class T>
   void all_to_all(std::span<const T> in, std::span<T> out) const {
@@ -216,6 +222,10 @@ class communicator {
                              root);
   }
   template <class T>
+  [[nodiscard]] request ireduce(std::span<T> data, int root = 0) const {
+    return ireduce_erased(data.data(), data.size(), detail::datatype<T>(), sizeof(T), root);
+  }
+  template <class T>
   [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {
     return iall_to_all_erased({in.data(), in.size(), out.data(), out.size(),
                                detail::datatype<T>(), sizeof(T)});
@@ -254,6 +264,8 @@ class communicator {
   void reduce_scatter_erased(const buffers& b) const;
   void broadcast_erased(void* data, std::size_t n, MPI_Datatype type, std::size_t element_size,
                         int root) const;
+  void reduce_erased(void* data, std::size_t n, MPI_Datatype type, std::size_t element_size,
+                     int root) const;
   void all_to_all_erased(const buffers& b) const;
   request iall_reduce_erased(void* data, std::size_t n, MPI_Datatype type,
                              std::size_t element_size) const;
@@ -261,6 +273,8 @@ class communicator {
   request ireduce_scatter_erased(const buffers& b) const;
   request ibroadcast_erased(void* data, std::size_t n, MPI_Datatype type,
                             std::size_t element_size, int root) const;
+  request ireduce_erased(void* data, std::size_t n, MPI_Datatype type, std::size_t element_size,
+                         int root) const;
   request iall_to_all_erased(const buffers& b) const;
   void release() noexcept {
     int finalized = 0;
@@ -305,7 +319,8 @@ TESSEL_INLINE communicator::communicator(MPI_Comm c, bool owned, std::string_vie
 }
 TESSEL_INLINE void communicator::check_root(int root) const {
   if (root < 0 || root >= size_)
-    throw value_error("tessel: broadcast from process " + std::to_string(root) + " of a group of " +
+    throw value_error("tessel: a broadcast or reduce rooted at process " + std::to_string(root) +
+                      " of a group of " +
                       std::to_string(size_) + "; the root must be in [0, " +
                       std::to_string(size_) + ")");
 }
@@ -358,6 +373,15 @@ TESSEL_INLINE void communicator::broadcast_erased(void* data, std::size_t n, MPI
   const watched_wait watch(tag("broadcast", n * element_size, root));
   detail::check(MPI_Bcast(data, detail::count_of(n), type, root, comm_), "MPI_Bcast");
 }
+TESSEL_INLINE void communicator::reduce_erased(void* data, std::size_t n, MPI_Datatype type,
+                                               std::size_t element_size, int root) const {
+  check_root(root);
+  if (!uses_mpi() || n == 0) return;
+  const watched_wait watch(tag("reduce", n * element_size, root));
+  detail::check(MPI_Reduce(rank_ == root ? MPI_IN_PLACE : data, rank_ == root ? data : nullptr,
+                           detail::count_of(n), type, MPI_SUM, root, comm_),
+                "MPI_Reduce");
+}
 TESSEL_INLINE void communicator::all_to_all_erased(const buffers& b) const {
   check_same("all_to_all", b.in_count, b.out_count);
   if (!uses_mpi()) return b.copy();
@@ -400,6 +424,16 @@ TESSEL_INLINE request communicator::ibroadcast_erased(void* data, std::size_t n,
   MPI_Request r{};
   detail::check(MPI_Ibcast(data, detail::count_of(n), type, root, comm_, &r), "MPI_Ibcast");
   return request(r, tag("broadcast", n * element_size, root));
+}
+TESSEL_INLINE request communicator::ireduce_erased(void* data, std::size_t n, MPI_Datatype type,
+                                                   std::size_t element_size, int root) const {
+  check_root(root);
+  if (!uses_mpi() || n == 0) return {};
+  MPI_Request r{};
+  detail::check(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : data, rank_ == root ? data : nullptr,
+                            detail::count_of(n), type, MPI_SUM, root, comm_, &r),
+                "MPI_Ireduce");
+  return request(r, tag("reduce", n * element_size, root));
 }
 TESSEL_INLINE request communicator::iall_to_all_erased(const buffers& b) const {
   check_same("all_to_all", b.in_count, b.out_count);

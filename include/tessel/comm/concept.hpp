@@ -34,6 +34,7 @@ concept collectives_on = requires(const C& c, std::span<T> data, std::span<const
   c.all_gather(in, out);
   c.reduce_scatter(in, out);
   c.broadcast(data, root);
+  c.reduce(data, root);
   c.all_to_all(in, out);
   // out = in, wherever the communicator's buffers live (host memory, or the GPU's for
   // cuda_communicator): a collective of one process, an all_reduce into another buffer, a slice.
@@ -42,6 +43,7 @@ concept collectives_on = requires(const C& c, std::span<T> data, std::span<const
   { c.iall_gather(in, out) } -> request_like;
   { c.ireduce_scatter(in, out) } -> request_like;
   { c.ibroadcast(data, root) } -> request_like;
+  { c.ireduce(data, root) } -> request_like;
   { c.iall_to_all(in, out) } -> request_like;
 };
 }  // namespace detail

@@ -227,6 +227,10 @@ class cuda_communicator {
     ibroadcast(data, root).wait();
   }
   template <class T>
+  void reduce(std::span<T> data, int root = 0) const {
+    ireduce(data, root).wait();
+  }
+  template <class T>
   void all_to_all(std::span<const T> in, std::span<T> out) const {
     iall_to_all(in, out).wait();
   }
@@ -279,6 +283,14 @@ class cuda_communicator {
     if (auto* g = nccl_for(data.data()); g && root >= 0 && root < size())
       return request(g, g->broadcast(data.data(), data.size(), root), "broadcast");
     return request(staged().ibroadcast(data, root));
+  }
+  template <class T>
+  [[nodiscard]] request ireduce(std::span<T> data, int root = 0) const {
+    if (!mpi_.uses_mpi() || data.empty())
+      return request(staging::request<cuda_staging::device_memory>(mpi_.ireduce(data, root), {}));
+    if (auto* g = nccl_for(data.data()); g && root >= 0 && root < size())
+      return request(g, g->reduce(data.data(), data.size(), root), "reduce");
+    return request(staged().ireduce(data, root));
   }
   template <class T>
   [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {

@@ -38,8 +38,13 @@ class local_communicator {
   template <class T>
   void broadcast(std::span<T>, int root = 0) const {
     if (root != 0)
-      throw value_error("tessel: broadcast from process " + std::to_string(root) +
+      throw value_error("tessel: a broadcast or reduce rooted at process " + std::to_string(root) +
                         " of a group of 1; the root must be 0");
+  }
+  // The root is the only process: it holds the sum already.
+  template <class T>
+  void reduce(std::span<T> data, int root = 0) const {
+    broadcast(data, root);
   }
   template <class T>
   void all_to_all(std::span<const T> in, std::span<T> out) const {
@@ -61,6 +66,10 @@ class local_communicator {
   template <class T>
   [[nodiscard]] request ibroadcast(std::span<T> data, int root = 0) const {
     return broadcast(data, root), request{};
+  }
+  template <class T>
+  [[nodiscard]] request ireduce(std::span<T> data, int root = 0) const {
+    return reduce(data, root), request{};
   }
   template <class T>
   [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {

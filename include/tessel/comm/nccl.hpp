@@ -120,6 +120,13 @@ class nccl_group {
       return ncclBroadcast(data, data, n, nccl_detail::datatype<T>(), root, comm_, stream_);
     });
   }
+  // In place: `root` ends with the sum.
+  template <class T>
+  cudaEvent_t reduce(T* data, std::size_t n, int root) const {
+    return run("reduce", [&] {
+      return ncclReduce(data, data, n, nccl_detail::datatype<T>(), ncclSum, root, comm_, stream_);
+    });
+  }
   // Block p of `in` to process p, block p of `out` from it: one send and one receive per peer,
   // grouped.
   template <class T>
@@ -236,6 +243,8 @@ class nccl_group {
   cudaEvent_t reduce_scatter(const T*, T*, std::size_t) const { return nullptr; }
   template <class T>
   cudaEvent_t broadcast(T*, std::size_t, int) const { return nullptr; }
+  template <class T>
+  cudaEvent_t reduce(T*, std::size_t, int) const { return nullptr; }
   template <class T>
   cudaEvent_t all_to_all(const T*, T*, std::size_t) const { return nullptr; }
   void finish(cudaEvent_t) const {}

@@ -126,6 +126,12 @@ class collectives {
     return request(std::move(r), std::move(out.back));
   }
   template <class T>
+  [[nodiscard]] request ireduce(std::span<T> data, int root) const {
+    output<T> out = stage_out(data, true);
+    comm::request r = mpi_->ireduce(out.host, root);
+    return request(std::move(r), std::move(out.back));
+  }
+  template <class T>
   [[nodiscard]] request iall_to_all(std::span<const T> in, std::span<T> out) const {
     return with_input(in, out, [&](std::span<const T> i, std::span<T> o) {
       return mpi_->iall_to_all(i, o);

@@ -32,8 +32,8 @@ constexpr std::uint64_t op_key(const char* op) noexcept {
 // The barrier every process passes when its tessel::initialize guard ends.
 inline constexpr const char* guard_barrier = "the barrier where every process's guard ends";
 // The collectives a message can name from their op_key.
-inline constexpr std::array<const char*, 8> known_ops{
-    "all_reduce", "all_gather", "reduce_scatter",   "broadcast",
+inline constexpr std::array<const char*, 9> known_ops{
+    "all_reduce", "all_gather", "reduce_scatter",   "broadcast",    "reduce",
     "all_to_all", "barrier",    "ncclCommInitRank", guard_barrier};
 
 // One collective as a process ran it. Every process of a communicator must run the same ones in
@@ -44,7 +44,7 @@ inline constexpr std::array<const char*, 8> known_ops{
 struct call {
   std::uint64_t op = 0;     // op_key of its name; 0: not known
   std::uint64_t bytes = 0;  // the bytes each process contributes (all_gather: its block)
-  int root = -1;            // a broadcast's root, as a rank of its group; -1: none
+  int root = -1;            // a broadcast's or a reduce's root, as a rank of its group; -1: none
   bool max = false;         // an all_reduce of the maximum, not the sum
   friend bool operator==(const call&, const call&) = default;
 };
@@ -171,7 +171,8 @@ TESSEL_INLINE std::string call_text(const call& c) {
   std::string out = name != known_ops.end() ? *name : "a collective of a name not known here";
   if (c.op == op_key("all_reduce")) out += c.max ? " (maximum)" : " (sum)";
   if (c.bytes != 0) out += " of " + std::to_string(c.bytes) + (c.bytes == 1 ? " byte" : " bytes");
-  if (c.root >= 0) out += " from rank " + std::to_string(c.root);
+  if (c.root >= 0)
+    out += (c.op == op_key("reduce") ? " to rank " : " from rank ") + std::to_string(c.root);
   return out;
 }
 TESSEL_INLINE const call* ran_at(const process& p, int channel, std::uint64_t seq) {

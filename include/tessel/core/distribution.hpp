@@ -21,6 +21,19 @@ namespace tessel {
 
 inline constexpr std::size_t max_rules = 32;
 
+// How the replicas of a data-parallel distribution reduce their gradients (tf.distribute's
+// `cross_device_ops`).
+enum class cross_device_ops : std::uint8_t {
+  // One all-reduce over the batch axis: MPI's, NCCL's on GPUs (TF's NcclAllReduce).
+  all_reduce,
+  // A reduce to one process (the batch axis's first), then a broadcast of the sum (TF's
+  // ReductionToOneDevice).
+  reduction_to_one_device,
+};
+inline constexpr cross_device_ops nccl_all_reduce = cross_device_ops::all_reduce;
+inline constexpr cross_device_ops reduction_to_one_device =
+    cross_device_ops::reduction_to_one_device;
+
 // A distribution as a value, for constexpr planning.
 struct distribution_value {
   enum kind_t : std::uint8_t { data, model } kind = data;
@@ -28,6 +41,12 @@ struct distribution_value {
   std::size_t batch_axis = 0;
   std::array<rule_value, max_rules> rules{};
   std::size_t rule_count = 0;
+  // Data-parallel only: the gradients' reduction, and central storage: the coordinate on the
+  // batch axis of the process that holds the variables and the optimizer state, reduces the
+  // gradients to itself, updates once and broadcasts the variables (-1: every replica holds
+  // them, TF's mirrored variables).
+  cross_device_ops reduction = cross_device_ops::all_reduce;
+  int variable_device = -1;
 
   // Keras get_data_layout: the batch split over the batch axis, the rest replicated.
   [[nodiscard]] constexpr layout_value batch_layout(std::size_t rank) const noexcept {

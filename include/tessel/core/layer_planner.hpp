@@ -100,9 +100,47 @@ class layer_planner {
       close_backward_group();
     }
     // Backward runs in reverse topological order: append the per-layer groups last layer first.
+    const std::size_t backward_begin = plan_.count;
     for (std::size_t g = groups_; g-- > 0;)
-      for (std::size_t k = group_begin_[g]; k < group_end_[g]; ++k) push(backward_[k]);
+      for (std::size_t k = group_begin_[g]; k < group_end_[g]; ++k) push_backward(backward_[k]);
+    // Central storage: after the update, where the variables live, every variable whose gradient
+    // was reduced there is broadcast to the other replicas.
+    if (plan_.ok && central())
+      for (std::size_t k = backward_begin, end = plan_.count; k < end; ++k)
+        if (plan_.steps[k].role == step_role::variable_gradient &&
+            plan_.steps[k].step.kind == collective::reduce) {
+          planned_step b = plan_.steps[k];
+          b.role = step_role::variable;
+          b.step.kind = collective::broadcast;
+          push(b);
+        }
     return plan_;
+  }
+
+  // A data-parallel distribution with central storage (the variables on one process).
+  [[nodiscard]] constexpr bool central() const noexcept {
+    return dist_.kind == distribution_value::data && dist_.variable_device >= 0;
+  }
+  // A backward step as the distribution runs it: a variable's gradient all-reduced over the
+  // batch axis is, with a reduction to one device, reduced to it and broadcast back; under
+  // central storage, reduced to the process that holds the variables.
+  constexpr void push_backward(planned_step s) noexcept {
+    const bool to_one = dist_.kind == distribution_value::data &&
+                        (central() || dist_.reduction == cross_device_ops::reduction_to_one_device);
+    if (!to_one || s.role != step_role::variable_gradient || s.step.kind != collective::all_reduce ||
+        s.step.axis != dist_.batch_axis)
+      return push(s);
+    const std::size_t n = plan_.mesh.sizes[s.step.axis];
+    const int root = central() ? dist_.variable_device : 0;
+    if (n != dynamic_extent && static_cast<std::size_t>(root) >= n)
+      return fail("central storage names a process the batch axis does not have");
+    s.step.kind = collective::reduce;
+    s.step.root = static_cast<std::uint8_t>(root);
+    s.step.wire_bytes = detail::wire_bytes(collective::reduce, s.step.bytes, n);
+    push(s);
+    if (central()) return;
+    s.step.kind = collective::broadcast;
+    push(s);
   }
 
   // A dimension's sharding without the mesh axes of one device (they split nothing).

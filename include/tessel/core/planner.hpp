@@ -14,7 +14,18 @@
 
 namespace tessel {
 
-enum class collective : std::uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all, slice };
+// reduce and broadcast run between one root process of the axis and the others: the reduction
+// to one device and the variables' copy out of central storage (tf.distribute's
+// ReductionToOneDevice, CentralStorageStrategy).
+enum class collective : std::uint8_t {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  all_to_all,
+  slice,
+  reduce,
+  broadcast
+};
 
 constexpr std::string_view name_of(collective c) noexcept {
   switch (c) {
@@ -23,6 +34,8 @@ constexpr std::string_view name_of(collective c) noexcept {
     case collective::all_gather: return "all_gather";
     case collective::all_to_all: return "all_to_all";
     case collective::slice: return "slice";
+    case collective::reduce: return "reduce";
+    case collective::broadcast: return "broadcast";
   }
   return "?";
 }
@@ -37,6 +50,7 @@ struct reshard_step {
   std::uint8_t to_dim = 0;  // all_to_all: the dimension that becomes sharded
   std::size_t bytes = 0;       // local bytes of the step's input buffer
   std::size_t wire_bytes = 0;  // bytes each device sends (ring algorithms, as nccl-tests count)
+  std::uint8_t root = 0;       // reduce, broadcast: the root's coordinate on the axis
   constexpr bool operator==(const reshard_step&) const = default;
 };
 
@@ -45,8 +59,10 @@ struct reshard_step {
 // all_to_all(a, i, j) <-> all_to_all(a, j, i). The transpose of all_reduce (partial ->
 // replicated) is the identity: every summand's gradient is the replicated gradient, so
 // `has_transpose` is false for it.
+// reduce and broadcast are never a resharding's steps: they have none.
 constexpr bool has_transpose(const reshard_step& s) noexcept {
-  return s.kind != collective::all_reduce;
+  return s.kind != collective::all_reduce && s.kind != collective::reduce &&
+         s.kind != collective::broadcast;
 }
 constexpr reshard_step transpose(const reshard_step& s) noexcept {
   reshard_step t = s;
@@ -55,7 +71,9 @@ constexpr reshard_step transpose(const reshard_step& s) noexcept {
     case collective::reduce_scatter: t.kind = collective::all_gather; break;
     case collective::slice: t.kind = collective::all_gather; break;
     case collective::all_to_all: t.dim = s.to_dim; t.to_dim = s.dim; break;
-    case collective::all_reduce: break;
+    case collective::all_reduce:
+    case collective::reduce:
+    case collective::broadcast: break;
   }
   t.bytes = t.wire_bytes = 0;  // sizes change with direction; the planner recomputes them
   return t;
@@ -116,6 +134,9 @@ constexpr std::size_t wire_bytes(collective c, std::size_t bytes, std::size_t n)
     case collective::all_gather: return bytes * (n - 1);
     case collective::all_to_all: return bytes * (n - 1) / n;
     case collective::slice: return 0;
+    // The root's tree or pipeline: each device sends the buffer about once.
+    case collective::reduce:
+    case collective::broadcast: return bytes;
   }
   return 0;
 }
@@ -232,7 +253,8 @@ constexpr reshard_plan plan_reshard_backward(const layout_value& from, const lay
   return plan_reshard(grad, from.without_partial(), mesh, global, element_size);
 }
 
-// "all_gather(model, dim 1)" as the explain output prints it.
+// "all_gather(model, dim 1)" as the explain output prints it ("reduce('batch', to 0)",
+// "broadcast('batch', from 0)").
 TESSEL_INLINE std::string to_string(const reshard_step& s, const mesh_value& m);
 
 #if TESSEL_DEFINITIONS
@@ -248,6 +270,8 @@ TESSEL_INLINE std::string to_string(const reshard_step& s, const mesh_value& m) 
   r += "('" + std::string(m.names[s.axis].view()) + "'";
   switch (s.kind) {
     case collective::all_reduce: break;
+    case collective::reduce: r += ", to " + std::to_string(s.root); break;
+    case collective::broadcast: r += ", from " + std::to_string(s.root); break;
     case collective::all_to_all:
       r += ", dim " + std::to_string(s.dim) + " -> " + std::to_string(s.to_dim);
       break;

@@ -112,6 +112,15 @@ typename C::request on_axis(const C& c, const reshard_step& s, std::span<const T
     case collective::all_to_all:
       if (blocking) return c.all_to_all(in, out), typename C::request{};
       return c.iall_to_all(in, out);
+    case collective::reduce:
+    case collective::broadcast: {
+      require_sizes(in.size() == out.size(), "input and output of one size");
+      if (in.data() != out.data()) c.copy(in, out);
+      const int root = s.root;
+      if (s.kind == collective::reduce)
+        return blocking ? (c.reduce(out, root), typename C::request{}) : c.ireduce(out, root);
+      return blocking ? (c.broadcast(out, root), typename C::request{}) : c.ibroadcast(out, root);
+    }
     case collective::slice: {
       require_sizes(in.size() == out.size() * n, "an input of (processes x output) elements");
       const std::size_t block = out.size();
@@ -125,7 +134,8 @@ typename C::request on_axis(const C& c, const reshard_step& s, std::span<const T
 template <class C, class T>
 typename C::request dispatch_step(const bound_mesh<C>& pm, const reshard_step& s,
                                   std::span<const T> in, std::span<T> out, bool blocking) {
-  if (s.kind != collective::all_reduce && (s.dim != 0 || s.to_dim != 0))
+  if (s.kind != collective::all_reduce && s.kind != collective::reduce &&
+      s.kind != collective::broadcast && (s.dim != 0 || s.to_dim != 0))
     throw value_error("tessel: " + std::string(name_of(s.kind)) + " on tensor dimension " +
                       std::to_string(s.kind == collective::all_to_all ? s.to_dim : s.dim) +
                       " needs the tensor's shape to pack it: call run_step(pm, step, "
@@ -166,6 +176,13 @@ void run_step(const bound_mesh<C>& pm, const reshard_step& s,
         detail::check_size("all_reduce", "output", out.size(), in.size(), local);
         if (in.data() != out.data()) c.copy(in, out);
         return c.all_reduce(out);
+      case collective::reduce:
+      case collective::broadcast:
+        detail::check_size(std::string(name_of(s.kind)).c_str(), "output", out.size(), in.size(),
+                           local);
+        if (in.data() != out.data()) c.copy(in, out);
+        if (s.kind == collective::reduce) return c.reduce(out, static_cast<int>(s.root));
+        return c.broadcast(out, static_cast<int>(s.root));
       case collective::all_gather:
         return all_gather_dim(c, local, s.dim, in, out, scratch);
       case collective::reduce_scatter:

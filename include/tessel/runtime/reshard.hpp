@@ -78,7 +78,9 @@ struct collective_log {
 // The local shape after step `s` on a block of shape `local`, over an axis of `n` processes.
 constexpr shape_value after_step(shape_value local, const reshard_step& s, std::size_t n) noexcept {
   switch (s.kind) {
-    case collective::all_reduce: break;
+    case collective::all_reduce:
+    case collective::reduce:
+    case collective::broadcast: break;
     case collective::all_gather: local.extents[s.dim] *= n; break;
     case collective::slice:
     case collective::reduce_scatter: local.extents[s.dim] /= n; break;

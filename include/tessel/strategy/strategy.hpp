@@ -267,11 +267,47 @@ class strategy {
 };
 
 // tf.distribute.MirroredStrategy: one replica per process on one machine, the variables mirrored
-// on each, the gradients all-reduced every step (an MPI all-reduce over the processes: TF's
-// NcclAllReduce / ReductionToOneDevice choice is MPI's here).
-template <class Mesh = device_mesh<axis<"batch">>>
+// on each, the gradients reduced every step as `Ops` says (TF's cross_device_ops): by default
+// one all-reduce (MPI's; NCCL's on GPUs), or tessel::reduction_to_one_device (a reduce to the
+// first process, then a broadcast of the sum).
+template <class Mesh = device_mesh<axis<"batch">>,
+          cross_device_ops Ops = cross_device_ops::all_reduce>
 struct mirrored_strategy : data_parallel<Mesh>, strategy {
+  static constexpr distribution_value value = [] {
+    distribution_value v = data_parallel<Mesh>::value;
+    v.reduction = Ops;
+    return v;
+  }();
   mirrored_strategy() : strategy("MirroredStrategy", false) { announce("localhost"); }
+};
+
+// tf.distribute.experimental.CentralStorageStrategy: the variables and the optimizer state on one
+// process (the batch axis's coordinate `ParameterDevice`, TF's parameter_device), the model
+// replicated for computing. Each step the replicas' gradients are reduced to that process (TF's
+// ReductionToOneDevice), which applies the update once and broadcasts the variables; the others
+// hold no optimizer state. It moves more bytes than mirrored_strategy (explain() lists them).
+template <class Mesh = device_mesh<axis<"batch">>, int ParameterDevice = 0>
+struct central_storage_strategy : data_parallel<Mesh>, strategy {
+  static_assert(ParameterDevice >= 0 && ParameterDevice < 256,
+                "tessel::central_storage_strategy: the parameter device is a process's "
+                "coordinate on the batch axis, from 0");
+  static constexpr distribution_value value = [] {
+    distribution_value v = data_parallel<Mesh>::value;
+    v.variable_device = ParameterDevice;
+    return v;
+  }();
+  central_storage_strategy() : strategy("CentralStorageStrategy", false) {
+    if (ParameterDevice >= num_processes())
+      throw value_error("central_storage_strategy: the parameter device is process " +
+                        std::to_string(ParameterDevice) + ", but the job has " +
+                        std::to_string(num_processes()) + " processes; launch at least " +
+                        std::to_string(ParameterDevice + 1) +
+                        " processes (mpiexec -n), or name a parameter device below " +
+                        std::to_string(num_processes()));
+    announce("localhost");
+  }
+  // The process that holds the variables (TF's parameter_device).
+  static constexpr int parameter_device = ParameterDevice;
 };
 
 // tf.distribute.MultiWorkerMirroredStrategy: the same across machines, one worker per process of
@@ -434,6 +470,15 @@ TESSEL_INLINE void strategy::announce(const std::string& job, const tf_config* c
     names += (i == 0 ? "'" : ", '") + where + "'";
   }
   if (shown == 1) names += ",";  // a Python tuple of one
+  if (name_ == "CentralStorageStrategy") {
+    // TensorFlow's parameter-server strategy, on one machine.
+    std::printf("INFO:tensorflow:ParameterServerStrategy (CentralStorageStrategy if you are "
+                "using a single machine) with compute_devices = (%s), variable_device = "
+                "'/job:localhost/replica:0/task:0/device:%s:0'\n",
+                names.c_str(), type.c_str());
+    std::fflush(stdout);
+    return;
+  }
   std::printf("INFO:tensorflow:Using %s with devices (%s)\n",
               name_ == "OneDeviceStrategy" ? "OneDeviceStrategy" : "MirroredStrategy",
               names.c_str());

@@ -5,6 +5,7 @@
 // (DDP's gradient_as_bucket_view), so filling a bucket copies nothing.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <span>
@@ -62,17 +63,27 @@ struct communication_stats {
   }
 };
 
+// The planned steps that reduce one gradient, in order: an all_reduce, or a reduce to one process
+// then (tf.distribute's ReductionToOneDevice) a broadcast of the sum, or (central storage) the
+// reduce alone.
+struct gradient_steps {
+  std::array<reshard_step, 2> steps{};
+  std::size_t count = 0;
+  [[nodiscard]] const reshard_step& first() const noexcept { return steps[0]; }
+  friend bool operator==(const gradient_steps&, const gradient_steps&) = default;
+};
+
 template <class B, class C = comm::communicator>
 class gradient_buckets {
  public:
-  // One gradient and the planned step that reduces it.
+  // One gradient and the planned steps that reduce it.
   struct entry {
     variable<B>* var;
-    reshard_step step;
+    gradient_steps steps;
   };
 
-  // `entries` in the order backward completes them. Consecutive entries with the same step
-  // kind and axis share a bucket until it holds `cap_mb`.
+  // `entries` in the order backward completes them. Consecutive entries with the same steps
+  // share a bucket until it holds `cap_mb`.
   // `log`, if given, records every collective the buckets run.
   void build(const bound_mesh<C>& pm, std::vector<entry> entries, gradient_options o,
              collective_log* log = nullptr) {
@@ -108,10 +119,9 @@ class gradient_buckets {
     for (const auto& e : entries) {
       const std::size_t rows = B::rows(e.var->gradient), cols = B::cols(e.var->gradient);
       const std::size_t n = rows * cols;
-      if (buckets_.empty() || buckets_.back().step.kind != e.step.kind ||
-          buckets_.back().step.axis != e.step.axis ||
+      if (buckets_.empty() || !alike(buckets_.back().steps, e.steps) ||
           (buckets_.back().size > 0 && buckets_.back().size + n > cap))
-        buckets_.push_back({offset, 0, e.step, 0, 0, {}, false});
+        buckets_.push_back({offset, 0, e.steps, 0, 0, {}, false});
       bucket& b = buckets_.back();
       b.size += n;
       ++b.members;
@@ -162,29 +172,15 @@ class gradient_buckets {
       if (b.started && b.request.pending()) any = true, b.request.test();
     if (any) stats_.backward_mpi_seconds += seconds_since(t0);
   }
-  // After the backward pass: reduces what has not started, with blocking collectives (one call
-  // for each run of adjacent buckets reduced alike: they are contiguous in the buffer), and
-  // waits for what has.
+  // After the backward pass: runs the first step of what has not started, with blocking
+  // collectives (one call for each run of adjacent buckets reduced alike: they are contiguous in
+  // the buffer), waits for what has, then runs every bucket's later steps (a reduction to one
+  // device's broadcast).
   void finish() {
     const auto t0 = clock::now();
-    const std::span<float> all = B::comm_span(flat_);
-    for (std::size_t i = 0; i < buckets_.size();) {
-      if (buckets_[i].started) {
-        ++i;
-        continue;
-      }
-      std::size_t j = i + 1, size = buckets_[i].size;
-      while (j < buckets_.size() && !buckets_[j].started &&
-             buckets_[j].step.kind == buckets_[i].step.kind &&
-             buckets_[j].step.axis == buckets_[i].step.axis &&
-             size + buckets_[j].size <= max_call)
-        size += buckets_[j++].size;
-      const std::span<float> data = all.subspan(buckets_[i].offset, size);
-      comm::run_step(*pm_, buckets_[i].step, std::span<const float>(data), data);
-      record(buckets_[i].step, size);
-      i = j;
-    }
+    run_blocking(0, false);
     for (auto& b : buckets_) b.request.wait();
+    run_blocking(1, true);
     ++stats_.steps;
     stats_.backward_seconds += std::chrono::duration<double>(t0 - backward_start_).count();
     stats_.exposed_seconds += seconds_since(t0);
@@ -205,17 +201,47 @@ class gradient_buckets {
   }
   struct bucket {
     std::size_t offset = 0, size = 0;
-    reshard_step step{};
+    gradient_steps steps{};
     std::size_t members = 0, ready = 0;
     typename C::request request;
     bool started = false;
   };
+  // Buckets that may share one call: the same steps over the same axes (their roots alike).
+  static bool alike(const gradient_steps& a, const gradient_steps& b) noexcept {
+    if (a.count != b.count) return false;
+    for (std::size_t k = 0; k < a.count; ++k)
+      if (a.steps[k].kind != b.steps[k].kind || a.steps[k].axis != b.steps[k].axis ||
+          a.steps[k].root != b.steps[k].root)
+        return false;
+    return true;
+  }
+  // Step `k` of the buckets that have one, blocking: with `started` false, of those not started
+  // yet, one call for each run of adjacent buckets alike (they are contiguous in the buffer);
+  // with `started` true, of every bucket, one call each (a bucket is the unit of fusion, as
+  // bucket_cap_mb sets it).
+  void run_blocking(std::size_t k, bool started) {
+    const std::span<float> all = B::comm_span(flat_);
+    for (std::size_t i = 0; i < buckets_.size();) {
+      if ((buckets_[i].started && !started) || buckets_[i].steps.count <= k) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i + 1, size = buckets_[i].size;
+      while (!started && j < buckets_.size() && !buckets_[j].started &&
+             alike(buckets_[j].steps, buckets_[i].steps) && size + buckets_[j].size <= max_call)
+        size += buckets_[j++].size;
+      const std::span<float> data = all.subspan(buckets_[i].offset, size);
+      comm::run_step(*pm_, buckets_[i].steps.steps[k], std::span<const float>(data), data);
+      record(buckets_[i].steps.steps[k], size);
+      i = j;
+    }
+  }
   void start(bucket& b) {
     const std::span<float> all = B::comm_span(flat_);
     const std::span<float> data = all.subspan(b.offset, b.size);
-    b.request = comm::start_step(*pm_, b.step, std::span<const float>(data), data);
+    b.request = comm::start_step(*pm_, b.steps.first(), std::span<const float>(data), data);
     b.started = true;
-    record(b.step, b.size);
+    record(b.steps.first(), b.size);
   }
   void record(const reshard_step& s, std::size_t floats) {
     if (log_ != nullptr) log_->add({s.kind, s.axis, 0, 0, floats * sizeof(float)});

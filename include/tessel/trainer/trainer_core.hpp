@@ -288,6 +288,12 @@ class trainer_core : public model_base {
   std::vector<bucket_entry> bucket_entries(const model_plan& p);
   void build_buckets(std::size_t batch = dynamic_extent);
   void buckets_for(std::size_t batch);
+  // Central storage (distribution_value::variable_device): the variables and the optimizer
+  // state on one process of the batch axis.
+  bool central() const noexcept;
+  // This process updates the variables: under central storage only where they live.
+  bool holds_variables() const;
+  void share_central_state();
 
   // ---- the batch split ----------------------------------------------------------------------
   struct shard {
@@ -347,6 +353,7 @@ class trainer_core : public model_base {
   std::vector<reshard_step> loss_steps_;
   gradient_options grad_options_{};
   gradient_buckets<B, C> buckets_;
+  std::vector<bucket_entry> stored_;  // central storage: the variables broadcast after an update
   std::size_t bucket_batch_ = dynamic_extent;  // the global batch whose plan the buckets follow
   typename B::sums sums_;        // the step's loss and metric sums, on the device
   std::vector<double> scalars_;  // the same on the host, reduced over the batch axis

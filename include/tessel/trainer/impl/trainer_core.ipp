@@ -129,11 +129,51 @@ double trainer_core<B, C>::loss_and_gradients(const array<float>& x, const array
   return finish_metrics(global);
 }
 
+// Under central storage the process that holds the variables updates them once, from the
+// gradients reduced to it, and broadcasts them; the others hold no optimizer state.
 template <class B, class C>
 void trainer_core<B, C>::apply_gradients() {
   require_compiled("apply_gradients");
-  optimizer_state_->apply(model_trainable_variables());
+  if (holds_variables()) optimizer_state_->apply(model_trainable_variables());
+  for (const auto& e : stored_) {
+    const std::span<float> values = B::comm_span(e.var->value.local());
+    comm::run_step(pm(), e.steps.first(), std::span<const float>(values), values);
+    reshard_->log().add({e.steps.first().kind, e.steps.first().axis, 0, 0, values.size_bytes()});
+  }
   gradients_pending_ = false;
+}
+
+template <class B, class C>
+bool trainer_core<B, C>::central() const noexcept {
+  return !facts_.model_parallel && facts_.distribution.variable_device >= 0;
+}
+template <class B, class C>
+bool trainer_core<B, C>::holds_variables() const {
+  return !central() || pm().coordinate(facts_.batch_axis) ==
+                           static_cast<std::size_t>(facts_.distribution.variable_device);
+}
+
+// Under central storage, before the state is read: the others receive a copy of the optimizer
+// state from the process that holds it (its slots, iteration and learning rate), so that every
+// process reads, and a checkpoint saves, the one state.
+template <class B, class C>
+void trainer_core<B, C>::share_central_state() {
+  if (!central() || pm().size() == 1) return;
+  const auto& group = pm().axis(facts_.batch_axis);
+  const int root = facts_.distribution.variable_device;
+  state_list<B> s = optimizer_state_->state();
+  for (auto& v : s) {
+    if (auto* t = std::get_if<basic_dtensor<B>>(&v.value)) {
+      group.broadcast(B::comm_span(t->local()), root);
+    } else if (auto* i = std::get_if<std::int64_t>(&v.value)) {
+      auto u = static_cast<std::uint64_t>(*i);
+      group.broadcast(std::span<std::uint64_t>(&u, 1), root);
+      *i = static_cast<std::int64_t>(u);
+    } else {
+      group.broadcast(std::span<double>(&std::get<double>(v.value), 1), root);
+    }
+  }
+  if (!holds_variables()) optimizer_state_->set_state(s);
 }
 
 template <class B, class C>
@@ -438,6 +478,7 @@ state_tree<B> trainer_core<B, C>::state_tree_of(bool copy) {
   state_tree<B> t{model_state(true, copy), model_state(false, copy), {}, {}};
   if (!loss_) return t;
   optimizer_state_->build(model_trainable_variables());
+  share_central_state();
   t.optimizer_variables = copy ? optimizer_state_->state() : optimizer_state_->state_view();
   t.metrics_variables = metrics_state();
   return t;
@@ -510,8 +551,13 @@ void trainer_core<B, C>::replan() {
   loss_steps_.clear();
   const bool model_parallel = facts_.model_parallel;
   for (const auto& s : plan_) {
-    const bool gradient = s.when == phase::backward && s.step.kind == collective::all_reduce &&
-                          is_gradient_of_variable(s.role);
+    const bool gradient = s.when == phase::backward && is_gradient_of_variable(s.role) &&
+                          (s.step.kind == collective::all_reduce ||
+                           s.step.kind == collective::reduce ||
+                           s.step.kind == collective::broadcast);
+    // Central storage: a variable broadcast from where it lives after the update.
+    const bool stored = s.when == phase::backward && s.role == step_role::variable &&
+                        s.step.kind == collective::broadcast && central();
     const bool loss_sum = s.when == phase::forward && s.role == step_role::loss;
     if (loss_sum) loss_steps_.push_back(s.step);
     // Under model_parallel a layer with planned layouts runs its own steps, gradients included;
@@ -522,13 +568,20 @@ void trainer_core<B, C>::replan() {
     // A layer's statistics (batch normalization's synchronized sums) it reduces itself, through
     // the resharder it is handed, under any distribution.
     const bool statistic = s.role == step_role::statistic && s.op < facts_.layer_count;
-    if (!by_layer && !by_loss && !loss_sum && !statistic && !(gradient && !model_parallel))
+    if (!by_layer && !by_loss && !loss_sum && !statistic && !stored &&
+        !(gradient && !model_parallel))
       throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
                         " of '" + step_name(plan_, s) + "' in layer '" +
                         std::string(model_layer_name(s.op)) +
                         "', which tessel does not execute yet; lay the layers out so that only "
                         "layers with variables need collectives");
   }
+  stored_.clear();
+  for (const auto& s : plan_)
+    if (s.when == phase::backward && s.role == step_role::variable &&
+        s.step.kind == collective::broadcast)
+      stored_.push_back({&model_variable(std::string(plan_.variables[s.index].path.view())),
+                         {{s.step}, 1}});
   build_buckets();
 }
 
@@ -541,12 +594,25 @@ void trainer_core<B, C>::replan() {
 template <class B, class C>
 auto trainer_core<B, C>::bucket_entries(const model_plan& p) -> std::vector<bucket_entry> {
   std::vector<bucket_entry> entries;
-  for (const auto& s : p) {
-    if (s.when != phase::backward || !is_gradient_of_variable(s.role)) continue;
-    std::size_t steps = 0;
-    for (const auto& t : p) steps += t.op == s.op && t.role == s.role && t.index == s.index;
-    if (steps != 1 || s.step.kind != collective::all_reduce) continue;
-    entries.push_back({&model_variable(std::string(p.variables[s.index].path.view())), s.step});
+  for (const planned_step* s = p.begin(); s != p.end(); ++s) {
+    if (s->when != phase::backward || !is_gradient_of_variable(s->role)) continue;
+    // The gradient's steps, from its first: one all_reduce, a reduce, or a reduce then a
+    // broadcast over one axis (the distribution's cross_device_ops, central storage).
+    gradient_steps g;
+    bool first = true, fits = true;
+    for (const planned_step* t = p.begin(); t != p.end(); ++t) {
+      if (t->op != s->op || t->role != s->role || t->index != s->index) continue;
+      if (t < s) first = false;
+      if (g.count == g.steps.size()) fits = false;
+      else g.steps[g.count++] = t->step;
+    }
+    if (!first || !fits) continue;
+    const collective a = g.steps[0].kind, b = g.steps[1].kind;
+    const bool one = g.count == 1 && (a == collective::all_reduce || a == collective::reduce);
+    const bool to_one = g.count == 2 && a == collective::reduce && b == collective::broadcast &&
+                        g.steps[0].axis == g.steps[1].axis;
+    if (!one && !to_one) continue;
+    entries.push_back({&model_variable(std::string(p.variables[s->index].path.view())), g});
   }
   return entries;
 }
@@ -574,7 +640,7 @@ void trainer_core<B, C>::buckets_for(std::size_t batch) {
   bool same = entries.size() == buckets_.entry_count();
   for (std::size_t i = 0; same && i < entries.size(); ++i)
     same = buckets_.entry_at(i).var == entries[i].var &&
-           buckets_.entry_at(i).step == entries[i].step;
+           buckets_.entry_at(i).steps == entries[i].steps;
   if (same) bucket_batch_ = batch;
   else build_buckets(batch);
 }
