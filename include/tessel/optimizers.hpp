@@ -2,6 +2,7 @@
 // The hyperparameters are plain structs; `optimizer<B>` holds the state (slots, iterations).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <span>
@@ -77,6 +78,14 @@ class optimizer {
   // The learning rate the next step uses (the spec's, unless a state set another).
   double learning_rate() const { return learning_rate_; }
 
+  // The slots each trainable variable gets (Adam 2; RMSprop 1 to 3; SGD 0 or 1).
+  std::size_t slots_per_variable() const {
+    const auto names = slot_names();
+    return static_cast<std::size_t>(std::count_if(names.begin(), names.end(),
+                                                  [](const char* n) { return n != nullptr; }));
+  }
+  // Keras's name of the optimizer ("adam").
+  std::string_view name() const { return prefix(); }
   // Creates the slots for these variables (Keras's optimizer.build); apply() calls it when needed.
   void build(const std::vector<variable<B>*>& vars);
 

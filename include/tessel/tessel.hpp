@@ -20,3 +20,4 @@
 #include "optimizers.hpp"
 #include "runtime/initialize.hpp"
 #include "strategy/strategy.hpp"
+#include "strategy/multi_gpu_model.hpp"

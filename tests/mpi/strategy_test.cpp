@@ -22,8 +22,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <chrono>
 #include <filesystem>
 #include <span>
+#include <type_traits>
 #include <string>
 #include <tessel/tessel.hpp>
 #include <unistd.h>
@@ -69,6 +71,41 @@ void uneven(const char* what, const testing::data_set& d) {
   check(worst_loss <= 1e-5 && worst_weight <= 1e-5,
         std::string(what) + ": a global batch of 10 equals one device (loss " +
             std::to_string(worst_loss) + ", weights " + std::to_string(worst_weight) + ")");
+}
+
+// fit for 2 epochs over 100 samples in batches of 10 (the last ones split unevenly over 4
+// processes), against one device: the losses of every epoch, the weights and the optimizer state.
+template <class Dist>
+void fit_equal(const char* what, const testing::data_set& d) {
+  mlp<Dist> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  const auto x = data::slice_rows(d.x, 0, 100), y = data::slice_rows(d.y, 0, 100);
+  const auto ds = from_tensor_slices(x, y).batch(10);
+  const history ha = a.fit(ds, {.epochs = 2, .verbose = 0});
+  const history hb = b.fit(ds, {.epochs = 2, .verbose = 0});
+  double worst_loss = 0;
+  for (std::size_t e = 0; e < 2; ++e)
+    worst_loss = std::max(worst_loss, rel(ha.history.at("loss")[e], hb.history.at("loss")[e]));
+  double worst_weight = 0, worst_state = 0;
+  const auto wa = a.get_weights(), wb = b.get_weights();
+  for (std::size_t i = 0; i < wa.size(); ++i)
+    worst_weight = std::max(worst_weight, rel(wa[i].values, wb[i].values));
+  const auto sa = a.get_state_tree(), sb = b.get_state_tree();
+  bool same = sa.optimizer_variables.size() == sb.optimizer_variables.size();
+  for (std::size_t i = 0; same && i < sa.optimizer_variables.size(); ++i)
+    worst_state = std::max(worst_state, rel(sa.optimizer_variables[i].numpy(),
+                                            sb.optimizer_variables[i].numpy()));
+  check(same && worst_loss <= 1e-5 && worst_weight <= testing::adam_weight_tolerance &&
+            worst_state <= testing::adam_weight_tolerance,
+        std::string(what) + ": fit equals one device (loss " + std::to_string(worst_loss) +
+            ", weights " + std::to_string(worst_weight) + ", optimizer state " +
+            std::to_string(worst_state) + ")");
+  if (process_id() == 0)
+    std::printf("%s: fit, worst relative difference from one device: loss %.2e, weights %.2e, "
+                "optimizer state %.2e\n", what, worst_loss, worst_weight, worst_state);
 }
 
 void strategy_object() {
@@ -276,6 +313,115 @@ void central_state(const testing::data_set& d) {
   if (process_id() == 0) std::filesystem::remove_all(dir);
 }
 
+// TensorFlow's custom loop: strategy.run of a step on each replica's rows of every global batch
+// of 10 (4 processes take 3, 3, 2, 2), the per-replica losses summed by strategy.reduce, against
+// one device training on the global batches.
+void custom_loop(const testing::data_set& d) {
+  mirrored_strategy<> strategy;
+  mlp<mirrored_strategy<>> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  const auto x = data::slice_rows(d.x, 0, 100), y = data::slice_rows(d.y, 0, 100);
+  const auto global = from_tensor_slices(x, y).batch(10);
+  double worst_loss = 0;
+  std::size_t steps = 0;
+  for (const auto& element : strategy.experimental_distribute_dataset(global)) {
+    const float per_replica = strategy.run(
+        [&](const auto& batch) {
+          const double loss = a.compute_loss_and_gradients(batch.first, batch.second);
+          a.apply_gradients();
+          return static_cast<float>(loss);
+        },
+        element);
+    const double loss = strategy.reduce(reduce_op::sum, per_replica);
+    const auto xs = data::slice_rows(x, steps * 10, steps * 10 + 10);
+    const auto ys = data::slice_rows(y, steps * 10, steps * 10 + 10);
+    worst_loss = std::max(worst_loss, rel(loss, *find_log(b.train_on_batch(xs, ys), "loss")));
+    ++steps;
+  }
+  double worst_weight = 0;
+  const auto wa = a.get_weights(), wb = b.get_weights();
+  for (std::size_t i = 0; i < wa.size(); ++i)
+    worst_weight = std::max(worst_weight, rel(wa[i].values, wb[i].values));
+  check(steps == 10 && worst_loss <= 1e-5 && worst_weight <= testing::adam_weight_tolerance,
+        "custom loop: strategy.run of compute_loss_and_gradients and apply_gradients on each "
+        "replica's rows, the losses reduced, equals one device (loss " +
+            std::to_string(worst_loss) + ", weights " + std::to_string(worst_weight) + ")");
+  if (process_id() == 0)
+    std::printf("custom loop: worst relative difference from one device: loss %.2e, weights "
+                "%.2e\n", worst_loss, worst_weight);
+  // Arguments of different shapes on different replicas: named before any step runs.
+  if (num_processes() > 1) {
+    const std::size_t features = process_id() == 1 ? 5 : 3;
+    const array<float> odd({4, features});
+    const std::string e = error_of([&] { strategy.run([](const array<float>&) {}, odd); });
+    check(has(e, "strategy.run: array argument 0 has shape (batch, " +
+                     std::to_string(features) + ") on this replica but (batch, ") &&
+              has(e, "per-replica values must agree in every dimension but the batch"),
+          "run with arguments of different shapes on different replicas: " + e);
+  }
+}
+
+// Keras 2's multi_gpu_model: the model's layers under mirrored_strategy of that many processes,
+// its weights copied in; on another process count, the mesh's error.
+void multi_gpu(const testing::data_set& d) {
+  mlp<one_device> model, single;
+  single.set_weights(model.get_weights());
+  if (num_processes() != 2) {
+    const std::string e = error_of([&] { (void)multi_gpu_model<2>(model); });
+    check(has(e, "has 2 devices but the job has " + std::to_string(num_processes())) &&
+              has(e, "launch with `mpiexec -n 2`"),
+          "multi_gpu_model<2> on another process count: " + e);
+    return;
+  }
+  auto parallel = multi_gpu_model<2>(model);
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(*parallel)>,
+                               mlp<mirrored_strategy<device_mesh<axis<"batch", 2>>>>>);
+  parallel->compile({.optimizer = "rmsprop", .loss = "mse"});
+  single.compile({.optimizer = "rmsprop", .loss = "mse"});
+  double worst = 0;
+  for (std::size_t step = 0; step < 10; ++step) {
+    const auto x = data::slice_rows(d.x, step * 16, step * 16 + 16);
+    const auto y = data::slice_rows(d.y, step * 16, step * 16 + 16);
+    worst = std::max(worst, rel(*find_log(parallel->train_on_batch(x, y), "loss"),
+                                *find_log(single.train_on_batch(x, y), "loss")));
+  }
+  const auto wp = parallel->get_weights(), ws = single.get_weights();
+  for (std::size_t i = 0; i < wp.size(); ++i) worst = std::max(worst, rel(wp[i].values, ws[i].values));
+  check(worst <= 1e-5, "multi_gpu_model<2> trains as one device (" + std::to_string(worst) + ")");
+}
+
+// communication_options: bytes_per_pack sizes the gradient buckets of a model compiled in the
+// strategy's scope; timeout_seconds is the collective timeout; the implementation is printed.
+void communication(const testing::data_set& d) {
+  multi_worker_mirrored_strategy<> strategy(
+      {.bytes_per_pack = 300, .timeout_seconds = 120.0,
+       .implementation = communication_implementation::ring});
+  mlp<multi_worker_mirrored_strategy<>> a;
+  {
+    const auto scope = strategy.scope();
+    a.compile({.optimizer = "sgd", .loss = "mse"});
+  }
+  mlp<multi_worker_mirrored_strategy<>> outside;
+  outside.compile({.optimizer = "sgd", .loss = "mse"});
+  check(a.get_gradient_options().bucket_cap_mb == 0.0003 &&
+            outside.get_gradient_options().bucket_cap_mb == 25.0,
+        "communication_options.bytes_per_pack: the buckets of a model compiled in the scope");
+  a.train_on_batch(data::slice_rows(d.x, 0, 16), data::slice_rows(d.y, 0, 16));
+  if (num_processes() > 1)
+    check(a.gradient_bucket_count() > outside.gradient_bucket_count(),
+          "communication_options.bytes_per_pack: smaller packs, more buckets (" +
+              std::to_string(a.gradient_bucket_count()) + ")");
+  const std::string e = error_of([] {
+    multi_worker_mirrored_strategy<> s({.timeout_seconds = -1.0});
+  });
+  check(has(e, "timeout_seconds must be a positive number of seconds"),
+        "communication_options: a negative timeout: " + e);
+  set_collective_timeout(std::chrono::duration<double>(600.0));
+}
+
 void one_device_strategy_trains_alone(const testing::data_set& d) {
   one_device_strategy strategy;
   check(strategy.num_replicas_in_sync() == 1 && strategy.replica_id() == 0,
@@ -316,7 +462,27 @@ int main(int argc, char** argv) {
     testing::compare<mlp<central_storage_strategy<>>, mlp<one_device>>(
         "central_storage_strategy (sgd)", d.x, d.y, "sgd");
     uneven<central_storage_strategy<>>("central_storage_strategy", d);
+    fit_equal<mirrored_strategy<>>("mirrored_strategy", d);
+    fit_equal<multi_worker_mirrored_strategy<>>("multi_worker_mirrored_strategy", d);
+    fit_equal<to_one>("mirrored_strategy, reduction_to_one_device", d);
+    fit_equal<central_storage_strategy<>>("central_storage_strategy", d);
     central_state<0>(d);
+    {
+      mlp<central_storage_strategy<>> c;
+      c.compile({.optimizer = "adam", .loss = "mse"});
+      const std::string text = c.explain(16);
+      check(num_processes() == 1
+                ? has(text, "optimizer state ") && has(text, "(adam, 2 slots per trainable variable)")
+                : has(text, "reduce('batch', to 0)") && has(text, "broadcast('batch', from 0)") &&
+                      has(text, "on process 0, which holds the variables (central storage), 0 B "
+                                "on the others"),
+            "central storage's explain(): its reduce and broadcast, and where the optimizer "
+            "state lives:\n" + text);
+      if (process_id() == 0) std::printf("%s", text.c_str());
+    }
+    custom_loop(d);
+    multi_gpu(d);
+    communication(d);
     if (num_processes() > 1) central_state<1>(d);
     const std::string e = error_of([] {
       central_storage_strategy<device_mesh<axis<"batch">>, 4> s;

@@ -75,6 +75,14 @@ TESSEL_DIAGNOSTIC(fixed_string Axis COMMA class Mesh, batch_axis_not_in_mesh,
 TESSEL_DIAGNOSTIC(class Mesh, data_parallel_needs_a_1d_mesh,
                   "tessel::data_parallel: the mesh must have exactly one axis");
 
+// tf.distribute strategies
+TESSEL_DIAGNOSTIC(int Device COMMA class Mesh, parameter_device_not_in_mesh,
+                  "tessel::central_storage_strategy: the parameter device (the first argument "
+                  "above) is not a coordinate of the mesh's batch axis (from 0, below its size)");
+TESSEL_DIAGNOSTIC(int Gpus, multi_gpu_model_needs_at_least_2_gpus,
+                  "tessel::multi_gpu_model: for multi-gpu usage to be effective, call "
+                  "multi_gpu_model with gpus >= 2 (the count above)");
+
 // planning
 TESSEL_DIAGNOSTIC(fixed_string Layer COMMA fixed_string Reason, layer_cannot_be_planned,
                   "tessel: the layouts given for this layer cannot be planned (see the layer "

@@ -604,14 +604,14 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   void check_input_shape(const array<float>& x) const {
     detail::check_model_input(x, input_shape, layer_infos[0].name.view());
   }
-  // Forward pass on rows [offset + first, offset + first + rows) of x: this device's block of
-  // the batch of `batch` samples that starts at row `offset`, its first row being row `first` of
-  // that batch. The input and every activation are sharded tensors: the batch's global shape,
-  // its layout over the mesh (the batch axis), this device's block (dropout masks are keyed by
-  // the block's global indices).
-  const tensor& forward_rows(const array<float>& x, std::size_t offset, std::size_t first,
+  // Forward pass on rows [x_row, x_row + rows) of x: this device's block of a batch of `batch`
+  // samples, its first row being row `first` of that batch (x holds the batch from some row on,
+  // or, as a replica's per-replica batch, this device's rows alone). The input and every
+  // activation are sharded tensors: the batch's global shape, its layout over the mesh (the
+  // batch axis), this device's block (dropout masks are keyed by the block's global indices).
+  const tensor& forward_rows(const array<float>& x, std::size_t x_row, std::size_t first,
                              std::size_t rows, std::size_t batch, bool training) {
-    upload_inputs(x, offset + first, rows);
+    upload_inputs(x, x_row, rows);
     shape_value global{}, start{}, extent{};
     global.rank = start.rank = extent.rank = input_shape.rank + 1;
     global.extents[0] = batch;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -26,12 +27,15 @@
 #include <vector>
 
 #include "../core/compilation.hpp"
+#include "../core/diagnostics.hpp"
 #include "../core/distribution.hpp"
 #include "../core/errors.hpp"
 #include "../data/array.hpp"
 #include "../data/array_ops.hpp"
 #include "../data/dataset.hpp"
 #include "../runtime/world.hpp"
+#include "../trainer/gradient_buckets.hpp"
+#include "../trainer/strategy_scope.hpp"
 
 #if TESSEL_DEFINITIONS
 #include <nlohmann/json.hpp>
@@ -41,6 +45,23 @@ namespace tessel {
 
 // tf.distribute.ReduceOp.
 enum class reduce_op { sum, mean };
+
+// tf.distribute.experimental.CommunicationImplementation.
+enum class communication_implementation { auto_, ring, nccl };
+
+// tf.distribute.experimental.CommunicationOptions, as MultiWorkerMirroredStrategy takes them.
+struct communication_options {
+  // The size of the packs the gradients are reduced in: the gradient buckets' size
+  // (gradient_options::bucket_cap_mb) of every model compiled in the strategy's scope; 0 keeps
+  // tessel's 25 MB.
+  std::size_t bytes_per_pack = 0;
+  // The collective watchdog's timeout (tessel::set_collective_timeout): a collective that waits
+  // longer ends the job, naming the processes that did not arrive.
+  std::optional<double> timeout_seconds = std::nullopt;
+  // auto_ and ring: the backend's communicator (MPI's collectives; NCCL's on GPUs); nccl: the
+  // same, refused on a process without a GPU.
+  communication_implementation implementation = communication_implementation::auto_;
+};
 
 // tf.distribute.InputContext: what distribute_datasets_from_function's function is given.
 struct input_context {
@@ -140,6 +161,41 @@ class distributed_dataset {
 };
 
 namespace strategy_detail {
+// Marks the code inside strategy.run (strategy_scope.hpp's in_replica) while it lives.
+class replica_guard {
+ public:
+  replica_guard() : previous_(detail::strategy_scope.in_replica) {
+    detail::strategy_scope.in_replica = true;
+  }
+  ~replica_guard() { detail::strategy_scope.in_replica = previous_; }
+  replica_guard(const replica_guard&) = delete;
+  replica_guard& operator=(const replica_guard&) = delete;
+
+ private:
+  bool previous_;
+};
+// Each array argument of run as words: a marker, its rank, then every dimension but the first
+// (a replica's rows may differ); pairs (a distributed dataset's elements) in turn; other
+// arguments add nothing.
+inline constexpr std::size_t max_shape_words = 10;
+template <class T>
+void add_shapes(std::vector<std::uint64_t>& out, const array<T>& a) {
+  out.push_back(0x5e7a9e);
+  out.push_back(a.shape.size());
+  for (std::size_t d = 1; d < a.shape.size() && d < max_shape_words - 1; ++d)
+    out.push_back(a.shape[d]);
+  out.resize(out.size() + (max_shape_words - std::min(a.shape.size() + 1, max_shape_words)));
+}
+template <class A, class B>
+void add_shapes(std::vector<std::uint64_t>& out, const std::pair<A, B>& p) {
+  add_shapes(out, p.first);
+  add_shapes(out, p.second);
+}
+template <class T>
+void add_shapes(std::vector<std::uint64_t>&, const T&) {}
+// Every replica's words equal (an error on every process otherwise, naming the argument and
+// both shapes), checked with one all_gather of the counts and one of the words.
+TESSEL_INLINE void require_same_shapes(const std::vector<std::uint64_t>& words);
 // The rows [first, first + count) replica r of R takes of a batch of `rows`.
 struct rows_range {
   std::size_t first = 0, count = 0;
@@ -188,15 +244,26 @@ class strategy {
     friend class strategy;
     explicit scope_guard(const strategy* s);
     const strategy* previous_;
+    const gradient_options* previous_gradient_;
   };
   [[nodiscard]] scope_guard scope() const { return scope_guard(this); }
 
   // strategy.run(fn, args=(...)): fn called once on each replica of this process (one), with
   // this replica's context first when it takes one: fn(ctx, args...) or fn(args...). Returns
-  // fn's result on this replica (TF's PerReplica value: one replica per process).
+  // fn's result on this replica (TF's PerReplica value: one replica per process). The arguments
+  // are per-replica values: arrays (alone, or in pairs as a distributed dataset gives them) must
+  // have the same shape on every replica but for their first dimension, checked on every
+  // process before fn runs (one all_gather of their shapes). Inside fn a data-parallel model's
+  // compute_loss_and_gradients and train_on_batch take this replica's rows.
   template <class F, class... Args>
   decltype(auto) run(F&& fn, Args&&... args) const {
+    if (replicas_ > 1) {
+      std::vector<std::uint64_t> shapes;
+      (strategy_detail::add_shapes(shapes, args), ...);
+      strategy_detail::require_same_shapes(shapes);
+    }
     const replica_context ctx(replica_, replicas_);
+    const strategy_detail::replica_guard in_replica;
     if constexpr (std::is_invocable_v<F, const replica_context&, Args...>)
       return std::forward<F>(fn)(ctx, std::forward<Args>(args)...);
     else
@@ -256,6 +323,9 @@ class strategy {
  protected:
   // `local`: each process trains its model alone (one replica in sync).
   strategy(std::string name, bool local);
+  // The communication options of a multi-worker strategy: the scope's gradient options and the
+  // collective timeout.
+  void communicate(const communication_options& o);
   // Prints TF's line from process 0: "INFO:tensorflow:Using MirroredStrategy with devices
   // ('/job:localhost/replica:0/task:0/device:CPU:0', ...)"; for a worker, the cluster too
   // (TF_CONFIG's, when the program has one).
@@ -264,6 +334,8 @@ class strategy {
  private:
   std::string name_;
   int processes_ = 1, replicas_ = 1, replica_ = 0;
+  std::optional<gradient_options> gradient_;  // set by communication_options.bytes_per_pack
+  communication_implementation implementation_ = communication_implementation::auto_;
 };
 
 // tf.distribute.MirroredStrategy: one replica per process on one machine, the variables mirrored
@@ -288,9 +360,11 @@ struct mirrored_strategy : data_parallel<Mesh>, strategy {
 // hold no optimizer state. It moves more bytes than mirrored_strategy (explain() lists them).
 template <class Mesh = device_mesh<axis<"batch">>, int ParameterDevice = 0>
 struct central_storage_strategy : data_parallel<Mesh>, strategy {
-  static_assert(ParameterDevice >= 0 && ParameterDevice < 256,
-                "tessel::central_storage_strategy: the parameter device is a process's "
-                "coordinate on the batch axis, from 0");
+  static_assert(
+      require<(ParameterDevice >= 0 && ParameterDevice < 256 &&
+               (Mesh::value.sizes[0] == dynamic_extent ||
+                static_cast<std::size_t>(ParameterDevice) < Mesh::value.sizes[0])),
+              diagnostic::parameter_device_not_in_mesh<ParameterDevice, Mesh>>);
   static constexpr distribution_value value = [] {
     distribution_value v = data_parallel<Mesh>::value;
     v.variable_device = ParameterDevice;
@@ -312,10 +386,12 @@ struct central_storage_strategy : data_parallel<Mesh>, strategy {
 
 // tf.distribute.MultiWorkerMirroredStrategy: the same across machines, one worker per process of
 // the job (the MPI launcher's hostfile or Slurm says where they run). TF_CONFIG, where set, is
-// read and checked against the launcher (parse_tf_config).
+// read and checked against the launcher (parse_tf_config). communication_options as TF's.
 template <class Mesh = device_mesh<axis<"batch">>>
 struct multi_worker_mirrored_strategy : data_parallel<Mesh>, strategy {
-  multi_worker_mirrored_strategy() : strategy("MultiWorkerMirroredStrategy", false) {
+  explicit multi_worker_mirrored_strategy(communication_options options = {})
+      : strategy("MultiWorkerMirroredStrategy", false) {
+    communicate(options);
     const char* text = std::getenv("TF_CONFIG");
     if (text != nullptr && *text != '\0') {
       cluster = parse_tf_config(text, num_processes(), replica_id());
@@ -384,6 +460,54 @@ TESSEL_INLINE std::size_t input_context::get_per_replica_batch_size(
                       std::to_string(num_replicas_in_sync) +
                       ". Choose a global batch size that is a multiple of the replicas.");
   return global_batch_size / n;
+}
+
+TESSEL_INLINE void strategy_detail::require_same_shapes(const std::vector<std::uint64_t>& words) {
+  auto& group = replicas_group();
+  const auto n = static_cast<std::size_t>(group.size());
+  const std::uint64_t mine = words.size();
+  std::vector<std::uint64_t> counts(n);
+  group.all_gather(std::span<const std::uint64_t>(&mine, 1), std::span<std::uint64_t>(counts));
+  for (std::size_t r = 0; r < n; ++r)
+    if (counts[r] != mine)
+      throw value_error("strategy.run: replica " + std::to_string(r) + " passes " +
+                        std::to_string(counts[r] / max_shape_words) +
+                        " array arguments, this replica " + std::to_string(mine / max_shape_words) +
+                        "; call run with the same arguments on every replica");
+  std::vector<std::uint64_t> all(n * words.size());
+  group.all_gather(std::span<const std::uint64_t>(words), std::span<std::uint64_t>(all));
+  const auto text = [](const std::uint64_t* w) {
+    std::string s = "(batch";
+    for (std::uint64_t d = 1; d < w[1] && d < max_shape_words - 1; ++d)
+      s += ", " + std::to_string(w[d + 1]);
+    return s + ")";
+  };
+  for (std::size_t r = 0; r < n; ++r)
+    for (std::size_t a = 0; a < words.size(); a += max_shape_words)
+      if (!std::equal(words.begin() + static_cast<std::ptrdiff_t>(a),
+                      words.begin() + static_cast<std::ptrdiff_t>(a + max_shape_words),
+                      all.begin() + static_cast<std::ptrdiff_t>(r * words.size() + a)))
+        throw value_error("strategy.run: array argument " + std::to_string(a / max_shape_words) +
+                          " has shape " + text(words.data() + a) + " on this replica but " +
+                          text(all.data() + r * words.size() + a) + " on replica " +
+                          std::to_string(r) +
+                          "; per-replica values must agree in every dimension but the batch");
+}
+
+TESSEL_INLINE void strategy::communicate(const communication_options& o) {
+  if (o.bytes_per_pack > 0)
+    gradient_ = gradient_options{.bucket_cap_mb = static_cast<double>(o.bytes_per_pack) / 1e6};
+  if (o.timeout_seconds) {
+    if (!(*o.timeout_seconds > 0))
+      throw value_error("communication_options: timeout_seconds must be a positive number of "
+                        "seconds, got " + std::to_string(*o.timeout_seconds));
+    set_collective_timeout(std::chrono::duration<double>(*o.timeout_seconds));
+  }
+  implementation_ = o.implementation;
+  if (o.implementation == communication_implementation::nccl &&
+      !list_devices().front().starts_with("gpu"))
+    throw value_error("communication_options: CommunicationImplementation.NCCL needs GPUs, and "
+                      "this process has none; use communication_implementation::auto_ or ring");
 }
 
 TESSEL_INLINE strategy::strategy(std::string name, bool local) : name_(std::move(name)) {
@@ -499,18 +623,25 @@ TESSEL_INLINE void strategy::announce(const std::string& job, const tf_config* c
     spec += "}";
     std::printf("INFO:tensorflow:MultiWorkerMirroredStrategy with cluster_spec = %s, task_type = "
                 "'%s', task_id = %d, num_workers = %d, local_devices = (%s), communication = "
-                "CommunicationImplementation.AUTO\n",
+                "CommunicationImplementation.%s\n",
                 spec.c_str(), cluster != nullptr ? cluster->task_type.c_str() : "worker",
-                cluster != nullptr ? cluster->task_index : 0, processes_, names.c_str());
+                cluster != nullptr ? cluster->task_index : 0, processes_, names.c_str(),
+                implementation_ == communication_implementation::ring   ? "RING"
+                : implementation_ == communication_implementation::nccl ? "NCCL"
+                                                                        : "AUTO");
   }
   std::fflush(stdout);
 }
 
 TESSEL_INLINE strategy::scope_guard::scope_guard(const strategy* s)
-    : previous_(strategy_detail::current) {
+    : previous_(strategy_detail::current), previous_gradient_(detail::strategy_scope.gradient) {
   strategy_detail::current = s;
+  if (s->gradient_) detail::strategy_scope.gradient = &*s->gradient_;
 }
-TESSEL_INLINE strategy::scope_guard::~scope_guard() { strategy_detail::current = previous_; }
+TESSEL_INLINE strategy::scope_guard::~scope_guard() {
+  strategy_detail::current = previous_;
+  detail::strategy_scope.gradient = previous_gradient_;
+}
 
 TESSEL_INLINE float strategy::reduce(reduce_op op, float value) const {
   return strategy_detail::reduce_scalar(op, value, replicas_);

@@ -161,10 +161,10 @@ class trainer : public Model,
   void model_check_input_shape(const array<float>& x) const override {
     this->check_input_shape(x);
   }
-  const basic_dtensor<B>& model_forward_rows(const array<float>& x, std::size_t offset,
+  const basic_dtensor<B>& model_forward_rows(const array<float>& x, std::size_t x_row,
                                              std::size_t first, std::size_t rows,
                                              std::size_t batch, bool training) override {
-    return this->forward_rows(x, offset, first, rows, batch, training);
+    return this->forward_rows(x, x_row, first, rows, batch, training);
   }
   void model_backward(
       const matrix& dy,

@@ -42,6 +42,7 @@
 #include "callbacks.hpp"
 #include "gradient_buckets.hpp"
 #include "logs.hpp"
+#include "strategy_scope.hpp"
 #include "progbar_logger.hpp"
 
 namespace tessel {
@@ -134,6 +135,12 @@ class trainer_core : public model_base {
   // On a distributed model x and y are the global batch: each process takes its block of rows
   // along the batch axis, and the gradients (reduced in buckets during the backward pass), the
   // loss and the metrics are those of the whole batch.
+  // Inside a data-parallel strategy's `run` (TensorFlow's replica context) x and y are instead
+  // this replica's rows (an experimental_distribute_dataset element): the replicas' rows, in
+  // replica order, make the global batch; the gradients and metrics are still the whole batch's,
+  // and the loss returned is this replica's share of the batch's mean (its per-example losses
+  // over the global batch size, tf.nn.compute_average_loss), which strategy.reduce(sum, ...)
+  // turns into the mean.
   template <class Y>
   double compute_loss_and_gradients(const array<float>& x, const array<Y>& y);
   // The loss and gradients of one batch, the forward pass in training or inference mode (the
@@ -253,7 +260,7 @@ class trainer_core : public model_base {
   virtual bool model_runs_plan_of(std::size_t i) const = 0;
   virtual std::uint64_t model_seed() const = 0;
   virtual void model_check_input_shape(const array<float>& x) const = 0;
-  virtual const basic_dtensor<B>& model_forward_rows(const array<float>& x, std::size_t offset,
+  virtual const basic_dtensor<B>& model_forward_rows(const array<float>& x, std::size_t x_row,
                                                      std::size_t first, std::size_t rows,
                                                      std::size_t batch, bool training) = 0;
   // After each layer's backward, `on_layer` gets that layer's variables.
@@ -322,6 +329,14 @@ class trainer_core : public model_base {
   void test_step(const array<float>& x, const array<Y>& y);
   template <class Y>
   std::size_t forward_and_loss(const array<float>& x, const array<Y>& y, bool training);
+  // The same on `s`'s rows, which x holds from its row x_row on.
+  template <class Y>
+  std::size_t forward_and_loss(const array<float>& x, const array<Y>& y, const shard& s,
+                               std::size_t x_row, bool training);
+  // Inside strategy.run, on a data-parallel model: x holds this replica's rows.
+  bool per_replica() const;
+  // This replica's rows of the global batch, from every replica's count (one all_gather).
+  shard replica_shard(std::size_t rows) const;
   bool splits_classes(const basic_dtensor<B>& output);
   void upload_target_columns(const basic_dtensor<B>& output);
   static void check_batch_size(const char* what, std::int64_t batch_size);
@@ -356,6 +371,7 @@ class trainer_core : public model_base {
   std::vector<bucket_entry> stored_;  // central storage: the variables broadcast after an update
   std::size_t bucket_batch_ = dynamic_extent;  // the global batch whose plan the buckets follow
   typename B::sums sums_;        // the step's loss and metric sums, on the device
+  double local_loss_ = 0;        // this process's loss sum of the last step, before the reduction
   std::vector<double> scalars_;  // the same on the host, reduced over the batch axis
   typename C::request scalar_request_;
   bool agreed_ = false;  // the processes have compared what they hold (before the first step)

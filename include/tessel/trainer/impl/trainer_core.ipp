@@ -36,6 +36,8 @@ void trainer_core<B, C>::compile(optimizer_spec optimizer_, loss_function<B> los
   sums_ = B::make_sums("loss_and_metric_sums", 1 + metrics_.size());
   for (std::size_t i = 0; i < metrics_.size(); ++i)
     metric_means_[i] = metrics::mean(metrics_[i].name());
+  // Compiled in a strategy's scope: its communication options' gradient buckets.
+  if (detail::strategy_scope.gradient != nullptr) grad_options_ = *detail::strategy_scope.gradient;
   replan();
 }
 
@@ -49,10 +51,31 @@ std::optional<saving::compile_info> trainer_core<B, C>::compiled_info() const {
 }
 
 // ---- distribution ----------------------------------------------------------------------------
+// The plan, then the bytes each process holds for the variables and the optimizer state (under
+// central storage the parameter device alone holds the optimizer state).
 template <class B, class C>
 std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
   const model_desc d = described();
-  return tessel::explain(plan_model(facts_.distribution, pm().shape(), d, global_batch), d);
+  std::string text =
+      tessel::explain(plan_model(facts_.distribution, pm().shape(), d, global_batch), d);
+  std::size_t variables = 0, trainable = 0;
+  for (const auto& v : model_state(true, false))
+    if (v.is_tensor()) trainable += v.tensor().size() * sizeof(float);
+  variables = trainable;
+  for (const auto& v : model_state(false, false))
+    if (v.is_tensor()) variables += v.tensor().size() * sizeof(float);
+  text += "memory per process: variables " + detail::bytes_text(variables);
+  if (!optimizer_state_) return text + "; optimizer state: not compiled\n";
+  const std::size_t slots = optimizer_state_->slots_per_variable();
+  const std::string state = detail::bytes_text(slots * trainable) + " (" +
+                            std::string(optimizer_state_->name()) + ", " + std::to_string(slots) +
+                            (slots == 1 ? " slot" : " slots") + " per trainable variable)";
+  if (!central() || pm().size() == 1) return text + "; optimizer state " + state + "\n";
+  return text + " (a copy, broadcast from process " +
+         std::to_string(facts_.distribution.variable_device) +
+         " after each update); optimizer state " + state + " on process " +
+         std::to_string(facts_.distribution.variable_device) +
+         ", which holds the variables (central storage), 0 B on the others\n";
 }
 
 template <class B, class C>
@@ -107,16 +130,23 @@ template <class B, class C>
 template <class Y>
 double trainer_core<B, C>::loss_and_gradients(const array<float>& x, const array<Y>& y,
                                               bool training) {
+  const bool replica = per_replica();
   if (!agreed_) {
     agreed_ = true;
     std::vector<fact> f = model_facts();
-    f.push_back(fact::number("the global batch (x's rows)", x.rows()));
-    f.push_back(fact::fingerprint("the shape of x", shape_fingerprint(x.shape)));
-    f.push_back(fact::fingerprint("the shape of y", shape_fingerprint(y.shape)));
+    // A replica's rows may differ by one from another's: the rest of the shapes must agree.
+    auto shape = [&](std::vector<std::size_t> s) {
+      if (replica && !s.empty()) s[0] = 0;
+      return shape_fingerprint(s);
+    };
+    if (!replica) f.push_back(fact::number("the global batch (x's rows)", x.rows()));
+    f.push_back(fact::fingerprint("the shape of x", shape(x.shape)));
+    f.push_back(fact::fingerprint("the shape of y", shape(y.shape)));
     agree("train_on_batch", f);
   }
-  buckets_for(x.rows());
-  const std::size_t global = forward_and_loss(x, y, training);
+  const shard s = replica ? replica_shard(x.rows()) : shard_of(x.rows());
+  buckets_for(s.global);
+  const std::size_t global = forward_and_loss(x, y, s, replica ? 0 : s.first, training);
   buckets_.begin();
   model_backward(loss_grad_, [this](std::span<variable<B>* const> layer_variables) {
     if (buckets_.empty()) return;
@@ -126,7 +156,29 @@ double trainer_core<B, C>::loss_and_gradients(const array<float>& x, const array
   buckets_.finish();
   // The next training call draws new dropout masks, as Keras's seed generator.
   if (training) model_set_training_step(model_training_step() + 1);
-  return finish_metrics(global);
+  const double loss = finish_metrics(global);
+  return replica ? local_loss_ / static_cast<double>(global) : loss;
+}
+
+template <class B, class C>
+bool trainer_core<B, C>::per_replica() const {
+  return detail::strategy_scope.in_replica && !facts_.model_parallel;
+}
+
+template <class B, class C>
+auto trainer_core<B, C>::replica_shard(std::size_t rows) const -> shard {
+  const auto& group = pm().axis(facts_.batch_axis);
+  const auto n = static_cast<std::size_t>(group.size()), me = static_cast<std::size_t>(group.rank());
+  std::vector<std::uint64_t> all(n, rows);
+  const std::uint64_t mine = rows;
+  if (n > 1) group.all_gather(std::span<const std::uint64_t>(&mine, 1), std::span<std::uint64_t>(all));
+  shard s{0, rows, 0, 0};
+  for (std::size_t r = 0; r < n; ++r) {
+    s.global += all[r];
+    if (r < me) s.first += all[r];
+    s.block = std::max<std::size_t>(s.block, all[r]);
+  }
+  return s;
 }
 
 // Under central storage the process that holds the variables updates them once, from the
@@ -227,7 +279,7 @@ typename trainer_core<B, C>::stateless_call_result trainer_core<B, C>::stateless
   model_with_state(trainable, non_trainable, "stateless_call", [&] {
     const shard s = shard_of(x.rows());
     r.y_pred =
-        copy_of(model_forward_rows(x, 0, s.first, s.local, s.global, training), "y_pred");
+        copy_of(model_forward_rows(x, s.first, s.first, s.local, s.global, training), "y_pred");
     if (training) model_set_training_step(model_training_step() + 1);
     r.non_trainable_variables = model_state(false, true);
   });
@@ -455,7 +507,8 @@ array<float> trainer_core<B, C>::predict(const array<float>& x, std::int64_t bat
     const std::size_t begin = b * rows_per_batch,
                       end = begin + std::min(n - begin, rows_per_batch);
     const shard s = shard_of(end - begin);
-    const basic_dtensor<B>* y = &model_forward_rows(x, begin, s.first, s.local, s.global, false);
+    const basic_dtensor<B>* y =
+        &model_forward_rows(x, begin + s.first, s.first, s.local, s.global, false);
     basic_dtensor<B> whole_rows;
     if (splits_classes(*y)) {  // gathered over the class axes first: rows of every class
       layout_value rows = y->layout();
@@ -920,10 +973,23 @@ std::size_t trainer_core<B, C>::forward_and_loss(const array<float>& x, const ar
                       std::string(training ? "train_on_batch / compute_loss_and_gradients"
                                            : "evaluate") + ", x has shape " +
                       shape_to_string(x.shape));
-  model_check_input_shape(x);
   const shard s = shard_of(x.rows());
-  upload_targets(y, x.rows(), s.first, s.local);
-  const basic_dtensor<B>& output = model_forward_rows(x, 0, s.first, s.local, s.global, training);
+  return forward_and_loss(x, y, s, s.first, training);
+}
+
+template <class B, class C>
+template <class Y>
+std::size_t trainer_core<B, C>::forward_and_loss(const array<float>& x, const array<Y>& y,
+                                                 const shard& s, std::size_t x_row,
+                                                 bool training) {
+  if (s.global == 0)
+    throw value_error("a batch of 0 samples has no loss: pass at least one sample to " +
+                      std::string(training ? "train_on_batch / compute_loss_and_gradients"
+                                           : "evaluate") + ", x has shape " +
+                      shape_to_string(x.shape));
+  model_check_input_shape(x);
+  upload_targets(y, x.rows(), x_row, s.local);
+  const basic_dtensor<B>& output = model_forward_rows(x, x_row, s.first, s.local, s.global, training);
   const matrix& out = output.local();
   loss_grad_ = sized<B>(loss_grad_store_, B::rows(out), B::cols(out), "loss_gradient");
   const float scale = 1.0f / static_cast<float>(s.global);
@@ -935,6 +1001,7 @@ std::size_t trainer_core<B, C>::forward_and_loss(const array<float>& x, const ar
     loss_and_gradient<B>(*loss_, output, labels_, targets_, loss_grad_, scale, sums_, 0);
   }
   local_sums(output);
+  local_loss_ = scalars_.empty() ? 0.0 : scalars_[0];
   start_scalar_reduction();
   return s.global;
 }
