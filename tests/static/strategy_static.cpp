@@ -30,14 +30,12 @@ static_assert(std::is_same_v<batch_layout_t<workers, shape<dynamic_extent, 784>>
                              tensor_layout<data_parallel<>::mesh, "batch", none>>);
 static_assert(std::is_same_v<one_device_strategy::mesh, one_device::mesh>);
 
-// The split of a global batch over the replicas: B / R rows each, one more for the first B % R.
-static_assert(strategy_detail::rows_of(10, 0, 4).first == 0 &&
-              strategy_detail::rows_of(10, 0, 4).count == 3);
-static_assert(strategy_detail::rows_of(10, 1, 4).first == 3 &&
-              strategy_detail::rows_of(10, 1, 4).count == 3);
-static_assert(strategy_detail::rows_of(10, 2, 4).first == 6 &&
-              strategy_detail::rows_of(10, 2, 4).count == 2);
-static_assert(strategy_detail::rows_of(10, 3, 4).first == 8 &&
-              strategy_detail::rows_of(10, 3, 4).count == 2);
-static_assert(strategy_detail::rows_of(2, 3, 4).count == 0);
+// The split of a global batch over the replicas: B / R rows each, one more for the first B % R
+// (split_batch_rows, which the trainer and experimental_distribute_dataset share).
+static_assert(split_batch_rows(10, 4, 0).first == 0 && split_batch_rows(10, 4, 0).count == 3);
+static_assert(split_batch_rows(10, 4, 1).first == 3 && split_batch_rows(10, 4, 1).count == 3);
+static_assert(split_batch_rows(10, 4, 2).first == 6 && split_batch_rows(10, 4, 2).count == 2);
+static_assert(split_batch_rows(10, 4, 3).first == 8 && split_batch_rows(10, 4, 3).count == 2);
+static_assert(split_batch_rows(10, 4, 3).largest == 3 && split_batch_rows(8, 4, 1).largest == 2);
+static_assert(split_batch_rows(2, 4, 3).count == 0);
 }  // namespace

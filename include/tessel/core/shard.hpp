@@ -1,6 +1,7 @@
 // Shards: the local shape of a laid-out tensor and the block of the global tensor a device holds.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <string>
@@ -11,6 +12,18 @@
 #include "tensor_layout.hpp"
 
 namespace tessel {
+
+// The rows process `c` of `n` takes of a batch of `global` rows, as tf.distribute splits one
+// (and the trainer, experimental_distribute_dataset and the checkpoints' batches do): global / n
+// each, one more for the first global % n, so that a process may take none; `largest`: the most
+// any process takes.
+struct row_split {
+  std::size_t first = 0, count = 0, largest = 0;
+};
+constexpr row_split split_batch_rows(std::size_t global, std::size_t n, std::size_t c) noexcept {
+  const std::size_t base = global / n, extra = global % n;
+  return {c * base + std::min(c, extra), base + (c < extra ? 1 : 0), base + (extra != 0 ? 1 : 0)};
+}
 
 // "model" or "data,model": the axes sharding one dimension, for messages.
 constexpr name_string axes_label(const mesh_value& m, const dim_sharding& d) noexcept {

@@ -196,14 +196,6 @@ void add_shapes(std::vector<std::uint64_t>&, const T&) {}
 // Every replica's words equal (an error on every process otherwise, naming the argument and
 // both shapes), checked with one all_gather of the counts and one of the words.
 TESSEL_INLINE void require_same_shapes(const std::vector<std::uint64_t>& words);
-// The rows [first, first + count) replica r of R takes of a batch of `rows`.
-struct rows_range {
-  std::size_t first = 0, count = 0;
-};
-constexpr rows_range rows_of(std::size_t rows, int replica, int replicas) noexcept {
-  const auto r = static_cast<std::size_t>(replica), n = static_cast<std::size_t>(replicas);
-  return {r * (rows / n) + std::min(r, rows % n), rows / n + (r < rows % n ? 1 : 0)};
-}
 }  // namespace strategy_detail
 
 template <class X, class Y>
@@ -214,7 +206,8 @@ void distributed_dataset<X, Y>::iterator::take() {
     throw value_error("experimental_distribute_dataset: an element of rank 0 has no batch "
                       "dimension to split; batch the dataset with the global batch size first");
   const std::size_t rows = global.first.shape[0];
-  const auto r = strategy_detail::rows_of(rows, replica_, replicas_);
+  const row_split r = split_batch_rows(rows, static_cast<std::size_t>(replicas_),
+                                       static_cast<std::size_t>(replica_));
   slice_ = {data::slice_rows(global.first, r.first, r.first + r.count),
             data::slice_rows(global.second, r.first, r.first + r.count)};
 }
@@ -454,6 +447,11 @@ TESSEL_INLINE std::vector<float> reduce_values(const char* what, reduce_op op,
 TESSEL_INLINE std::size_t input_context::get_per_replica_batch_size(
     std::size_t global_batch_size) const {
   const auto n = static_cast<std::size_t>(num_replicas_in_sync);
+  if (global_batch_size == 0)
+    throw value_error("get_per_replica_batch_size: a global batch of 0 samples gives each of the " +
+                      std::to_string(num_replicas_in_sync) +
+                      " replicas a per-replica batch of 0; give a global batch of at least " +
+                      std::to_string(num_replicas_in_sync) + " samples (one per replica)");
   if (n == 0 || global_batch_size % n != 0)
     throw value_error("The `global_batch_size` " + std::to_string(global_batch_size) +
                       " is not divisible by `num_replicas_in_sync` " +

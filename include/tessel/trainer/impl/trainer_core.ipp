@@ -705,9 +705,8 @@ void trainer_core<B, C>::buckets_for(std::size_t batch) {
 // hold none. The loss is still the mean over the global batch, so the step equals one device's.
 template <class B, class C>
 auto trainer_core<B, C>::block_of(std::size_t global, std::size_t n, std::size_t c) -> shard {
-  const std::size_t base = global / n, extra = global % n;
-  return {global, base + (c < extra ? 1 : 0), c * base + std::min(c, extra),
-          base + (extra ? 1 : 0)};
+  const row_split r = split_batch_rows(global, n, c);
+  return {global, r.count, r.first, r.largest};
 }
 
 template <class B, class C>

@@ -1,0 +1,81 @@
+// What the strategy tests share (strategy_test.cpp, strategy_reduction_test.cpp): the model, and
+// the comparisons with one device of an uneven global batch and of fit.
+#pragma once
+
+#include <string>
+#include <tessel/tessel.hpp>
+
+#include "compare_models.hpp"
+#include "mpi_checks.hpp"
+
+namespace tessel::testing {
+
+template <class Dist>
+using mlp = sequential<Dist, layers::input<12>, layers::dense<16, {.activation = "relu"}>,
+                       layers::dense<4>>;
+
+inline bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// 20 steps of a global batch of 10 (split unevenly over 4 processes), against one device.
+template <class Dist>
+void uneven(const char* what, const testing::data_set& d) {
+  mlp<Dist> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "sgd", .loss = "mse"});
+  b.compile({.optimizer = "sgd", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  double worst_loss = 0;
+  for (std::size_t step = 0; step < 20; ++step) {
+    const std::size_t first = (step * 10) % (d.x.rows() - 10);
+    const auto x = data::slice_rows(d.x, first, first + 10);
+    const auto y = data::slice_rows(d.y, first, first + 10);
+    worst_loss = std::max(worst_loss, rel(*find_log(a.train_on_batch(x, y), "loss"),
+                                          *find_log(b.train_on_batch(x, y), "loss")));
+  }
+  double worst_weight = 0;
+  const auto wa = a.get_weights(), wb = b.get_weights();
+  for (std::size_t i = 0; i < wa.size(); ++i)
+    worst_weight = std::max(worst_weight, rel(wa[i].values, wb[i].values));
+  check(worst_loss <= 1e-5 && worst_weight <= 1e-5,
+        std::string(what) + ": a global batch of 10 equals one device (loss " +
+            std::to_string(worst_loss) + ", weights " + std::to_string(worst_weight) + ")");
+}
+
+// fit for 2 epochs over 100 samples in batches of 10 (the last ones split unevenly over 4
+// processes), against one device: the losses of every epoch, the weights and the optimizer state.
+template <class Dist>
+void fit_equal(const char* what, const testing::data_set& d) {
+  mlp<Dist> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  const auto x = data::slice_rows(d.x, 0, 100), y = data::slice_rows(d.y, 0, 100);
+  const auto ds = from_tensor_slices(x, y).batch(10);
+  const history ha = a.fit(ds, {.epochs = 2, .verbose = 0});
+  const history hb = b.fit(ds, {.epochs = 2, .verbose = 0});
+  double worst_loss = 0;
+  for (std::size_t e = 0; e < 2; ++e)
+    worst_loss = std::max(worst_loss, rel(ha.history.at("loss")[e], hb.history.at("loss")[e]));
+  double worst_weight = 0, worst_state = 0;
+  const auto wa = a.get_weights(), wb = b.get_weights();
+  for (std::size_t i = 0; i < wa.size(); ++i)
+    worst_weight = std::max(worst_weight, rel(wa[i].values, wb[i].values));
+  const auto sa = a.get_state_tree(), sb = b.get_state_tree();
+  bool same = sa.optimizer_variables.size() == sb.optimizer_variables.size();
+  for (std::size_t i = 0; same && i < sa.optimizer_variables.size(); ++i)
+    worst_state = std::max(worst_state, rel(sa.optimizer_variables[i].numpy(),
+                                            sb.optimizer_variables[i].numpy()));
+  check(same && worst_loss <= 1e-5 && worst_weight <= testing::adam_weight_tolerance &&
+            worst_state <= testing::adam_weight_tolerance,
+        std::string(what) + ": fit equals one device (loss " + std::to_string(worst_loss) +
+            ", weights " + std::to_string(worst_weight) + ", optimizer state " +
+            std::to_string(worst_state) + ")");
+  if (process_id() == 0)
+    std::printf("%s: fit, worst relative difference from one device: loss %.2e, weights %.2e, "
+                "optimizer state %.2e\n", what, worst_loss, worst_weight, worst_state);
+}
+
+}  // namespace tessel::testing

@@ -1,0 +1,198 @@
+// tf.distribute's reductions to one process, on 1, 2 and 4 processes:
+//   - mirrored_strategy with reduction_to_one_device (a reduce, then a broadcast of each gradient)
+//     and central_storage_strategy (the gradients reduced to the parameter device, the update
+//     there once, the variables broadcast) equal one device (compare_models.hpp: 20 steps, the
+//     collectives run are the plan's; a global batch of 10 split 3, 3, 2, 2; fit), and explain()
+//     prints their steps and where the optimizer state lives;
+//   - under central storage only the parameter device holds optimizer state while training, a
+//     state read gives every process the one state (equal to one device's), and a checkpoint
+//     saved under it restores into a mirrored model; parameter device 1; a parameter device the
+//     job has not is refused;
+//   - TensorFlow's custom loop (strategy.run of compute_loss_and_gradients and apply_gradients on
+//     each replica's rows, the losses reduced) equals one device, and run with arrays of
+//     different shapes on different replicas is refused naming both.
+// Built under ASan+UBSan too (sanitize.strategy_reduction_test.np2).
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <tessel/tessel.hpp>
+#include <vector>
+
+#include "compare_models.hpp"
+#include "mpi_checks.hpp"
+#include "strategy_checks.hpp"
+
+namespace {
+using namespace tessel;
+using namespace tessel::layers;
+using tessel::testing::check;
+using tessel::testing::error_of;
+using tessel::testing::has;
+using tessel::testing::mlp;
+using tessel::testing::rel;
+using to_one = mirrored_strategy<device_mesh<axis<"batch">>, reduction_to_one_device>;
+
+// Central storage: the optimizer state lives on the parameter device only, until a state read
+// copies it to the others; that state, and a checkpoint of it, are one device's.
+template <int ParameterDevice>
+void central_state(const testing::data_set& d) {
+  using central = central_storage_strategy<device_mesh<axis<"batch">>, ParameterDevice>;
+  const std::string what = "central_storage_strategy<..., " + std::to_string(ParameterDevice) + ">";
+  central strategy;
+  check(strategy.num_replicas_in_sync() == num_processes() &&
+            strategy.name() == "CentralStorageStrategy",
+        what + ": one replica per process");
+  mlp<central> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  for (std::size_t step = 0; step < 5; ++step) {
+    const auto x = data::slice_rows(d.x, step * 16, step * 16 + 16);
+    const auto y = data::slice_rows(d.y, step * 16, step * 16 + 16);
+    a.train_on_batch(x, y);
+    b.train_on_batch(x, y);
+  }
+  const bool holder = process_id() == ParameterDevice;
+  check(a.get_optimizer().variables().size() == (holder ? 4u * 2u : 0u),
+        what + ": only the parameter device holds optimizer slots while training (" +
+            std::to_string(a.get_optimizer().variables().size()) + " here)");
+  const auto sa = a.get_state_tree(), sb = b.get_state_tree();
+  double worst = 0;
+  bool same_paths = sa.optimizer_variables.size() == sb.optimizer_variables.size();
+  for (std::size_t i = 0; same_paths && i < sa.optimizer_variables.size(); ++i) {
+    same_paths = sa.optimizer_variables[i].path == sb.optimizer_variables[i].path;
+    worst = std::max(worst, rel(sa.optimizer_variables[i].numpy(),
+                                sb.optimizer_variables[i].numpy()));
+  }
+  check(same_paths && worst <= testing::adam_weight_tolerance,
+        what + ": the optimizer state read on every process is one device's (" +
+            std::to_string(worst) + ")");
+  // A checkpoint of it restores into a mirrored model, which then trains as one device.
+  // One directory every process names alike: process 0's pid, broadcast.
+  std::uint64_t pid = static_cast<std::uint64_t>(::getpid());
+  runtime::world().broadcast(std::span<std::uint64_t>(&pid, 1), 0);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("tessel_central_" + std::to_string(ParameterDevice) + "_" + std::to_string(pid));
+  save_checkpoint(a, dir);
+  mlp<mirrored_strategy<>> m;
+  m.compile({.optimizer = "adam", .loss = "mse"});
+  load_checkpoint(m, dir);
+  const auto x = data::slice_rows(d.x, 100, 116);
+  const auto y = data::slice_rows(d.y, 100, 116);
+  const double lm = *find_log(m.train_on_batch(x, y), "loss");
+  const double lb = *find_log(b.train_on_batch(x, y), "loss");
+  double worst_weight = 0;
+  const auto wm = m.get_weights(), wb = b.get_weights();
+  for (std::size_t i = 0; i < wm.size(); ++i)
+    worst_weight = std::max(worst_weight, rel(wm[i].values, wb[i].values));
+  check(rel(lm, lb) <= 1e-5 && worst_weight <= testing::adam_weight_tolerance,
+        what + ": its checkpoint restores into a mirrored model that trains as one device "
+               "(loss " + std::to_string(rel(lm, lb)) + ", weights " +
+            std::to_string(worst_weight) + ")");
+  runtime::world().barrier();
+  if (process_id() == 0) std::filesystem::remove_all(dir);
+}
+
+// TensorFlow's custom loop: strategy.run of a step on each replica's rows of every global batch
+// of 10 (4 processes take 3, 3, 2, 2), the per-replica losses summed by strategy.reduce, against
+// one device training on the global batches.
+void custom_loop(const testing::data_set& d) {
+  mirrored_strategy<> strategy;
+  mlp<mirrored_strategy<>> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  const auto x = data::slice_rows(d.x, 0, 100), y = data::slice_rows(d.y, 0, 100);
+  const auto global = from_tensor_slices(x, y).batch(10);
+  double worst_loss = 0;
+  std::size_t steps = 0;
+  for (const auto& element : strategy.experimental_distribute_dataset(global)) {
+    const float per_replica = strategy.run(
+        [&](const auto& batch) {
+          const double loss = a.compute_loss_and_gradients(batch.first, batch.second);
+          a.apply_gradients();
+          return static_cast<float>(loss);
+        },
+        element);
+    const double loss = strategy.reduce(reduce_op::sum, per_replica);
+    const auto xs = data::slice_rows(x, steps * 10, steps * 10 + 10);
+    const auto ys = data::slice_rows(y, steps * 10, steps * 10 + 10);
+    worst_loss = std::max(worst_loss, rel(loss, *find_log(b.train_on_batch(xs, ys), "loss")));
+    ++steps;
+  }
+  double worst_weight = 0;
+  const auto wa = a.get_weights(), wb = b.get_weights();
+  for (std::size_t i = 0; i < wa.size(); ++i)
+    worst_weight = std::max(worst_weight, rel(wa[i].values, wb[i].values));
+  check(steps == 10 && worst_loss <= 1e-5 && worst_weight <= testing::adam_weight_tolerance,
+        "custom loop: strategy.run of compute_loss_and_gradients and apply_gradients on each "
+        "replica's rows, the losses reduced, equals one device (loss " +
+            std::to_string(worst_loss) + ", weights " + std::to_string(worst_weight) + ")");
+  if (process_id() == 0)
+    std::printf("custom loop: worst relative difference from one device: loss %.2e, weights "
+                "%.2e\n", worst_loss, worst_weight);
+  // Arguments of different shapes on different replicas: named before any step runs.
+  if (num_processes() > 1) {
+    const std::size_t features = process_id() == 1 ? 5 : 3;
+    const array<float> odd({4, features});
+    const std::string e = error_of([&] { strategy.run([](const array<float>&) {}, odd); });
+    check(has(e, "strategy.run: array argument 0 has shape (batch, " +
+                     std::to_string(features) + ") on this replica but (batch, ") &&
+              has(e, "per-replica values must agree in every dimension but the batch"),
+          "run with arguments of different shapes on different replicas: " + e);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tessel::initialize guard(argc, argv);
+  try {
+    const testing::data_set d = testing::make_data(512, 12, 4);
+    testing::compare<mlp<to_one>, mlp<one_device>>("mirrored_strategy, reduction_to_one_device",
+                                                   d.x, d.y, "adam", "categorical_crossentropy");
+    testing::uneven<to_one>("mirrored_strategy, reduction_to_one_device", d);
+    testing::compare<mlp<central_storage_strategy<>>, mlp<one_device>>(
+        "central_storage_strategy", d.x, d.y, "adam", "categorical_crossentropy");
+    testing::compare<mlp<central_storage_strategy<>>, mlp<one_device>>(
+        "central_storage_strategy (sgd)", d.x, d.y, "sgd");
+    testing::uneven<central_storage_strategy<>>("central_storage_strategy", d);
+    testing::fit_equal<to_one>("mirrored_strategy, reduction_to_one_device", d);
+    testing::fit_equal<central_storage_strategy<>>("central_storage_strategy", d);
+    central_state<0>(d);
+    if (num_processes() > 1) central_state<1>(d);
+    {
+      mlp<central_storage_strategy<>> c;
+      c.compile({.optimizer = "adam", .loss = "mse"});
+      const std::string text = c.explain(16);
+      check(num_processes() == 1
+                ? has(text, "optimizer state ") && has(text, "(adam, 2 slots per trainable variable)")
+                : has(text, "reduce('batch', to 0)") && has(text, "broadcast('batch', from 0)") &&
+                      has(text, "on process 0, which holds the variables (central storage), 0 B "
+                                "on the others"),
+            "central storage's explain(): its reduce and broadcast, and where the optimizer "
+            "state lives:\n" + text);
+      if (process_id() == 0) std::printf("%s", text.c_str());
+    }
+    const std::string e = error_of([] {
+      central_storage_strategy<device_mesh<axis<"batch">>, 4> s;
+    });
+    if (num_processes() <= 4)
+      check(has(e, "central_storage_strategy: the parameter device is process 4, but the job has " +
+                       std::to_string(num_processes()) + " processes; launch at least 5"),
+            "a parameter device the job has not: " + e);
+    custom_loop(d);
+  } catch (const std::exception& e) {
+    return guard.fail(e);
+  }
+  return testing::finish("strategy_reduction_test");
+}
