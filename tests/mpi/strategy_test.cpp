@@ -115,6 +115,27 @@ void strategy_object() {
         "experimental_distribute_dataset: each replica's rows, together every global batch");
   const input_context ctx = strategy.distribute_datasets_from_function(
       [](const input_context& c) { return c; });
+  // Keras 3's auto_shard_dataset false: the dataset is this replica's own, not split.
+  {
+    mirrored_strategy<> own;
+    own.auto_shard_dataset = false;
+    std::size_t rows = 0;
+    for (const auto& [xs, ys] : own.experimental_distribute_dataset(global)) rows += xs.shape[0];
+    check(rows == 25, "auto_shard_dataset false: each replica iterates the whole dataset");
+  }
+  check(get_device_count() == n && get_device_count("cpu") == n,
+        "get_device_count: one device per process");
+  check(num_model_replicas<data_parallel<>>() == n && num_data_shards<data_parallel<>>() == n &&
+            data_shard_id<data_parallel<>>() == me && num_model_replicas<one_device>() == 1 &&
+            data_shard_id<one_device>() == 0,
+        "num_model_replicas, num_data_shards, data_shard_id of data_parallel and one_device");
+  if (n == 4) {
+    // model_parallel on 2 (data) x 2 (model): 2 replicas, processes 0, 1 read shard 0.
+    using mesh_2x2 = device_mesh<axis<"data", 2>, axis<"model", 2>>;
+    using mp = model_parallel<layout_map<mesh_2x2, rule<"d1/kernel", none, "model">>, "data">;
+    check(num_model_replicas<mp>() == 2 && data_shard_id<mp>() == me / 2,
+          "model_parallel's num_model_replicas is its batch axis, data_shard_id as Keras's");
+  }
   check(ctx.num_input_pipelines == n && ctx.input_pipeline_id == me &&
             ctx.num_replicas_in_sync == n,
         "distribute_datasets_from_function: the input_context");

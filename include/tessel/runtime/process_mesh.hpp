@@ -20,6 +20,7 @@
 #include "../comm/communicator.hpp"
 #include "../comm/concept.hpp"
 #include "../core/device_mesh.hpp"
+#include "../core/distribution.hpp"
 #include "../core/diagnostics.hpp"
 #include "../core/errors.hpp"
 #include "world.hpp"
@@ -175,5 +176,33 @@ void on_every_process(const ProcessMesh& pm, const char* what, F&& f) {
                         " other process(es); their error says why");
 }
 }  // namespace detail
+
+// Keras 3's properties of a distribution (keras.distribution.Distribution), for the distribution
+// type Dist on this job: num_model_replicas (data_parallel: its devices, the processes;
+// model_parallel: the size of its batch axis; a local distribution: 1), num_data_shards (as many),
+// and data_shard_id (the shard of the data this process reads: its process id, or with fewer
+// replicas than processes, its replica's), as Keras computes them.
+template <class Dist>
+  requires detail::distribution_type<Dist>
+int num_model_replicas() {
+  if constexpr (detail::is_local_distribution<Dist>) {
+    return 1;
+  } else {
+    const auto mesh = Dist::mesh::for_devices(static_cast<std::size_t>(num_processes()));
+    return static_cast<int>(mesh.shape().sizes[Dist::value.batch_axis]);
+  }
+}
+template <class Dist>
+  requires detail::distribution_type<Dist>
+int num_data_shards() {
+  return num_model_replicas<Dist>();
+}
+template <class Dist>
+  requires detail::distribution_type<Dist>
+int data_shard_id() {
+  const int replicas = num_model_replicas<Dist>(), processes = num_processes();
+  if constexpr (detail::is_local_distribution<Dist>) return 0;
+  return replicas >= processes ? process_id() : process_id() / (processes / replicas);
+}
 
 }  // namespace tessel

@@ -106,6 +106,7 @@ inline int process_id() { return runtime::state().rank; }
 inline int num_processes() { return runtime::state().size; }
 
 // keras.distribution.list_devices(device_type=None): every device of the job, one per process:
+// (get_device_count below counts them)
 // "gpu:0" ... "gpu:N-1" in a program built with the CUDA backend (linked with tessel::cuda,
 // which defines TESSEL_HAVE_CUDA) on a machine with a GPU, else "cpu:0" ... "cpu:N-1". As in
 // Keras, no type means the default one (the GPU where there is one); "cpu" lists the CPUs.
@@ -137,6 +138,12 @@ inline std::vector<std::string> list_devices(std::string_view device_type = {}) 
   std::vector<std::string> out;
   for (int i = 0; i < runtime::state().size; ++i) out.push_back(type + ":" + std::to_string(i));
   return out;
+}
+
+// keras.distribution.get_device_count(device_type=None): how many devices of that type the job
+// has (of the default type without one), one per process.
+inline int get_device_count(std::string_view device_type = {}) {
+  return static_cast<int>(list_devices(device_type).size());
 }
 
 // Definitions (compiled once in tessel::tessel; see core/compilation.hpp).

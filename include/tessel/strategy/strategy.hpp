@@ -283,9 +283,11 @@ class strategy {
   }
 
   // strategy.experimental_distribute_dataset(ds): `ds` batched with the global batch size; each
-  // replica iterates its rows of every batch.
+  // replica iterates its rows of every batch. With auto_shard_dataset false (Keras 3's), `ds` is
+  // taken as this replica's own data, and each of its batches as a per-replica batch.
   template <class X, class Y>
   [[nodiscard]] distributed_dataset<X, Y> experimental_distribute_dataset(dataset<X, Y> ds) const {
+    if (!auto_shard_dataset) return distributed_dataset<X, Y>(std::move(ds), 0, 1);
     return distributed_dataset<X, Y>(std::move(ds), replica_, replicas_);
   }
   // strategy.distribute_datasets_from_function(fn): fn(input_context) builds this process's
@@ -303,7 +305,8 @@ class strategy {
       std::span<const float> per_example_loss,
       std::optional<std::size_t> global_batch_size = std::nullopt) const;
 
-  // Keras 3's names on a distribution.
+  // Keras 3's names on a distribution (and tessel::num_model_replicas<Dist>() and the others for
+  // any distribution type, runtime/process_mesh.hpp).
   [[nodiscard]] int num_processes() const noexcept { return processes_; }
   [[nodiscard]] int num_model_replicas() const noexcept { return replicas_; }
   [[nodiscard]] int num_data_shards() const noexcept { return replicas_; }
