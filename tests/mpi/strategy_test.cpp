@@ -115,13 +115,33 @@ void strategy_object() {
         "experimental_distribute_dataset: each replica's rows, together every global batch");
   const input_context ctx = strategy.distribute_datasets_from_function(
       [](const input_context& c) { return c; });
-  // Keras 3's auto_shard_dataset false: the dataset is this replica's own, not split.
+  // Keras 3's auto_shard_dataset false, and TF's auto_shard_policy off: the dataset is this
+  // replica's own, not split; data splits it as auto does; file is refused on arrays.
   {
     mirrored_strategy<> own;
     own.auto_shard_dataset = false;
-    std::size_t rows = 0;
-    for (const auto& [xs, ys] : own.experimental_distribute_dataset(global)) rows += xs.shape[0];
-    check(rows == 25, "auto_shard_dataset false: each replica iterates the whole dataset");
+    const auto rows_of = [](const auto& distributed) {
+      std::size_t rows = 0;
+      for (const auto& [xs, ys] : distributed) rows += xs.shape[0];
+      return rows;
+    };
+    check(rows_of(own.experimental_distribute_dataset(global)) == 25 &&
+              rows_of(strategy.experimental_distribute_dataset(
+                  global, {.auto_shard_policy = auto_shard_policy::off})) == 25,
+          "auto_shard_dataset false, auto_shard_policy off: each replica iterates the whole "
+          "dataset");
+    const std::size_t mine = rows_of(strategy.experimental_distribute_dataset(global));
+    check(rows_of(strategy.experimental_distribute_dataset(
+              global, {.auto_shard_policy = auto_shard_policy::data})) == mine &&
+              strategy.reduce(reduce_op::sum, static_cast<double>(mine)) == 25.0,
+          "auto_shard_policy data: the replicas' rows together, the dataset once");
+    const std::string e = error_of([&] {
+      (void)strategy.experimental_distribute_dataset(
+          global, {.auto_shard_policy = auto_shard_policy::file});
+    });
+    check(has(e, "auto_shard_policy file shards a dataset by the files it reads, and this "
+                 "dataset reads none"),
+          "auto_shard_policy file on a dataset of arrays: " + e);
   }
   check(get_device_count() == n && get_device_count("cpu") == n,
         "get_device_count: one device per process");

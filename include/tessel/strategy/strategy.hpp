@@ -46,6 +46,18 @@ namespace tessel {
 // tf.distribute.ReduceOp.
 enum class reduce_op { sum, mean };
 
+// tf.data.experimental.AutoShardPolicy: how experimental_distribute_dataset divides a dataset
+// among the replicas. auto_: by data (tessel's datasets read arrays, not files); data: each
+// replica takes its rows of every global batch; off: none, each replica iterates the whole
+// dataset and takes each of its batches as a per-replica batch; file: by the files a dataset
+// reads, which a dataset of arrays has not (refused, as TensorFlow refuses an unshardable source).
+enum class auto_shard_policy { auto_, file, data, off };
+
+// tf.data.Options().experimental_distribute, as experimental_distribute_dataset takes it.
+struct distribute_options {
+  tessel::auto_shard_policy auto_shard_policy = tessel::auto_shard_policy::auto_;
+};
+
 // tf.distribute.experimental.CommunicationImplementation.
 enum class communication_implementation { auto_, ring, nccl };
 
@@ -196,6 +208,8 @@ void add_shapes(std::vector<std::uint64_t>&, const T&) {}
 // Every replica's words equal (an error on every process otherwise, naming the argument and
 // both shapes), checked with one all_gather of the counts and one of the words.
 TESSEL_INLINE void require_same_shapes(const std::vector<std::uint64_t>& words);
+// auto_shard_policy file on a dataset of arrays: refused.
+[[noreturn]] TESSEL_INLINE void unshardable_by_file();
 }  // namespace strategy_detail
 
 template <class X, class Y>
@@ -282,12 +296,17 @@ class strategy {
     return out;
   }
 
-  // strategy.experimental_distribute_dataset(ds): `ds` batched with the global batch size; each
-  // replica iterates its rows of every batch. With auto_shard_dataset false (Keras 3's), `ds` is
-  // taken as this replica's own data, and each of its batches as a per-replica batch.
+  // strategy.experimental_distribute_dataset(ds, options): `ds` batched with the global batch
+  // size; each replica iterates its rows of every batch (auto_shard_policy data, and auto). With
+  // auto_shard_policy off, or auto_shard_dataset false (Keras 3's), `ds` is taken as this
+  // replica's own data, and each of its batches as a per-replica batch.
   template <class X, class Y>
-  [[nodiscard]] distributed_dataset<X, Y> experimental_distribute_dataset(dataset<X, Y> ds) const {
-    if (!auto_shard_dataset) return distributed_dataset<X, Y>(std::move(ds), 0, 1);
+  [[nodiscard]] distributed_dataset<X, Y> experimental_distribute_dataset(
+      dataset<X, Y> ds, distribute_options options = {}) const {
+    if (options.auto_shard_policy == auto_shard_policy::file)
+      strategy_detail::unshardable_by_file();
+    if (!auto_shard_dataset || options.auto_shard_policy == auto_shard_policy::off)
+      return distributed_dataset<X, Y>(std::move(ds), 0, 1);
     return distributed_dataset<X, Y>(std::move(ds), replica_, replicas_);
   }
   // strategy.distribute_datasets_from_function(fn): fn(input_context) builds this process's
@@ -493,6 +512,14 @@ TESSEL_INLINE void strategy_detail::require_same_shapes(const std::vector<std::u
                           text(all.data() + r * words.size() + a) + " on replica " +
                           std::to_string(r) +
                           "; per-replica values must agree in every dimension but the batch");
+}
+
+TESSEL_INLINE void strategy_detail::unshardable_by_file() {
+  throw value_error("experimental_distribute_dataset: auto_shard_policy file shards a dataset by "
+                    "the files it reads, and this dataset reads none (its source is arrays: "
+                    "from_tensor_slices), so it has no unit to shard by file; use "
+                    "auto_shard_policy data (each replica its rows of every global batch) or "
+                    "auto");
 }
 
 TESSEL_INLINE void strategy::communicate(const communication_options& o) {
