@@ -10,12 +10,12 @@
 // Prints per round, then:
 //   RESULT central_storage processes=N mirrored_ms=.. to_one_ms=.. central_ms=..
 //          mirrored_bytes=.. to_one_bytes=.. central_bytes=..
+#include <mpi.h>
 #include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mpi.h>
 #include <tessel/tessel.hpp>
 #include <vector>
 
@@ -67,8 +67,10 @@ int main(int argc, char** argv) {
   tessel::initialize guard(argc, argv);
   std::size_t rounds = 5, count = 300;
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::strtoul(argv[++i], nullptr, 10);
-    else if (std::strcmp(argv[i], "--steps") == 0) count = std::strtoul(argv[++i], nullptr, 10);
+    if (std::strcmp(argv[i], "--rounds") == 0)
+      rounds = std::strtoul(argv[++i], nullptr, 10);
+    else if (std::strcmp(argv[i], "--steps") == 0)
+      count = std::strtoul(argv[++i], nullptr, 10);
   }
   const bench::seed001_data d = bench::load_seed001();
   std::array<std::vector<double>, 3> ms;
@@ -89,9 +91,10 @@ int main(int argc, char** argv) {
                   ms[0].back(), names[1], ms[1].back(), names[2], ms[2].back());
   }
   if (tessel::process_id() == 0)
-    std::printf("RESULT central_storage processes=%d mirrored_ms=%.3f to_one_ms=%.3f "
-                "central_ms=%.3f mirrored_bytes=%zu to_one_bytes=%zu central_bytes=%zu\n",
-                tessel::num_processes(), bench::median(ms[0]), bench::median(ms[1]),
-                bench::median(ms[2]), bytes[0], bytes[1], bytes[2]);
+    std::printf(
+        "RESULT central_storage processes=%d mirrored_ms=%.3f to_one_ms=%.3f "
+        "central_ms=%.3f mirrored_bytes=%zu to_one_bytes=%zu central_bytes=%zu\n",
+        tessel::num_processes(), bench::median(ms[0]), bench::median(ms[1]), bench::median(ms[2]),
+        bytes[0], bytes[1], bytes[2]);
   return 0;
 }

@@ -10,11 +10,11 @@
 // Prints per round, then:
 //   RESULT two_hosts step_ms=.. bytes=.. tessel_reduce_ms=.. mpi_allreduce_ms=..
 //          mpi_allreduce_after_compute_ms=.. ratio=<tessel / after compute>
+#include <mpi.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mpi.h>
 #include <tessel/tessel.hpp>
 #include <vector>
 
@@ -31,8 +31,10 @@ int main(int argc, char** argv) {
   tessel::initialize guard(argc, argv);
   std::size_t rounds = 5, count = 100;
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--rounds") == 0) rounds = std::strtoul(argv[++i], nullptr, 10);
-    else if (std::strcmp(argv[i], "--steps") == 0) count = std::strtoul(argv[++i], nullptr, 10);
+    if (std::strcmp(argv[i], "--rounds") == 0)
+      rounds = std::strtoul(argv[++i], nullptr, 10);
+    else if (std::strcmp(argv[i], "--steps") == 0)
+      count = std::strtoul(argv[++i], nullptr, 10);
   }
   strategy_t strategy;
   const bench::seed001_data d = bench::load_seed001();
@@ -96,17 +98,17 @@ int main(int argc, char** argv) {
     MPI_Allreduce(MPI_IN_PLACE, &after_compute, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     stepped_ms.push_back(1e3 * after_compute / static_cast<double>(count));
     if (tessel::process_id() == 0)
-      std::printf("round %zu: step %.3f ms, %zu bytes per step; gradient reduction %.3f ms "
-                  "against MPI_Allreduce of %zu floats %.3f ms alone, %.3f ms after each "
-                  "step's compute\n",
-                  r + 1, step_ms.back(), bytes, reduce_ms.back(), floats, raw_ms.back(),
-                  stepped_ms.back());
+      std::printf(
+          "round %zu: step %.3f ms, %zu bytes per step; gradient reduction %.3f ms "
+          "against MPI_Allreduce of %zu floats %.3f ms alone, %.3f ms after each "
+          "step's compute\n",
+          r + 1, step_ms.back(), bytes, reduce_ms.back(), floats, raw_ms.back(), stepped_ms.back());
   }
   if (tessel::process_id() == 0)
-    std::printf("RESULT two_hosts step_ms=%.3f bytes=%zu tessel_reduce_ms=%.3f "
-                "mpi_allreduce_ms=%.3f mpi_allreduce_after_compute_ms=%.3f ratio=%.3f\n",
-                bench::median(step_ms), bytes, bench::median(reduce_ms), bench::median(raw_ms),
-                bench::median(stepped_ms),
-                bench::median(reduce_ms) / bench::median(stepped_ms));
+    std::printf(
+        "RESULT two_hosts step_ms=%.3f bytes=%zu tessel_reduce_ms=%.3f "
+        "mpi_allreduce_ms=%.3f mpi_allreduce_after_compute_ms=%.3f ratio=%.3f\n",
+        bench::median(step_ms), bytes, bench::median(reduce_ms), bench::median(raw_ms),
+        bench::median(stepped_ms), bench::median(reduce_ms) / bench::median(stepped_ms));
   return 0;
 }

@@ -66,16 +66,18 @@ void fit_equal(const char* what, const testing::data_set& d) {
   const auto sa = a.get_state_tree(), sb = b.get_state_tree();
   bool same = sa.optimizer_variables.size() == sb.optimizer_variables.size();
   for (std::size_t i = 0; same && i < sa.optimizer_variables.size(); ++i)
-    worst_state = std::max(worst_state, rel(sa.optimizer_variables[i].numpy(),
-                                            sb.optimizer_variables[i].numpy()));
+    worst_state = std::max(
+        worst_state, rel(sa.optimizer_variables[i].numpy(), sb.optimizer_variables[i].numpy()));
   check(same && worst_loss <= 1e-5 && worst_weight <= testing::adam_weight_tolerance &&
             worst_state <= testing::adam_weight_tolerance,
         std::string(what) + ": fit equals one device (loss " + std::to_string(worst_loss) +
             ", weights " + std::to_string(worst_weight) + ", optimizer state " +
             std::to_string(worst_state) + ")");
   if (process_id() == 0)
-    std::printf("%s: fit, worst relative difference from one device: loss %.2e, weights %.2e, "
-                "optimizer state %.2e\n", what, worst_loss, worst_weight, worst_state);
+    std::printf(
+        "%s: fit, worst relative difference from one device: loss %.2e, weights %.2e, "
+        "optimizer state %.2e\n",
+        what, worst_loss, worst_weight, worst_state);
 }
 
 }  // namespace tessel::testing

@@ -68,8 +68,8 @@ void central_state(const testing::data_set& d) {
   bool same_paths = sa.optimizer_variables.size() == sb.optimizer_variables.size();
   for (std::size_t i = 0; same_paths && i < sa.optimizer_variables.size(); ++i) {
     same_paths = sa.optimizer_variables[i].path == sb.optimizer_variables[i].path;
-    worst = std::max(worst, rel(sa.optimizer_variables[i].numpy(),
-                                sb.optimizer_variables[i].numpy()));
+    worst =
+        std::max(worst, rel(sa.optimizer_variables[i].numpy(), sb.optimizer_variables[i].numpy()));
   }
   check(same_paths && worst <= testing::adam_weight_tolerance,
         what + ": the optimizer state read on every process is one device's (" +
@@ -94,9 +94,10 @@ void central_state(const testing::data_set& d) {
   for (std::size_t i = 0; i < wm.size(); ++i)
     worst_weight = std::max(worst_weight, rel(wm[i].values, wb[i].values));
   check(rel(lm, lb) <= 1e-5 && worst_weight <= testing::adam_weight_tolerance,
-        what + ": its checkpoint restores into a mirrored model that trains as one device "
-               "(loss " + std::to_string(rel(lm, lb)) + ", weights " +
-            std::to_string(worst_weight) + ")");
+        what +
+            ": its checkpoint restores into a mirrored model that trains as one device "
+            "(loss " +
+            std::to_string(rel(lm, lb)) + ", weights " + std::to_string(worst_weight) + ")");
   runtime::world().barrier();
   if (process_id() == 0) std::filesystem::remove_all(dir);
 }
@@ -138,15 +139,17 @@ void custom_loop(const testing::data_set& d) {
         "replica's rows, the losses reduced, equals one device (loss " +
             std::to_string(worst_loss) + ", weights " + std::to_string(worst_weight) + ")");
   if (process_id() == 0)
-    std::printf("custom loop: worst relative difference from one device: loss %.2e, weights "
-                "%.2e\n", worst_loss, worst_weight);
+    std::printf(
+        "custom loop: worst relative difference from one device: loss %.2e, weights "
+        "%.2e\n",
+        worst_loss, worst_weight);
   // Arguments of different shapes on different replicas: named before any step runs.
   if (num_processes() > 1) {
     const std::size_t features = process_id() == 1 ? 5 : 3;
     const array<float> odd({4, features});
     const std::string e = error_of([&] { strategy.run([](const array<float>&) {}, odd); });
-    check(has(e, "strategy.run: array argument 0 has shape (batch, " +
-                     std::to_string(features) + ") on this replica but (batch, ") &&
+    check(has(e, "strategy.run: array argument 0 has shape (batch, " + std::to_string(features) +
+                     ") on this replica but (batch, ") &&
               has(e, "per-replica values must agree in every dimension but the batch"),
           "run with arguments of different shapes on different replicas: " + e);
   }
@@ -174,18 +177,20 @@ int main(int argc, char** argv) {
       mlp<central_storage_strategy<>> c;
       c.compile({.optimizer = "adam", .loss = "mse"});
       const std::string text = c.explain(16);
-      check(num_processes() == 1
-                ? has(text, "optimizer state ") && has(text, "(adam, 2 slots per trainable variable)")
-                : has(text, "reduce('batch', to 0)") && has(text, "broadcast('batch', from 0)") &&
-                      has(text, "on process 0, which holds the variables (central storage), 0 B "
-                                "on the others"),
-            "central storage's explain(): its reduce and broadcast, and where the optimizer "
-            "state lives:\n" + text);
+      check(
+          num_processes() == 1
+              ? has(text, "optimizer state ") && has(text, "(adam, 2 slots per trainable variable)")
+              : has(text, "reduce('batch', to 0)") && has(text, "broadcast('batch', from 0)") &&
+                    has(text,
+                        "on process 0, which holds the variables (central storage), 0 B "
+                        "on the others"),
+          "central storage's explain(): its reduce and broadcast, and where the optimizer "
+          "state lives:\n" +
+              text);
       if (process_id() == 0) std::printf("%s", text.c_str());
     }
-    const std::string e = error_of([] {
-      central_storage_strategy<device_mesh<axis<"batch">>, 4> s;
-    });
+    const std::string e =
+        error_of([] { central_storage_strategy<device_mesh<axis<"batch">>, 4> s; });
     if (num_processes() <= 4)
       check(has(e, "central_storage_strategy: the parameter device is process 4, but the job has " +
                        std::to_string(num_processes()) + " processes; launch at least 5"),

@@ -16,16 +16,16 @@
 //   - fit of both equals one device (losses, weights, optimizer state); multi_gpu_model<2>;
 //     communication_options.
 // The reductions to one device, central storage and the custom loop: strategy_reduction_test.cpp.
+#include <unistd.h>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <chrono>
 #include <filesystem>
 #include <span>
-#include <type_traits>
 #include <string>
 #include <tessel/tessel.hpp>
-#include <unistd.h>
+#include <type_traits>
 #include <vector>
 
 #include "compare_models.hpp"
@@ -75,8 +75,7 @@ void strategy_object() {
   check(total == static_cast<float>(n * (n + 1) / 2), "replica_context.all_reduce sums");
   check(strategy.reduce(reduce_op::sum, static_cast<double>(me)) == n * (n - 1) / 2.0,
         "reduce(sum)");
-  check(strategy.reduce(reduce_op::mean, static_cast<double>(me)) == (n - 1) / 2.0,
-        "reduce(mean)");
+  check(strategy.reduce(reduce_op::mean, static_cast<double>(me)) == (n - 1) / 2.0, "reduce(mean)");
   const std::vector<float> v = strategy.reduce(reduce_op::mean, std::vector<float>{1.0f, 2.0f});
   check(v == std::vector<float>{1.0f, 2.0f}, "reduce(mean) of equal vectors");
   const auto results = strategy.experimental_local_results(7);
@@ -113,8 +112,8 @@ void strategy_object() {
   }
   check(batches == 3 && whole,
         "experimental_distribute_dataset: each replica's rows, together every global batch");
-  const input_context ctx = strategy.distribute_datasets_from_function(
-      [](const input_context& c) { return c; });
+  const input_context ctx =
+      strategy.distribute_datasets_from_function([](const input_context& c) { return c; });
   // Keras 3's auto_shard_dataset false, and TF's auto_shard_policy off: the dataset is this
   // replica's own, not split; data splits it as auto does; file is refused on arrays.
   {
@@ -139,8 +138,9 @@ void strategy_object() {
       (void)strategy.experimental_distribute_dataset(
           global, {.auto_shard_policy = auto_shard_policy::file});
     });
-    check(has(e, "auto_shard_policy file shards a dataset by the files it reads, and this "
-                 "dataset reads none"),
+    check(has(e,
+              "auto_shard_policy file shards a dataset by the files it reads, and this "
+              "dataset reads none"),
           "auto_shard_policy file on a dataset of arrays: " + e);
   }
   check(get_device_count() == n && get_device_count("cpu") == n,
@@ -156,9 +156,9 @@ void strategy_object() {
     check(num_model_replicas<mp>() == 2 && data_shard_id<mp>() == me / 2,
           "model_parallel's num_model_replicas is its batch axis, data_shard_id as Keras's");
   }
-  check(ctx.num_input_pipelines == n && ctx.input_pipeline_id == me &&
-            ctx.num_replicas_in_sync == n,
-        "distribute_datasets_from_function: the input_context");
+  check(
+      ctx.num_input_pipelines == n && ctx.input_pipeline_id == me && ctx.num_replicas_in_sync == n,
+      "distribute_datasets_from_function: the input_context");
   check(ctx.get_per_replica_batch_size(8 * static_cast<std::size_t>(n)) == 8,
         "get_per_replica_batch_size");
   {
@@ -256,16 +256,17 @@ void multi_gpu(const testing::data_set& d) {
                                 *find_log(single.train_on_batch(x, y), "loss")));
   }
   const auto wp = parallel->get_weights(), ws = single.get_weights();
-  for (std::size_t i = 0; i < wp.size(); ++i) worst = std::max(worst, rel(wp[i].values, ws[i].values));
+  for (std::size_t i = 0; i < wp.size(); ++i)
+    worst = std::max(worst, rel(wp[i].values, ws[i].values));
   check(worst <= 1e-5, "multi_gpu_model<2> trains as one device (" + std::to_string(worst) + ")");
 }
 
 // communication_options: bytes_per_pack sizes the gradient buckets of a model compiled in the
 // strategy's scope; timeout_seconds is the collective timeout; the implementation is printed.
 void communication(const testing::data_set& d) {
-  multi_worker_mirrored_strategy<> strategy(
-      {.bytes_per_pack = 300, .timeout_seconds = 120.0,
-       .implementation = communication_implementation::ring});
+  multi_worker_mirrored_strategy<> strategy({.bytes_per_pack = 300,
+                                             .timeout_seconds = 120.0,
+                                             .implementation = communication_implementation::ring});
   mlp<multi_worker_mirrored_strategy<>> a;
   {
     const auto scope = strategy.scope();
@@ -281,9 +282,8 @@ void communication(const testing::data_set& d) {
     check(a.gradient_bucket_count() > outside.gradient_bucket_count(),
           "communication_options.bytes_per_pack: smaller packs, more buckets (" +
               std::to_string(a.gradient_bucket_count()) + ")");
-  const std::string e = error_of([] {
-    multi_worker_mirrored_strategy<> s({.timeout_seconds = -1.0});
-  });
+  const std::string e =
+      error_of([] { multi_worker_mirrored_strategy<> s({.timeout_seconds = -1.0}); });
   check(has(e, "timeout_seconds must be a positive number of seconds"),
         "communication_options: a negative timeout: " + e);
   set_collective_timeout(std::chrono::duration<double>(600.0));

@@ -12,10 +12,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdint>
 #include <array>
+#include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,7 +50,8 @@ int run(int argc, char** argv) {
   const std::string first(reinterpret_cast<const char*>(hosts.data())),
       second(n > 1 ? reinterpret_cast<const char*>(hosts.data() + host.size()) : "");
   if (n != 2 || first == second || !strategy.cluster) {
-    std::fprintf(stderr, "two_hosts_test: needs 2 processes on two hosts with TF_CONFIG (got %d "
+    std::fprintf(stderr,
+                 "two_hosts_test: needs 2 processes on two hosts with TF_CONFIG (got %d "
                  "processes on '%s' and '%s'); run it through scripts/two_hosts.sh\n",
                  n, first.c_str(), second.c_str());
     return 1;
@@ -87,15 +88,15 @@ int run(int argc, char** argv) {
   for (std::size_t i = 0; i < wa.size(); ++i)
     worst_weight = std::max(worst_weight, rel(wa[i].values, wb[i].values));
   const auto xt = tessel::data::slice_rows(x_all, 50000, 50064);
-  const double worst_prediction =
-      rel(model.predict(xt, 32).values, single.predict(xt, 32).values);
+  const double worst_prediction = rel(model.predict(xt, 32).values, single.predict(xt, 32).values);
   const bool ok = worst_loss <= 1e-5 && worst_weight <= 5e-5 && worst_prediction <= 1e-5;
   if (me == 0)
-    std::printf("two_hosts_test: 2 workers on %s and %s (TF_CONFIG task %d and 1); 20 steps of "
-                "seeds/001 equal one device: worst relative difference loss %.2e, weights "
-                "%.2e, predictions %.2e; last loss %.6f; %s\n",
-                first.c_str(), second.c_str(), strategy.cluster->task_index, worst_loss,
-                worst_weight, worst_prediction, last_loss, ok ? "passed" : "FAILED");
+    std::printf(
+        "two_hosts_test: 2 workers on %s and %s (TF_CONFIG task %d and 1); 20 steps of "
+        "seeds/001 equal one device: worst relative difference loss %.2e, weights "
+        "%.2e, predictions %.2e; last loss %.6f; %s\n",
+        first.c_str(), second.c_str(), strategy.cluster->task_index, worst_loss, worst_weight,
+        worst_prediction, last_loss, ok ? "passed" : "FAILED");
   return ok ? 0 : 1;
 }
 }  // namespace

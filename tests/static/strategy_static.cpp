@@ -51,7 +51,8 @@ constexpr phase bwd = phase::backward;
 constexpr const model_plan& mirrored4 = model_plan_v<mirrored_strategy<mesh4>, two_dense, 16>;
 constexpr const model_plan& to_one4 =
     model_plan_v<mirrored_strategy<mesh4, reduction_to_one_device>, two_dense, 16>;
-constexpr const model_plan& central4 = model_plan_v<central_storage_strategy<mesh4, 2>, two_dense, 16>;
+constexpr const model_plan& central4 =
+    model_plan_v<central_storage_strategy<mesh4, 2>, two_dense, 16>;
 static_assert(mirrored4.collectives(bwd, collective::all_reduce) == 4 &&
               mirrored4.collectives(bwd, collective::reduce) == 0);
 static_assert(to_one4.collectives(bwd, collective::all_reduce) == 0 &&

@@ -40,9 +40,10 @@ struct redistributed<trainer<functional_model<B, D, Input, Output>>, Dist> {
 // The model type multi_gpu_model<Gpus>(model) returns: Model's layers under a mirrored strategy
 // of Gpus replicas.
 template <class Model, int Gpus>
-  requires require<(Gpus >= 2), diagnostic::multi_gpu_model_needs_at_least_2_gpus<Gpus>>
+requires require<(Gpus >= 2), diagnostic::multi_gpu_model_needs_at_least_2_gpus<Gpus>>
 using multi_gpu_model_t =
-    typename detail::redistributed<Model, mirrored_strategy<device_mesh<axis<"batch", Gpus>>>>::type;
+    typename detail::redistributed<Model,
+                                   mirrored_strategy<device_mesh<axis<"batch", Gpus>>>>::type;
 
 // A new model of Model's layers replicated on `Gpus` processes, holding `model`'s weights (not
 // compiled: compile it, as Keras 2's). The job must have `Gpus` processes; otherwise the mesh's

@@ -260,8 +260,8 @@ class strategy {
   // fn's result on this replica (TF's PerReplica value: one replica per process). The arguments
   // are per-replica values: arrays (alone, or in pairs as a distributed dataset gives them) must
   // have the same shape on every replica but for their first dimension, checked on every
-  // process before fn runs (two all_gathers: their count, then their shapes). Inside fn a data-parallel model's
-  // compute_loss_and_gradients and train_on_batch take this replica's rows.
+  // process before fn runs (two all_gathers: their count, then their shapes). Inside fn a
+  // data-parallel model's compute_loss_and_gradients and train_on_batch take this replica's rows.
   template <class F, class... Args>
   decltype(auto) run(F&& fn, Args&&... args) const {
     if (replicas_ > 1) {

@@ -168,10 +168,12 @@ bool trainer_core<B, C>::per_replica() const {
 template <class B, class C>
 auto trainer_core<B, C>::replica_shard(std::size_t rows) const -> shard {
   const auto& group = pm().axis(facts_.batch_axis);
-  const auto n = static_cast<std::size_t>(group.size()), me = static_cast<std::size_t>(group.rank());
+  const auto n = static_cast<std::size_t>(group.size());
+  const auto me = static_cast<std::size_t>(group.rank());
   std::vector<std::uint64_t> all(n, rows);
   const std::uint64_t mine = rows;
-  if (n > 1) group.all_gather(std::span<const std::uint64_t>(&mine, 1), std::span<std::uint64_t>(all));
+  if (n > 1)
+    group.all_gather(std::span<const std::uint64_t>(&mine, 1), std::span<std::uint64_t>(all));
   shard s{0, rows, 0, 0};
   for (std::size_t r = 0; r < n; ++r) {
     s.global += all[r];
@@ -988,7 +990,8 @@ std::size_t trainer_core<B, C>::forward_and_loss(const array<float>& x, const ar
                       shape_to_string(x.shape));
   model_check_input_shape(x);
   upload_targets(y, x.rows(), x_row, s.local);
-  const basic_dtensor<B>& output = model_forward_rows(x, x_row, s.first, s.local, s.global, training);
+  const basic_dtensor<B>& output =
+      model_forward_rows(x, x_row, s.first, s.local, s.global, training);
   const matrix& out = output.local();
   loss_grad_ = sized<B>(loss_grad_store_, B::rows(out), B::cols(out), "loss_gradient");
   const float scale = 1.0f / static_cast<float>(s.global);
