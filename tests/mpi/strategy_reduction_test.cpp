@@ -98,6 +98,33 @@ void central_state(const testing::data_set& d) {
             ": its checkpoint restores into a mirrored model that trains as one device "
             "(loss " +
             std::to_string(rel(lm, lb)) + ", weights " + std::to_string(worst_weight) + ")");
+  // A .weights.h5 file and a .keras archive saved under it (process 0 writes them, whichever
+  // process holds the state) load into a mirrored model with one device's optimizer state.
+  for (const char* name : {"central.weights.h5", "central.keras"}) {
+    const std::string file = (dir / name).string();
+    mlp<central> again;
+    again.compile({.optimizer = "adam", .loss = "mse"});
+    again.set_weights(b.get_weights());
+    again.train_on_batch(x, y);
+    std::filesystem::path(file).extension() == ".keras" ? again.save(file)
+                                                        : again.save_weights(file);
+    mlp<mirrored_strategy<>> loaded;
+    loaded.compile({.optimizer = "adam", .loss = "mse"});
+    loaded.load_weights(file);
+    mlp<one_device> reference;
+    reference.compile({.optimizer = "adam", .loss = "mse"});
+    reference.set_weights(b.get_weights());
+    reference.train_on_batch(x, y);
+    const auto sl = loaded.get_state_tree(), sr = reference.get_state_tree();
+    double worst_saved = 0;
+    bool same = sl.optimizer_variables.size() == sr.optimizer_variables.size();
+    for (std::size_t i = 0; same && i < sl.optimizer_variables.size(); ++i)
+      worst_saved = std::max(worst_saved, rel(sl.optimizer_variables[i].numpy(),
+                                              sr.optimizer_variables[i].numpy()));
+    check(same && worst_saved <= testing::adam_weight_tolerance,
+          what + ": " + name + " saved under it holds one device's optimizer state (" +
+              std::to_string(worst_saved) + ")");
+  }
   runtime::world().barrier();
   if (process_id() == 0) std::filesystem::remove_all(dir);
 }

@@ -121,7 +121,7 @@ class trainer : public Model,
   // Keras's model.save_weights(filepath) and model.load_weights(filepath): a .weights.h5 file in
   // Keras 3's layout, with the compiled optimizer's state; every process calls them.
   void save_weights(const std::string& filepath) override {
-    saving::save_model_weights(saving::view_of(*this), this->compiled_optimizer(), filepath);
+    saving::save_model_weights(saving::view_of(*this), this->optimizer_to_save(), filepath);
   }
   void load_weights(const std::string& filepath) {
     saving::load_model_weights(saving::view_of(*this), this->compiled_optimizer(), filepath);
@@ -129,7 +129,7 @@ class trainer : public Model,
   // Keras's save_weights(filepath, max_shard_size=...): with a max_shard_size (GB), a
   // .weights.json and its .weights.h5 shards, as Keras writes them.
   void save_weights(const std::string& filepath, const saving::save_weights_options& options) {
-    saving::save_model_weights(saving::view_of(*this), this->compiled_optimizer(), filepath,
+    saving::save_model_weights(saving::view_of(*this), this->optimizer_to_save(), filepath,
                                options);
   }
   // Keras's model.save(filepath): a .keras archive (saving/keras_archive.hpp) that
@@ -137,7 +137,7 @@ class trainer : public Model,
   // load_weights(filepath) reads it back into a model of the same type.
   void save(const std::string& filepath) override {
     const std::optional<saving::compile_info> compiled = this->compiled_info();
-    saving::save_model_archive(saving::view_of(*this), this->compiled_optimizer(),
+    saving::save_model_archive(saving::view_of(*this), this->optimizer_to_save(),
                                compiled ? &*compiled : nullptr, filepath);
   }
 

@@ -250,6 +250,10 @@ class trainer_core : public model_base {
   void attach(const bound_mesh<C>& pm, tensor_resharder<B, C>& reshard);
   // The compiled optimizer, or nullptr before compile().
   optimizer<B>* compiled_optimizer() { return optimizer_state_ ? &*optimizer_state_ : nullptr; }
+  // The compiled optimizer as a save reads it on every process (save_weights, save): under
+  // central storage its state copied from the parameter device first, so that the process that
+  // writes (process 0) writes the one state. A collective: every process calls it.
+  optimizer<B>* optimizer_to_save();
   // What compile() gave, as a .keras archive records it (nullopt before compile()).
   std::optional<saving::compile_info> compiled_info() const;
 

@@ -207,6 +207,16 @@ bool trainer_core<B, C>::holds_variables() const {
                            static_cast<std::size_t>(facts_.distribution.variable_device);
 }
 
+template <class B, class C>
+optimizer<B>* trainer_core<B, C>::optimizer_to_save() {
+  if (!optimizer_state_) return nullptr;
+  if (central()) {
+    optimizer_state_->build(model_trainable_variables());
+    share_central_state();
+  }
+  return &*optimizer_state_;
+}
+
 // Under central storage, before the state is read: the others receive a copy of the optimizer
 // state from the process that holds it (its slots, iteration and learning rate), so that every
 // process reads, and a checkpoint saves, the one state.
