@@ -119,8 +119,8 @@ void central_state(const testing::data_set& d) {
     double worst_saved = 0;
     bool same = sl.optimizer_variables.size() == sr.optimizer_variables.size();
     for (std::size_t i = 0; same && i < sl.optimizer_variables.size(); ++i)
-      worst_saved = std::max(worst_saved, rel(sl.optimizer_variables[i].numpy(),
-                                              sr.optimizer_variables[i].numpy()));
+      worst_saved = std::max(
+          worst_saved, rel(sl.optimizer_variables[i].numpy(), sr.optimizer_variables[i].numpy()));
     check(same && worst_saved <= testing::adam_weight_tolerance,
           what + ": " + name + " saved under it holds one device's optimizer state (" +
               std::to_string(worst_saved) + ")");
