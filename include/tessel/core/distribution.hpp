@@ -48,6 +48,11 @@ struct distribution_value {
   cross_device_ops reduction = cross_device_ops::all_reduce;
   int variable_device = -1;
 
+  // Central storage: a data-parallel distribution whose variables live on one process.
+  [[nodiscard]] constexpr bool central_storage() const noexcept {
+    return kind == data && variable_device >= 0;
+  }
+
   // Keras get_data_layout: the batch split over the batch axis, the rest replicated.
   [[nodiscard]] constexpr layout_value batch_layout(std::size_t rank) const noexcept {
     return layout_value::sharded(rank, 0, static_cast<std::uint8_t>(batch_axis));

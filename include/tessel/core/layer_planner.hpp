@@ -117,10 +117,7 @@ class layer_planner {
     return plan_;
   }
 
-  // A data-parallel distribution with central storage (the variables on one process).
-  [[nodiscard]] constexpr bool central() const noexcept {
-    return dist_.kind == distribution_value::data && dist_.variable_device >= 0;
-  }
+  [[nodiscard]] constexpr bool central() const noexcept { return dist_.central_storage(); }
   // A backward step as the distribution runs it: a variable's gradient all-reduced over the
   // batch axis is, with a reduction to one device, reduced to it and broadcast back; under
   // central storage, reduced to the process that holds the variables.

@@ -177,12 +177,10 @@ void run_step(const bound_mesh<C>& pm, const reshard_step& s,
         if (in.data() != out.data()) c.copy(in, out);
         return c.all_reduce(out);
       case collective::reduce:
-      case collective::broadcast:
+      case collective::broadcast:  // whole buffers, as the steps without a shape run them
         detail::check_size(std::string(name_of(s.kind)).c_str(), "output", out.size(), in.size(),
                            local);
-        if (in.data() != out.data()) c.copy(in, out);
-        if (s.kind == collective::reduce) return c.reduce(out, static_cast<int>(s.root));
-        return c.broadcast(out, static_cast<int>(s.root));
+        return (void)detail::on_axis(c, s, in, out, true);
       case collective::all_gather:
         return all_gather_dim(c, local, s.dim, in, out, scratch);
       case collective::reduce_scatter:

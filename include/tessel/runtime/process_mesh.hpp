@@ -201,7 +201,6 @@ template <class Dist>
   requires detail::distribution_type<Dist>
 int data_shard_id() {
   const int replicas = num_model_replicas<Dist>(), processes = num_processes();
-  if constexpr (detail::is_local_distribution<Dist>) return 0;
   return replicas >= processes ? process_id() : process_id() / (processes / replicas);
 }
 

@@ -106,7 +106,6 @@ inline int process_id() { return runtime::state().rank; }
 inline int num_processes() { return runtime::state().size; }
 
 // keras.distribution.list_devices(device_type=None): every device of the job, one per process:
-// (get_device_count below counts them)
 // "gpu:0" ... "gpu:N-1" in a program built with the CUDA backend (linked with tessel::cuda,
 // which defines TESSEL_HAVE_CUDA) on a machine with a GPU, else "cpu:0" ... "cpu:N-1". As in
 // Keras, no type means the default one (the GPU where there is one); "cpu" lists the CPUs.

@@ -199,7 +199,7 @@ void trainer_core<B, C>::apply_gradients() {
 
 template <class B, class C>
 bool trainer_core<B, C>::central() const noexcept {
-  return !facts_.model_parallel && facts_.distribution.variable_device >= 0;
+  return facts_.distribution.central_storage();
 }
 template <class B, class C>
 bool trainer_core<B, C>::holds_variables() const {
@@ -614,6 +614,7 @@ void trainer_core<B, C>::replan() {
   plan_ = plan_model(facts_.distribution, pm().shape(), d, dynamic_extent);
   if (!plan_.ok) throw value_error(tessel::explain(plan_, d));
   loss_steps_.clear();
+  std::vector<bucket_entry> stored;
   const bool model_parallel = facts_.model_parallel;
   for (const auto& s : plan_) {
     const bool gradient = s.when == phase::backward && is_gradient_of_variable(s.role) &&
@@ -621,8 +622,11 @@ void trainer_core<B, C>::replan() {
                            s.step.kind == collective::reduce ||
                            s.step.kind == collective::broadcast);
     // Central storage: a variable broadcast from where it lives after the update.
-    const bool stored = s.when == phase::backward && s.role == step_role::variable &&
-                        s.step.kind == collective::broadcast && central();
+    const bool stored_variable = s.when == phase::backward && s.role == step_role::variable &&
+                                 s.step.kind == collective::broadcast && central();
+    if (stored_variable)
+      stored.push_back({&model_variable(std::string(plan_.variables[s.index].path.view())),
+                        {{s.step}, 1}});
     const bool loss_sum = s.when == phase::forward && s.role == step_role::loss;
     if (loss_sum) loss_steps_.push_back(s.step);
     // Under model_parallel a layer with planned layouts runs its own steps, gradients included;
@@ -633,7 +637,7 @@ void trainer_core<B, C>::replan() {
     // A layer's statistics (batch normalization's synchronized sums) it reduces itself, through
     // the resharder it is handed, under any distribution.
     const bool statistic = s.role == step_role::statistic && s.op < facts_.layer_count;
-    if (!by_layer && !by_loss && !loss_sum && !statistic && !stored &&
+    if (!by_layer && !by_loss && !loss_sum && !statistic && !stored_variable &&
         !(gradient && !model_parallel))
       throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
                         " of '" + step_name(plan_, s) + "' in layer '" +
@@ -641,12 +645,7 @@ void trainer_core<B, C>::replan() {
                         "', which tessel does not execute yet; lay the layers out so that only "
                         "layers with variables need collectives");
   }
-  stored_.clear();
-  for (const auto& s : plan_)
-    if (s.when == phase::backward && s.role == step_role::variable &&
-        s.step.kind == collective::broadcast)
-      stored_.push_back({&model_variable(std::string(plan_.variables[s.index].path.view())),
-                         {{s.step}, 1}});
+  stored_ = std::move(stored);
   build_buckets();
 }
 
@@ -979,11 +978,6 @@ template <class B, class C>
 template <class Y>
 std::size_t trainer_core<B, C>::forward_and_loss(const array<float>& x, const array<Y>& y,
                                                  bool training) {
-  if (x.rows() == 0)
-    throw value_error("a batch of 0 samples has no loss: pass at least one sample to " +
-                      std::string(training ? "train_on_batch / compute_loss_and_gradients"
-                                           : "evaluate") + ", x has shape " +
-                      shape_to_string(x.shape));
   const shard s = shard_of(x.rows());
   return forward_and_loss(x, y, s, s.first, training);
 }
