@@ -63,15 +63,8 @@ void central_state(const testing::data_set& d) {
   check(a.get_optimizer().variables().size() == (holder ? 4u * 2u : 0u),
         what + ": only the parameter device holds optimizer slots while training (" +
             std::to_string(a.get_optimizer().variables().size()) + " here)");
-  const auto sa = a.get_state_tree(), sb = b.get_state_tree();
-  double worst = 0;
-  bool same_paths = sa.optimizer_variables.size() == sb.optimizer_variables.size();
-  for (std::size_t i = 0; same_paths && i < sa.optimizer_variables.size(); ++i) {
-    same_paths = sa.optimizer_variables[i].path == sb.optimizer_variables[i].path;
-    worst =
-        std::max(worst, rel(sa.optimizer_variables[i].numpy(), sb.optimizer_variables[i].numpy()));
-  }
-  check(same_paths && worst <= testing::adam_weight_tolerance,
+  const double worst = testing::worst_optimizer_state(a.get_state_tree(), b.get_state_tree());
+  check(worst <= testing::adam_weight_tolerance,
         what + ": the optimizer state read on every process is one device's (" +
             std::to_string(worst) + ")");
   // A checkpoint of it restores into a mirrored model, which then trains as one device.
@@ -89,10 +82,7 @@ void central_state(const testing::data_set& d) {
   const auto y = data::slice_rows(d.y, 100, 116);
   const double lm = *find_log(m.train_on_batch(x, y), "loss");
   const double lb = *find_log(b.train_on_batch(x, y), "loss");
-  double worst_weight = 0;
-  const auto wm = m.get_weights(), wb = b.get_weights();
-  for (std::size_t i = 0; i < wm.size(); ++i)
-    worst_weight = std::max(worst_weight, rel(wm[i].values, wb[i].values));
+  const double worst_weight = testing::worst_weights(m.get_weights(), b.get_weights());
   check(rel(lm, lb) <= 1e-5 && worst_weight <= testing::adam_weight_tolerance,
         what +
             ": its checkpoint restores into a mirrored model that trains as one device "
@@ -115,13 +105,9 @@ void central_state(const testing::data_set& d) {
     reference.compile({.optimizer = "adam", .loss = "mse"});
     reference.set_weights(b.get_weights());
     reference.train_on_batch(x, y);
-    const auto sl = loaded.get_state_tree(), sr = reference.get_state_tree();
-    double worst_saved = 0;
-    bool same = sl.optimizer_variables.size() == sr.optimizer_variables.size();
-    for (std::size_t i = 0; same && i < sl.optimizer_variables.size(); ++i)
-      worst_saved = std::max(
-          worst_saved, rel(sl.optimizer_variables[i].numpy(), sr.optimizer_variables[i].numpy()));
-    check(same && worst_saved <= testing::adam_weight_tolerance,
+    const double worst_saved =
+        testing::worst_optimizer_state(loaded.get_state_tree(), reference.get_state_tree());
+    check(worst_saved <= testing::adam_weight_tolerance,
           what + ": " + name + " saved under it holds one device's optimizer state (" +
               std::to_string(worst_saved) + ")");
   }
@@ -157,10 +143,7 @@ void custom_loop(const testing::data_set& d) {
     worst_loss = std::max(worst_loss, rel(loss, *find_log(b.train_on_batch(xs, ys), "loss")));
     ++steps;
   }
-  double worst_weight = 0;
-  const auto wa = a.get_weights(), wb = b.get_weights();
-  for (std::size_t i = 0; i < wa.size(); ++i)
-    worst_weight = std::max(worst_weight, rel(wa[i].values, wb[i].values));
+  const double worst_weight = testing::worst_weights(a.get_weights(), b.get_weights());
   check(steps == 10 && worst_loss <= 1e-5 && worst_weight <= testing::adam_weight_tolerance,
         "custom loop: strategy.run of compute_loss_and_gradients and apply_gradients on each "
         "replica's rows, the losses reduced, equals one device (loss " +

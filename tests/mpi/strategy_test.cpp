@@ -255,9 +255,7 @@ void multi_gpu(const testing::data_set& d) {
     worst = std::max(worst, rel(*find_log(parallel->train_on_batch(x, y), "loss"),
                                 *find_log(single.train_on_batch(x, y), "loss")));
   }
-  const auto wp = parallel->get_weights(), ws = single.get_weights();
-  for (std::size_t i = 0; i < wp.size(); ++i)
-    worst = std::max(worst, rel(wp[i].values, ws[i].values));
+  worst = std::max(worst, testing::worst_weights(parallel->get_weights(), single.get_weights()));
   check(worst <= 1e-5, "multi_gpu_model<2> trains as one device (" + std::to_string(worst) + ")");
 }
 
