@@ -10,16 +10,21 @@
 //     job has not is refused;
 //   - TensorFlow's custom loop (strategy.run of compute_loss_and_gradients and apply_gradients on
 //     each replica's rows, the losses reduced) equals one device, and run with arrays of
-//     different shapes on different replicas is refused naming both.
+//     different shapes on different replicas is refused naming both;
+//   - auto_shard_policy file: each replica reads only its own files, and the custom loop over
+//     them equals one device on the global batches they make together.
 // Built under ASan+UBSan too (sanitize.strategy_reduction_test.np2).
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <tessel/tessel.hpp>
 #include <vector>
@@ -165,6 +170,124 @@ void custom_loop(const testing::data_set& d) {
   }
 }
 
+// auto_shard_policy file: each replica opens only its own files (every n-th of 2n) and trains on
+// its part of every global batch, read from them. One device trained on the global batches the
+// replicas make together (strategy.gather of their rows) ends with the same weights, and the
+// replicas' rows over the pass are the data set once. Replicas whose files hold fewer batches
+// end the pass for all; too few files, or files on arrays, are refused.
+void file_sharded_loop(const testing::data_set& d) {
+  const int n = num_processes(), me = process_id();
+  const auto un = static_cast<std::size_t>(n);
+  std::uint64_t pid = static_cast<std::uint64_t>(::getpid());
+  runtime::world().broadcast(std::span<std::uint64_t>(&pid, 1), 0);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tessel_files_" + std::to_string(pid));
+  // File k: samples 10k .. 10k + rows - 1 of d, each 12 floats of x then 4 of y.
+  const auto write = [&](const std::string& name, std::size_t first, std::size_t rows) {
+    const std::filesystem::path path = dir / name;
+    if (me == 0) {
+      std::filesystem::create_directories(dir);
+      std::FILE* f = std::fopen(path.c_str(), "wb");
+      for (std::size_t r = first; r < first + rows; ++r) {
+        std::fwrite(d.x.row(r).data(), sizeof(float), 12, f);
+        std::fwrite(d.y.row(r).data(), sizeof(float), 4, f);
+      }
+      std::fclose(f);
+    }
+    return path;
+  };
+  auto opened = std::make_shared<std::vector<std::string>>();
+  const auto reader = [opened](const std::filesystem::path& p) {
+    opened->push_back(p.filename().string());
+    const std::size_t rows = std::filesystem::file_size(p) / (16 * sizeof(float));
+    array<float> x({rows, 12}), y({rows, 4});
+    std::FILE* f = std::fopen(p.c_str(), "rb");
+    for (std::size_t r = 0; r < rows; ++r)
+      if (std::fread(x.row(r).data(), sizeof(float), 12, f) != 12 ||
+          std::fread(y.row(r).data(), sizeof(float), 4, f) != 4)
+        throw std::runtime_error("short read");
+    std::fclose(f);
+    return std::pair{std::move(x), std::move(y)};
+  };
+  std::vector<std::filesystem::path> files, uneven_files;
+  for (std::size_t k = 0; k < 2 * un; ++k) {
+    files.push_back(write("part-" + std::to_string(k), 10 * k, 10));
+    uneven_files.push_back(write("short-" + std::to_string(k), 10 * k, k % un == un - 1 ? 5 : 10));
+  }
+  runtime::world().barrier();
+
+  mirrored_strategy<> strategy;
+  mlp<mirrored_strategy<>> a;
+  mlp<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_weights(b.get_weights());
+  const auto global = dataset<float, float>::from_files(files, reader).batch(4 * n);
+  const auto dist = strategy.experimental_distribute_dataset(
+      global, {.auto_shard_policy = auto_shard_policy::file});
+  std::size_t steps = 0;
+  bool per_replica_batch = true;
+  std::vector<float> seen;
+  for (const auto& element : dist) {
+    per_replica_batch = per_replica_batch && element.first.shape[0] == 4;
+    const array<float> gx = strategy.gather(element.first), gy = strategy.gather(element.second);
+    for (std::size_t r = 0; r < gx.rows(); ++r) seen.push_back(gx.row(r)[0]);
+    strategy.run(
+        [&](const auto& batch) {
+          (void)a.compute_loss_and_gradients(batch.first, batch.second);
+          a.apply_gradients();
+        },
+        element);
+    b.train_on_batch(gx, gy);
+    ++steps;
+  }
+  bool own_files = opened->size() == 2;
+  for (const std::string& f : *opened)
+    own_files = own_files && std::stoul(f.substr(5)) % un == static_cast<std::size_t>(me);
+  std::vector<float> all;
+  for (std::size_t r = 0; r < 20 * un; ++r) all.push_back(d.x.row(r)[0]);
+  std::sort(seen.begin(), seen.end());
+  std::sort(all.begin(), all.end());
+  const double worst_weight = testing::worst_weights(a.get_weights(), b.get_weights());
+  check(dist.sharded_by_file() && own_files && per_replica_batch && steps == 5 && seen == all,
+        "auto_shard_policy file: each replica opens only its 2 files and takes batches of 4 "
+        "from them, together the data set once (" +
+            std::to_string(opened->size()) + " files opened, " + std::to_string(steps) + " steps)");
+  check(worst_weight <= testing::adam_weight_tolerance,
+        "auto_shard_policy file: training on each replica's files equals one device on the "
+        "gathered global batches (weights " +
+            std::to_string(worst_weight) + ")");
+  if (me == 0)
+    std::printf("auto_shard_policy file: %zu steps, worst relative weight difference %.2e\n", steps,
+                worst_weight);
+
+  // auto: by file when every replica has a file, else by data.
+  check(strategy.experimental_distribute_dataset(global).sharded_by_file(),
+        "auto_shard_policy auto on a dataset of 2 files per replica shards by file");
+  const auto one_file = dataset<float, float>::from_files({files[0]}, reader).batch(4 * n);
+  check(strategy.experimental_distribute_dataset(one_file).sharded_by_file() == (n == 1),
+        "auto_shard_policy auto on a dataset of 1 file shards by data on more replicas");
+  if (n > 1) {
+    const std::string e = error_of([&] {
+      (void)strategy.experimental_distribute_dataset(
+          one_file, {.auto_shard_policy = auto_shard_policy::file});
+    });
+    check(has(e, "the dataset reads 1 files, fewer than the " + std::to_string(n) + " replicas"),
+          "auto_shard_policy file with fewer files than replicas: " + e);
+    // The last replica's files hold 3 batches, the others' 5: every replica ends after 3.
+    std::size_t batches = 0;
+    for (const auto& element : strategy.experimental_distribute_dataset(
+             dataset<float, float>::from_files(uneven_files, reader).batch(4 * n))) {
+      (void)element;
+      ++batches;
+    }
+    check(batches == 3, "replicas whose files hold more batches end with the one with fewest (" +
+                            std::to_string(batches) + " batches)");
+  }
+  runtime::world().barrier();
+  if (me == 0) std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,6 +329,7 @@ int main(int argc, char** argv) {
                        std::to_string(num_processes()) + " processes; launch at least 5"),
             "a parameter device the job has not: " + e);
     custom_loop(d);
+    file_sharded_loop(d);
   } catch (const std::exception& e) {
     return guard.fail(e);
   }

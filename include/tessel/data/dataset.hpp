@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <filesystem>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -31,6 +33,7 @@
 
 #include "../core/agreement.hpp"
 #include "../core/errors.hpp"
+#include "../core/shard.hpp"
 #include "../random/shared_seed.hpp"
 #include "array.hpp"
 #include "array_ops.hpp"
@@ -68,6 +71,14 @@ void describe_samples(const array<T>& a, std::string_view name, std::vector<fact
   out.push_back(
       fact::fingerprint("the values of " + n + " (a checksum of 64 samples)", values.result()));
 }
+
+// auto_shard_policy file on a dataset whose source is arrays (from_tensor_slices): a value_error
+// saying what to use instead.
+[[noreturn]] TESSEL_INLINE void unshardable_by_file();
+
+// Dataset.from_files's reader: the samples of one file, x and y with equal first dimensions.
+template <class X, class Y>
+using file_reader = std::function<std::pair<array<X>, array<Y>>(const std::filesystem::path&)>;
 
 }  // namespace data
 
@@ -163,6 +174,14 @@ struct pass {
   virtual bool next(element<X, Y>& out) = 0;
 };
 
+// One shard of the files a dataset reads (auto_shard_policy file): files index, index + shards,
+// ...; `rebatch` until the last batch() of the pipeline (the global batch, met first on the way
+// down from the top) has taken this shard's part of its size.
+struct file_shard {
+  std::size_t shards = 1, index = 0;
+  bool rebatch = true;
+};
+
 template <class X, class Y>
 struct node {
   virtual ~node() = default;
@@ -173,6 +192,10 @@ struct node {
   // What this stage and those before it make of the data, as facts every process of a
   // distributed job must hold alike (the source's first, then each stage's).
   virtual void describe(std::vector<fact>& out) const = 0;
+  // This stage rebuilt over one shard of the files its source reads: a file source keeps the
+  // shard's files, the global batch becomes the shard's part of it, and every other stage is
+  // built again as it was (a cache starts empty). A source of arrays throws.
+  virtual std::shared_ptr<const node> shard_files(file_shard s) const = 0;
 };
 template <class X, class Y>
 using node_ptr = std::shared_ptr<const node<X, Y>>;
@@ -218,6 +241,7 @@ class slices_node final : public node<X, Y> {
   }
   cardinality_t cardinality() const override { return source_->rows; }
   void describe(std::vector<fact>& out) const override { source_->describe(out); }
+  node_ptr<X, Y> shard_files(file_shard) const override { data::unshardable_by_file(); }
 
  private:
   struct slices_pass final : pass<X, Y> {
@@ -230,6 +254,93 @@ class slices_node final : public node<X, Y> {
     std::size_t rows, row = 0;
   };
   source_ptr<X, Y> source_;
+};
+
+// ---- from_files
+
+// The files a dataset reads and how to read one. A pass opens its files in order, one at a time,
+// and yields their samples one by one (each a copy: a file's arrays live only while it is read).
+template <class X, class Y>
+struct file_list {
+  std::vector<std::filesystem::path> files;
+  data::file_reader<X, Y> read;
+};
+
+template <class X, class Y>
+class files_node final : public node<X, Y> {
+ public:
+  files_node(std::shared_ptr<const file_list<X, Y>> list, std::vector<std::size_t> chosen)
+      : list_(std::move(list)), chosen_(std::move(chosen)) {}
+  std::unique_ptr<pass<X, Y>> start(std::uint64_t) const override {
+    return std::make_unique<files_pass>(*this);
+  }
+  // Unknown until the files are read (tf.data's UNKNOWN_CARDINALITY for a file reader).
+  cardinality_t cardinality() const override { return std::nullopt; }
+  void describe(std::vector<fact>& out) const override {
+    out.push_back(fact::number("the number of files", chosen_.size()));
+    hasher names;
+    for (std::size_t i : chosen_) names.text(list_->files[i].string());
+    out.push_back(fact::fingerprint("the files' names", names.result()));
+  }
+  node_ptr<X, Y> shard_files(file_shard s) const override {
+    if (chosen_.size() < s.shards)
+      throw value_error("auto_shard_policy file: the dataset reads " +
+                        std::to_string(chosen_.size()) + " files, fewer than the " +
+                        std::to_string(s.shards) +
+                        " replicas that would each read their own; give it at least one file per "
+                        "replica, or use auto_shard_policy data (every replica reads every file "
+                        "and takes its rows of each global batch)");
+    std::vector<std::size_t> mine;
+    for (std::size_t k = s.index; k < chosen_.size(); k += s.shards) mine.push_back(chosen_[k]);
+    return std::make_shared<const files_node>(list_, std::move(mine));
+  }
+  // The files a pass reads, in order.
+  [[nodiscard]] const std::vector<std::size_t>& chosen() const noexcept { return chosen_; }
+
+ private:
+  struct files_pass final : pass<X, Y> {
+    explicit files_pass(const files_node& n) : self(n) {}
+    bool next(element<X, Y>& out) override {
+      while (row >= rows) {
+        if (file >= self.chosen_.size()) return false;
+        open(self.list_->files[self.chosen_[file++]]);
+      }
+      values<X, Y> v;
+      take_row(current.first, v.first);
+      take_row(current.second, v.second);
+      ++row;
+      out = std::move(v);
+      return true;
+    }
+    void open(const std::filesystem::path& path) {
+      try {
+        current = self.list_->read(path);
+      } catch (const std::exception& e) {
+        throw value_error("from_files: reading '" + path.string() + "' failed: " + e.what());
+      }
+      auto& [x, y] = current;
+      data::check_shape(x, "from_files: x of '" + path.string() + "'");
+      data::check_shape(y, "from_files: y of '" + path.string() + "'");
+      if (x.shape.empty() || y.shape.empty() || x.shape[0] != y.shape[0])
+        throw value_error("from_files: the reader gave x of shape " + shape_to_string(x.shape) +
+                          " and y of shape " + shape_to_string(y.shape) + " for '" + path.string() +
+                          "'; both need a first dimension, the file's samples, and it must be "
+                          "equal (one label per sample)");
+      rows = x.shape[0];
+      row = 0;
+    }
+    void take_row(const auto& a, auto& sample) const {
+      sample.shape.assign(a.shape.begin() + 1, a.shape.end());
+      const std::size_t n = a.row_size();
+      sample.values.assign(a.values.begin() + static_cast<std::ptrdiff_t>(row * n),
+                           a.values.begin() + static_cast<std::ptrdiff_t>((row + 1) * n));
+    }
+    const files_node& self;
+    std::pair<array<X>, array<Y>> current;
+    std::size_t file = 0, rows = 0, row = 0;
+  };
+  std::shared_ptr<const file_list<X, Y>> list_;
+  std::vector<std::size_t> chosen_;
 };
 
 // ---- batch
@@ -251,6 +362,18 @@ class batch_node final : public node<X, Y> {
     input_->describe(out);
     out.push_back(fact::number("the batch size", size_));
     out.push_back(fact::number("batch's drop_remainder", drop_ ? 1 : 0));
+  }
+  node_ptr<X, Y> shard_files(file_shard s) const override {
+    std::size_t size = size_;
+    if (s.rebatch) {
+      size = split_batch_rows(size_, s.shards, s.index).count;
+      if (size == 0)
+        throw value_error("auto_shard_policy file: the global batch size " + std::to_string(size_) +
+                          " is smaller than the " + std::to_string(s.shards) +
+                          " replicas it is split over; give each replica at least one sample");
+      s.rebatch = false;
+    }
+    return std::make_shared<const batch_node>(input_->shard_files(s), source_, size, drop_);
   }
 
  private:
@@ -370,6 +493,10 @@ class shuffle_node final : public node<X, Y> {
     out.push_back(fact::number("shuffle's buffer_size", buffer_size_));
     out.push_back(fact::number("shuffle's reshuffle_each_iteration", reshuffle_ ? 1 : 0));
   }
+  node_ptr<X, Y> shard_files(file_shard s) const override {
+    return std::make_shared<const shuffle_node>(input_->shard_files(s), buffer_size_, seed_,
+                                                reshuffle_);
+  }
 
  private:
   struct shuffle_pass final : pass<X, Y> {
@@ -433,6 +560,9 @@ class cache_node final : public node<X, Y> {
     input_->describe(out);
     out.push_back(fact::number("cache()", 1));
   }
+  node_ptr<X, Y> shard_files(file_shard s) const override {
+    return std::make_shared<const cache_node>(input_->shard_files(s));
+  }
 
  private:
   struct state {
@@ -491,6 +621,9 @@ class prefetch_node final : public node<X, Y> {
   cardinality_t cardinality() const override { return input_->cardinality(); }
   // Prefetching does not change the elements: a process may prefetch and another not.
   void describe(std::vector<fact>& out) const override { input_->describe(out); }
+  node_ptr<X, Y> shard_files(file_shard s) const override {
+    return std::make_shared<const prefetch_node>(input_->shard_files(s), source_, capacity_);
+  }
 
  private:
   class prefetch_pass final : public pass<X, Y> {
@@ -590,6 +723,9 @@ class repeat_node final : public node<X, Y> {
     input_->describe(out);
     out.push_back(fact::signed_number("repeat's count", count_));
   }
+  node_ptr<X, Y> shard_files(file_shard s) const override {
+    return std::make_shared<const repeat_node>(input_->shard_files(s), count_);
+  }
 
  private:
   struct repeat_pass final : pass<X, Y> {
@@ -642,6 +778,9 @@ class take_node final : public node<X, Y> {
   void describe(std::vector<fact>& out) const override {
     input_->describe(out);
     out.push_back(fact::signed_number("take's count", count_));
+  }
+  node_ptr<X, Y> shard_files(file_shard s) const override {
+    return std::make_shared<const take_node>(input_->shard_files(s), count_);
   }
 
  private:
@@ -700,6 +839,22 @@ class dataset {
   // tf.data.Dataset.from_tensor_slices((x, y)): one element per entry along the first dimension,
   // which x and y must share. Pass std::move(x) to hand the arrays over without a copy.
   static dataset from_tensor_slices(array<X> x, array<Y> y);
+
+  // A dataset that reads its samples from files, each file once per pass, in the order given:
+  // read(path) returns one file's samples (x and y with equal first dimensions). As tf.data's
+  // Dataset.from_tensor_slices(filenames).interleave(reader) with one file open at a time, and
+  // the unit auto_shard_policy file shards by: each replica then opens only its own files.
+  // Throws when no file is given or one does not exist (before any is read).
+  static dataset from_files(std::vector<std::filesystem::path> files, data::file_reader<X, Y> read);
+
+  // The dataset that one of `num_shards` readers iterates under auto_shard_policy file: the same
+  // stages over files index, index + num_shards, ... of those this dataset reads, its last
+  // batch() taking the shard's part of the global batch size (10 over 4 shards: 3, 3, 2, 2).
+  // Throws when the source is arrays, or has fewer files than shards.
+  [[nodiscard]] dataset shard_files(std::size_t num_shards, std::size_t index) const;
+
+  // The number of files the source reads; 0 for a dataset of arrays.
+  [[nodiscard]] std::size_t file_count() const noexcept { return files_; }
 
   // Stacks batch_size consecutive elements; the last batch is smaller unless drop_remainder.
   // Batching a batched dataset works when the inner batches are equal (drop_remainder=true).
@@ -787,14 +942,16 @@ class dataset {
   using source = detail::pipeline::source<X, Y>;
   using iteration = detail::pipeline::iteration<X, Y>;
 
-  dataset(detail::pipeline::source_ptr<X, Y> s, detail::pipeline::node_ptr<X, Y> top)
-      : source_(std::move(s)), top_(std::move(top)) {}
+  dataset(detail::pipeline::source_ptr<X, Y> s, detail::pipeline::node_ptr<X, Y> top,
+          std::size_t files = 0)
+      : source_(std::move(s)), top_(std::move(top)), files_(files) {}
   dataset then(detail::pipeline::node_ptr<X, Y> top) const {
-    return dataset(source_, std::move(top));
+    return dataset(source_, std::move(top), files_);
   }
 
   detail::pipeline::source_ptr<X, Y> source_;
   detail::pipeline::node_ptr<X, Y> top_;
+  std::size_t files_ = 0;
   // Passes started through this dataset or its copies (tf.data's seed generator, shared the same
   // way): the key of the next begin().
   std::shared_ptr<std::atomic<std::uint64_t>> passes_ =
@@ -809,6 +966,40 @@ dataset<X, Y> dataset<X, Y>::from_tensor_slices(array<X> x, array<Y> y) {
   auto s = std::make_shared<const source>(std::move(x), std::move(y));
   auto top = std::make_shared<const detail::pipeline::slices_node<X, Y>>(s);
   return dataset(std::move(s), std::move(top));
+}
+template <class X, class Y>
+dataset<X, Y> dataset<X, Y>::from_files(std::vector<std::filesystem::path> files,
+                                        data::file_reader<X, Y> read) {
+  if (files.empty())
+    throw value_error("from_files: no files given; pass the paths of the files to read");
+  if (!read) throw value_error("from_files: no reader given; pass a function reading one file");
+  for (const auto& f : files) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(f, ec))
+      throw value_error(
+          "from_files: '" + f.string() + "' " +
+          (std::filesystem::exists(f, ec) ? "is not a regular file" : "does not exist") +
+          "; every path given must name a file to read");
+  }
+  std::vector<std::size_t> all(files.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const std::size_t n = files.size();
+  // The stages after the source take elements that already hold values: the row source is empty.
+  auto empty = std::make_shared<const source>(array<X>({0}, {}), array<Y>({0}, {}));
+  auto list = std::make_shared<const detail::pipeline::file_list<X, Y>>(
+      detail::pipeline::file_list<X, Y>{std::move(files), std::move(read)});
+  return dataset(
+      std::move(empty),
+      std::make_shared<const detail::pipeline::files_node<X, Y>>(std::move(list), std::move(all)),
+      n);
+}
+template <class X, class Y>
+dataset<X, Y> dataset<X, Y>::shard_files(std::size_t num_shards, std::size_t index) const {
+  if (num_shards == 0 || index >= num_shards)
+    throw value_error("shard_files: index " + std::to_string(index) + " is not one of the " +
+                      std::to_string(num_shards) + " shards");
+  const std::size_t n = files_ / num_shards + (index < files_ % num_shards ? 1 : 0);
+  return dataset(source_, top_->shard_files({num_shards, index, true}), n);
 }
 template <class X, class Y>
 dataset<X, Y> dataset<X, Y>::batch(std::int64_t batch_size, bool drop_remainder) const {
@@ -892,6 +1083,17 @@ TESSEL_DATASET_TEMPLATES(extern, float, float)
 TESSEL_DATASET_TEMPLATES(extern, float, std::int32_t)
 TESSEL_DESCRIBE_SAMPLES_TEMPLATES(extern, float)
 TESSEL_DESCRIBE_SAMPLES_TEMPLATES(extern, std::int32_t)
+#endif
+
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE void data::unshardable_by_file() {
+  throw value_error(
+      "experimental_distribute_dataset: auto_shard_policy file shards a dataset by "
+      "the files it reads, and this dataset reads none (its source is arrays: "
+      "from_tensor_slices), so it has no unit to shard by file; use "
+      "auto_shard_policy data (each replica its rows of every global batch) or "
+      "auto, or build the dataset with dataset::from_files");
+}
 #endif
 
 }  // namespace tessel

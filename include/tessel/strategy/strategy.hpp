@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <iterator>
 #include <optional>
 #include <span>
@@ -149,27 +150,35 @@ class distributed_dataset {
 
    private:
     friend class distributed_dataset;
-    iterator(typename dataset<X, Y>::iterator it, int replica, int replicas)
-        : it_(std::move(it)), replica_(replica), replicas_(replicas) {
+    iterator(typename dataset<X, Y>::iterator it, int replica, int replicas, bool own)
+        : it_(std::move(it)), replica_(replica), replicas_(replicas), own_(own) {
       take();
     }
     void take();
     typename dataset<X, Y>::iterator it_;
     int replica_, replicas_;
+    bool own_;
     element_type slice_;
   };
 
-  iterator begin() const { return iterator(global_.begin(), replica_, replicas_); }
+  iterator begin() const { return iterator(global_.begin(), replica_, replicas_, own_); }
   std::default_sentinel_t end() const { return {}; }
-  // The global dataset's cardinality: every replica takes a part of each of its batches.
+  // The global dataset's cardinality: every replica takes a part of each of its batches. Under
+  // auto_shard_policy file, this replica's (unknown until its files are read).
   [[nodiscard]] std::optional<std::size_t> cardinality() const { return global_.cardinality(); }
+  // Whether each replica reads its own files (auto_shard_policy file, or auto on a dataset of
+  // enough files) rather than its rows of every global batch.
+  [[nodiscard]] bool sharded_by_file() const noexcept { return own_; }
 
  private:
   friend class strategy;
-  distributed_dataset(dataset<X, Y> global, int replica, int replicas)
-      : global_(std::move(global)), replica_(replica), replicas_(replicas) {}
+  // own: `global` is this replica's own dataset (sharded by file): each of its batches is the
+  // replica's whole, and the replicas end a pass together.
+  distributed_dataset(dataset<X, Y> global, int replica, int replicas, bool own = false)
+      : global_(std::move(global)), replica_(replica), replicas_(replicas), own_(own) {}
   dataset<X, Y> global_;
   int replica_, replicas_;
+  bool own_;
 };
 
 namespace strategy_detail {
@@ -208,17 +217,27 @@ void add_shapes(std::vector<std::uint64_t>&, const T&) {}
 // Every replica's words equal (an error on every process otherwise, naming the argument and
 // both shapes), checked with one all_gather of the counts and one of the words.
 TESSEL_INLINE void require_same_shapes(const std::vector<std::uint64_t>& words);
-// auto_shard_policy file on a dataset of arrays: refused.
-[[noreturn]] TESSEL_INLINE void unshardable_by_file();
+// Whether every replica has a next batch, agreed with one all_gather of a byte: replicas that
+// read their own files end a pass together, at the first replica's end (a replica that stopped
+// alone would leave the others waiting in their next collective). When some replicas had more,
+// process 0 says which ran out and that the others' remaining batches were left this pass.
+TESSEL_INLINE bool every_replica_has_next(bool mine);
 }  // namespace strategy_detail
 
 template <class X, class Y>
 void distributed_dataset<X, Y>::iterator::take() {
+  if (own_) {
+    if (replicas_ > 1 && !strategy_detail::every_replica_has_next(it_ != std::default_sentinel))
+      it_ = {};
+    if (it_ != std::default_sentinel) slice_ = *it_;
+    return;
+  }
   if (it_ == std::default_sentinel) return;
   const element_type& global = *it_;
   if (global.first.shape.empty())
-    throw value_error("experimental_distribute_dataset: an element of rank 0 has no batch "
-                      "dimension to split; batch the dataset with the global batch size first");
+    throw value_error(
+        "experimental_distribute_dataset: an element of rank 0 has no batch "
+        "dimension to split; batch the dataset with the global batch size first");
   const std::size_t rows = global.first.shape[0];
   const row_split r = split_batch_rows(rows, static_cast<std::size_t>(replicas_),
                                        static_cast<std::size_t>(replica_));
@@ -297,16 +316,27 @@ class strategy {
   }
 
   // strategy.experimental_distribute_dataset(ds, options): `ds` batched with the global batch
-  // size; each replica iterates its rows of every batch (auto_shard_policy data, and auto). With
-  // auto_shard_policy off, or auto_shard_dataset false (Keras 3's), `ds` is taken as this
-  // replica's own data, and each of its batches as a per-replica batch.
+  // size, shared out by auto_shard_policy:
+  // - file: `ds` reads files (dataset::from_files); each replica opens only files
+  //   replica, replica + replicas, ..., and its batches are its part of the global batch size
+  //   (10 over 4 replicas: 3, 3, 2, 2), from its own files. The replicas end each pass together,
+  //   at the first one's end. Needs at least one file per replica.
+  // - data: each replica iterates its rows of every global batch (every replica reads all).
+  // - auto (the default): file when `ds` reads at least one file per replica, else data.
+  // - off, or auto_shard_dataset false (Keras 3's): `ds` is taken as this replica's own data,
+  //   and each of its batches as a per-replica batch.
   template <class X, class Y>
   [[nodiscard]] distributed_dataset<X, Y> experimental_distribute_dataset(
       dataset<X, Y> ds, distribute_options options = {}) const {
-    if (options.auto_shard_policy == auto_shard_policy::file)
-      strategy_detail::unshardable_by_file();
-    if (!auto_shard_dataset || options.auto_shard_policy == auto_shard_policy::off)
+    const auto policy = options.auto_shard_policy;
+    if (policy == auto_shard_policy::file && ds.file_count() == 0) data::unshardable_by_file();
+    if (!auto_shard_dataset || policy == auto_shard_policy::off)
       return distributed_dataset<X, Y>(std::move(ds), 0, 1);
+    const auto replicas = static_cast<std::size_t>(replicas_);
+    if (policy == auto_shard_policy::file ||
+        (policy == auto_shard_policy::auto_ && ds.file_count() >= replicas))
+      return distributed_dataset<X, Y>(ds.shard_files(replicas, static_cast<std::size_t>(replica_)),
+                                       replica_, replicas_, true);
     return distributed_dataset<X, Y>(std::move(ds), replica_, replicas_);
   }
   // strategy.distribute_datasets_from_function(fn): fn(input_context) builds this process's
@@ -375,11 +405,10 @@ struct mirrored_strategy : data_parallel<Mesh>, strategy {
 // hold no optimizer state. It moves more bytes than mirrored_strategy (explain() lists them).
 template <class Mesh = device_mesh<axis<"batch">>, int ParameterDevice = 0>
 struct central_storage_strategy : data_parallel<Mesh>, strategy {
-  static_assert(
-      require<(ParameterDevice >= 0 && ParameterDevice < 256 &&
-               (Mesh::value.sizes[0] == dynamic_extent ||
-                static_cast<std::size_t>(ParameterDevice) < Mesh::value.sizes[0])),
-              diagnostic::parameter_device_not_in_mesh<ParameterDevice, Mesh>>);
+  static_assert(require<(ParameterDevice >= 0 && ParameterDevice < 256 &&
+                         (Mesh::value.sizes[0] == dynamic_extent ||
+                          static_cast<std::size_t>(ParameterDevice) < Mesh::value.sizes[0])),
+                        diagnostic::parameter_device_not_in_mesh<ParameterDevice, Mesh>>);
   static constexpr distribution_value value = [] {
     distribution_value v = data_parallel<Mesh>::value;
     v.variable_device = ParameterDevice;
@@ -514,12 +543,29 @@ TESSEL_INLINE void strategy_detail::require_same_shapes(const std::vector<std::u
                           "; per-replica values must agree in every dimension but the batch");
 }
 
-TESSEL_INLINE void strategy_detail::unshardable_by_file() {
-  throw value_error("experimental_distribute_dataset: auto_shard_policy file shards a dataset by "
-                    "the files it reads, and this dataset reads none (its source is arrays: "
-                    "from_tensor_slices), so it has no unit to shard by file; use "
-                    "auto_shard_policy data (each replica its rows of every global batch) or "
-                    "auto");
+TESSEL_INLINE bool strategy_detail::every_replica_has_next(bool mine) {
+  auto& group = replicas_group();
+  const auto n = static_cast<std::size_t>(group.size());
+  const std::uint8_t has = mine ? 1 : 0;
+  std::vector<std::uint8_t> all(n);
+  group.all_gather(std::span<const std::uint8_t>(&has, 1), std::span<std::uint8_t>(all));
+  std::string ended, more;
+  std::size_t ended_count = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    std::string& list = all[r] ? more : ended;
+    list += (list.empty() ? "" : ", ") + std::to_string(r);
+    ended_count += all[r] ? 0 : 1;
+  }
+  if (ended.empty()) return true;
+  if (!more.empty() && group.rank() == 0)
+    std::cerr << "UserWarning: experimental_distribute_dataset: "
+              << (ended_count == 1 ? "replica " : "replicas ") << ended << " read all of "
+              << (ended_count == 1 ? "its" : "their") << " files while "
+              << (n - ended_count == 1 ? "replica " : "replicas ") << more
+              << " had more batches; every replica ends this pass here, and those batches are "
+                 "not trained on this pass (give each replica files of equal size, or repeat() "
+                 "the dataset and pass steps)\n";
+  return false;
 }
 
 TESSEL_INLINE void strategy::communicate(const communication_options& o) {
@@ -527,15 +573,18 @@ TESSEL_INLINE void strategy::communicate(const communication_options& o) {
     gradient_ = gradient_options{.bucket_cap_mb = static_cast<double>(o.bytes_per_pack) / 1e6};
   if (o.timeout_seconds) {
     if (!(*o.timeout_seconds > 0))
-      throw value_error("communication_options: timeout_seconds must be a positive number of "
-                        "seconds, got " + std::to_string(*o.timeout_seconds));
+      throw value_error(
+          "communication_options: timeout_seconds must be a positive number of "
+          "seconds, got " +
+          std::to_string(*o.timeout_seconds));
     set_collective_timeout(std::chrono::duration<double>(*o.timeout_seconds));
   }
   implementation_ = o.implementation;
   if (o.implementation == communication_implementation::nccl &&
       !list_devices().front().starts_with("gpu"))
-    throw value_error("communication_options: CommunicationImplementation.NCCL needs GPUs, and "
-                      "this process has none; use communication_implementation::auto_ or ring");
+    throw value_error(
+        "communication_options: CommunicationImplementation.NCCL needs GPUs, and "
+        "this process has none; use communication_implementation::auto_ or ring");
 }
 
 TESSEL_INLINE strategy::strategy(std::string name, bool local) : name_(std::move(name)) {
@@ -561,7 +610,8 @@ TESSEL_INLINE tf_config parse_tf_config(std::string_view text, int processes, in
   std::vector<std::string> seen;
   for (const auto& [role, addresses] : j["cluster"].items()) {
     if (role != "chief" && role != "worker")
-      fail("the cluster has '" + role + "' tasks; MultiWorkerMirroredStrategy trains with a "
+      fail("the cluster has '" + role +
+           "' tasks; MultiWorkerMirroredStrategy trains with a "
            "chief and workers only (the parameter servers' strategy is another)");
     if (!addresses.is_array()) fail("'cluster." + role + "' is not a list of addresses");
     for (const auto& a : addresses) {
@@ -582,7 +632,8 @@ TESSEL_INLINE tf_config parse_tf_config(std::string_view text, int processes, in
     fail("'task.type' is missing or not a string");
   c.task_type = task["type"].get<std::string>();
   if (c.task_type != "chief" && c.task_type != "worker")
-    fail("'task.type' is '" + c.task_type + "'; a MultiWorkerMirroredStrategy process is a "
+    fail("'task.type' is '" + c.task_type +
+         "'; a MultiWorkerMirroredStrategy process is a "
          "'worker' or the 'chief'");
   const auto& listed = c.task_type == "chief" ? c.chief : c.worker;
   if (!task.contains("index") || !task["index"].is_number_integer() ||
@@ -594,7 +645,8 @@ TESSEL_INLINE tf_config parse_tf_config(std::string_view text, int processes, in
   if (c.num_workers() != processes)
     throw value_error("TF_CONFIG lists " + std::to_string(c.num_workers()) +
                       " workers (cluster.chief and cluster.worker), but the MPI launcher started " +
-                      std::to_string(processes) + " processes, one per worker; launch as many "
+                      std::to_string(processes) +
+                      " processes, one per worker; launch as many "
                       "processes as TF_CONFIG lists workers, or leave TF_CONFIG unset");
   if (c.task_id() != process)
     throw value_error("TF_CONFIG says this process is " + c.task_type + " " +
@@ -615,19 +667,19 @@ TESSEL_INLINE void strategy::announce(const std::string& job, const tf_config* c
   // A worker lists its own device (task 0: this process); one machine lists every replica's.
   const int shown = replicas_ == 1 || job == "worker" ? 1 : static_cast<int>(devices.size());
   for (int i = 0; i < shown; ++i) {
-    const std::string where = job == "worker"
-                                  ? "/job:worker/task:0/device:" + type + ":0"
-                                  : "/job:localhost/replica:0/task:0/device:" + type + ":" +
-                                        std::to_string(i);
+    const std::string where = job == "worker" ? "/job:worker/task:0/device:" + type + ":0"
+                                              : "/job:localhost/replica:0/task:0/device:" + type +
+                                                    ":" + std::to_string(i);
     names += (i == 0 ? "'" : ", '") + where + "'";
   }
   if (shown == 1) names += ",";  // a Python tuple of one
   if (name_ == "CentralStorageStrategy") {
     // TensorFlow's parameter-server strategy, on one machine.
-    std::printf("INFO:tensorflow:ParameterServerStrategy (CentralStorageStrategy if you are "
-                "using a single machine) with compute_devices = (%s), variable_device = "
-                "'/job:localhost/replica:0/task:0/device:%s:0'\n",
-                names.c_str(), type.c_str());
+    std::printf(
+        "INFO:tensorflow:ParameterServerStrategy (CentralStorageStrategy if you are "
+        "using a single machine) with compute_devices = (%s), variable_device = "
+        "'/job:localhost/replica:0/task:0/device:%s:0'\n",
+        names.c_str(), type.c_str());
     std::fflush(stdout);
     return;
   }
@@ -649,14 +701,15 @@ TESSEL_INLINE void strategy::announce(const std::string& job, const tf_config* c
       list("worker", cluster->worker);
     }
     spec += "}";
-    std::printf("INFO:tensorflow:MultiWorkerMirroredStrategy with cluster_spec = %s, task_type = "
-                "'%s', task_id = %d, num_workers = %d, local_devices = (%s), communication = "
-                "CommunicationImplementation.%s\n",
-                spec.c_str(), cluster != nullptr ? cluster->task_type.c_str() : "worker",
-                cluster != nullptr ? cluster->task_index : 0, processes_, names.c_str(),
-                implementation_ == communication_implementation::ring   ? "RING"
-                : implementation_ == communication_implementation::nccl ? "NCCL"
-                                                                        : "AUTO");
+    std::printf(
+        "INFO:tensorflow:MultiWorkerMirroredStrategy with cluster_spec = %s, task_type = "
+        "'%s', task_id = %d, num_workers = %d, local_devices = (%s), communication = "
+        "CommunicationImplementation.%s\n",
+        spec.c_str(), cluster != nullptr ? cluster->task_type.c_str() : "worker",
+        cluster != nullptr ? cluster->task_index : 0, processes_, names.c_str(),
+        implementation_ == communication_implementation::ring   ? "RING"
+        : implementation_ == communication_implementation::nccl ? "NCCL"
+                                                                : "AUTO");
   }
   std::fflush(stdout);
 }
@@ -731,12 +784,13 @@ TESSEL_INLINE array<float> strategy::gather(const array<float>& value, int axis)
 
 TESSEL_INLINE float strategy::compute_average_loss(
     std::span<const float> per_example_loss, std::optional<std::size_t> global_batch_size) const {
-  const std::size_t global =
-      global_batch_size ? *global_batch_size
-                        : per_example_loss.size() * static_cast<std::size_t>(replicas_);
+  const std::size_t global = global_batch_size
+                                 ? *global_batch_size
+                                 : per_example_loss.size() * static_cast<std::size_t>(replicas_);
   if (global == 0)
-    throw value_error("compute_average_loss: the global batch size is 0; pass the number of "
-                      "examples of the global batch");
+    throw value_error(
+        "compute_average_loss: the global batch size is 0; pass the number of "
+        "examples of the global batch");
   double sum = 0;
   for (float l : per_example_loss) sum += l;
   return static_cast<float>(sum / static_cast<double>(global));
