@@ -1,0 +1,9 @@
+#pragma once
+// Asynchronous training with parameter servers (TensorFlow's ParameterServerStrategy and
+// ClusterCoordinator): link with tessel::ps, which adds ZeroMQ (libzmq3-dev, cppzmq-dev).
+// Not part of tessel.hpp: programs that do not use it need no ZeroMQ.
+#include "ps/cluster.hpp"
+#include "ps/coordinator.hpp"
+#include "ps/partitioner.hpp"
+#include "ps/server.hpp"
+#include "ps/transport.hpp"

@@ -1,0 +1,238 @@
+#pragma once
+// The messages of a parameter-server job, over ZeroMQ (libzmq + cppzmq, from Debian).
+//
+// Why ZeroMQ: the tasks must outlive each other (one MPI job ends when any process dies), a
+// worker may be started again and reconnect, and the messages are few kinds of tensors with a
+// small header, not an interface to describe: ZeroMQ's sockets reconnect by themselves, frame
+// multipart messages, and send a buffer without copying it. gRPC (TensorFlow's choice) would add
+// protobuf schemas, code generation and a copy into a protobuf for every tensor.
+//
+// A message is a multipart ZeroMQ message: one `header` frame (a fixed 48-byte struct), then
+// one frame per tensor, its float32 values as they lie in memory (both ends are this library on
+// the same kind of machine: little-endian IEEE floats). A sent tensor frame points at the
+// sender's buffer, kept alive until ZeroMQ has written it (no copy); a received one is read in
+// place from ZeroMQ's buffer. Every task that serves binds a ROUTER socket on its address's
+// port; a task that asks connects a DEALER socket, and matches replies to requests by id.
+#include <zmq.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "../core/errors.hpp"
+
+namespace tessel::ps {
+
+// A task that stopped answering (its address and the time waited in the message).
+class task_lost : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class kind : std::uint32_t {
+  hello = 1,   // -> any: are you there? (reply: hello)
+  create,      // chief -> ps: a JSON frame (optimizer, shard shapes), then the shards' values
+  pull,        // worker or chief -> ps: the values of every shard it holds (reply: the frames)
+  push,        // worker -> ps: a gradient frame per shard; a = epoch, b = batch, c = version pulled
+  state,       // chief -> ps: the shards' values and the optimizer's state (reply: JSON + frames)
+  restore,     // chief -> ps: state's reply given back
+  shutdown,    // chief -> ps or worker: stop
+  ready,       // worker -> chief: a = worker index, b = the dataset's fingerprint
+  run,         // chief -> worker: a = function id, b = epoch, c = step, d = global element index
+  done,        // worker -> chief: a run's result: a = function id, b = epoch, c = step; frame: [loss,
+               // staleness]
+  heartbeat,   // worker -> chief (a = worker index), chief -> ps; reply: heartbeat
+  failed,      // reply: the request failed; a text frame says why
+};
+
+struct header {
+  std::uint32_t magic = 0x7e55e1a5;
+  kind what = kind::hello;
+  std::uint64_t id = 0;  // the request's id; a reply carries it back
+  std::uint64_t a = 0, b = 0, c = 0, d = 0;
+};
+static_assert(sizeof(header) == 48);
+
+struct message {
+  header h;
+  std::vector<zmq::message_t> frames;  // the tensors (or a JSON or text frame)
+};
+
+// A frame that sends `values` without copying them: the buffer lives until ZeroMQ is done.
+inline zmq::message_t frame_of(std::shared_ptr<const std::vector<float>> values) {
+  auto* keep = new std::shared_ptr<const std::vector<float>>(std::move(values));
+  return zmq::message_t(
+      const_cast<float*>((*keep)->data()), (*keep)->size() * sizeof(float),
+      [](void*, void* hint) { delete static_cast<std::shared_ptr<const std::vector<float>>*>(hint); },
+      keep);
+}
+inline zmq::message_t frame_of(std::span<const float> values) {
+  return zmq::message_t(values.data(), values.size_bytes());
+}
+inline zmq::message_t frame_of(const std::string& text) {
+  return zmq::message_t(text.data(), text.size());
+}
+// A received frame's floats, read in place (ZeroMQ's buffers are malloc'd: aligned for floats).
+inline std::span<const float> floats_of(const zmq::message_t& m) {
+  return {static_cast<const float*>(m.data()), m.size() / sizeof(float)};
+}
+inline std::string text_of(const zmq::message_t& m) { return m.to_string(); }
+
+// Sends m (after `identity`, the peer's, on a ROUTER socket). The frames are moved out.
+inline void send(zmq::socket_t& s, message& m, const zmq::message_t* identity = nullptr) {
+  if (identity != nullptr) {
+    s.send(zmq::const_buffer(identity->data(), identity->size()), zmq::send_flags::sndmore);
+  }
+  const bool more = !m.frames.empty();
+  s.send(zmq::const_buffer(&m.h, sizeof m.h), more ? zmq::send_flags::sndmore
+                                                   : zmq::send_flags::none);
+  for (std::size_t i = 0; i < m.frames.size(); ++i)
+    s.send(m.frames[i], i + 1 < m.frames.size() ? zmq::send_flags::sndmore
+                                                : zmq::send_flags::none);
+  m.frames.clear();
+}
+
+// Receives one message when one arrives within `timeout` (a ROUTER socket's first frame goes to
+// `identity`). A message that is not this protocol's (wrong size or magic) is dropped.
+inline std::optional<message> receive(zmq::socket_t& s, std::chrono::milliseconds timeout,
+                                      zmq::message_t* identity = nullptr) {
+  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
+  std::vector<zmq::message_t> parts;
+  for (;;) {
+    zmq::message_t part;
+    if (!s.recv(part, zmq::recv_flags::none)) return std::nullopt;
+    const bool more = part.more();
+    parts.push_back(std::move(part));
+    if (!more) break;
+  }
+  std::size_t first = 0;
+  if (identity != nullptr) {
+    if (parts.empty()) return std::nullopt;
+    identity->move(parts[0]);
+    first = 1;
+  }
+  if (parts.size() <= first || parts[first].size() != sizeof(header)) return std::nullopt;
+  message m;
+  std::memcpy(&m.h, parts[first].data(), sizeof(header));
+  if (m.h.magic != header{}.magic) return std::nullopt;
+  for (std::size_t i = first + 1; i < parts.size(); ++i) m.frames.push_back(std::move(parts[i]));
+  return m;
+}
+
+// "tcp://host:port" for an address "host:port"; to bind, every interface on that port.
+inline std::string connect_endpoint(const std::string& address) { return "tcp://" + address; }
+inline std::string bind_endpoint(const std::string& address) {
+  return "tcp://*:" + address.substr(address.rfind(':') + 1);
+}
+
+inline void quiet(zmq::socket_t& s) {
+  s.set(zmq::sockopt::linger, 0);
+}
+
+// A DEALER socket to one task, asking and waiting for replies.
+class connection {
+ public:
+  // `name` says who the task is in messages ("ps 0").
+  connection(zmq::context_t& ctx, std::string address, std::string name)
+      : socket_(ctx, zmq::socket_type::dealer), address_(std::move(address)),
+        name_(std::move(name)) {
+    quiet(socket_);
+    socket_.set(zmq::sockopt::reconnect_ivl, 100);
+    socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
+    socket_.connect(connect_endpoint(address_));
+  }
+
+  // Says hello until the task answers: again after 50 ms, then twice as long each time up to 1 s,
+  // for at most `limit`; then task_lost naming the task, its address and the time waited.
+  void connect(std::chrono::milliseconds limit) {
+    const auto start = std::chrono::steady_clock::now();
+    std::chrono::milliseconds wait{50};
+    for (;;) {
+      message m;
+      m.h.what = kind::hello;
+      if (try_call(m, wait)) return;
+      if (std::chrono::steady_clock::now() - start >= limit)
+        throw task_lost("could not reach " + name_ + " at " + address_ + " within " +
+                        seconds(limit) + ": no answer to hello; check that it runs and that "
+                        "TF_CONFIG gives its address");
+      wait = std::min(wait * 2, std::chrono::milliseconds{1000});
+    }
+  }
+
+  // Sends m and returns the reply with its id; task_lost when none comes within `timeout`. A
+  // `failed` reply throws value_error with its text.
+  message call(message m, std::chrono::milliseconds timeout) {
+    std::optional<message> r = try_call(m, timeout);
+    if (!r)
+      throw task_lost(name_ + " at " + address_ + " did not answer within " + seconds(timeout));
+    if (r->h.what == kind::failed)
+      throw value_error(name_ + " at " + address_ + ": " +
+                        (r->frames.empty() ? std::string("failed") : text_of(r->frames[0])));
+    return std::move(*r);
+  }
+  // Sends m and waits for its reply up to `timeout` (replies to earlier requests are dropped).
+  std::optional<message> try_call(message& m, std::chrono::milliseconds timeout) {
+    m.h.id = ++last_id_;
+    send(socket_, m);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      std::optional<message> r = heard(receive(socket_, left));
+      if (r && r->h.id == last_id_) return r;
+    }
+  }
+  // Sends m without waiting for a reply.
+  void post(message& m) {
+    m.h.id = ++last_id_;
+    send(socket_, m);
+  }
+  std::optional<message> poll(std::chrono::milliseconds timeout) {
+    return heard(receive(socket_, timeout));
+  }
+  // When the task last sent anything (a reply to any request).
+  [[nodiscard]] std::chrono::steady_clock::time_point last_heard() const noexcept {
+    return last_heard_;
+  }
+
+  [[nodiscard]] const std::string& address() const noexcept { return address_; }
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+ private:
+  static std::string seconds(std::chrono::milliseconds d) {
+    const auto ms = d.count();
+    return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+  }
+  std::optional<message> heard(std::optional<message> m) {
+    if (m) last_heard_ = std::chrono::steady_clock::now();
+    return m;
+  }
+  zmq::socket_t socket_;
+  std::string address_, name_;
+  std::uint64_t last_id_ = 0;
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
+};
+
+// A reply to `request`: its kind unless given, its id.
+inline message reply_to(const message& request, kind what) {
+  message r;
+  r.h.what = what;
+  r.h.id = request.h.id;
+  return r;
+}
+inline message failure(const message& request, const std::string& why) {
+  message r = reply_to(request, kind::failed);
+  r.frames.push_back(frame_of(why));
+  return r;
+}
+
+}  // namespace tessel::ps

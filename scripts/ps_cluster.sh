@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Starts a local parameter-server cluster: the same program as every task (the ps tasks, the
+# workers and the chief), on 127.0.0.1, each with its own TF_CONFIG, as a cluster manager would
+# start them one by one. The ps and worker tasks run in the background, their lines prefixed
+# with the task ("[worker 1] ..."); the chief in the foreground. When the chief ends, the others
+# are stopped, and the script exits with the chief's status.
+#
+#   scripts/ps_cluster.sh [--workers N] [--ps N] [--port P] [--respawn] [--timeout S] program [args]
+#
+#   --workers N   worker tasks (default 2)          --ps N      ps tasks (default 1)
+#   --port P      the first port; the tasks take P, P+1, ... (default: one drawn from 20000-49999)
+#   --respawn     start a worker again (same TF_CONFIG, TESSEL_RESTARTED=1) when it dies, as a
+#                 cluster manager's restart policy does
+#   --timeout S   stop the chief after S seconds (default 600)
+set -u
+workers=2 ps=1 port=$((20000 + RANDOM % 30000)) respawn=0 timeout_s=600
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --workers) workers=$2; shift 2 ;;
+    --ps) ps=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --respawn) respawn=1; shift ;;
+    --timeout) timeout_s=$2; shift 2 ;;
+    --) shift; break ;;
+    -*) echo "ps_cluster.sh: unknown option $1" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+if [[ $# -lt 1 ]]; then
+  echo "usage: scripts/ps_cluster.sh [--workers N] [--ps N] [--port P] [--respawn] [--timeout S] program [args]" >&2
+  exit 2
+fi
+if [[ $workers -lt 1 || $ps -lt 1 ]]; then
+  echo "ps_cluster.sh: a cluster needs at least one worker and one ps task" >&2
+  exit 2
+fi
+
+addresses() {  # first count
+  local list="" i
+  for ((i = 0; i < $2; i++)); do list+="${list:+, }\"127.0.0.1:$(($1 + i))\""; done
+  echo "$list"
+}
+chief_list=$(addresses "$port" 1)
+worker_list=$(addresses $((port + 1)) "$workers")
+ps_list=$(addresses $((port + 1 + workers)) "$ps")
+cluster="{\"chief\": [$chief_list], \"worker\": [$worker_list], \"ps\": [$ps_list]}"
+config() { echo "{\"cluster\": $cluster, \"task\": {\"type\": \"$1\", \"index\": $2}}"; }
+
+pids=()
+start_task() {  # type index
+  local type=$1 index=$2
+  (
+    restarted=0
+    while :; do
+      TF_CONFIG=$(config "$type" "$index") TESSEL_RESTARTED=$restarted "${@:3}" 2>&1 |
+        sed -u "s/^/[$type $index] /"
+      status=${PIPESTATUS[0]}
+      if [[ $status -eq 0 || $respawn -eq 0 || $type != worker ]]; then exit "$status"; fi
+      echo "[ps_cluster] $type $index exited with status $status; starting it again"
+      restarted=1
+      sleep 0.5
+    done
+  ) &
+  pids+=($!)
+}
+for ((i = 0; i < ps; i++)); do start_task ps "$i" "$@"; done
+for ((i = 0; i < workers; i++)); do start_task worker "$i" "$@"; done
+
+# Each task's subshell first (so that it starts nothing again), then its pipeline.
+stop_all() {
+  local p kids
+  for p in "${pids[@]}"; do
+    kids=$(pgrep -P "$p")
+    kill -TERM "$p" 2>/dev/null
+    [[ -n $kids ]] && kill -TERM $kids 2>/dev/null
+  done
+  wait 2>/dev/null
+}
+TF_CONFIG=$(config chief 0) timeout "$timeout_s" "$@"
+status=$?
+stop_all
+exit "$status"

@@ -1,0 +1,162 @@
+// Asynchronous training with parameter servers (ps.hpp), every task this program, started by
+// scripts/ps_cluster.sh with its TF_CONFIG. argv[1] says what the chief checks:
+//   equal     1 worker, 2 ps: with one worker the updates are sequential (staleness 0), so the
+//             variables, partitioned over the ps tasks, end as one device's trained on the same
+//             batches in the same order; every batch trained once, each ps applied each once.
+//   failures  2 workers, 2 ps, --respawn: worker 1 is killed (SIGKILL) right after it pushed its
+//             3rd batch, before it reported it; the chief gives the batch to another worker, the
+//             ps tasks refuse its second push, worker 1 starts again and rejoins; every batch is
+//             trained exactly once (the trained indices are 0..N-1, each ps applied N updates).
+//   ps_lost   1 worker, 2 ps: ps 1 is killed 2 s in; the chief ends the job with a message
+//             naming ps 1 and its address (checked by the CMake script).
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <tessel/ps.hpp>
+#include <tessel/tessel.hpp>
+#include <thread>
+#include <vector>
+
+namespace {
+using namespace tessel;
+using namespace tessel::layers;
+using model_t = sequential<one_device, input<12>, dense<32, {.activation = "relu"}>,
+                           dense<4, {.activation = "softmax"}>>;
+using dataset_t = dataset<float, std::int32_t>;
+
+int failures = 0;
+void check(bool ok, const std::string& what) {
+  std::printf("%s: %s\n", ok ? "ok" : "FAILED", what.c_str());
+  if (!ok) ++failures;
+}
+
+// 512 samples of 12 features and a label from 4 classes, the same on every task.
+dataset_t make_dataset() {
+  array<float> x({512, 12});
+  array<std::int32_t> y({512});
+  for (std::size_t i = 0; i < 512; ++i) {
+    float s = 0;
+    for (std::size_t j = 0; j < 12; ++j) {
+      const float v = std::sin(0.37f * static_cast<float>(i * 12 + j));
+      x.values[i * 12 + j] = v;
+      s += v * static_cast<float>(j % 3);
+    }
+    y.values[i] = static_cast<std::int32_t>(static_cast<int>(std::fabs(s) * 3.0f) % 4);
+  }
+  return from_tensor_slices(std::move(x), std::move(y)).shuffle(512, 7).batch(16);
+}
+
+double worst_difference(const std::vector<array<float>>& a, const std::vector<array<float>>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t k = 0; k < a[i].values.size(); ++k)
+      worst = std::max(worst, std::fabs(static_cast<double>(a[i].values[k]) - b[i].values[k]) /
+                                  std::max(1e-3, std::fabs(static_cast<double>(b[i].values[k]))));
+  return worst;
+}
+
+// The chief's checks that every batch was trained exactly once.
+void exactly_once(ps::cluster_coordinator<model_t, dataset_t>& coord, std::size_t n) {
+  const ps::coordinator_stats& s = coord.stats();
+  std::vector<std::uint64_t> trained = s.trained;
+  std::sort(trained.begin(), trained.end());
+  bool once = trained.size() == n;
+  for (std::size_t i = 0; once && i < n; ++i) once = trained[i] == i;
+  check(once, "the chief's trained batches are 0.." + std::to_string(n - 1) + ", each once (" +
+                  std::to_string(s.trained.size()) + " reported)");
+  for (std::size_t p = 0; p < s.ps_applied.size(); ++p)
+    check(s.ps_applied[p] == n, "ps " + std::to_string(p) + " applied " +
+                                    std::to_string(s.ps_applied[p]) + " updates, one per batch");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "equal";
+  const bool restarted = std::getenv("TESSEL_RESTARTED") != nullptr &&
+                         std::string(std::getenv("TESSEL_RESTARTED")) == "1";
+  // Each task is a process of its own (no mpiexec): the runtime starts as a job of one.
+  tessel::initialize guard(argc, argv);
+  try {
+    ps::strategy_options options{.variable_partitioner = ps::fixed_shards_partitioner{2}};
+    options.worker_timeout = std::chrono::milliseconds(1500);
+    options.ps_timeout = std::chrono::milliseconds(5000);
+    options.chief_timeout = std::chrono::milliseconds(10000);
+    ps::parameter_server_strategy strategy(ps::cluster_from_environment(), options);
+    model_t model;
+    model.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+    const std::vector<array<float>> initial = model.get_weights();
+    ps::cluster_coordinator<model_t, dataset_t> coord(strategy, model, make_dataset);
+
+    if (!strategy.is_chief()) {
+      const bool ps_task = strategy.task_type() == ps::role::ps;
+      if (mode == "ps_lost" && ps_task && strategy.task_index() == 1)
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::seconds(2));
+          ::raise(SIGKILL);
+        }).detach();
+      ps::worker_callbacks callbacks;
+      if (mode == "failures" || mode == "ps_lost")
+        callbacks.on_train_batch_begin = [](std::uint64_t) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        };
+      if (mode == "failures" && !ps_task && strategy.task_index() == 1 && !restarted) {
+        auto count = std::make_shared<int>(0);
+        callbacks.on_train_batch_end = [count](std::uint64_t) {
+          if (++*count == 3) ::raise(SIGKILL);
+        };
+      }
+      coord.set_worker_callbacks(callbacks);
+      return coord.serve();
+    }
+
+    std::printf("%s", coord.explain().c_str());
+    if (mode == "equal") {
+      const history h = coord.fit({.epochs = 3, .steps_per_epoch = 32, .verbose = 1});
+      check(h.history.at("loss").back() < h.history.at("loss").front(),
+            "the loss falls over 3 epochs");
+      check(h.history.at("staleness").back() == 0, "one worker: staleness 0");
+      model_t reference;
+      reference.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+      reference.set_weights(initial);
+      const dataset_t ds = make_dataset();
+      for (int epoch = 0; epoch < 3; ++epoch)
+        for (const auto& [x, y] : ds) reference.train_on_batch(x, y);
+      const double worst = worst_difference(model.get_weights(), reference.get_weights());
+      std::printf("one worker against one device: worst relative weight difference %.2e\n",
+                  worst);
+      check(worst <= 1e-5, "one worker, variables on 2 ps tasks in shards, equals one device");
+      exactly_once(coord, 96);
+    } else if (mode == "failures") {
+      const history h = coord.fit({.epochs = 3, .steps_per_epoch = 32, .verbose = 0});
+      std::printf("losses per epoch: %.4f %.4f %.4f, mean staleness %.2f\n",
+                  h.history.at("loss")[0], h.history.at("loss")[1], h.history.at("loss")[2],
+                  h.history.at("staleness")[2]);
+      const ps::coordinator_stats& s = coord.stats();
+      check(s.workers_lost == 1 && s.workers_rejoined == 1 && s.batches_reassigned == 1,
+            "one worker lost, rejoined, its batch reassigned (lost " +
+                std::to_string(s.workers_lost) + ", rejoined " +
+                std::to_string(s.workers_rejoined) + ", reassigned " +
+                std::to_string(s.batches_reassigned) + ")");
+      for (std::size_t p = 0; p < s.ps_refused.size(); ++p)
+        check(s.ps_refused[p] == 1, "ps " + std::to_string(p) +
+                                        " refused the lost worker's batch pushed again (" +
+                                        std::to_string(s.ps_refused[p]) + ")");
+      exactly_once(coord, 96);
+    } else if (mode == "ps_lost") {
+      (void)coord.fit({.epochs = 1000, .steps_per_epoch = 32, .verbose = 0});
+      check(false, "the job ends when a ps is lost");
+    }
+    coord.shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ps_train_test: %s\n", e.what());
+    return 1;
+  }
+  std::printf("ps_train_test %s: %d failed\n", mode.c_str(), failures);
+  return failures == 0 ? 0 : 1;
+}
