@@ -9,6 +9,8 @@
 //             trained exactly once (the trained indices are 0..N-1, each ps applied N updates).
 //   ps_lost   1 worker, 2 ps: ps 1 is killed 2 s in; the chief ends the job with a message
 //             naming ps 1 and its address (checked by the CMake script).
+//   unreachable  run as a worker whose ps tasks do not exist: it gives up after 1 s, naming
+//             the ps and its address.
 #include <signal.h>
 #include <unistd.h>
 
@@ -87,11 +89,13 @@ int main(int argc, char** argv) {
     options.worker_timeout = std::chrono::milliseconds(1500);
     options.ps_timeout = std::chrono::milliseconds(5000);
     options.chief_timeout = std::chrono::milliseconds(10000);
+    if (mode == "unreachable") options.connect_timeout = std::chrono::milliseconds(1000);
     ps::parameter_server_strategy strategy(ps::cluster_from_environment(), options);
     model_t model;
     model.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
     const std::vector<array<float>> initial = model.get_weights();
-    ps::cluster_coordinator<model_t, dataset_t> coord(strategy, model, make_dataset);
+    ps::cluster_coordinator<model_t, dataset_t> coord(strategy, model);
+    coord.create_per_worker_dataset(make_dataset);
 
     if (!strategy.is_chief()) {
       const bool ps_task = strategy.task_type() == ps::role::ps;
@@ -117,9 +121,13 @@ int main(int argc, char** argv) {
 
     std::printf("%s", coord.explain().c_str());
     if (mode == "equal") {
-      const history h = coord.fit({.epochs = 3, .steps_per_epoch = 32, .verbose = 1});
+      const history h = coord.fit(
+          {.epochs = 3, .steps_per_epoch = 32, .verbose = 1, .validation_data = make_dataset()});
       check(h.history.at("loss").back() < h.history.at("loss").front(),
             "the loss falls over 3 epochs");
+      check(h.history.count("val_loss") && h.history.at("val_loss").size() == 3 &&
+                h.history.at("val_loss").back() < h.history.at("val_loss").front(),
+            "validation on the chief each epoch, its loss falling");
       check(h.history.at("staleness").back() == 0, "one worker: staleness 0");
       model_t reference;
       reference.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});

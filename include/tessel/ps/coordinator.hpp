@@ -108,11 +108,15 @@ class remote_value {
   std::function<void()> wait_;
 };
 
+template <class Dataset>
 struct ps_fit_options {
   std::size_t epochs = 1;
   // Steps (batches) per epoch; 0: the dataset's cardinality, which must then be known.
   std::size_t steps_per_epoch = 0;
   int verbose = 1;
+  // Evaluated on the chief at the end of each epoch, with the variables the ps tasks hold then
+  // (logged as val_loss and the compiled metrics with val_).
+  std::optional<Dataset> validation_data = std::nullopt;
 };
 
 // Called on a worker around each training step with the batch's global index (as Keras's
@@ -136,7 +140,8 @@ struct coordinator_stats {
 template <class Model, class Dataset>
 class cluster_coordinator {
  public:
-  cluster_coordinator(parameter_server_strategy& s, Model& model, std::function<Dataset()> fn)
+  cluster_coordinator(parameter_server_strategy& s, Model& model,
+                      std::function<Dataset()> fn = {})
       : strategy_(s), model_(model), dataset_fn_(std::move(fn)) {
     const auto tree = model_.state_tree_view();
     for (const auto& v : tree.trainable_variables) {
@@ -154,6 +159,11 @@ class cluster_coordinator {
     placement_ = place(shapes_, names_, s.options().variable_partitioner, s.num_ps());
     if (strategy_.is_chief()) start_chief();
   }
+
+  // coordinator.create_per_worker_dataset(fn): each worker builds its dataset with fn (the same
+  // elements in the same order on every worker: a batch is found by its index). Call on every
+  // process before serve() and fit().
+  void create_per_worker_dataset(std::function<Dataset()> fn) { dataset_fn_ = std::move(fn); }
 
   // Set on every process before serve(); only the workers call them.
   void set_worker_callbacks(worker_callbacks c) { callbacks_ = std::move(c); }
@@ -191,9 +201,11 @@ class cluster_coordinator {
   // model.fit under the strategy: epochs of steps_per_epoch batches, scheduled on the workers,
   // with Keras's progress bar; the history holds each epoch's mean loss and staleness. At the
   // end the chief's model holds the trained variables.
-  history fit(const ps_fit_options& o) {
+  history fit(const ps_fit_options<Dataset>& o) {
     std::size_t steps = o.steps_per_epoch;
     if (steps == 0) {
+      if (!dataset_fn_)
+        throw value_error("fit: no dataset; call create_per_worker_dataset(fn) first");
       const auto n = dataset_fn_().cardinality();
       if (!n || *n == data::infinite_cardinality)
         throw value_error("fit: the dataset's size is unknown (or infinite); give "
@@ -222,11 +234,19 @@ class cluster_coordinator {
         if (ready != shown) {
           loss = sum / static_cast<double>(ready);
           stale = stale_sum / static_cast<double>(ready);
-          bar.update(ready, {{"loss", loss}, {"staleness", stale}});
+          // The last update waits for the validation, as Keras's bar ends with val_ logs.
+          if (ready < steps) bar.update(ready, {{"loss", loss}, {"staleness", stale}});
           shown = ready;
         }
       }
-      h.on_epoch_end(e, {{"loss", loss}, {"staleness", stale}});
+      logs epoch_logs{{"loss", loss}, {"staleness", stale}};
+      if (o.validation_data) {
+        pull_into_model();
+        for (const auto& [name, value] : model_.evaluate(*o.validation_data, 0))
+          epoch_logs.emplace_back("val_" + name, value);
+      }
+      bar.update(steps, epoch_logs);
+      h.on_epoch_end(e, epoch_logs);
     }
     pull_into_model();
     return h;
@@ -571,6 +591,9 @@ class cluster_coordinator {
   int serve_worker() {
     const cluster_spec& c = strategy_.cluster();
     const auto& o = strategy_.options();
+    if (!dataset_fn_)
+      throw value_error("worker: no dataset; call create_per_worker_dataset(fn) on every task "
+                        "before serve()");
     cursor data{dataset_fn_(), 0, std::nullopt, 0, 0};
     const auto n = data.ds.cardinality();
     if (!n || *n == 0 || *n == data::infinite_cardinality)
