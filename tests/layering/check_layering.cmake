@@ -3,7 +3,7 @@
 #   1 core (standard library only)   2 random, shared vocabulary   3 backend, comm, tensor
 #   4 runtime
 #   5 layers, losses, metrics, optimizers   6 distribution   7 model, data, io, saving   8 trainer
-#   9 strategy
+#   9 strategy, ps
 # plus: data/ needs no MPI (neither <mpi.h> nor comm/ or runtime/); backend/ includes nothing of
 # comm/ (a communicator may use a backend's context: the other way would make the two a circle);
 # core/ includes no library outside the standard one. Usage: cmake -DROOT=<dir holding tessel/> -P check_layering.cmake
@@ -25,6 +25,7 @@ set(group_io 7)
 set(group_saving 7)
 set(group_trainer 8)
 set(group_strategy 9)
+set(group_ps 9)
 # The headers at the top of include/tessel: umbrellas and the group-5 headers.
 set(group_core.hpp 1)
 set(group_layers.hpp 5)
@@ -33,6 +34,7 @@ set(group_metrics.hpp 5)
 set(group_optimizers.hpp 5)
 set(group_state.hpp 5)
 set(group_tessel.hpp 10)
+set(group_ps.hpp 10)
 
 # The group of a path relative to ROOT/tessel ("comm/watchdog.hpp", "losses.hpp").
 function(group_of rel out)

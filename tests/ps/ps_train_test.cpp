@@ -9,6 +9,10 @@
 //             trained exactly once (the trained indices are 0..N-1, each ps applied N updates).
 //   ps_lost   1 worker, 2 ps: ps 1 is killed 2 s in; the chief ends the job with a message
 //             naming ps 1 and its address (checked by the CMake script).
+//   resume    1 worker, 2 ps, a backup_dir (argv[2]): the first run's chief is killed after
+//             epoch 2's backup; run again, it restores the variables and Adam's slots into the
+//             ps tasks and trains epoch 3, ending equal to one device's 3 uninterrupted epochs,
+//             with batches 64..95 trained in the second run, each once.
 //   unreachable  run as a worker whose ps tasks do not exist: it gives up after 1 s, naming
 //             the ps and its address.
 #include <signal.h>
@@ -19,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <tessel/ps.hpp>
 #include <tessel/tessel.hpp>
@@ -96,6 +101,17 @@ int main(int argc, char** argv) {
     const std::vector<array<float>> initial = model.get_weights();
     ps::cluster_coordinator<model_t, dataset_t> coord(strategy, model);
     coord.create_per_worker_dataset(make_dataset);
+    // A function of the user's, defined on every task: the loss of its batch with the variables
+    // the ps tasks hold now, nothing pushed.
+    const std::size_t batch_loss = coord.define([](auto& ctx) {
+      ctx.pull();
+      auto& m = ctx.model();
+      const auto tree = m.state_tree_view();
+      return m
+          .value_and_grad(tree.trainable_variables, tree.non_trainable_variables, ctx.batch().first,
+                          ctx.batch().second)
+          .loss;
+    });
 
     if (!strategy.is_chief()) {
       const bool ps_task = strategy.task_type() == ps::role::ps;
@@ -136,10 +152,29 @@ int main(int argc, char** argv) {
       for (int epoch = 0; epoch < 3; ++epoch)
         for (const auto& [x, y] : ds) reference.train_on_batch(x, y);
       const double worst = worst_difference(model.get_weights(), reference.get_weights());
-      std::printf("one worker against one device: worst relative weight difference %.2e\n",
-                  worst);
+      std::printf("one worker against one device: worst relative weight difference %.2e\n", worst);
       check(worst <= 1e-5, "one worker, variables on 2 ps tasks in shards, equals one device");
       exactly_once(coord, 96);
+      // The user's function on the next 4 batches (96..99: pass 3, positions 0..3), against the
+      // chief's own loss of those batches with the trained variables.
+      std::vector<ps::remote_value> losses;
+      for (int i = 0; i < 4; ++i) losses.push_back(coord.schedule(batch_loss));
+      coord.join();
+      check(coord.done(), "join waits for every scheduled function");
+      ds.set_iterations(3);
+      std::size_t k = 0;
+      double worst_loss = 0;
+      for (const auto& [x, y] : ds) {
+        if (k == 4) break;
+        const auto tree = model.state_tree_view();
+        const double expected =
+            model.value_and_grad(tree.trainable_variables, tree.non_trainable_variables, x, y).loss;
+        worst_loss = std::max(worst_loss, std::fabs(losses[k++].fetch() - expected));
+      }
+      check(worst_loss <= 1e-6,
+            "a user's function scheduled on the workers returns the loss "
+            "of its batch (worst difference " +
+                std::to_string(worst_loss) + ")");
     } else if (mode == "failures") {
       const history h = coord.fit({.epochs = 3, .steps_per_epoch = 32, .verbose = 0});
       std::printf("losses per epoch: %.4f %.4f %.4f, mean staleness %.2f\n",
@@ -156,6 +191,38 @@ int main(int argc, char** argv) {
                                         " refused the lost worker's batch pushed again (" +
                                         std::to_string(s.ps_refused[p]) + ")");
       exactly_once(coord, 96);
+    } else if (mode == "resume") {
+      const std::filesystem::path dir = argc > 2 ? argv[2] : "ps_backup";
+      const bool second = std::filesystem::exists(dir / "position.json");
+      (void)coord.fit({.epochs = 3,
+                       .steps_per_epoch = 32,
+                       .verbose = 0,
+                       .backup_dir = dir,
+                       .on_epoch_end = [&](std::size_t e, const logs&) {
+                         if (!second && e == 1) ::raise(SIGKILL);
+                       }});
+      check(second, "the second run found the first's backup");
+      model_t reference;
+      reference.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+      reference.set_weights(initial);
+      const dataset_t ds = make_dataset();
+      for (int epoch = 0; epoch < 3; ++epoch)
+        for (const auto& [x, y] : ds) reference.train_on_batch(x, y);
+      const double worst = worst_difference(model.get_weights(), reference.get_weights());
+      std::printf(
+          "resumed after 2 epochs against one device's 3: worst relative weight "
+          "difference %.2e\n",
+          worst);
+      check(worst <= 1e-5, "resumed from the backup, training ends as one device's");
+      const ps::coordinator_stats& s = coord.stats();
+      std::vector<std::uint64_t> trained = s.trained;
+      std::sort(trained.begin(), trained.end());
+      bool last = trained.size() == 32;
+      for (std::size_t i = 0; last && i < 32; ++i) last = trained[i] == 64 + i;
+      check(last, "the second run trained batches 64..95, each once");
+      check(!std::filesystem::exists(dir / "position.json") &&
+                !std::filesystem::exists(dir / "checkpoint.weights.h5"),
+            "the backup's files are removed when fit completes");
     } else if (mode == "ps_lost") {
       (void)coord.fit({.epochs = 1000, .steps_per_epoch = 32, .verbose = 0});
       check(false, "the job ends when a ps is lost");

@@ -111,7 +111,9 @@ TEST_CASE("ps partitioners: TensorFlow's shard counts", "[ps]") {
 
   CHECK_THAT(message_of([] { (void)ps::num_shards(ps::fixed_shards_partitioner{0}, {4}); }),
              Contains("fixed_shards_partitioner: num_shards is 0"));
-  CHECK_THAT(message_of([] { (void)ps::num_shards(ps::min_size_partitioner{4, 0}, {4}); }),
+  CHECK_THAT(message_of([] {
+               (void)ps::num_shards(ps::min_size_partitioner{4, 0}, {4});
+             }),
              Contains("min_size_partitioner: max_shards is 0"));
   CHECK_THAT(message_of([] { (void)ps::num_shards(ps::max_size_partitioner{}, {4}); }),
              Contains("max_size_partitioner: max_shard_bytes is 0"));
@@ -155,6 +157,5 @@ TEST_CASE("ps placement: balanced by bytes, equal shards round-robin, printed", 
   CHECK_THAT(text, Contains("dense/kernel"));
   CHECK_THAT(text, Contains("shard 3 rows 588-784 (196, 256)"));
   CHECK_THAT(text, Contains("ps 1 holds"));
-  CHECK_THAT(message_of([] { (void)ps::place({{4}}, {"v"}, {}, 0); }),
-             Contains("needs a ps task"));
+  CHECK_THAT(message_of([] { (void)ps::place({{4}}, {"v"}, {}, 0); }), Contains("needs a ps task"));
 }

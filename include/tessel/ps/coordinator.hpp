@@ -18,11 +18,15 @@
 //   tessel::ps::cluster_coordinator coord(strategy, model, [] { return make_dataset(); });
 //   if (!strategy.is_chief()) return coord.serve();   // ps and workers serve until the end
 //   const auto history = coord.fit({.epochs = 3, .steps_per_epoch = 100});
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -117,6 +121,13 @@ struct ps_fit_options {
   // Evaluated on the chief at the end of each epoch, with the variables the ps tasks hold then
   // (logged as val_loss and the compiled metrics with val_).
   std::optional<Dataset> validation_data = std::nullopt;
+  // Keras's BackupAndRestore(backup_dir) on the chief: at the end of each epoch the variables
+  // and the optimizer's state (gathered from the ps tasks into a Keras .weights.h5 file) and the
+  // position; a fit that finds them resumes after the last epoch saved, the ps tasks given the
+  // saved state. Its two files are removed when fit completes.
+  std::optional<std::filesystem::path> backup_dir = std::nullopt;
+  // Called on the chief after each epoch (after its backup): Keras's on_epoch_end.
+  std::function<void(std::size_t, const logs&)> on_epoch_end = {};
 };
 
 // Called on a worker around each training step with the batch's global index (as Keras's
@@ -134,14 +145,53 @@ struct coordinator_stats {
   double mean_staleness = 0;
 };
 
+template <class Model, class Dataset>
+class cluster_coordinator;
+
+// What a scheduled function is given on the worker that runs it: the batch the chief assigned
+// it (exactly once: a batch whose worker is lost is given to another), the worker's model, and
+// the ps tasks, to pull the variables and push gradients.
+template <class Model, class Dataset>
+class worker_context {
+ public:
+  using element_type = typename Dataset::element_type;
+  // The global index of this call's batch (in the dataset repeated), and the batch.
+  [[nodiscard]] std::uint64_t batch_index() const noexcept { return index_; }
+  [[nodiscard]] const element_type& batch() const { return batch_; }
+  [[nodiscard]] Model& model() noexcept { return model_; }
+  // The model gets the variables the ps tasks hold now.
+  void pull() { coord_.pull_into(model_, ps_, versions_); }
+  // Pushes one gradient per trainable variable (get_weights' order) to the ps tasks, each shard
+  // to its ps, tagged with this call's batch: a ps applies a batch's gradient once. Returns the
+  // staleness (the most updates a ps had applied since the pull).
+  std::uint64_t push_gradients(std::vector<std::vector<float>> grads) {
+    staleness_ = std::max(staleness_, coord_.push(ps_, std::move(grads), index_, versions_));
+    return staleness_;
+  }
+  [[nodiscard]] std::uint64_t staleness() const noexcept { return staleness_; }
+
+ private:
+  friend class cluster_coordinator<Model, Dataset>;
+  worker_context(cluster_coordinator<Model, Dataset>& c, Model& m,
+                 std::vector<std::unique_ptr<connection>>& ps, std::uint64_t index,
+                 const element_type& batch)
+      : coord_(c), model_(m), ps_(ps), index_(index), batch_(batch) {}
+  cluster_coordinator<Model, Dataset>& coord_;
+  Model& model_;
+  std::vector<std::unique_ptr<connection>>& ps_;
+  std::uint64_t index_;
+  const element_type& batch_;
+  std::vector<std::uint64_t> versions_;
+  std::uint64_t staleness_ = 0;
+};
+
 // The ClusterCoordinator, and the loops of the ps and worker tasks. Model is a one-device
 // tessel model whose weights are all trainable; Dataset a tessel::dataset of batches that every
 // worker builds alike (each batch is found by its index in the data set, repeated).
 template <class Model, class Dataset>
 class cluster_coordinator {
  public:
-  cluster_coordinator(parameter_server_strategy& s, Model& model,
-                      std::function<Dataset()> fn = {})
+  cluster_coordinator(parameter_server_strategy& s, Model& model, std::function<Dataset()> fn = {})
       : strategy_(s), model_(model), dataset_fn_(std::move(fn)) {
     const auto tree = model_.state_tree_view();
     for (const auto& v : tree.trainable_variables) {
@@ -151,12 +201,22 @@ class cluster_coordinator {
     std::size_t non_trainable = 0;
     for (const auto& v : tree.non_trainable_variables) non_trainable += v.is_tensor() ? 1 : 0;
     if (non_trainable > 0)
-      throw value_error("ParameterServerStrategy: the model has " +
-                        std::to_string(non_trainable) +
+      throw value_error("ParameterServerStrategy: the model has " + std::to_string(non_trainable) +
                         " non-trainable weights (batch normalization's statistics); the ps tasks "
                         "hold trainable variables only, so train this model with "
                         "mirrored_strategy or multi_worker_mirrored_strategy");
     placement_ = place(shapes_, names_, s.options().variable_partitioner, s.num_ps());
+    define([](worker_context<Model, Dataset>& ctx) {
+      ctx.pull();
+      auto& m = ctx.model();
+      const auto tree = m.state_tree_view();
+      const auto r = m.value_and_grad(tree.trainable_variables, tree.non_trainable_variables,
+                                      ctx.batch().first, ctx.batch().second);
+      std::vector<std::vector<float>> grads;
+      for (const auto& g : r.grads) grads.push_back(g.numpy());
+      ctx.push_gradients(std::move(grads));
+      return r.loss;
+    });
     if (strategy_.is_chief()) start_chief();
   }
 
@@ -172,6 +232,17 @@ class cluster_coordinator {
   [[nodiscard]] std::string explain() const { return placement_.explain(); }
   [[nodiscard]] const placement& variable_placement() const noexcept { return placement_; }
 
+  // A function the chief can schedule on the workers: fn(context) returns a number (a loss),
+  // which the remote_value gives. Define the same functions in the same order on every task
+  // (the program is the same): the id is the place in that order. Function 0, defined by the
+  // constructor, is the training step: pull, the loss and gradients of the batch, push.
+  using function = std::function<double(worker_context<Model, Dataset>&)>;
+  std::size_t define(function fn) {
+    functions_.push_back(std::move(fn));
+    return functions_.size() - 1;
+  }
+  static constexpr std::size_t train_step = 0;
+
   // On a ps or worker task: serves until the chief ends the job; returns the exit status.
   int serve() {
     const cluster_spec& c = strategy_.cluster();
@@ -180,11 +251,14 @@ class cluster_coordinator {
     throw value_error("cluster_coordinator::serve: the chief schedules; it does not serve");
   }
 
-  // coordinator.schedule(train_step): a training step on the next batch, run on some free
-  // worker; returns at once.
-  remote_value schedule() {
+  // coordinator.schedule(fn): function `fn` (train_step unless given) on the next batch, run on
+  // some free worker; returns at once.
+  remote_value schedule(std::size_t fn = train_step) {
+    if (fn >= functions_.size())
+      throw value_error("schedule: no function " + std::to_string(fn) + "; " +
+                        std::to_string(functions_.size()) + " are defined");
     auto st = std::make_shared<remote_value::state>();
-    pending_.push_back({next_index_++, st});
+    pending_.push_back({next_index_++, fn, st});
     pump(std::chrono::milliseconds(0));
     return remote_value(st, [this] { pump(std::chrono::milliseconds(50)); });
   }
@@ -208,13 +282,16 @@ class cluster_coordinator {
         throw value_error("fit: no dataset; call create_per_worker_dataset(fn) first");
       const auto n = dataset_fn_().cardinality();
       if (!n || *n == data::infinite_cardinality)
-        throw value_error("fit: the dataset's size is unknown (or infinite); give "
-                          "steps_per_epoch, as ParameterServerStrategy requires");
+        throw value_error(
+            "fit: the dataset's size is unknown (or infinite); give "
+            "steps_per_epoch, as ParameterServerStrategy requires");
       steps = *n;
     }
     history h;
     h.on_train_begin({});
-    for (std::size_t e = 0; e < o.epochs; ++e) {
+    std::size_t first_epoch = 0;
+    if (o.backup_dir) first_epoch = restore_backup(*o.backup_dir, steps);
+    for (std::size_t e = first_epoch; e < o.epochs; ++e) {
       if (o.verbose) std::printf("Epoch %zu/%zu\n", e + 1, o.epochs);
       progbar bar(steps, 20, o.verbose);
       std::vector<remote_value> values;
@@ -247,8 +324,11 @@ class cluster_coordinator {
       }
       bar.update(steps, epoch_logs);
       h.on_epoch_end(e, epoch_logs);
+      if (o.backup_dir) save_backup(*o.backup_dir, e + 1, steps);
+      if (o.on_epoch_end) o.on_epoch_end(e, epoch_logs);
     }
     pull_into_model();
+    if (o.backup_dir) remove_backup(*o.backup_dir);
     return h;
   }
 
@@ -298,6 +378,7 @@ class cluster_coordinator {
   using clock = std::chrono::steady_clock;
   struct task {
     std::uint64_t index;
+    std::size_t function;
     std::shared_ptr<remote_value::state> result;
   };
   struct worker_state {
@@ -315,7 +396,13 @@ class cluster_coordinator {
     quiet(*router_);
     router_->bind(bind_endpoint(c.address()));
     chief_ps_ = connect_ps();
-    // The chief's model's initial values, partitioned, to their ps tasks.
+    create_variables();
+    last_ps_check_ = clock::now();
+  }
+
+  // The chief's model's values, partitioned, to their ps tasks (which start over: no optimizer
+  // state, no batches applied).
+  void create_variables() {
     const auto weights = model_.get_weights();
     for (int p = 0; p < strategy_.num_ps(); ++p) {
       nlohmann::json shards = nlohmann::json::array();
@@ -326,19 +413,146 @@ class cluster_coordinator {
         const shard_placement& s = placement_.shards[i];
         std::vector<std::size_t> shape = shapes_[s.variable];
         if (!shape.empty()) shape[0] = s.rows;
-        shards.push_back({{"path", names_[s.variable] + "/shard_" + std::to_string(s.shard)},
-                          {"shape", shape}});
+        shards.push_back(
+            {{"path", names_[s.variable] + "/shard_" + std::to_string(s.shard)}, {"shape", shape}});
         const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
         m.frames.push_back(frame_of(std::span<const float>(
             weights[s.variable].values.data() + s.first_row * per_row, s.values)));
       }
-      const nlohmann::json description = {
-          {"optimizer", to_json(model_.get_optimizer().spec())}, {"shards", shards}};
+      const nlohmann::json description = {{"optimizer", to_json(model_.get_optimizer().spec())},
+                                          {"shards", shards}};
       m.frames[0] = frame_of(description.dump());
       (void)chief_ps_[static_cast<std::size_t>(p)]->call(std::move(m),
                                                          strategy_.options().ps_timeout);
     }
-    last_ps_check_ = clock::now();
+  }
+
+  // ---- checkpoints ------------------------------------------------------------------------------
+
+  template <class B>
+  static B backend_of(const state_tree<B>&);
+
+  // The ps tasks' variables and optimizer state put together in the chief's model: its weights,
+  // and its optimizer's slots at full size (each variable's shards along dimension 0).
+  void pull_state_into_model() {
+    model_.set_weights(pull(chief_ps_));
+    auto tree = model_.get_state_tree();  // builds the optimizer's slots
+    using B = decltype(backend_of(tree));
+    auto& opt = tree.optimizer_variables;
+    const std::size_t k = shapes_.empty() ? 0 : (opt.size() - 2) / shapes_.size();
+    std::vector<std::vector<float>> slots(shapes_.size() * k);
+    for (std::size_t i = 0; i < slots.size(); ++i) slots[i].resize(opt[2 + i].tensor().size());
+    for (std::size_t p = 0; p < chief_ps_.size(); ++p) {
+      message m;
+      m.h.what = kind::state;
+      const message r = chief_ps_[p]->call(std::move(m), strategy_.options().ps_timeout);
+      const auto mine = placement_.shards_of(static_cast<int>(p));
+      if (r.frames.size() != 1 + mine.size() * (1 + k))
+        throw task_lost(chief_ps_[p]->name() + " at " + chief_ps_[p]->address() +
+                        " sent a state of " + std::to_string(r.frames.size()) + " frames");
+      if (p == 0) {
+        opt[0].value = static_cast<std::int64_t>(r.h.a);
+        opt[1].value = nlohmann::json::parse(text_of(r.frames[0]))["learning_rate"].get<double>();
+      }
+      for (std::size_t q = 0; q < mine.size(); ++q) {
+        const shard_placement& s = placement_.shards[mine[q]];
+        const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
+        for (std::size_t j = 0; j < k; ++j) {
+          const auto values = floats_of(r.frames[1 + mine.size() + q * k + j]);
+          std::copy(values.begin(), values.end(),
+                    slots[s.variable * k + j].begin() +
+                        static_cast<std::ptrdiff_t>(s.first_row * per_row));
+        }
+      }
+    }
+    for (std::size_t i = 0; i < slots.size(); ++i)
+      B::upload(std::span<const float>(slots[i]), opt[2 + i].tensor().local());
+    model_.set_state_tree(tree);
+  }
+
+  // The chief model's weights and optimizer state to the ps tasks, each its shards.
+  void push_state_from_model() {
+    create_variables();
+    const auto tree = model_.get_state_tree();
+    const auto& opt = tree.optimizer_variables;
+    const std::size_t k = shapes_.empty() ? 0 : (opt.size() - 2) / shapes_.size();
+    auto weights = std::make_shared<const std::vector<array<float>>>(model_.get_weights());
+    std::vector<std::vector<float>> slots;
+    for (std::size_t i = 2; i < opt.size(); ++i) slots.push_back(opt[i].numpy());
+    for (std::size_t p = 0; p < chief_ps_.size(); ++p) {
+      message m;
+      m.h.what = kind::restore;
+      m.h.a = static_cast<std::uint64_t>(opt[0].integer());
+      m.frames.push_back(frame_of(nlohmann::json{{"learning_rate", opt[1].real()}}.dump()));
+      const auto mine = placement_.shards_of(static_cast<int>(p));
+      for (const std::size_t i : mine) {
+        const shard_placement& s = placement_.shards[i];
+        const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
+        m.frames.push_back(frame_of(std::span<const float>(
+            (*weights)[s.variable].values.data() + s.first_row * per_row, s.values)));
+      }
+      for (const std::size_t i : mine) {
+        const shard_placement& s = placement_.shards[i];
+        const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
+        for (std::size_t j = 0; j < k; ++j)
+          m.frames.push_back(frame_of(std::span<const float>(
+              slots[s.variable * k + j].data() + s.first_row * per_row, s.values)));
+      }
+      (void)chief_ps_[p]->call(std::move(m), strategy_.options().ps_timeout);
+    }
+  }
+
+  static std::filesystem::path backup_weights(const std::filesystem::path& dir) {
+    return dir / "checkpoint.weights.h5";
+  }
+  static std::filesystem::path backup_position(const std::filesystem::path& dir) {
+    return dir / "position.json";
+  }
+  void save_backup(const std::filesystem::path& dir, std::size_t epochs_done, std::size_t steps) {
+    pull_state_into_model();
+    std::filesystem::create_directories(dir);
+    model_.save_weights(backup_weights(dir).string());
+    const std::filesystem::path tmp = dir / "position.json.tmp";
+    {
+      std::ofstream out(tmp);
+      out << nlohmann::json{{"epochs_done", epochs_done},
+                            {"steps_per_epoch", steps},
+                            {"next_index", next_index_}}
+                 .dump()
+          << "\n";
+      if (!out) throw value_error("BackupAndRestore: cannot write " + tmp.string());
+    }
+    std::filesystem::rename(tmp, backup_position(dir));
+  }
+  // Resumes from a backup when `dir` holds one: returns the epochs it had done (0 without one).
+  std::size_t restore_backup(const std::filesystem::path& dir, std::size_t steps) {
+    if (!std::filesystem::exists(backup_position(dir))) return 0;
+    std::ifstream in(backup_position(dir));
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("epochs_done") || !j.contains("next_index") ||
+        !j.contains("steps_per_epoch"))
+      throw value_error("BackupAndRestore: " + backup_position(dir).string() +
+                        " is not a backup this library wrote; give another backup_dir");
+    if (j["steps_per_epoch"].get<std::size_t>() != steps)
+      throw value_error("BackupAndRestore: the backup in " + dir.string() + " was made with " +
+                        std::to_string(j["steps_per_epoch"].get<std::size_t>()) +
+                        " steps per epoch, this fit has " + std::to_string(steps) +
+                        "; give the same steps_per_epoch, or another backup_dir");
+    model_.load_weights(backup_weights(dir).string());
+    push_state_from_model();
+    next_index_ = j["next_index"].get<std::uint64_t>();
+    const auto done = j["epochs_done"].get<std::size_t>();
+    std::printf("chief: restored the backup in %s: %zu epochs done, resuming at batch %llu\n",
+                dir.string().c_str(), done, static_cast<unsigned long long>(next_index_));
+    std::fflush(stdout);
+    return done;
+  }
+  // Keras's BackupAndRestore deletes its backup when training completes: here the two files
+  // written above, and nothing else (the directory stays: it may not be this library's).
+  static void remove_backup(const std::filesystem::path& dir) {
+    std::error_code ec;
+    std::filesystem::remove(backup_weights(dir), ec);
+    std::filesystem::remove(backup_position(dir), ec);
   }
 
   // A connection to every ps task, each answering within connect_timeout.
@@ -375,9 +589,9 @@ class cluster_coordinator {
         const shard_placement& s = placement_.shards[mine[k]];
         const auto values = floats_of(r.frames[k]);
         const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
-        std::copy(values.begin(), values.end(),
-                  w[s.variable].values.begin() +
-                      static_cast<std::ptrdiff_t>(s.first_row * per_row));
+        std::copy(
+            values.begin(), values.end(),
+            w[s.variable].values.begin() + static_cast<std::ptrdiff_t>(s.first_row * per_row));
       }
     }
     return w;
@@ -411,18 +625,20 @@ class cluster_coordinator {
       worker_state& w = workers_[index];
       const bool again = seen_.count(index) > 0;
       if (fingerprint_ && *fingerprint_ != m.h.b) {
-        message no = failure(m, "this worker's dataset differs from the first worker's (its "
-                                "facts' checksum); every worker must build the same dataset");
+        message no = failure(m,
+                             "this worker's dataset differs from the first worker's (its "
+                             "facts' checksum); every worker must build the same dataset");
         send(*router_, no, &identity);
         return;
       }
       fingerprint_ = m.h.b;
       if (w.busy) {  // it died and came back before it was found lost
         ++stats_.workers_lost;
-        std::printf("chief: worker %zu at %s started again while its batch %llu was in flight; "
-                    "the batch goes to another worker\n",
-                    index, strategy_.cluster().worker[index].c_str(),
-                    static_cast<unsigned long long>(w.current.index));
+        std::printf(
+            "chief: worker %zu at %s started again while its batch %llu was in flight; "
+            "the batch goes to another worker\n",
+            index, strategy_.cluster().worker[index].c_str(),
+            static_cast<unsigned long long>(w.current.index));
         requeue(index, w);
       }
       w.identity.copy(identity);
@@ -469,10 +685,11 @@ class cluster_coordinator {
       const std::uint64_t batch = m.h.b;
       if (w.busy && w.current.index == batch) {
         w.busy = false;
-        const auto values = m.frames.empty() ? std::span<const float>{} : floats_of(m.frames[0]);
-        w.current.result->loss = values.empty() ? 0.0 : values[0];
-        w.current.result->staleness =
-            values.size() > 1 ? static_cast<std::uint64_t>(values[1]) : 0;
+        double values[2] = {0, 0};
+        if (!m.frames.empty() && m.frames[0].size() == sizeof values)
+          std::memcpy(values, m.frames[0].data(), sizeof values);
+        w.current.result->loss = values[0];
+        w.current.result->staleness = static_cast<std::uint64_t>(values[1]);
         stats_.trained.push_back(batch);
         w.current = {};
       }
@@ -489,6 +706,7 @@ class cluster_coordinator {
       in_flight_.insert(w.current.index);
       message m;
       m.h.what = kind::run;
+      m.h.a = w.current.function;
       m.h.d = w.current.index;
       send(*router_, m, &w.identity);
     }
@@ -592,13 +810,15 @@ class cluster_coordinator {
     const cluster_spec& c = strategy_.cluster();
     const auto& o = strategy_.options();
     if (!dataset_fn_)
-      throw value_error("worker: no dataset; call create_per_worker_dataset(fn) on every task "
-                        "before serve()");
+      throw value_error(
+          "worker: no dataset; call create_per_worker_dataset(fn) on every task "
+          "before serve()");
     cursor data{dataset_fn_(), 0, std::nullopt, 0, 0};
     const auto n = data.ds.cardinality();
     if (!n || *n == 0 || *n == data::infinite_cardinality)
-      throw value_error("worker: the dataset's size must be known and finite (batches are found "
-                        "by their index); do not repeat() it");
+      throw value_error(
+          "worker: the dataset's size must be known and finite (batches are found "
+          "by their index); do not repeat() it");
     data.size = *n;
     hasher h;
     for (const fact& f : data.ds.facts()) h.text(f.what).value(f.value);
@@ -649,14 +869,17 @@ class cluster_coordinator {
         done.h.a = static_cast<std::uint64_t>(c.task_index);
         done.h.b = m->h.d;
         try {
+          if (m->h.a >= functions_.size())
+            throw value_error("the chief scheduled function " + std::to_string(m->h.a) +
+                              ", but this worker defines " + std::to_string(functions_.size()) +
+                              "; define the same functions on every task");
           if (callbacks_.on_train_batch_begin) callbacks_.on_train_batch_begin(m->h.d);
-          const auto result = step(ps, data.at(m->h.d), m->h.d);
+          worker_context<Model, Dataset> ctx(*this, model_, ps, m->h.d, data.at(m->h.d));
+          const double result = functions_[m->h.a](ctx);
           if (callbacks_.on_train_batch_end) callbacks_.on_train_batch_end(m->h.d);
-          auto values = std::make_shared<std::vector<float>>(
-              std::vector<float>{static_cast<float>(result.first),
-                                 static_cast<float>(result.second)});
-          done.frames.push_back(frame_of(std::shared_ptr<const std::vector<float>>(values)));
-        } catch (const task_lost& e) {
+          const double values[2] = {result, static_cast<double>(ctx.staleness())};
+          done.frames.push_back(zmq::message_t(values, sizeof values));
+        } catch (const std::exception& e) {
           done.h.what = kind::failed;
           done.frames.push_back(frame_of(std::string(e.what())));
         }
@@ -672,40 +895,55 @@ class cluster_coordinator {
     return status;
   }
 
-  // One training step on batch g: pull, gradient, push. Returns the loss and the staleness.
-  std::pair<double, std::uint64_t> step(std::vector<std::unique_ptr<connection>>& ps,
-                                        const typename Dataset::element_type& batch,
-                                        std::uint64_t g) {
-    std::vector<std::uint64_t> versions;
-    model_.set_weights(pull(ps, &versions));
-    const auto tree = model_.state_tree_view();
-    const auto r = model_.value_and_grad(tree.trainable_variables, tree.non_trainable_variables,
-                                         batch.first, batch.second);
+  friend class worker_context<Model, Dataset>;
+
+  // A model gets the ps tasks' variables; `versions` their versions.
+  void pull_into(Model& m, std::vector<std::unique_ptr<connection>>& ps,
+                 std::vector<std::uint64_t>& versions) {
+    m.set_weights(pull(ps, &versions));
+  }
+  // Each shard of `grads` to its ps, tagged with batch g and the versions pulled; returns the
+  // most staleness over the ps tasks.
+  std::uint64_t push(std::vector<std::unique_ptr<connection>>& ps,
+                     std::vector<std::vector<float>> gradients, std::uint64_t g,
+                     const std::vector<std::uint64_t>& versions) {
+    // Owned by the frames that point into them until ZeroMQ has sent them (no copy).
     std::vector<std::shared_ptr<const std::vector<float>>> grads;
-    for (const auto& gv : r.grads)
-      grads.push_back(std::make_shared<const std::vector<float>>(gv.numpy()));
+    for (auto& v : gradients)
+      grads.push_back(std::make_shared<const std::vector<float>>(std::move(v)));
+    if (grads.size() != shapes_.size())
+      throw value_error("push_gradients: " + std::to_string(grads.size()) + " gradients for " +
+                        std::to_string(shapes_.size()) + " trainable variables");
+    for (std::size_t v = 0; v < grads.size(); ++v) {
+      std::size_t n = 1;
+      for (const std::size_t e : shapes_[v]) n *= e;
+      if (grads[v]->size() != n)
+        throw value_error("push_gradients: the gradient of " + names_[v] + " has " +
+                          std::to_string(grads[v]->size()) + " values, the variable " +
+                          std::to_string(n));
+    }
     std::uint64_t staleness = 0;
     for (std::size_t p = 0; p < ps.size(); ++p) {
       message m;
       m.h.what = kind::push;
       m.h.a = g;
-      m.h.c = versions[p];
+      m.h.c = p < versions.size() ? versions[p] : 0;
       for (const std::size_t i : placement_.shards_of(static_cast<int>(p))) {
         const shard_placement& s = placement_.shards[i];
         const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
-        m.frames.push_back(frame_of(std::span<const float>(
-            grads[s.variable]->data() + s.first_row * per_row, s.values)));
+        m.frames.push_back(frame_of(grads[s.variable], s.first_row * per_row, s.values));
       }
       const message reply = ps[p]->call(std::move(m), strategy_.options().ps_timeout);
       staleness = std::max(staleness, reply.h.a);
     }
-    return {r.loss, staleness};
+    return staleness;
   }
 
   parameter_server_strategy& strategy_;
   Model& model_;
   std::function<Dataset()> dataset_fn_;
   worker_callbacks callbacks_;
+  std::vector<function> functions_;
   std::vector<std::string> names_;
   std::vector<std::vector<std::size_t>> shapes_;
   placement placement_;

@@ -34,9 +34,8 @@ struct max_size_partitioner {
   std::size_t bytes_per_string = 16;
 };
 // No partitioner (std::monostate): every variable is one shard, as TensorFlow's default.
-using variable_partitioner =
-    std::variant<std::monostate, fixed_shards_partitioner, min_size_partitioner,
-                 max_size_partitioner>;
+using variable_partitioner = std::variant<std::monostate, fixed_shards_partitioner,
+                                          min_size_partitioner, max_size_partitioner>;
 
 // The number of shards a partitioner gives a float32 variable of this shape (TensorFlow's
 // formulas: min_max_variable_partitioner and variable_axis_size_partitioner along axis 0). A
@@ -62,8 +61,9 @@ inline std::size_t num_shards(const variable_partitioner& p, const std::vector<s
   }
   if (const auto* m = std::get_if<max_size_partitioner>(&p)) {
     if (m->max_shard_bytes == 0)
-      throw value_error("max_size_partitioner: max_shard_bytes is 0; give the largest shard's "
-                        "size in bytes");
+      throw value_error(
+          "max_size_partitioner: max_shard_bytes is 0; give the largest shard's "
+          "size in bytes");
     const double per_shard =
         std::max(1.0, std::floor(static_cast<double>(m->max_shard_bytes) / bytes_per_row));
     auto n = static_cast<std::size_t>(std::ceil(static_cast<double>(rows) / per_shard));
@@ -83,9 +83,9 @@ inline std::vector<std::size_t> shard_rows(std::size_t rows, std::size_t n) {
 
 // One shard of one variable, and the ps task that holds it.
 struct shard_placement {
-  std::size_t variable = 0, shard = 0;   // the variable's index, the shard's within it
-  std::size_t first_row = 0, rows = 0;   // along the first dimension
-  std::size_t values = 0;                // float32 values in the shard
+  std::size_t variable = 0, shard = 0;  // the variable's index, the shard's within it
+  std::size_t first_row = 0, rows = 0;  // along the first dimension
+  std::size_t values = 0;               // float32 values in the shard
   int ps = 0;
 };
 

@@ -40,8 +40,8 @@ inline nlohmann::json to_json(const optimizer_spec& spec) {
                   {"beta_2", o.beta_2},
                   {"epsilon", o.epsilon}};
         else
-          return {{"name", "rmsprop"},   {"learning_rate", o.learning_rate},
-                  {"rho", o.rho},        {"momentum", o.momentum},
+          return {{"name", "rmsprop"},    {"learning_rate", o.learning_rate},
+                  {"rho", o.rho},         {"momentum", o.momentum},
                   {"epsilon", o.epsilon}, {"centered", o.centered}};
       },
       spec.value());
@@ -51,10 +51,9 @@ inline optimizer_spec optimizer_from_json(const nlohmann::json& j) {
   if (name == "sgd")
     return optimizers::sgd{j.at("learning_rate"), j.at("momentum"), j.at("nesterov")};
   if (name == "adam")
-    return optimizers::adam{j.at("learning_rate"), j.at("beta_1"), j.at("beta_2"),
-                            j.at("epsilon")};
-  return optimizers::rmsprop{j.at("learning_rate"), j.at("rho"), j.at("momentum"),
-                             j.at("epsilon"), j.at("centered")};
+    return optimizers::adam{j.at("learning_rate"), j.at("beta_1"), j.at("beta_2"), j.at("epsilon")};
+  return optimizers::rmsprop{j.at("learning_rate"), j.at("rho"), j.at("momentum"), j.at("epsilon"),
+                             j.at("centered")};
 }
 
 struct server_options {
@@ -87,6 +86,10 @@ class parameter_server {
         return pull(m);
       case kind::push:
         return push(m);
+      case kind::state:
+        return state(m);
+      case kind::restore:
+        return restore(m);
       case kind::shutdown:
         stop = true;
         return reply_to(m, kind::shutdown);
@@ -114,9 +117,9 @@ class parameter_server {
     applied_batches_.clear();
     opt_ = std::make_unique<optimizer<B>>(optimizer_from_json(j["optimizer"]));
     for (std::size_t i = 0; i < shards.size(); ++i) {
-      variable<B>& v = add_variable(store_, shards[i].at("path").get<std::string>(),
-                                    shards[i].at("shape").get<std::vector<std::size_t>>(),
-                                    "zeros", 0);
+      variable<B>& v =
+          add_variable(store_, shards[i].at("path").get<std::string>(),
+                       shards[i].at("shape").get<std::vector<std::size_t>>(), "zeros", 0);
       const auto values = floats_of(m.frames[i + 1]);
       if (values.size() != v.size())
         return failure(m, "create: shard " + v.path + " has " + std::to_string(v.size()) +
@@ -164,6 +167,49 @@ class parameter_server {
     return r;
   }
 
+  // The shards' values, then each shard's optimizer slots (slots_per_variable each, in the
+  // optimizer's order); a = the optimizer's iterations, JSON frame first with its learning rate.
+  message state(const message& m) {
+    if (!opt_) return failure(m, "state before the variables were created");
+    opt_->build(vars_);
+    const state_list<B> s = opt_->state();
+    message r = reply_to(m, kind::state);
+    r.h.a = static_cast<std::uint64_t>(s[0].integer());
+    r.frames.push_back(frame_of(nlohmann::json{{"learning_rate", s[1].real()}}.dump()));
+    for (const variable<B>* v : vars_)
+      r.frames.push_back(frame_of(std::make_shared<const std::vector<float>>(v->numpy())));
+    for (std::size_t i = 2; i < s.size(); ++i)
+      r.frames.push_back(frame_of(std::make_shared<const std::vector<float>>(s[i].numpy())));
+    return r;
+  }
+  // state's reply given back (after create): the values, the slots, the iterations.
+  message restore(const message& m) {
+    if (!opt_) return failure(m, "restore before the variables were created");
+    opt_->build(vars_);
+    state_list<B> s = opt_->state();
+    if (m.frames.size() != 1 + vars_.size() + (s.size() - 2))
+      return failure(m, "restore: " + std::to_string(m.frames.size()) + " frames for " +
+                            std::to_string(vars_.size()) + " shards and " +
+                            std::to_string(s.size() - 2) + " optimizer slots");
+    const auto j = nlohmann::json::parse(text_of(m.frames[0]), nullptr, false);
+    if (j.is_discarded() || !j.contains("learning_rate"))
+      return failure(m, "restore: the description is not valid");
+    for (std::size_t i = 0; i < vars_.size(); ++i) vars_[i]->assign(floats_of(m.frames[1 + i]));
+    s[0].value = static_cast<std::int64_t>(m.h.a);
+    s[1].value = j["learning_rate"].get<double>();
+    for (std::size_t i = 2; i < s.size(); ++i) {
+      const auto values = floats_of(m.frames[vars_.size() + i - 1]);
+      if (values.size() != s[i].tensor().size())
+        return failure(m, "restore: slot " + s[i].path + " has " +
+                              std::to_string(s[i].tensor().size()) + " values, " +
+                              std::to_string(values.size()) + " sent");
+      B::upload(values, s[i].tensor().local());
+    }
+    opt_->set_state(s, "restore");
+    applied_batches_.clear();
+    return reply_to(m, kind::restore);
+  }
+
   variable_store<B> store_;
   std::vector<variable<B>*> vars_;
   std::unique_ptr<optimizer<B>> opt_;
@@ -188,8 +234,7 @@ inline int serve_ps(const cluster_spec& c, const server_options& o = {}) {
     if (!m) {
       if (contacted && std::chrono::steady_clock::now() - last > o.orphan_timeout) {
         std::fprintf(stderr, "ps %d: no message for %lld s; the job is over, ending\n",
-                     c.task_index,
-                     static_cast<long long>(o.orphan_timeout.count() / 1000));
+                     c.task_index, static_cast<long long>(o.orphan_timeout.count() / 1000));
         return 1;
       }
       continue;

@@ -37,19 +37,19 @@ class task_lost : public std::runtime_error {
 };
 
 enum class kind : std::uint32_t {
-  hello = 1,   // -> any: are you there? (reply: hello)
-  create,      // chief -> ps: a JSON frame (optimizer, shard shapes), then the shards' values
-  pull,        // worker or chief -> ps: the values of every shard it holds (reply: the frames)
-  push,        // worker -> ps: a gradient frame per shard; a = epoch, b = batch, c = version pulled
-  state,       // chief -> ps: the shards' values and the optimizer's state (reply: JSON + frames)
-  restore,     // chief -> ps: state's reply given back
-  shutdown,    // chief -> ps or worker: stop
-  ready,       // worker -> chief: a = worker index, b = the dataset's fingerprint
-  run,         // chief -> worker: a = function id, b = epoch, c = step, d = global element index
-  done,        // worker -> chief: a run's result: a = function id, b = epoch, c = step; frame: [loss,
-               // staleness]
-  heartbeat,   // worker -> chief (a = worker index), chief -> ps; reply: heartbeat
-  failed,      // reply: the request failed; a text frame says why
+  hello = 1,  // -> any: are you there? (reply: hello)
+  create,     // chief -> ps: a JSON frame (optimizer, shard shapes), then the shards' values
+  pull,       // worker or chief -> ps: the values of every shard it holds (reply: the frames)
+  push,       // worker -> ps: a gradient frame per shard; a = epoch, b = batch, c = version pulled
+  state,      // chief -> ps: the shards' values and the optimizer's state (reply: JSON + frames)
+  restore,    // chief -> ps: state's reply given back
+  shutdown,   // chief -> ps or worker: stop
+  ready,      // worker -> chief: a = worker index, b = the dataset's fingerprint
+  run,        // chief -> worker: a = function id, b = epoch, c = step, d = global element index
+  done,  // worker -> chief: a run's result: a = function id, b = epoch, c = step; frame: [loss,
+         // staleness]
+  heartbeat,  // worker -> chief (a = worker index), chief -> ps; reply: heartbeat
+  failed,     // reply: the request failed; a text frame says why
 };
 
 struct header {
@@ -65,13 +65,21 @@ struct message {
   std::vector<zmq::message_t> frames;  // the tensors (or a JSON or text frame)
 };
 
-// A frame that sends `values` without copying them: the buffer lives until ZeroMQ is done.
-inline zmq::message_t frame_of(std::shared_ptr<const std::vector<float>> values) {
+// A frame that sends `count` values of `values` from `offset` without copying them: the buffer
+// lives until ZeroMQ is done with it.
+inline zmq::message_t frame_of(std::shared_ptr<const std::vector<float>> values, std::size_t offset,
+                               std::size_t count) {
   auto* keep = new std::shared_ptr<const std::vector<float>>(std::move(values));
   return zmq::message_t(
-      const_cast<float*>((*keep)->data()), (*keep)->size() * sizeof(float),
-      [](void*, void* hint) { delete static_cast<std::shared_ptr<const std::vector<float>>*>(hint); },
+      const_cast<float*>((*keep)->data() + offset), count * sizeof(float),
+      [](void*, void* hint) {
+        delete static_cast<std::shared_ptr<const std::vector<float>>*>(hint);
+      },
       keep);
+}
+inline zmq::message_t frame_of(std::shared_ptr<const std::vector<float>> values) {
+  const std::size_t n = values->size();
+  return frame_of(std::move(values), 0, n);
 }
 inline zmq::message_t frame_of(std::span<const float> values) {
   return zmq::message_t(values.data(), values.size_bytes());
@@ -91,11 +99,10 @@ inline void send(zmq::socket_t& s, message& m, const zmq::message_t* identity = 
     s.send(zmq::const_buffer(identity->data(), identity->size()), zmq::send_flags::sndmore);
   }
   const bool more = !m.frames.empty();
-  s.send(zmq::const_buffer(&m.h, sizeof m.h), more ? zmq::send_flags::sndmore
-                                                   : zmq::send_flags::none);
+  s.send(zmq::const_buffer(&m.h, sizeof m.h),
+         more ? zmq::send_flags::sndmore : zmq::send_flags::none);
   for (std::size_t i = 0; i < m.frames.size(); ++i)
-    s.send(m.frames[i], i + 1 < m.frames.size() ? zmq::send_flags::sndmore
-                                                : zmq::send_flags::none);
+    s.send(m.frames[i], i + 1 < m.frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   m.frames.clear();
 }
 
@@ -133,16 +140,15 @@ inline std::string bind_endpoint(const std::string& address) {
   return "tcp://*:" + address.substr(address.rfind(':') + 1);
 }
 
-inline void quiet(zmq::socket_t& s) {
-  s.set(zmq::sockopt::linger, 0);
-}
+inline void quiet(zmq::socket_t& s) { s.set(zmq::sockopt::linger, 0); }
 
 // A DEALER socket to one task, asking and waiting for replies.
 class connection {
  public:
   // `name` says who the task is in messages ("ps 0").
   connection(zmq::context_t& ctx, std::string address, std::string name)
-      : socket_(ctx, zmq::socket_type::dealer), address_(std::move(address)),
+      : socket_(ctx, zmq::socket_type::dealer),
+        address_(std::move(address)),
         name_(std::move(name)) {
     quiet(socket_);
     socket_.set(zmq::sockopt::reconnect_ivl, 100);
@@ -161,7 +167,8 @@ class connection {
       if (try_call(m, wait)) return;
       if (std::chrono::steady_clock::now() - start >= limit)
         throw task_lost("could not reach " + name_ + " at " + address_ + " within " +
-                        seconds(limit) + ": no answer to hello; check that it runs and that "
+                        seconds(limit) +
+                        ": no answer to hello; check that it runs and that "
                         "TF_CONFIG gives its address");
       wait = std::min(wait * 2, std::chrono::milliseconds{1000});
     }
