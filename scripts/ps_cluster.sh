@@ -9,8 +9,8 @@
 #
 #   --workers N   worker tasks (default 2)          --ps N      ps tasks (default 1)
 #   --port P      the first port; the tasks take P, P+1, ... (default: one drawn from 20000-49999)
-#   --respawn     start a worker again (same TF_CONFIG, TESSEL_RESTARTED=1) when it dies, as a
-#                 cluster manager's restart policy does
+#   --respawn     start a worker or ps task again (same TF_CONFIG, TESSEL_RESTARTED=1) when it
+#                 exits with an error (or is killed), as a cluster manager's restart policy does
 #   --timeout S   stop the chief after S seconds (default 600)
 set -u
 workers=2 ps=1 port=$((20000 + RANDOM % 30000)) respawn=0 timeout_s=600
@@ -55,7 +55,7 @@ start_task() {  # type index
       TF_CONFIG=$(config "$type" "$index") TESSEL_RESTARTED=$restarted "${@:3}" 2>&1 |
         sed -u "s/^/[$type $index] /"
       status=${PIPESTATUS[0]}
-      if [[ $status -eq 0 || $respawn -eq 0 || $type != worker ]]; then exit "$status"; fi
+      if [[ $status -eq 0 || $respawn -eq 0 ]]; then exit "$status"; fi
       echo "[ps_cluster] $type $index exited with status $status; starting it again"
       restarted=1
       sleep 0.5

@@ -13,6 +13,9 @@
 //             epoch 2's backup; run again, it restores the variables and Adam's slots into the
 //             ps tasks and trains epoch 3, ending equal to one device's 3 uninterrupted epochs,
 //             with batches 64..95 trained in the second run, each once.
+//   ps_restarted  1 worker, 2 ps, --respawn, a backup_dir: ps 1 is killed 1 s in and started
+//             again; the chief gives every ps the last backup's state and training goes on,
+//             ending equal to one device's 4 epochs, every batch trained once.
 //   unreachable  run as a worker whose ps tasks do not exist: it gives up after 1 s, naming
 //             the ps and its address.
 #include <signal.h>
@@ -68,8 +71,11 @@ double worst_difference(const std::vector<array<float>>& a, const std::vector<ar
   return worst;
 }
 
-// The chief's checks that every batch was trained exactly once.
-void exactly_once(ps::cluster_coordinator<model_t, dataset_t>& coord, std::size_t n) {
+// The chief's checks that every batch was trained exactly once, and (ps_counts) that each ps
+// applied one update per batch (not after a ps was restored: the others count the batches
+// since the backup twice, as they were trained again).
+void exactly_once(ps::cluster_coordinator<model_t, dataset_t>& coord, std::size_t n,
+                  bool ps_counts = true) {
   const ps::coordinator_stats& s = coord.stats();
   std::vector<std::uint64_t> trained = s.trained;
   std::sort(trained.begin(), trained.end());
@@ -77,7 +83,7 @@ void exactly_once(ps::cluster_coordinator<model_t, dataset_t>& coord, std::size_
   for (std::size_t i = 0; once && i < n; ++i) once = trained[i] == i;
   check(once, "the chief's trained batches are 0.." + std::to_string(n - 1) + ", each once (" +
                   std::to_string(s.trained.size()) + " reported)");
-  for (std::size_t p = 0; p < s.ps_applied.size(); ++p)
+  for (std::size_t p = 0; ps_counts && p < s.ps_applied.size(); ++p)
     check(s.ps_applied[p] == n, "ps " + std::to_string(p) + " applied " +
                                     std::to_string(s.ps_applied[p]) + " updates, one per batch");
 }
@@ -115,13 +121,14 @@ int main(int argc, char** argv) {
 
     if (!strategy.is_chief()) {
       const bool ps_task = strategy.task_type() == ps::role::ps;
-      if (mode == "ps_lost" && ps_task && strategy.task_index() == 1)
-        std::thread([] {
-          std::this_thread::sleep_for(std::chrono::seconds(2));
+      if ((mode == "ps_lost" || (mode == "ps_restarted" && !restarted)) && ps_task &&
+          strategy.task_index() == 1)
+        std::thread([mode] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(mode == "ps_lost" ? 2000 : 1000));
           ::raise(SIGKILL);
         }).detach();
       ps::worker_callbacks callbacks;
-      if (mode == "failures" || mode == "ps_lost")
+      if (mode == "failures" || mode == "ps_lost" || mode == "ps_restarted")
         callbacks.on_train_batch_begin = [](std::uint64_t) {
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         };
@@ -223,6 +230,25 @@ int main(int argc, char** argv) {
       check(!std::filesystem::exists(dir / "position.json") &&
                 !std::filesystem::exists(dir / "checkpoint.weights.h5"),
             "the backup's files are removed when fit completes");
+    } else if (mode == "ps_restarted") {
+      const std::filesystem::path dir = argc > 2 ? argv[2] : "ps_restart_backup";
+      std::filesystem::remove_all(dir);
+      (void)coord.fit({.epochs = 4, .steps_per_epoch = 32, .verbose = 0, .backup_dir = dir});
+      model_t reference;
+      reference.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+      reference.set_weights(initial);
+      const dataset_t ds = make_dataset();
+      for (int epoch = 0; epoch < 4; ++epoch)
+        for (const auto& [x, y] : ds) reference.train_on_batch(x, y);
+      const double worst = worst_difference(model.get_weights(), reference.get_weights());
+      std::printf(
+          "a ps restarted mid-training against one device's 4 epochs: worst relative "
+          "weight difference %.2e\n",
+          worst);
+      check(coord.stats().ps_restarts == 1, "one ps lost and given the backup's state");
+      check(worst <= 1e-5, "after a ps restarted from the backup, training ends as one device's");
+      exactly_once(coord, 128, false);
+      std::filesystem::remove_all(dir);
     } else if (mode == "ps_lost") {
       (void)coord.fit({.epochs = 1000, .steps_per_epoch = 32, .verbose = 0});
       check(false, "the job ends when a ps is lost");

@@ -141,12 +141,18 @@ struct worker_callbacks {
 struct coordinator_stats {
   std::vector<std::uint64_t> trained;  // the global indices of the batches trained, in order
   std::size_t workers_lost = 0, workers_rejoined = 0, batches_reassigned = 0;
+  std::size_t ps_restarts = 0;  // ps tasks lost and given the last backup's state
   std::vector<std::uint64_t> ps_applied, ps_refused;  // per ps: updates applied, repeats refused
   double mean_staleness = 0;
 };
 
 template <class Model, class Dataset>
 class cluster_coordinator;
+
+// What a pull saw of one ps: its version (updates applied) and generation (variables created).
+struct pulled {
+  std::uint64_t version = 0, generation = 0;
+};
 
 // What a scheduled function is given on the worker that runs it: the batch the chief assigned
 // it (exactly once: a batch whose worker is lost is given to another), the worker's model, and
@@ -181,7 +187,7 @@ class worker_context {
   std::vector<std::unique_ptr<connection>>& ps_;
   std::uint64_t index_;
   const element_type& batch_;
-  std::vector<std::uint64_t> versions_;
+  std::vector<pulled> versions_;
   std::uint64_t staleness_ = 0;
 };
 
@@ -290,8 +296,33 @@ class cluster_coordinator {
     history h;
     h.on_train_begin({});
     std::size_t first_epoch = 0;
-    if (o.backup_dir) first_epoch = restore_backup(*o.backup_dir, steps);
-    for (std::size_t e = first_epoch; e < o.epochs; ++e) {
+    if (o.backup_dir) {
+      first_epoch = restore_backup(*o.backup_dir, steps);
+      // A backup from the start, so that a ps lost in the first epoch can be given one.
+      if (first_epoch == 0) save_backup(*o.backup_dir, 0, steps);
+    }
+    struct recovering {
+      bool& flag;
+      ~recovering() { flag = false; }
+    } during{recovering_ = o.backup_dir.has_value()};
+    for (;;) {
+      try {
+        run_epochs(o, h, first_epoch, steps);
+        break;
+      } catch (const ps_lost& lost) {
+        first_epoch = recover(lost, *o.backup_dir, steps);
+      }
+    }
+    pull_into_model();
+    if (o.backup_dir) remove_backup(*o.backup_dir);
+    return h;
+  }
+
+ private:
+  // fit's epochs from `first` on.
+  void run_epochs(const ps_fit_options<Dataset>& o, history& h, std::size_t first,
+                  std::size_t steps) {
+    for (std::size_t e = first; e < o.epochs; ++e) {
       if (o.verbose) std::printf("Epoch %zu/%zu\n", e + 1, o.epochs);
       progbar bar(steps, 20, o.verbose);
       std::vector<remote_value> values;
@@ -327,11 +358,43 @@ class cluster_coordinator {
       if (o.backup_dir) save_backup(*o.backup_dir, e + 1, steps);
       if (o.on_epoch_end) o.on_epoch_end(e, epoch_logs);
     }
-    pull_into_model();
-    if (o.backup_dir) remove_backup(*o.backup_dir);
-    return h;
   }
 
+  // A ps lost during fit with a backup: waits up to connect_timeout for it to start again (a
+  // cluster manager restarts it at its address), gives every ps the backup's state, and returns
+  // the epochs the backup had done. The batches since the backup are trained again, once each.
+  std::size_t recover(const ps_lost& lost, const std::filesystem::path& dir, std::size_t steps) {
+    const auto wait = strategy_.options().connect_timeout;
+    std::printf(
+        "%s; waiting up to %lld s for it to start again, to give every ps the state of "
+        "the last backup\n",
+        lost.what(), static_cast<long long>(wait.count() / 1000));
+    std::fflush(stdout);
+    pending_.clear();
+    in_flight_.clear();
+    for (auto& [index, w] : workers_) {
+      w.busy = false;
+      w.current = {};
+    }
+    connection& p = *chief_ps_[lost.ps];
+    try {
+      p.connect(wait);
+    } catch (const task_lost&) {
+      recovering_ = false;
+      lost_ps(lost.ps, std::string(lost.what()) + " and did not start again within " +
+                           std::to_string(wait.count() / 1000) + " s");
+    }
+    ++stats_.ps_restarts;
+    const std::size_t done = restore_backup(dir, steps);
+    std::erase_if(stats_.trained, [&](std::uint64_t g) { return g >= next_index_; });
+    for (auto& [index, w] : workers_) w.last_seen = clock::now();
+    std::printf("chief: %s is back with the backup's variables; training goes on from epoch %zu\n",
+                p.name().c_str(), done + 1);
+    std::fflush(stdout);
+    return done;
+  }
+
+ public:
   // The chief's model gets the variables the ps tasks hold now.
   void pull_into_model() { model_.set_weights(pull(chief_ps_)); }
 
@@ -401,13 +464,18 @@ class cluster_coordinator {
   }
 
   // The chief's model's values, partitioned, to their ps tasks (which start over: no optimizer
-  // state, no batches applied).
+  // state, no batches applied, a new generation: pushes computed before are refused).
   void create_variables() {
+    struct next_generation {
+      std::uint64_t& g;
+      ~next_generation() { ++g; }
+    } advance{generation_};
     const auto weights = model_.get_weights();
     for (int p = 0; p < strategy_.num_ps(); ++p) {
       nlohmann::json shards = nlohmann::json::array();
       message m;
       m.h.what = kind::create;
+      m.h.a = generation_ + 1;
       m.frames.emplace_back();
       for (const std::size_t i : placement_.shards_of(p)) {
         const shard_placement& s = placement_.shards[i];
@@ -569,22 +637,22 @@ class cluster_coordinator {
   }
 
   // Every shard from every ps, put together into the variables (get_weights' order); the ps
-  // tasks' versions in `versions`.
+  // tasks' versions and generations in `versions`. A ps that does not answer is ps_lost.
   std::vector<array<float>> pull(std::vector<std::unique_ptr<connection>>& ps,
-                                 std::vector<std::uint64_t>* versions = nullptr) {
+                                 std::vector<pulled>* versions = nullptr) {
     std::vector<array<float>> w;
     for (const auto& s : shapes_) w.emplace_back(s);
-    if (versions) versions->assign(ps.size(), 0);
+    if (versions) versions->assign(ps.size(), pulled{});
     for (std::size_t p = 0; p < ps.size(); ++p) {
       message m;
       m.h.what = kind::pull;
-      const message r = ps[p]->call(std::move(m), strategy_.options().ps_timeout);
-      if (versions) (*versions)[p] = r.h.a;
+      const message r = call_ps(ps, p, std::move(m));
+      if (versions) (*versions)[p] = {r.h.a, r.h.b};
       const auto mine = placement_.shards_of(static_cast<int>(p));
       if (r.frames.size() != mine.size())
-        throw task_lost(ps[p]->name() + " at " + ps[p]->address() + " holds " +
-                        std::to_string(r.frames.size()) + " shards, not the " +
-                        std::to_string(mine.size()) + " placed there (restarted?)");
+        throw ps_lost(p, ps[p]->name() + " at " + ps[p]->address() + " holds " +
+                             std::to_string(r.frames.size()) + " shards, not the " +
+                             std::to_string(mine.size()) + " placed there (restarted?)");
       for (std::size_t k = 0; k < mine.size(); ++k) {
         const shard_placement& s = placement_.shards[mine[k]];
         const auto values = floats_of(r.frames[k]);
@@ -674,7 +742,14 @@ class cluster_coordinator {
       return;
     }
     if (m.h.what == kind::failed) {
+      // A failure of a batch the worker no longer holds (given to another after a lost ps) is
+      // old news.
+      auto it = workers_.find(index);
+      if (it == workers_.end() || !it->second.busy || it->second.current.index != m.h.b) return;
       const std::string why = m.frames.empty() ? "" : text_of(m.frames[0]);
+      if (m.h.c > 0)
+        lost_ps(static_cast<std::size_t>(m.h.c - 1),
+                "chief: worker " + std::to_string(index) + " reports: " + why);
       end_job("chief: worker " + std::to_string(index) + " reports: " + why);
     }
     if (m.h.what == kind::done) {
@@ -749,10 +824,9 @@ class cluster_coordinator {
       while (p->poll(std::chrono::milliseconds(0))) {
       }
       if (now - p->last_heard() > strategy_.options().ps_timeout)
-        end_job("chief: " + p->name() + " at " + p->address() + " did not answer for " +
-                std::to_string(strategy_.options().ps_timeout.count() / 1000) +
-                " s; its variables are lost, so the job ends. Start the cluster again: with "
-                "checkpoints it resumes from the last one");
+        lost_ps(static_cast<std::size_t>(&p - chief_ps_.data()),
+                "chief: " + p->name() + " at " + p->address() + " did not answer for " +
+                    std::to_string(strategy_.options().ps_timeout.count() / 1000) + " s");
     }
     if (now - last_ps_check_ < std::chrono::seconds(1)) return;
     last_ps_check_ = now;
@@ -761,6 +835,15 @@ class cluster_coordinator {
       m.h.what = kind::heartbeat;
       p->post(m);
     }
+  }
+
+  // A ps task lost: during a fit with a backup, ps_lost (fit waits for the ps to start again and
+  // resumes from the backup); otherwise the job ends.
+  [[noreturn]] void lost_ps(std::size_t p, const std::string& why) {
+    if (recovering_) throw ps_lost(p, why);
+    end_job(why +
+            "; its variables are lost, so the job ends. Start the cluster again: with "
+            "checkpoints it resumes from the last one");
   }
 
   // Stops the workers and the ps tasks that still answer, and throws task_lost saying why (the
@@ -879,6 +962,10 @@ class cluster_coordinator {
           if (callbacks_.on_train_batch_end) callbacks_.on_train_batch_end(m->h.d);
           const double values[2] = {result, static_cast<double>(ctx.staleness())};
           done.frames.push_back(zmq::message_t(values, sizeof values));
+        } catch (const ps_lost& e) {
+          done.h.what = kind::failed;
+          done.h.c = e.ps + 1;
+          done.frames.push_back(frame_of(std::string(e.what())));
         } catch (const std::exception& e) {
           done.h.what = kind::failed;
           done.frames.push_back(frame_of(std::string(e.what())));
@@ -897,16 +984,27 @@ class cluster_coordinator {
 
   friend class worker_context<Model, Dataset>;
 
+  // A request to ps task p; one that does not answer within ps_timeout is ps_lost.
+  message call_ps(std::vector<std::unique_ptr<connection>>& ps, std::size_t p, message m) {
+    try {
+      return ps[p]->call(std::move(m), strategy_.options().ps_timeout);
+    } catch (const ps_lost&) {
+      throw;
+    } catch (const task_lost& e) {
+      throw ps_lost(p, e.what());
+    }
+  }
+
   // A model gets the ps tasks' variables; `versions` their versions.
   void pull_into(Model& m, std::vector<std::unique_ptr<connection>>& ps,
-                 std::vector<std::uint64_t>& versions) {
+                 std::vector<pulled>& versions) {
     m.set_weights(pull(ps, &versions));
   }
   // Each shard of `grads` to its ps, tagged with batch g and the versions pulled; returns the
   // most staleness over the ps tasks.
   std::uint64_t push(std::vector<std::unique_ptr<connection>>& ps,
                      std::vector<std::vector<float>> gradients, std::uint64_t g,
-                     const std::vector<std::uint64_t>& versions) {
+                     const std::vector<pulled>& versions) {
     // Owned by the frames that point into them until ZeroMQ has sent them (no copy).
     std::vector<std::shared_ptr<const std::vector<float>>> grads;
     for (auto& v : gradients)
@@ -927,13 +1025,16 @@ class cluster_coordinator {
       message m;
       m.h.what = kind::push;
       m.h.a = g;
-      m.h.c = p < versions.size() ? versions[p] : 0;
+      if (p < versions.size()) {
+        m.h.b = versions[p].generation;
+        m.h.c = versions[p].version;
+      }
       for (const std::size_t i : placement_.shards_of(static_cast<int>(p))) {
         const shard_placement& s = placement_.shards[i];
         const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
         m.frames.push_back(frame_of(grads[s.variable], s.first_row * per_row, s.values));
       }
-      const message reply = ps[p]->call(std::move(m), strategy_.options().ps_timeout);
+      const message reply = call_ps(ps, p, std::move(m));
       staleness = std::max(staleness, reply.h.a);
     }
     return staleness;
@@ -959,7 +1060,8 @@ class cluster_coordinator {
   std::optional<std::uint64_t> fingerprint_;
   clock::time_point last_ps_check_;
   coordinator_stats stats_;
-  bool finished_ = false;
+  bool finished_ = false, recovering_ = false;
+  std::uint64_t generation_ = 0;
 };
 
 }  // namespace tessel::ps

@@ -128,25 +128,35 @@ class parameter_server {
       vars_.push_back(&v);
     }
     version_ = 0;
+    generation_ = m.h.a;
     return reply_to(m, kind::create);
   }
-  // Every shard's values; a = the version (updates applied so far).
+  // Every shard's values; a = the version (updates applied so far), b = the generation (how
+  // many times the chief has created the variables).
   message pull(const message& m) {
     message r = reply_to(m, kind::pull);
     r.h.a = version_;
+    r.h.b = generation_;
     for (const variable<B>* v : vars_)
       r.frames.push_back(frame_of(std::make_shared<const std::vector<float>>(v->numpy())));
     return r;
   }
-  // A gradient per shard, read in place from the message; a = the batch's global index, c = the
-  // version the worker pulled. Reply: a = staleness (updates applied since that pull), b = 1
-  // when applied, 0 when the batch had been applied already.
+  // A gradient per shard, read in place from the message; a = the batch's global index, b = the
+  // generation and c = the version the worker pulled. Reply: a = staleness (updates applied
+  // since that pull), b = 1 when applied, 0 when the batch had been applied already, 2 when it
+  // was computed from variables the chief has since created again (a push sent before this ps
+  // was restored from a backup, delivered after): neither is applied.
   message push(const message& m) {
     if (!opt_) return failure(m, "push before the variables were created");
     if (m.frames.size() != vars_.size())
       return failure(m, "push: " + std::to_string(m.frames.size()) + " gradients for " +
                             std::to_string(vars_.size()) + " shards");
     message r = reply_to(m, kind::push);
+    if (m.h.b != generation_) {
+      r.h.b = 2;
+      ++stale_;
+      return r;
+    }
     r.h.a = version_ >= m.h.c ? version_ - m.h.c : 0;
     if (!applied_batches_.insert(m.h.a).second) {
       ++refused_;
@@ -214,7 +224,7 @@ class parameter_server {
   std::vector<variable<B>*> vars_;
   std::unique_ptr<optimizer<B>> opt_;
   std::unordered_set<std::uint64_t> applied_batches_;
-  std::uint64_t version_ = 0, applied_ = 0, refused_ = 0;
+  std::uint64_t version_ = 0, generation_ = 0, applied_ = 0, refused_ = 0, stale_ = 0;
 };
 
 // Runs ps task `c.task_index` until the chief says shutdown (0), or the chief has been silent

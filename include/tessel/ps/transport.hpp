@@ -35,12 +35,18 @@ class task_lost : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+// A ps task that stopped answering, with its index.
+class ps_lost : public task_lost {
+ public:
+  ps_lost(std::size_t index, const std::string& what) : task_lost(what), ps(index) {}
+  std::size_t ps;
+};
 
 enum class kind : std::uint32_t {
   hello = 1,  // -> any: are you there? (reply: hello)
   create,     // chief -> ps: a JSON frame (optimizer, shard shapes), then the shards' values
   pull,       // worker or chief -> ps: the values of every shard it holds (reply: the frames)
-  push,       // worker -> ps: a gradient frame per shard; a = epoch, b = batch, c = version pulled
+  push,       // worker -> ps: a gradient frame per shard; a = batch, b = generation, c = version
   state,      // chief -> ps: the shards' values and the optimizer's state (reply: JSON + frames)
   restore,    // chief -> ps: state's reply given back
   shutdown,   // chief -> ps or worker: stop
