@@ -71,6 +71,19 @@ double worst_difference(const std::vector<array<float>>& a, const std::vector<ar
   return worst;
 }
 
+// The worst relative difference between the model's weights and one device's trained from
+// `initial` for `epochs` epochs of the dataset (the order one worker trains them in).
+double against_one_device(const model_t& model, const std::vector<array<float>>& initial,
+                          int epochs) {
+  model_t reference;
+  reference.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+  reference.set_weights(initial);
+  const dataset_t ds = make_dataset();
+  for (int epoch = 0; epoch < epochs; ++epoch)
+    for (const auto& [x, y] : ds) reference.train_on_batch(x, y);
+  return worst_difference(model.get_weights(), reference.get_weights());
+}
+
 // The chief's checks that every batch was trained exactly once, and (ps_counts) that each ps
 // applied one update per batch (not after a ps was restored: the others count the batches
 // since the backup twice, as they were trained again).
@@ -152,13 +165,7 @@ int main(int argc, char** argv) {
                 h.history.at("val_loss").back() < h.history.at("val_loss").front(),
             "validation on the chief each epoch, its loss falling");
       check(h.history.at("staleness").back() == 0, "one worker: staleness 0");
-      model_t reference;
-      reference.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
-      reference.set_weights(initial);
-      const dataset_t ds = make_dataset();
-      for (int epoch = 0; epoch < 3; ++epoch)
-        for (const auto& [x, y] : ds) reference.train_on_batch(x, y);
-      const double worst = worst_difference(model.get_weights(), reference.get_weights());
+      const double worst = against_one_device(model, initial, 3);
       std::printf("one worker against one device: worst relative weight difference %.2e\n", worst);
       check(worst <= 1e-5, "one worker, variables on 2 ps tasks in shards, equals one device");
       exactly_once(coord, 96);
@@ -168,6 +175,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 4; ++i) losses.push_back(coord.schedule(batch_loss));
       coord.join();
       check(coord.done(), "join waits for every scheduled function");
+      const dataset_t ds = make_dataset();
       ds.set_iterations(3);
       std::size_t k = 0;
       double worst_loss = 0;
@@ -209,13 +217,7 @@ int main(int argc, char** argv) {
                          if (!second && e == 1) ::raise(SIGKILL);
                        }});
       check(second, "the second run found the first's backup");
-      model_t reference;
-      reference.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
-      reference.set_weights(initial);
-      const dataset_t ds = make_dataset();
-      for (int epoch = 0; epoch < 3; ++epoch)
-        for (const auto& [x, y] : ds) reference.train_on_batch(x, y);
-      const double worst = worst_difference(model.get_weights(), reference.get_weights());
+      const double worst = against_one_device(model, initial, 3);
       std::printf(
           "resumed after 2 epochs against one device's 3: worst relative weight "
           "difference %.2e\n",
@@ -234,13 +236,7 @@ int main(int argc, char** argv) {
       const std::filesystem::path dir = argc > 2 ? argv[2] : "ps_restart_backup";
       std::filesystem::remove_all(dir);
       (void)coord.fit({.epochs = 4, .steps_per_epoch = 32, .verbose = 0, .backup_dir = dir});
-      model_t reference;
-      reference.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
-      reference.set_weights(initial);
-      const dataset_t ds = make_dataset();
-      for (int epoch = 0; epoch < 4; ++epoch)
-        for (const auto& [x, y] : ds) reference.train_on_batch(x, y);
-      const double worst = worst_difference(model.get_weights(), reference.get_weights());
+      const double worst = against_one_device(model, initial, 4);
       std::printf(
           "a ps restarted mid-training against one device's 4 epochs: worst relative "
           "weight difference %.2e\n",

@@ -403,16 +403,7 @@ class cluster_coordinator {
     if (!strategy_.is_chief() || finished_) return;
     finished_ = true;
     stats();
-    for (auto& [index, w] : workers_) {
-      message m;
-      m.h.what = kind::shutdown;
-      send(*router_, m, &w.identity);
-    }
-    for (auto& p : chief_ps_) {
-      message m;
-      m.h.what = kind::shutdown;
-      (void)p->try_call(m, std::chrono::milliseconds(2000));
-    }
+    stop_tasks(std::chrono::milliseconds(2000));
   }
   ~cluster_coordinator() {
     try {
@@ -837,6 +828,20 @@ class cluster_coordinator {
     }
   }
 
+  // Tells every worker and ps task to stop, waiting up to `wait` for each ps to confirm.
+  void stop_tasks(std::chrono::milliseconds wait) {
+    for (auto& [index, w] : workers_) {
+      message m;
+      m.h.what = kind::shutdown;
+      send(*router_, m, &w.identity);
+    }
+    for (auto& p : chief_ps_) {
+      message m;
+      m.h.what = kind::shutdown;
+      (void)p->try_call(m, wait);
+    }
+  }
+
   // A ps task lost: during a fit with a backup, ps_lost (fit waits for the ps to start again and
   // resumes from the backup); otherwise the job ends.
   [[noreturn]] void lost_ps(std::size_t p, const std::string& why) {
@@ -850,16 +855,7 @@ class cluster_coordinator {
   // one message: the program prints it, or the runtime does when it is not caught).
   [[noreturn]] void end_job(const std::string& why) {
     finished_ = true;
-    for (auto& [index, w] : workers_) {
-      message m;
-      m.h.what = kind::shutdown;
-      send(*router_, m, &w.identity);
-    }
-    for (auto& p : chief_ps_) {
-      message m;
-      m.h.what = kind::shutdown;
-      (void)p->try_call(m, std::chrono::milliseconds(500));
-    }
+    stop_tasks(std::chrono::milliseconds(500));
     throw task_lost(why);
   }
 
