@@ -5,7 +5,8 @@
 # whole build instead of once per translation unit (about 230,000 lines after preprocessing). The
 # header is compiled by a holder target with the same flags as its users; a user whose flags differ
 # (GCC checks the macros the header uses) parses the header as usual, so it only costs time, never
-# correctness. Off with -DTESSEL_PRECOMPILED_HEADERS=OFF.
+# correctness. Off with -DTESSEL_PRECOMPILED_HEADERS=OFF. A directory whose targets compile with
+# options of their own (tests/: -O1) sets TESSEL_PCH_SUFFIX, and gets holders of its own.
 option(TESSEL_PRECOMPILED_HEADERS "Precompile tessel.hpp for the tests, examples and benchmarks" ON)
 
 function(tessel_precompiled_headers target)
@@ -13,9 +14,9 @@ function(tessel_precompiled_headers target)
   if(NOT TESSEL_PRECOMPILED_HEADERS)
     return()
   endif()
-  set(holder tessel_pch)
+  set(holder tessel_pch${TESSEL_PCH_SUFFIX})
   if(ARG_CATCH2)
-    set(holder tessel_pch_catch2)
+    set(holder tessel_pch_catch2${TESSEL_PCH_SUFFIX})
   endif()
   if(NOT TARGET ${holder})
     set(source ${PROJECT_BINARY_DIR}/${holder}.cpp)
