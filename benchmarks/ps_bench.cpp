@@ -9,6 +9,7 @@
 //     optimizer's update that the ps tasks do instead);
 //   - the cluster: fit's wall time per step over 5 rounds of 200 steps (the best round), and the
 //     steps per second over all workers, with the mean staleness;
+//   - the staleness of 400 steps, as a distribution;
 //   - raw ZeroMQ: a round trip over TCP on 127.0.0.1 between two sockets of this process that
 //     carries what one step moves (the variables one way, the gradients the other, 1.07 MB
 //     each), against the step's time beyond its compute.
@@ -111,6 +112,16 @@ int main(int argc, char** argv) {
         staleness = h.history.at("staleness").back();
       }
     }
+    // The staleness of each of 400 steps scheduled one by one: its distribution.
+    std::vector<ps::remote_value> steps;
+    for (int i = 0; i < 400; ++i) steps.push_back(coord.schedule());
+    coord.join();
+    std::vector<std::size_t> histogram;
+    for (const auto& v : steps) {
+      const std::size_t s = v.staleness();
+      if (histogram.size() <= s) histogram.resize(s + 1);
+      ++histogram[s];
+    }
     std::size_t bytes = 0;
     for (const auto& w : model.get_weights()) bytes += w.values.size() * 4;
     const double raw = zmq_round_trip_ms(bytes);
@@ -125,6 +136,11 @@ int main(int argc, char** argv) {
     std::printf("  a step's time beyond compute, per worker: %.3f ms\n",
                 cluster * workers - one_device);
     std::printf("  raw ZeroMQ round trip of %zu B each way: %.3f ms\n", bytes, raw);
+    std::printf("  staleness of 400 steps:");
+    for (std::size_t s = 0; s < histogram.size(); ++s)
+      if (histogram[s]) std::printf(" %zu: %zu", s, histogram[s]);
+    std::printf("\n");
+    std::printf("RESULT ps workers=%d samples_per_s=%.0f\n", workers, 32e3 / cluster);
     coord.shutdown();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ps_bench: %s\n", e.what());

@@ -51,7 +51,9 @@ function(tessel_precompiled_headers_for_directory)
       set(own_limits TRUE)
     endif()
     # A program linked with tessel::cuda (TESSEL_HAVE_CUDA) compiles them differently too.
-    if(type STREQUAL "EXECUTABLE" AND "tessel::tessel" IN_LIST libs AND NOT own_limits
+    # tessel::ps is tessel::tessel with ZeroMQ.
+    if(type STREQUAL "EXECUTABLE" AND ("tessel::tessel" IN_LIST libs OR "tessel::ps" IN_LIST libs)
+       AND NOT own_limits
        AND NOT "tessel::cuda" IN_LIST libs AND NOT "tessel::cuda_compiled" IN_LIST libs)
       tessel_precompiled_headers(${t} ${ARGN})
     endif()

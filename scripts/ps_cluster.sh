@@ -12,8 +12,11 @@
 #   --respawn     start a worker or ps task again (same TF_CONFIG, TESSEL_RESTARTED=1) when it
 #                 exits with an error (or is killed), as a cluster manager's restart policy does
 #   --timeout S   stop the chief after S seconds (default 600)
+#   --wait-all S  when the chief ends, let the other tasks end on their own for up to S seconds
+#                 (a test that they notice the chief is gone); the script then fails, with
+#                 status 3, if any had to be stopped
 set -u
-workers=2 ps=1 port=$((20000 + RANDOM % 30000)) respawn=0 timeout_s=600
+workers=2 ps=1 port=$((20000 + RANDOM % 30000)) respawn=0 timeout_s=600 wait_all=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -21,6 +24,7 @@ while [[ $# -gt 0 ]]; do
     --port) port=$2; shift 2 ;;
     --respawn) respawn=1; shift ;;
     --timeout) timeout_s=$2; shift 2 ;;
+    --wait-all) wait_all=$2; shift 2 ;;
     --) shift; break ;;
     -*) echo "ps_cluster.sh: unknown option $1" >&2; exit 2 ;;
     *) break ;;
@@ -66,17 +70,35 @@ start_task() {  # type index
 for ((i = 0; i < ps; i++)); do start_task ps "$i" "$@"; done
 for ((i = 0; i < workers; i++)); do start_task worker "$i" "$@"; done
 
-# Each task's subshell first (so that it starts nothing again), then its pipeline.
+# Each task's subshell first (so that it starts nothing again), then its pipeline: continued
+# (a stopped task), asked to end, and killed if it has not a second later.
 stop_all() {
-  local p kids
-  for p in "${pids[@]}"; do
-    kids=$(pgrep -P "$p")
-    kill -TERM "$p" 2>/dev/null
-    [[ -n $kids ]] && kill -TERM $kids 2>/dev/null
-  done
+  local p kids=""
+  for p in "${pids[@]}"; do kids+=" $(pgrep -P "$p")"; done
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  if [[ -n ${kids// /} ]]; then
+    kill -CONT $kids 2>/dev/null
+    kill -TERM $kids 2>/dev/null
+    sleep 1
+    kill -KILL $kids 2>/dev/null
+  fi
   wait 2>/dev/null
 }
 TF_CONFIG=$(config chief 0) timeout "$timeout_s" "$@"
 status=$?
+if [[ $wait_all -gt 0 ]]; then
+  deadline=$((SECONDS + wait_all))
+  for p in "${pids[@]}"; do
+    while kill -0 "$p" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  done
+  for p in "${pids[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then
+      echo "[ps_cluster] tasks still running $wait_all s after the chief ended; stopping them"
+      status=3
+      break
+    fi
+  done
+  echo "[ps_cluster] the other tasks ended $((SECONDS - deadline + wait_all)) s after the chief"
+fi
 stop_all
 exit "$status"

@@ -16,6 +16,10 @@
 //   ps_restarted  1 worker, 2 ps, --respawn, a backup_dir: ps 1 is killed 1 s in and started
 //             again; the chief gives every ps the last backup's state and training goes on,
 //             ending equal to one device's 4 epochs, every batch trained once.
+//   stalled   2 workers, 1 ps: worker 1 stops itself (SIGSTOP) at its 3rd batch; the chief finds
+//             it lost after worker_timeout and gives its batch to worker 0; every batch once.
+//   chief_lost  1 worker, 1 ps: the chief is killed 1 s in; the worker and the ps end on their
+//             own within chief_timeout (10 s), saying why (checked by the CMake script).
 //   unreachable  run as a worker whose ps tasks do not exist: it gives up after 1 s, naming
 //             the ps and its address.
 #include <signal.h>
@@ -124,12 +128,7 @@ int main(int argc, char** argv) {
     // the ps tasks hold now, nothing pushed.
     const std::size_t batch_loss = coord.define([](auto& ctx) {
       ctx.pull();
-      auto& m = ctx.model();
-      const auto tree = m.state_tree_view();
-      return m
-          .value_and_grad(tree.trainable_variables, tree.non_trainable_variables, ctx.batch().first,
-                          ctx.batch().second)
-          .loss;
+      return ctx.model().compute_loss_and_gradients(ctx.batch().first, ctx.batch().second);
     });
 
     if (!strategy.is_chief()) {
@@ -141,7 +140,8 @@ int main(int argc, char** argv) {
           ::raise(SIGKILL);
         }).detach();
       ps::worker_callbacks callbacks;
-      if (mode == "failures" || mode == "ps_lost" || mode == "ps_restarted")
+      if (mode == "failures" || mode == "ps_lost" || mode == "ps_restarted" || mode == "stalled" ||
+          mode == "chief_lost")
         callbacks.on_train_batch_begin = [](std::uint64_t) {
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         };
@@ -149,6 +149,13 @@ int main(int argc, char** argv) {
         auto count = std::make_shared<int>(0);
         callbacks.on_train_batch_end = [count](std::uint64_t) {
           if (++*count == 3) ::raise(SIGKILL);
+        };
+      }
+      if (mode == "stalled" && !ps_task && strategy.task_index() == 1) {
+        auto count = std::make_shared<int>(0);
+        callbacks.on_train_batch_begin = [count](std::uint64_t) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          if (++*count == 3) ::raise(SIGSTOP);
         };
       }
       coord.set_worker_callbacks(callbacks);
@@ -181,9 +188,7 @@ int main(int argc, char** argv) {
       double worst_loss = 0;
       for (const auto& [x, y] : ds) {
         if (k == 4) break;
-        const auto tree = model.state_tree_view();
-        const double expected =
-            model.value_and_grad(tree.trainable_variables, tree.non_trainable_variables, x, y).loss;
+        const double expected = model.compute_loss_and_gradients(x, y);
         worst_loss = std::max(worst_loss, std::fabs(losses[k++].fetch() - expected));
       }
       check(worst_loss <= 1e-6,
@@ -245,6 +250,20 @@ int main(int argc, char** argv) {
       check(worst <= 1e-5, "after a ps restarted from the backup, training ends as one device's");
       exactly_once(coord, 128, false);
       std::filesystem::remove_all(dir);
+    } else if (mode == "stalled") {
+      (void)coord.fit({.epochs = 2, .steps_per_epoch = 32, .verbose = 0});
+      const ps::coordinator_stats& s = coord.stats();
+      check(s.workers_lost == 1 && s.batches_reassigned == 1,
+            "the stopped worker found lost, its batch reassigned (lost " +
+                std::to_string(s.workers_lost) + ", reassigned " +
+                std::to_string(s.batches_reassigned) + ")");
+      exactly_once(coord, 64);
+    } else if (mode == "chief_lost") {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        ::raise(SIGKILL);
+      }).detach();
+      (void)coord.fit({.epochs = 1000, .steps_per_epoch = 32, .verbose = 0});
     } else if (mode == "ps_lost") {
       (void)coord.fit({.epochs = 1000, .steps_per_epoch = 32, .verbose = 0});
       check(false, "the job ends when a ps is lost");

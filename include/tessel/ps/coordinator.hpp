@@ -58,7 +58,7 @@ struct strategy_options {
   std::chrono::milliseconds worker_timeout{3000};
   // A ps silent this long ends the job (its variables are gone; restart from a checkpoint).
   std::chrono::milliseconds ps_timeout{10000};
-  // A worker whose chief has been silent this long ends.
+  // A worker or ps task whose chief has been silent this long ends.
   std::chrono::milliseconds chief_timeout{30000};
 };
 
@@ -199,29 +199,25 @@ class cluster_coordinator {
  public:
   cluster_coordinator(parameter_server_strategy& s, Model& model, std::function<Dataset()> fn = {})
       : strategy_(s), model_(model), dataset_fn_(std::move(fn)) {
-    const auto tree = model_.state_tree_view();
-    for (const auto& v : tree.trainable_variables) {
-      names_.push_back(v.path);
-      shapes_.push_back(v.shape);
+    for (const auto* v : model_.trainable_variables()) {
+      names_.push_back(v->path);
+      shapes_.push_back(v->shape);
     }
-    std::size_t non_trainable = 0;
-    for (const auto& v : tree.non_trainable_variables) non_trainable += v.is_tensor() ? 1 : 0;
+    const std::size_t non_trainable = model_.non_trainable_variables().size();
     if (non_trainable > 0)
       throw value_error("ParameterServerStrategy: the model has " + std::to_string(non_trainable) +
                         " non-trainable weights (batch normalization's statistics); the ps tasks "
                         "hold trainable variables only, so train this model with "
                         "mirrored_strategy or multi_worker_mirrored_strategy");
     placement_ = place(shapes_, names_, s.options().variable_partitioner, s.num_ps());
+    // The training step: train_on_batch's loss and gradients (compute_loss_and_gradients), then
+    // the gradients to the ps tasks instead of the model's own optimizer.
     define([](worker_context<Model, Dataset>& ctx) {
       ctx.pull();
       auto& m = ctx.model();
-      const auto tree = m.state_tree_view();
-      const auto r = m.value_and_grad(tree.trainable_variables, tree.non_trainable_variables,
-                                      ctx.batch().first, ctx.batch().second);
-      std::vector<std::vector<float>> grads;
-      for (const auto& g : r.grads) grads.push_back(g.numpy());
-      ctx.push_gradients(std::move(grads));
-      return r.loss;
+      const double loss = m.compute_loss_and_gradients(ctx.batch().first, ctx.batch().second);
+      ctx.push_gradients(gradients_of(m));
+      return loss;
     });
     if (strategy_.is_chief()) start_chief();
   }
@@ -252,7 +248,8 @@ class cluster_coordinator {
   // On a ps or worker task: serves until the chief ends the job; returns the exit status.
   int serve() {
     const cluster_spec& c = strategy_.cluster();
-    if (c.task_type == role::ps) return serve_ps(c);
+    if (c.task_type == role::ps)
+      return serve_ps(c, {.orphan_timeout = strategy_.options().chief_timeout});
     if (c.task_type == role::worker) return serve_worker();
     throw value_error("cluster_coordinator::serve: the chief schedules; it does not serve");
   }
@@ -488,16 +485,20 @@ class cluster_coordinator {
 
   // ---- checkpoints ------------------------------------------------------------------------------
 
-  template <class B>
-  static B backend_of(const state_tree<B>&);
+  // The chief model's optimizer's state (Keras's optimizer.variables: the iteration, the learning
+  // rate, then each variable's slots), its slots built first.
+  auto optimizer_state() {
+    auto& o = model_.get_optimizer();
+    o.build(model_.trainable_variables());
+    return o.state();
+  }
 
   // The ps tasks' variables and optimizer state put together in the chief's model: its weights,
   // and its optimizer's slots at full size (each variable's shards along dimension 0).
   void pull_state_into_model() {
     model_.set_weights(pull(chief_ps_));
-    auto tree = model_.get_state_tree();  // builds the optimizer's slots
-    using B = decltype(backend_of(tree));
-    auto& opt = tree.optimizer_variables;
+    auto opt = optimizer_state();
+    using B = decltype(backend_of(model_));
     const std::size_t k = shapes_.empty() ? 0 : (opt.size() - 2) / shapes_.size();
     std::vector<std::vector<float>> slots(shapes_.size() * k);
     for (std::size_t i = 0; i < slots.size(); ++i) slots[i].resize(opt[2 + i].tensor().size());
@@ -526,14 +527,13 @@ class cluster_coordinator {
     }
     for (std::size_t i = 0; i < slots.size(); ++i)
       B::upload(std::span<const float>(slots[i]), opt[2 + i].tensor().local());
-    model_.set_state_tree(tree);
+    model_.get_optimizer().set_state(opt, "BackupAndRestore");
   }
 
   // The chief model's weights and optimizer state to the ps tasks, each its shards.
   void push_state_from_model() {
     create_variables();
-    const auto tree = model_.get_state_tree();
-    const auto& opt = tree.optimizer_variables;
+    const auto opt = optimizer_state();
     const std::size_t k = shapes_.empty() ? 0 : (opt.size() - 2) / shapes_.size();
     auto weights = std::make_shared<const std::vector<array<float>>>(model_.get_weights());
     std::vector<std::vector<float>> slots;
@@ -621,7 +621,8 @@ class cluster_coordinator {
     for (int p = 0; p < c.num_ps(); ++p) {
       out.push_back(std::make_unique<connection>(
           ctx_, c.ps[static_cast<std::size_t>(p)],
-          cluster_spec::task_name(role::ps, static_cast<std::size_t>(p))));
+          cluster_spec::task_name(role::ps, static_cast<std::size_t>(p)),
+          strategy_.is_chief() ? chief_routing_id : std::string{}));
       out.back()->connect(strategy_.options().connect_timeout);
     }
     return out;
@@ -979,6 +980,21 @@ class cluster_coordinator {
   }
 
   friend class worker_context<Model, Dataset>;
+
+  template <class B>
+  static B backend_of_variable(const variable<B>*);
+  template <class M>
+  static auto backend_of(M& m) -> decltype(backend_of_variable(m.trainable_variables()[0]));
+  // The gradients compute_loss_and_gradients left in the model's trainable variables.
+  static std::vector<std::vector<float>> gradients_of(Model& m) {
+    using B = decltype(backend_of(m));
+    std::vector<std::vector<float>> out;
+    for (const auto* v : m.trainable_variables()) {
+      out.emplace_back(v->value.size());
+      B::download(v->gradient, std::span<float>(out.back()));
+    }
+    return out;
+  }
 
   // A request to ps task p; one that does not answer within ps_timeout is ps_lost.
   message call_ps(std::vector<std::unique_ptr<connection>>& ps, std::size_t p, message m) {

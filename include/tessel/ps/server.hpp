@@ -56,9 +56,12 @@ inline optimizer_spec optimizer_from_json(const nlohmann::json& j) {
                              j.at("centered")};
 }
 
+// How the chief's connections name themselves to a ps task (ZeroMQ's routing id).
+inline const std::string chief_routing_id = "chief";
+
 struct server_options {
   // A ps whose chief has been silent this long (after its first message) ends: the job is over.
-  std::chrono::milliseconds orphan_timeout{60000};
+  std::chrono::milliseconds orphan_timeout{30000};
   // Printed lines start with this (tests set it apart from other output).
   bool verbose = true;
 };
@@ -227,12 +230,15 @@ class parameter_server {
   std::uint64_t version_ = 0, generation_ = 0, applied_ = 0, refused_ = 0, stale_ = 0;
 };
 
-// Runs ps task `c.task_index` until the chief says shutdown (0), or the chief has been silent
-// for orphan_timeout after its first message (1, with a line saying so).
+// Runs ps task `c.task_index` until the chief says shutdown (0), or the chief has sent nothing
+// for orphan_timeout after its first message (1, with a line saying so). The chief sends a
+// heartbeat every second; the workers' messages do not count.
 inline int serve_ps(const cluster_spec& c, const server_options& o = {}) {
   zmq::context_t ctx(1);
   zmq::socket_t socket(ctx, zmq::socket_type::router);
   quiet(socket);
+  // A chief started again takes over the routing id of the one that died.
+  socket.set(zmq::sockopt::router_handover, 1);
   socket.bind(bind_endpoint(c.address()));
   parameter_server server;
   bool stop = false;
@@ -241,16 +247,17 @@ inline int serve_ps(const cluster_spec& c, const server_options& o = {}) {
   while (!stop) {
     zmq::message_t identity;
     std::optional<message> m = receive(socket, std::chrono::milliseconds(200), &identity);
-    if (!m) {
-      if (contacted && std::chrono::steady_clock::now() - last > o.orphan_timeout) {
-        std::fprintf(stderr, "ps %d: no message for %lld s; the job is over, ending\n",
-                     c.task_index, static_cast<long long>(o.orphan_timeout.count() / 1000));
-        return 1;
-      }
-      continue;
+    if (contacted && std::chrono::steady_clock::now() - last > o.orphan_timeout) {
+      std::fprintf(stderr,
+                   "ps %d: the chief has sent nothing for %lld s; the job is over, ending\n",
+                   c.task_index, static_cast<long long>(o.orphan_timeout.count() / 1000));
+      return 1;
     }
-    contacted = true;
-    last = std::chrono::steady_clock::now();
+    if (!m) continue;
+    if (identity.to_string_view() == chief_routing_id) {
+      contacted = true;
+      last = std::chrono::steady_clock::now();
+    }
     message r;
     try {
       r = server.handle(*m, stop);

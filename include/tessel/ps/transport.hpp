@@ -151,12 +151,15 @@ inline void quiet(zmq::socket_t& s) { s.set(zmq::sockopt::linger, 0); }
 // A DEALER socket to one task, asking and waiting for replies.
 class connection {
  public:
-  // `name` says who the task is in messages ("ps 0").
-  connection(zmq::context_t& ctx, std::string address, std::string name)
+  // `name` says who the task is in messages ("ps 0"); `routing_id`, when given, is how this
+  // end is known to the task (the chief's is "chief").
+  connection(zmq::context_t& ctx, std::string address, std::string name,
+             const std::string& routing_id = {})
       : socket_(ctx, zmq::socket_type::dealer),
         address_(std::move(address)),
         name_(std::move(name)) {
     quiet(socket_);
+    if (!routing_id.empty()) socket_.set(zmq::sockopt::routing_id, zmq::buffer(routing_id));
     socket_.set(zmq::sockopt::reconnect_ivl, 100);
     socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
     socket_.connect(connect_endpoint(address_));
