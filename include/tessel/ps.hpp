@@ -3,7 +3,9 @@
 // ClusterCoordinator): link with tessel::ps, which adds ZeroMQ (libzmq3-dev, cppzmq-dev).
 // Not part of tessel.hpp: programs that do not use it need no ZeroMQ.
 #include "ps/cluster.hpp"
+#include "ps/compilation.hpp"
 #include "ps/coordinator.hpp"
+#include "ps/coordinator_core.hpp"
 #include "ps/partitioner.hpp"
 #include "ps/server.hpp"
 #include "ps/transport.hpp"

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/errors.hpp"
+#include "compilation.hpp"
 
 namespace tessel::ps {
 
@@ -61,7 +62,14 @@ inline int port_of(std::string_view address) {
 }  // namespace detail
 
 // TF_CONFIG's value parsed and checked: a value_error naming the field that is wrong.
-inline cluster_spec parse_cluster(std::string_view text) {
+TESSEL_PS_INLINE cluster_spec parse_cluster(std::string_view text);
+
+// TF_CONFIG from the environment (a value_error when it is unset).
+TESSEL_PS_INLINE cluster_spec cluster_from_environment();
+
+#if TESSEL_PS_DEFINITIONS
+// TF_CONFIG's value parsed and checked: a value_error naming the field that is wrong.
+TESSEL_PS_INLINE cluster_spec parse_cluster(std::string_view text) {
   using json = nlohmann::json;
   const auto fail = [](const std::string& what) {
     throw value_error("TF_CONFIG: " + what +
@@ -117,7 +125,7 @@ inline cluster_spec parse_cluster(std::string_view text) {
 }
 
 // TF_CONFIG from the environment (a value_error when it is unset).
-inline cluster_spec cluster_from_environment() {
+TESSEL_PS_INLINE cluster_spec cluster_from_environment() {
   const char* text = std::getenv("TF_CONFIG");
   if (text == nullptr)
     throw value_error(
@@ -125,5 +133,7 @@ inline cluster_spec cluster_from_environment() {
         "Start the processes with scripts/ps_cluster.sh, or give each its TF_CONFIG");
   return parse_cluster(text);
 }
+
+#endif
 
 }  // namespace tessel::ps

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../core/errors.hpp"
+#include "compilation.hpp"
 
 namespace tessel::ps {
 
@@ -40,38 +41,9 @@ using variable_partitioner = std::variant<std::monostate, fixed_shards_partition
 // The number of shards a partitioner gives a float32 variable of this shape (TensorFlow's
 // formulas: min_max_variable_partitioner and variable_axis_size_partitioner along axis 0). A
 // scalar is one shard.
-inline std::size_t num_shards(const variable_partitioner& p, const std::vector<std::size_t>& shape,
-                              std::size_t element_bytes = 4) {
-  if (shape.empty() || shape[0] == 0) return 1;
-  const std::size_t rows = shape[0];
-  double bytes_per_row = static_cast<double>(element_bytes);
-  for (std::size_t d = 1; d < shape.size(); ++d) bytes_per_row *= static_cast<double>(shape[d]);
-  if (const auto* f = std::get_if<fixed_shards_partitioner>(&p)) {
-    if (f->num_shards == 0)
-      throw value_error("fixed_shards_partitioner: num_shards is 0; give at least 1");
-    return std::min(f->num_shards, rows);
-  }
-  if (const auto* m = std::get_if<min_size_partitioner>(&p)) {
-    if (m->max_shards == 0)
-      throw value_error("min_size_partitioner: max_shards is 0; give at least 1");
-    const double per_shard =
-        std::max(1.0, std::floor(static_cast<double>(m->min_shard_bytes) / bytes_per_row));
-    const auto n = static_cast<std::size_t>(std::ceil(static_cast<double>(rows) / per_shard));
-    return std::max<std::size_t>(1, std::min(n, m->max_shards));
-  }
-  if (const auto* m = std::get_if<max_size_partitioner>(&p)) {
-    if (m->max_shard_bytes == 0)
-      throw value_error(
-          "max_size_partitioner: max_shard_bytes is 0; give the largest shard's "
-          "size in bytes");
-    const double per_shard =
-        std::max(1.0, std::floor(static_cast<double>(m->max_shard_bytes) / bytes_per_row));
-    auto n = static_cast<std::size_t>(std::ceil(static_cast<double>(rows) / per_shard));
-    if (m->max_shards > 0) n = std::min(n, m->max_shards);
-    return std::max<std::size_t>(1, n);
-  }
-  return 1;
-}
+TESSEL_PS_INLINE std::size_t num_shards(const variable_partitioner& p,
+                                        const std::vector<std::size_t>& shape,
+                                        std::size_t element_bytes = 4);
 
 // The rows of each of n shards of `rows` rows: rows / n each, one more for the first rows % n
 // (13 over 5: 3, 3, 3, 2, 2), as TensorFlow's ShardedVariable splits them.
@@ -103,33 +75,74 @@ struct placement {
     return out;
   }
   // What explain() prints: each variable's shards and their ps, then the bytes on each ps.
-  [[nodiscard]] std::string explain() const {
-    std::string out = "variables on " + std::to_string(bytes_per_ps.size()) + " ps tasks:\n";
-    char line[256];
-    for (const shard_placement& s : shards) {
-      std::string shape = "(";
-      for (std::size_t d = 0; d < shapes[s.variable].size(); ++d)
-        shape += (d ? ", " : "") + std::to_string(d == 0 ? s.rows : shapes[s.variable][d]);
-      shape += shapes[s.variable].size() == 1 ? ",)" : ")";
-      std::snprintf(line, sizeof line, "  %-28s shard %zu rows %zu-%zu %-14s %9zu B  ps %d\n",
-                    names[s.variable].c_str(), s.shard, s.first_row, s.first_row + s.rows,
-                    shape.c_str(), s.values * 4, s.ps);
-      out += line;
-    }
-    for (std::size_t p = 0; p < bytes_per_ps.size(); ++p) {
-      std::snprintf(line, sizeof line, "  ps %zu holds %zu B\n", p, bytes_per_ps[p]);
-      out += line;
-    }
-    return out;
-  }
+  [[nodiscard]] TESSEL_PS_INLINE std::string explain() const;
 };
 
 // The variables partitioned, and their shards placed on `num_ps` ps tasks balanced by bytes:
 // the largest shard first, each to the ps holding the fewest bytes so far (the lowest index on a
 // tie, so that equal shards go round-robin, as TensorFlow places variables).
-inline placement place(const std::vector<std::vector<std::size_t>>& shapes,
-                       const std::vector<std::string>& names, const variable_partitioner& p,
-                       int num_ps) {
+TESSEL_PS_INLINE placement place(const std::vector<std::vector<std::size_t>>& shapes,
+                                 const std::vector<std::string>& names,
+                                 const variable_partitioner& p, int num_ps);
+
+#if TESSEL_PS_DEFINITIONS
+TESSEL_PS_INLINE std::size_t num_shards(const variable_partitioner& p,
+                                        const std::vector<std::size_t>& shape,
+                                        std::size_t element_bytes) {
+  if (shape.empty() || shape[0] == 0) return 1;
+  const std::size_t rows = shape[0];
+  double bytes_per_row = static_cast<double>(element_bytes);
+  for (std::size_t d = 1; d < shape.size(); ++d) bytes_per_row *= static_cast<double>(shape[d]);
+  if (const auto* f = std::get_if<fixed_shards_partitioner>(&p)) {
+    if (f->num_shards == 0)
+      throw value_error("fixed_shards_partitioner: num_shards is 0; give at least 1");
+    return std::min(f->num_shards, rows);
+  }
+  if (const auto* m = std::get_if<min_size_partitioner>(&p)) {
+    if (m->max_shards == 0)
+      throw value_error("min_size_partitioner: max_shards is 0; give at least 1");
+    const double per_shard =
+        std::max(1.0, std::floor(static_cast<double>(m->min_shard_bytes) / bytes_per_row));
+    const auto n = static_cast<std::size_t>(std::ceil(static_cast<double>(rows) / per_shard));
+    return std::max<std::size_t>(1, std::min(n, m->max_shards));
+  }
+  if (const auto* m = std::get_if<max_size_partitioner>(&p)) {
+    if (m->max_shard_bytes == 0)
+      throw value_error(
+          "max_size_partitioner: max_shard_bytes is 0; give the largest shard's "
+          "size in bytes");
+    const double per_shard =
+        std::max(1.0, std::floor(static_cast<double>(m->max_shard_bytes) / bytes_per_row));
+    auto n = static_cast<std::size_t>(std::ceil(static_cast<double>(rows) / per_shard));
+    if (m->max_shards > 0) n = std::min(n, m->max_shards);
+    return std::max<std::size_t>(1, n);
+  }
+  return 1;
+}
+
+TESSEL_PS_INLINE std::string placement::explain() const {
+  std::string out = "variables on " + std::to_string(bytes_per_ps.size()) + " ps tasks:\n";
+  char line[256];
+  for (const shard_placement& s : shards) {
+    std::string shape = "(";
+    for (std::size_t d = 0; d < shapes[s.variable].size(); ++d)
+      shape += (d ? ", " : "") + std::to_string(d == 0 ? s.rows : shapes[s.variable][d]);
+    shape += shapes[s.variable].size() == 1 ? ",)" : ")";
+    std::snprintf(line, sizeof line, "  %-28s shard %zu rows %zu-%zu %-14s %9zu B  ps %d\n",
+                  names[s.variable].c_str(), s.shard, s.first_row, s.first_row + s.rows,
+                  shape.c_str(), s.values * 4, s.ps);
+    out += line;
+  }
+  for (std::size_t p = 0; p < bytes_per_ps.size(); ++p) {
+    std::snprintf(line, sizeof line, "  ps %zu holds %zu B\n", p, bytes_per_ps[p]);
+    out += line;
+  }
+  return out;
+}
+
+TESSEL_PS_INLINE placement place(const std::vector<std::vector<std::size_t>>& shapes,
+                                 const std::vector<std::string>& names,
+                                 const variable_partitioner& p, int num_ps) {
   if (num_ps < 1) throw value_error("place: a parameter-server cluster needs a ps task");
   placement out{shapes, names, {}, std::vector<std::size_t>(static_cast<std::size_t>(num_ps), 0)};
   for (std::size_t v = 0; v < shapes.size(); ++v) {
@@ -155,5 +168,7 @@ inline placement place(const std::vector<std::vector<std::size_t>>& shapes,
   }
   return out;
 }
+
+#endif
 
 }  // namespace tessel::ps

@@ -19,42 +19,14 @@
 #include "../layers/layer.hpp"
 #include "../optimizers.hpp"
 #include "cluster.hpp"
+#include "compilation.hpp"
 #include "transport.hpp"
 
 namespace tessel::ps {
 
 // The optimizer's name and hyperparameters, to send to the ps tasks and back.
-inline nlohmann::json to_json(const optimizer_spec& spec) {
-  return std::visit(
-      [](const auto& o) -> nlohmann::json {
-        using T = std::decay_t<decltype(o)>;
-        if constexpr (std::is_same_v<T, optimizers::sgd>)
-          return {{"name", "sgd"},
-                  {"learning_rate", o.learning_rate},
-                  {"momentum", o.momentum},
-                  {"nesterov", o.nesterov}};
-        else if constexpr (std::is_same_v<T, optimizers::adam>)
-          return {{"name", "adam"},
-                  {"learning_rate", o.learning_rate},
-                  {"beta_1", o.beta_1},
-                  {"beta_2", o.beta_2},
-                  {"epsilon", o.epsilon}};
-        else
-          return {{"name", "rmsprop"},    {"learning_rate", o.learning_rate},
-                  {"rho", o.rho},         {"momentum", o.momentum},
-                  {"epsilon", o.epsilon}, {"centered", o.centered}};
-      },
-      spec.value());
-}
-inline optimizer_spec optimizer_from_json(const nlohmann::json& j) {
-  const std::string name = j.at("name");
-  if (name == "sgd")
-    return optimizers::sgd{j.at("learning_rate"), j.at("momentum"), j.at("nesterov")};
-  if (name == "adam")
-    return optimizers::adam{j.at("learning_rate"), j.at("beta_1"), j.at("beta_2"), j.at("epsilon")};
-  return optimizers::rmsprop{j.at("learning_rate"), j.at("rho"), j.at("momentum"), j.at("epsilon"),
-                             j.at("centered")};
-}
+TESSEL_PS_INLINE nlohmann::json to_json(const optimizer_spec& spec);
+TESSEL_PS_INLINE optimizer_spec optimizer_from_json(const nlohmann::json& j);
 
 // How the chief's connections name themselves to a ps task (ZeroMQ's routing id).
 inline const std::string chief_routing_id = "chief";
@@ -272,5 +244,40 @@ inline int serve_ps(const cluster_spec& c, const server_options& o = {}) {
                 static_cast<unsigned long long>(server.refused()));
   return 0;
 }
+
+#if TESSEL_PS_DEFINITIONS
+TESSEL_PS_INLINE nlohmann::json to_json(const optimizer_spec& spec) {
+  return std::visit(
+      [](const auto& o) -> nlohmann::json {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, optimizers::sgd>)
+          return {{"name", "sgd"},
+                  {"learning_rate", o.learning_rate},
+                  {"momentum", o.momentum},
+                  {"nesterov", o.nesterov}};
+        else if constexpr (std::is_same_v<T, optimizers::adam>)
+          return {{"name", "adam"},
+                  {"learning_rate", o.learning_rate},
+                  {"beta_1", o.beta_1},
+                  {"beta_2", o.beta_2},
+                  {"epsilon", o.epsilon}};
+        else
+          return {{"name", "rmsprop"},    {"learning_rate", o.learning_rate},
+                  {"rho", o.rho},         {"momentum", o.momentum},
+                  {"epsilon", o.epsilon}, {"centered", o.centered}};
+      },
+      spec.value());
+}
+TESSEL_PS_INLINE optimizer_spec optimizer_from_json(const nlohmann::json& j) {
+  const std::string name = j.at("name");
+  if (name == "sgd")
+    return optimizers::sgd{j.at("learning_rate"), j.at("momentum"), j.at("nesterov")};
+  if (name == "adam")
+    return optimizers::adam{j.at("learning_rate"), j.at("beta_1"), j.at("beta_2"), j.at("epsilon")};
+  return optimizers::rmsprop{j.at("learning_rate"), j.at("rho"), j.at("momentum"), j.at("epsilon"),
+                             j.at("centered")};
+}
+
+#endif
 
 }  // namespace tessel::ps
