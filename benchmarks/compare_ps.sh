@@ -14,9 +14,9 @@ printf '| training processes | parameter servers (samples/s) | mirrored_strategy
 printf '| ---: | ---: | ---: | ---: |\n'
 for n in 1 2; do
   ps=$("$here/../scripts/ps_cluster.sh" --workers "$n" --ps 2 "$build/benchmarks/ps_bench" |
-       tee /dev/stderr | sed -n 's/^RESULT ps .*samples_per_s=\([0-9.]*\).*/\1/p')
+       tee -a /dev/stderr | sed -n 's/^RESULT ps .*samples_per_s=\([0-9.]*\).*/\1/p')
   m=$(mpiexec -n "$n" --oversubscribe "$build/benchmarks/strategy_bench" --rounds 1 |
-      tee /dev/stderr | sed -n 's/^RESULT strategies mirrored_s=\([0-9.]*\).*/\1/p')
+      tee -a /dev/stderr | sed -n 's/^RESULT strategies .*mirrored_s=\([0-9.]*\).*/\1/p')
   mirrored=$(python3 -c "print(f'{50000 / float(\"$m\"):.0f}')")
   ratio=$(python3 -c "print(f'{float(\"$ps\") / float(\"$mirrored\"):.2f}')")
   printf '| %s | %s | %s | %s |\n' "$n" "$ps" "$mirrored" "$ratio"
