@@ -91,7 +91,10 @@ int run(int argc, char** argv) {
 
   std::printf("%s", coord.explain().c_str());
   const data_sets d = load();
-  tessel::ps::ps_fit_options<dataset_t> options{.epochs = epochs, .validation_data = d.val};
+  // The steps of an epoch from the chief's own copy of the training set (without them fit would
+  // build the workers' dataset once more to count its batches).
+  tessel::ps::ps_fit_options<dataset_t> options{
+      .epochs = epochs, .steps_per_epoch = *d.train.cardinality(), .validation_data = d.val};
   if (!backup.empty()) options.backup_dir = backup;
   const auto history = coord.fit(options);
   const auto result = model.evaluate(d.test, 0);

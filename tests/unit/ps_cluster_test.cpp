@@ -127,6 +127,7 @@ TEST_CASE("ps shards: shape[0] % n shards get one more row", "[ps]") {
   CHECK(p.shards[3].first_row == 9);
   CHECK(p.shards[3].rows == 2);
   CHECK(p.shards[3].values == 4);
+  CHECK(p.shards[3].offset == 18);  // row 9 of rows of 2 values
 }
 
 TEST_CASE("ps placement: balanced by bytes, equal shards round-robin, printed", "[ps]") {

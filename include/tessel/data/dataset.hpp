@@ -294,8 +294,6 @@ class files_node final : public node<X, Y> {
     for (std::size_t k = s.index; k < chosen_.size(); k += s.shards) mine.push_back(chosen_[k]);
     return std::make_shared<const files_node>(list_, std::move(mine));
   }
-  // The files a pass reads, in order.
-  [[nodiscard]] const std::vector<std::size_t>& chosen() const noexcept { return chosen_; }
 
  private:
   struct files_pass final : pass<X, Y> {
@@ -998,8 +996,9 @@ dataset<X, Y> dataset<X, Y>::shard_files(std::size_t num_shards, std::size_t ind
   if (num_shards == 0 || index >= num_shards)
     throw value_error("shard_files: index " + std::to_string(index) + " is not one of the " +
                       std::to_string(num_shards) + " shards");
-  const std::size_t n = files_ / num_shards + (index < files_ % num_shards ? 1 : 0);
-  return dataset(source_, top_->shard_files({num_shards, index, true}), n);
+  // Files index, index + num_shards, ...: as many as split_batch_rows gives the shard.
+  return dataset(source_, top_->shard_files({num_shards, index, true}),
+                 split_batch_rows(files_, num_shards, index).count);
 }
 template <class X, class Y>
 dataset<X, Y> dataset<X, Y>::batch(std::int64_t batch_size, bool drop_remainder) const {

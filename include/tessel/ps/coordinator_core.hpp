@@ -111,7 +111,6 @@ struct coordinator_stats {
   std::size_t workers_lost = 0, workers_rejoined = 0, batches_reassigned = 0;
   std::size_t ps_restarts = 0;  // ps tasks lost and given the last backup's state
   std::vector<std::uint64_t> ps_applied, ps_refused;  // per ps: updates applied, repeats refused
-  double mean_staleness = 0;
 };
 
 // What a pull saw of one ps: its version (updates applied) and generation (variables created).
@@ -371,9 +370,7 @@ TESSEL_PS_INLINE void coordinator_core::create_variables(const std::vector<array
       if (!shape.empty()) shape[0] = s.rows;
       shards.push_back(
           {{"path", names_[s.variable] + "/shard_" + std::to_string(s.shard)}, {"shape", shape}});
-      const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
-      m.frames.push_back(frame_of(std::span<const float>(
-          weights[s.variable].values.data() + s.first_row * per_row, s.values)));
+      m.frames.push_back(frame_of(shard_of(std::span<const float>(weights[s.variable]), s)));
     }
     const nlohmann::json description = {{"optimizer", optimizer}, {"shards", shards}};
     m.frames[0] = frame_of(description.dump());
@@ -401,12 +398,10 @@ TESSEL_PS_INLINE full_state coordinator_core::pull_state(std::size_t k) {
     }
     for (std::size_t q = 0; q < mine.size(); ++q) {
       const shard_placement& s = placement_.shards[mine[q]];
-      const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
       for (std::size_t j = 0; j < k; ++j) {
         const auto values = floats_of(r.frames[1 + mine.size() + q * k + j]);
-        std::copy(values.begin(), values.end(),
-                  out.slots[s.variable * k + j].begin() +
-                      static_cast<std::ptrdiff_t>(s.first_row * per_row));
+        std::ranges::copy(values,
+                          shard_of(std::span<float>(out.slots[s.variable * k + j]), s).begin());
       }
     }
   }
@@ -425,16 +420,13 @@ TESSEL_PS_INLINE void coordinator_core::push_state(const full_state& st,
     const auto mine = placement_.shards_of(static_cast<int>(p));
     for (const std::size_t i : mine) {
       const shard_placement& s = placement_.shards[i];
-      const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
-      m.frames.push_back(frame_of(std::span<const float>(
-          st.weights[s.variable].values.data() + s.first_row * per_row, s.values)));
+      m.frames.push_back(frame_of(shard_of(std::span<const float>(st.weights[s.variable]), s)));
     }
     for (const std::size_t i : mine) {
       const shard_placement& s = placement_.shards[i];
-      const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
       for (std::size_t j = 0; j < k; ++j)
-        m.frames.push_back(frame_of(std::span<const float>(
-            st.slots[s.variable * k + j].data() + s.first_row * per_row, s.values)));
+        m.frames.push_back(
+            frame_of(shard_of(std::span<const float>(st.slots[s.variable * k + j]), s)));
     }
     (void)chief_ps_[p]->call(std::move(m), strategy_.options().ps_timeout);
   }
@@ -629,10 +621,8 @@ TESSEL_PS_INLINE std::vector<array<float>> coordinator_core::pull(
                            std::to_string(mine.size()) + " placed there (restarted?)");
     for (std::size_t k = 0; k < mine.size(); ++k) {
       const shard_placement& s = placement_.shards[mine[k]];
-      const auto values = floats_of(r.frames[k]);
-      const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
-      std::copy(values.begin(), values.end(),
-                w[s.variable].values.begin() + static_cast<std::ptrdiff_t>(s.first_row * per_row));
+      std::ranges::copy(floats_of(r.frames[k]),
+                        shard_of(std::span<float>(w[s.variable]), s).begin());
     }
   }
   return w;
@@ -668,8 +658,7 @@ TESSEL_PS_INLINE std::uint64_t coordinator_core::push(std::vector<std::unique_pt
     }
     for (const std::size_t i : placement_.shards_of(static_cast<int>(p))) {
       const shard_placement& s = placement_.shards[i];
-      const std::size_t per_row = s.rows == 0 ? 0 : s.values / s.rows;
-      m.frames.push_back(frame_of(grads[s.variable], s.first_row * per_row, s.values));
+      m.frames.push_back(frame_of(grads[s.variable], s.offset, s.values));
     }
     const message reply = call_ps(ps, p, std::move(m));
     staleness = std::max(staleness, reply.h.a);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -57,9 +58,15 @@ inline std::vector<std::size_t> shard_rows(std::size_t rows, std::size_t n) {
 struct shard_placement {
   std::size_t variable = 0, shard = 0;  // the variable's index, the shard's within it
   std::size_t first_row = 0, rows = 0;  // along the first dimension
-  std::size_t values = 0;               // float32 values in the shard
+  std::size_t offset = 0, values = 0;   // its first value in the variable's, and its count
   int ps = 0;
 };
+
+// A shard's values within its variable's (row-major) values.
+template <class T>
+std::span<T> shard_of(std::span<T> variable, const shard_placement& s) {
+  return variable.subspan(s.offset, s.values);
+}
 
 // Every variable's shards and the ps task of each.
 struct placement {
@@ -152,7 +159,7 @@ TESSEL_PS_INLINE placement place(const std::vector<std::vector<std::size_t>>& sh
     for (std::size_t d = 1; d < shapes[v].size(); ++d) per_row *= shapes[v][d];
     std::size_t first = 0, k = 0;
     for (const std::size_t r : shard_rows(rows, n)) {
-      out.shards.push_back({v, k++, first, r, r * per_row, 0});
+      out.shards.push_back({v, k++, first, r, first * per_row, r * per_row, 0});
       first += r;
     }
   }

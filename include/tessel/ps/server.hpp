@@ -129,7 +129,6 @@ class parameter_server {
     message r = reply_to(m, kind::push);
     if (m.h.b != generation_) {
       r.h.b = 2;
-      ++stale_;
       return r;
     }
     r.h.a = version_ >= m.h.c ? version_ - m.h.c : 0;
@@ -199,7 +198,7 @@ class parameter_server {
   std::vector<variable<B>*> vars_;
   std::unique_ptr<optimizer<B>> opt_;
   std::unordered_set<std::uint64_t> applied_batches_;
-  std::uint64_t version_ = 0, generation_ = 0, applied_ = 0, refused_ = 0, stale_ = 0;
+  std::uint64_t version_ = 0, generation_ = 0, applied_ = 0, refused_ = 0;
 };
 
 // Runs ps task `c.task_index` until the chief says shutdown (0), or the chief has sent nothing

@@ -48,10 +48,11 @@ namespace tessel {
 enum class reduce_op { sum, mean };
 
 // tf.data.experimental.AutoShardPolicy: how experimental_distribute_dataset divides a dataset
-// among the replicas. auto_: by data (tessel's datasets read arrays, not files); data: each
-// replica takes its rows of every global batch; off: none, each replica iterates the whole
-// dataset and takes each of its batches as a per-replica batch; file: by the files a dataset
-// reads, which a dataset of arrays has not (refused, as TensorFlow refuses an unshardable source).
+// among the replicas. file: by the files a dataset reads (dataset::from_files), each replica
+// opening only its own (refused on a dataset of arrays, as TensorFlow refuses an unshardable
+// source); data: each replica takes its rows of every global batch; auto_: file when the dataset
+// reads at least one file per replica, else data; off: none, each replica iterates the whole
+// dataset and takes each of its batches as a per-replica batch.
 enum class auto_shard_policy { auto_, file, data, off };
 
 // tf.data.Options().experimental_distribute, as experimental_distribute_dataset takes it.
@@ -136,8 +137,9 @@ class distributed_dataset {
   class iterator {
    public:
     using value_type = element_type;
-    const element_type& operator*() const { return slice_; }
-    const element_type* operator->() const { return &slice_; }
+    // A replica's own batch (sharded by file) is the dataset's element itself, not a copy.
+    const element_type& operator*() const { return own_ ? *it_ : slice_; }
+    const element_type* operator->() const { return &**this; }
     iterator& operator++() {
       ++it_;
       take();
@@ -229,7 +231,6 @@ void distributed_dataset<X, Y>::iterator::take() {
   if (own_) {
     if (replicas_ > 1 && !strategy_detail::every_replica_has_next(it_ != std::default_sentinel))
       it_ = {};
-    if (it_ != std::default_sentinel) slice_ = *it_;
     return;
   }
   if (it_ == std::default_sentinel) return;
