@@ -88,6 +88,12 @@ class optimizer {
   std::string_view name() const { return prefix(); }
   // Creates the slots for these variables (Keras's optimizer.build); apply() calls it when needed.
   void build(const std::vector<variable<B>*>& vars);
+  [[nodiscard]] bool built() const noexcept { return !slots_.empty(); }
+  // Sets the iteration count and the learning rate (a state's counters, without its slots).
+  void set_counters(std::size_t iterations, double learning_rate) noexcept {
+    iterations_ = iterations;
+    learning_rate_ = learning_rate;
+  }
 
   // One step on each variable from its `gradient` (Keras's optimizer.apply(grads, variables)):
   // one backend update over all of them.

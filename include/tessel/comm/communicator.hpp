@@ -261,6 +261,7 @@ class communicator {
   void all_reduce_erased(void* data, std::size_t n, MPI_Datatype type, std::size_t element_size,
                          reduce_op op) const;
   void all_gather_erased(const buffers& b) const;
+  const void* gather_input(const buffers& b) const;
   void reduce_scatter_erased(const buffers& b) const;
   void broadcast_erased(void* data, std::size_t n, MPI_Datatype type, std::size_t element_size,
                         int root) const;
@@ -324,6 +325,14 @@ TESSEL_INLINE void communicator::check_root(int root) const {
                       std::to_string(size_) + "; the root must be in [0, " +
                       std::to_string(size_) + ")");
 }
+// An all_gather whose input is already its own block of the output (the block at this
+// process's rank) gathers in place (MPI_IN_PLACE): the parts of a state split over the processes
+// are gathered where they lie.
+TESSEL_INLINE const void* communicator::gather_input(const buffers& b) const {
+  const auto* own = static_cast<const char*>(b.out) +
+                    static_cast<std::size_t>(rank_) * b.in_count * b.element_size;
+  return b.in == own && b.in_count != 0 ? MPI_IN_PLACE : b.in;
+}
 TESSEL_INLINE void communicator::check_blocks(const char* what, std::size_t whole,
                                               std::size_t block) const {
   if (whole != block * static_cast<std::size_t>(size_))
@@ -354,7 +363,7 @@ TESSEL_INLINE void communicator::all_gather_erased(const buffers& b) const {
   check_blocks("all_gather", b.out_count, b.in_count);
   if (!uses_mpi()) return b.copy();
   const watched_wait watch(tag("all_gather", b.in_count * b.element_size));
-  detail::check(MPI_Allgather(b.in, detail::count_of(b.in_count), b.type, b.out,
+  detail::check(MPI_Allgather(gather_input(b), detail::count_of(b.in_count), b.type, b.out,
                               detail::count_of(b.in_count), b.type, comm_),
                 "MPI_Allgather");
 }
@@ -402,7 +411,7 @@ TESSEL_INLINE request communicator::iall_gather_erased(const buffers& b) const {
   check_blocks("all_gather", b.out_count, b.in_count);
   if (!uses_mpi()) return b.copy(), request{};
   MPI_Request r{};
-  detail::check(MPI_Iallgather(b.in, detail::count_of(b.in_count), b.type, b.out,
+  detail::check(MPI_Iallgather(gather_input(b), detail::count_of(b.in_count), b.type, b.out,
                                detail::count_of(b.in_count), b.type, comm_, &r),
                 "MPI_Iallgather");
   return request(r, tag("all_gather", b.in_count * b.element_size));

@@ -34,6 +34,17 @@ inline constexpr cross_device_ops nccl_all_reduce = cross_device_ops::all_reduce
 inline constexpr cross_device_ops reduction_to_one_device =
     cross_device_ops::reduction_to_one_device;
 
+// What a data-parallel distribution splits over its batch axis besides the batch (ZeRO's
+// stages, FSDP's sharding strategies). Each process updates one part of every gradient bucket
+// and keeps the optimizer state of that part only; the updated parts are all-gathered, so every
+// process holds the whole weights again for the next step.
+enum class shard_state : std::uint8_t {
+  none,       // every process updates the whole model (DDP, FSDP's NO_SHARD)
+  optimizer,  // the optimizer state split; gradients all-reduced (ZeRO-1)
+  gradients,  // and the gradients reduce-scattered: each process receives its part's sum only
+              // (ZeRO-2, FSDP's SHARD_GRAD_OP without the weights' resharding)
+};
+
 // A distribution as a value, for constexpr planning.
 struct distribution_value {
   enum kind_t : std::uint8_t { data, model } kind = data;
@@ -47,6 +58,8 @@ struct distribution_value {
   // them, TF's mirrored variables).
   cross_device_ops reduction = cross_device_ops::all_reduce;
   int variable_device = -1;
+  // Data-parallel only: what is split over the batch axis besides the batch.
+  shard_state shard = shard_state::none;
 
   // Central storage: a data-parallel distribution whose variables live on one process.
   [[nodiscard]] constexpr bool central_storage() const noexcept {
@@ -93,14 +106,20 @@ using layout_type_t = typename detail::layout_type<Mesh, Source>::type;
 
 // Weights replicated on every device of a 1-D mesh, each batch split along its first dimension.
 // With no argument the mesh is 1-D of run-time size, axis "batch" (Keras: every local device).
-template <class Mesh = device_mesh<axis<"batch">>>
+// `Shard` splits the optimizer state (shard_state::optimizer, ZeRO-1) and the gradients
+// (shard_state::gradients, ZeRO-2) over the mesh as well.
+template <class Mesh = device_mesh<axis<"batch">>, shard_state Shard = shard_state::none>
 struct data_parallel {
   static_assert(detail::is_device_mesh<Mesh>,
                 "tessel::data_parallel: the argument must be a tessel::device_mesh<...>");
   static_assert(require<Mesh::rank == 1, diagnostic::data_parallel_needs_a_1d_mesh<Mesh>>);
   using mesh = Mesh;
   static constexpr name_string batch_dim_name = Mesh::axis_names[0];
-  static constexpr distribution_value value{distribution_value::data, Mesh::value, 0, {}, 0};
+  static constexpr distribution_value value = [] {
+    distribution_value v{distribution_value::data, Mesh::value, 0, {}, 0};
+    v.shard = Shard;
+    return v;
+  }();
 };
 
 // No distribution (Keras without set_distribution): the model lives whole on its own process. Run

@@ -114,7 +114,27 @@ class layer_planner {
           b.step.kind = collective::broadcast;
           push(b);
         }
+    // State split over the batch axis: after each process updates its part, the parts of every
+    // variable whose gradient was reduced over the axis are all-gathered.
+    if (plan_.ok && sharded())
+      for (std::size_t k = backward_begin, end = plan_.count; k < end; ++k)
+        if (plan_.steps[k].role == step_role::variable_gradient &&
+            (plan_.steps[k].step.kind == collective::all_reduce ||
+             plan_.steps[k].step.kind == collective::reduce_scatter) &&
+            plan_.steps[k].step.axis == dist_.batch_axis) {
+          planned_step b = plan_.steps[k];
+          const std::size_t n = plan_.mesh.sizes[b.step.axis];
+          b.role = step_role::variable;
+          b.step.kind = collective::all_gather;
+          b.step.bytes = b.step.bytes == unknown_bytes ? unknown_bytes : b.step.bytes / n;
+          b.step.wire_bytes = detail::wire_bytes(collective::all_gather, b.step.bytes, n);
+          push(b);
+        }
     return plan_;
+  }
+
+  [[nodiscard]] constexpr bool sharded() const noexcept {
+    return dist_.kind == distribution_value::data && dist_.shard != shard_state::none;
   }
 
   [[nodiscard]] constexpr bool central() const noexcept { return dist_.central_storage(); }
@@ -124,10 +144,24 @@ class layer_planner {
   constexpr void push_backward(planned_step s) noexcept {
     const bool to_one = dist_.kind == distribution_value::data &&
                         (central() || dist_.reduction == cross_device_ops::reduction_to_one_device);
-    if (!to_one || s.role != step_role::variable_gradient || s.step.kind != collective::all_reduce ||
-        s.step.axis != dist_.batch_axis)
-      return push(s);
+    const bool reduced = s.role == step_role::variable_gradient &&
+                         s.step.kind == collective::all_reduce && s.step.axis == dist_.batch_axis;
     const std::size_t n = plan_.mesh.sizes[s.step.axis];
+    if (reduced && sharded()) {
+      // Each process's part of a variable is a contiguous run of its values, the variable padded
+      // to a multiple of the processes: the steps move the padded size.
+      if (to_one)
+        return fail("state split over the batch axis needs the gradients all-reduced or "
+                    "reduce-scattered, not reduced to one process");
+      if (s.step.bytes != unknown_bytes && n != dynamic_extent) {
+        const std::size_t es = model_.element_size, values = s.step.bytes / es;
+        s.step.bytes = (values + n - 1) / n * n * es;
+      }
+      if (dist_.shard == shard_state::gradients) s.step.kind = collective::reduce_scatter;
+      s.step.wire_bytes = detail::wire_bytes(s.step.kind, s.step.bytes, n);
+      return push(s);
+    }
+    if (!to_one || !reduced) return push(s);
     const int root = central() ? dist_.variable_device : 0;
     if (n != dynamic_extent && static_cast<std::size_t>(root) >= n)
       return fail("central storage names a process the batch axis does not have");

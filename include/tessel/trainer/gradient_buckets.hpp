@@ -84,16 +84,23 @@ class gradient_buckets {
 
   // `entries` in the order backward completes them. Consecutive entries with the same steps
   // share a bucket until it holds `cap_mb`.
-  // `log`, if given, records every collective the buckets run.
+  // `log`, if given, records every collective the buckets run. `parts` > 1: the state is split
+  // over that many processes (shard_state): each gradient's place is padded to a multiple of
+  // `parts`, so that every bucket divides into `parts` runs, and a bucket reduce-scattered
+  // leaves this process's run of the sums in part_gradients().
   void build(const bound_mesh<C>& pm, std::vector<entry> entries, gradient_options o,
-             collective_log* log = nullptr) {
+             collective_log* log = nullptr, std::size_t parts = 1) {
     pm_ = &pm;
     log_ = log;
     options_ = o;
+    parts_ = parts;
     buckets_.clear();
     owner_.clear();
+    places_.clear();
+    auto padded = [&](std::size_t n) { return (n + parts - 1) / parts * parts; };
     std::size_t total = 0;
-    for (const auto& e : entries) total += B::rows(e.var->gradient) * B::cols(e.var->gradient);
+    for (const auto& e : entries)
+      total += padded(B::rows(e.var->gradient) * B::cols(e.var->gradient));
     // The gradients keep their values: a rebuild (new options, a second compile, another plan)
     // between compute_loss_and_gradients and apply_gradients loses nothing. `previous` keeps the
     // old buffer alive while they are copied out of it; a gradient that leaves the buckets gets
@@ -109,16 +116,17 @@ class gradient_buckets {
       old.var->gradient = own;
     }
     entries_ = entries;
-    flat_ = typename B::matrix();
+    flat_ = part_gradients_ = typename B::matrix();
     stats_.buckets = 0;
     stats_.bytes = 0;
     if (total == 0) return;
     flat_ = B::make_zeros("gradient_buckets", 1, total);
+    if (parts > 1) part_gradients_ = B::make_zeros("gradient_parts", 1, total / parts);
     const auto cap = static_cast<std::size_t>(o.bucket_cap_mb * 1e6 / sizeof(float));
     std::size_t offset = 0;
     for (const auto& e : entries) {
       const std::size_t rows = B::rows(e.var->gradient), cols = B::cols(e.var->gradient);
-      const std::size_t n = rows * cols;
+      const std::size_t n = padded(rows * cols);
       if (buckets_.empty() || !alike(buckets_.back().steps, e.steps) ||
           (buckets_.back().size > 0 && buckets_.back().size + n > cap))
         buckets_.push_back({offset, 0, e.steps, 0, 0, {}, false});
@@ -129,6 +137,7 @@ class gradient_buckets {
       e.var->gradient = B::alias(flat_, offset, rows, cols);
       B::copy(old, e.var->gradient);
       owner_.push_back({e.var, buckets_.size() - 1});
+      places_.push_back({e.var, offset, rows * cols});
       offset += n;
     }
     stats_.buckets = buckets_.size();
@@ -142,6 +151,29 @@ class gradient_buckets {
   [[nodiscard]] const entry& entry_at(std::size_t i) const { return entries_[i]; }
   [[nodiscard]] std::size_t size() const noexcept { return buckets_.size(); }
   [[nodiscard]] const gradient_options& options() const noexcept { return options_; }
+
+  // Where each gradient lies in the flat buffer (its values from `offset`, then padding), in
+  // build()'s order; each bucket's run of the buffer; the buffer; and, when the buckets are
+  // reduce-scattered, this process's runs of the sums, bucket after bucket.
+  struct place {
+    variable<B>* var;
+    std::size_t offset, size;
+  };
+  struct run {
+    std::size_t offset, size;
+    bool scattered;  // reduce-scattered: this process's part of the sum is in part_gradients()
+  };
+  [[nodiscard]] const std::vector<place>& places() const noexcept { return places_; }
+  [[nodiscard]] std::vector<run> runs() const {
+    std::vector<run> r;
+    for (const auto& b : buckets_)
+      r.push_back({b.offset, b.size, b.steps.first().kind == collective::reduce_scatter});
+    return r;
+  }
+  [[nodiscard]] const typename B::matrix& flat() const noexcept { return flat_; }
+  [[nodiscard]] const typename B::matrix& part_gradients() const noexcept {
+    return part_gradients_;
+  }
 
   // Before a backward pass.
   void begin() {
@@ -226,22 +258,32 @@ class gradient_buckets {
         ++i;
         continue;
       }
+      // (A reduce-scatter's parts are each bucket's own: those buckets are never fused.)
+      const reshard_step& step = buckets_[i].steps.steps[k];
       std::size_t j = i + 1, size = buckets_[i].size;
-      while (!started && j < buckets_.size() && !buckets_[j].started &&
-             alike(buckets_[j].steps, buckets_[i].steps) && size + buckets_[j].size <= max_call)
+      while (!started && step.kind != collective::reduce_scatter && j < buckets_.size() &&
+             !buckets_[j].started && alike(buckets_[j].steps, buckets_[i].steps) &&
+             size + buckets_[j].size <= max_call)
         size += buckets_[j++].size;
       const std::span<float> data = all.subspan(buckets_[i].offset, size);
-      comm::run_step(*pm_, buckets_[i].steps.steps[k], std::span<const float>(data), data);
-      record(buckets_[i].steps.steps[k], size);
+      comm::run_step(*pm_, step, std::span<const float>(data), output(buckets_[i], step, data));
+      record(step, size);
       i = j;
     }
   }
   void start(bucket& b) {
     const std::span<float> all = B::comm_span(flat_);
     const std::span<float> data = all.subspan(b.offset, b.size);
-    b.request = comm::start_step(*pm_, b.steps.first(), std::span<const float>(data), data);
+    b.request = comm::start_step(*pm_, b.steps.first(), std::span<const float>(data),
+                                 output(b, b.steps.first(), data));
     b.started = true;
     record(b.steps.first(), b.size);
+  }
+  // Where step `s` of bucket `b` leaves its result: in place, or a reduce-scatter's part in
+  // part_gradients().
+  std::span<float> output(const bucket& b, const reshard_step& s, std::span<float> data) {
+    if (s.kind != collective::reduce_scatter) return data;
+    return B::comm_span(part_gradients_).subspan(b.offset / parts_, b.size / parts_);
   }
   void record(const reshard_step& s, std::size_t floats) {
     if (log_ != nullptr) log_->add({s.kind, s.axis, 0, 0, floats * sizeof(float)});
@@ -250,7 +292,9 @@ class gradient_buckets {
   const bound_mesh<C>* pm_ = nullptr;
   collective_log* log_ = nullptr;
   gradient_options options_{};
-  typename B::matrix flat_;
+  typename B::matrix flat_, part_gradients_;
+  std::size_t parts_ = 1;
+  std::vector<place> places_;
   std::vector<bucket> buckets_;
   std::vector<std::pair<const variable<B>*, std::size_t>> owner_;
   std::vector<entry> entries_;

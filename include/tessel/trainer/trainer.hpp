@@ -124,7 +124,8 @@ class trainer : public Model,
     saving::save_model_weights(saving::view_of(*this), this->optimizer_to_save(), filepath);
   }
   void load_weights(const std::string& filepath) {
-    saving::load_model_weights(saving::view_of(*this), this->compiled_optimizer(), filepath);
+    saving::load_model_weights(saving::view_of(*this), this->optimizer_to_load(), filepath);
+    this->optimizer_state_written();
   }
   // Keras's save_weights(filepath, max_shard_size=...): with a max_shard_size (GB), a
   // .weights.json and its .weights.h5 shards, as Keras writes them.

@@ -41,6 +41,7 @@
 #include "replica_check.hpp"
 #include "callbacks.hpp"
 #include "gradient_buckets.hpp"
+#include "sharded_state.hpp"
 #include "logs.hpp"
 #include "strategy_scope.hpp"
 #include "progbar_logger.hpp"
@@ -118,6 +119,8 @@ class trainer_core : public model_base {
   void set_gradient_options(gradient_options o);
   const gradient_options& get_gradient_options() const noexcept { return grad_options_; }
   std::size_t gradient_bucket_count() const noexcept { return buckets_.size(); }
+  // The optimizer-state values this process keeps: all of them, or under shard_state its parts.
+  std::size_t optimizer_state_values() const;
   // The communication since the last reset: the gradient buckets' timing and every collective
   // run, by kind and mesh axis with its bytes (the log of collectives() counted).
   tessel::communication_stats communication_stats();
@@ -254,6 +257,12 @@ class trainer_core : public model_base {
   // central storage its state copied from the parameter device first, so that the process that
   // writes (process 0) writes the one state. A collective: every process calls it.
   optimizer<B>* optimizer_to_save();
+  // The compiled optimizer as a load writes it, then, after the load, its state handed on: under
+  // a state split over the processes (shard_state) the whole state is gathered first (a
+  // collective: every process calls it), so that what a load leaves unwritten and what the
+  // processes' check reads is current, and each process takes its parts of the loaded state.
+  optimizer<B>* optimizer_to_load();
+  void optimizer_state_written();
   // What compile() gave, as a .keras archive records it (nullopt before compile()).
   std::optional<saving::compile_info> compiled_info() const;
 
@@ -302,6 +311,8 @@ class trainer_core : public model_base {
   // Central storage (distribution_value::variable_device): the variables and the optimizer
   // state on one process of the batch axis.
   bool central() const noexcept;
+  // Whether the optimizer state is split over the batch axis (shard_state).
+  bool sharded() const noexcept;
   // This process updates the variables: under central storage only where they live.
   bool holds_variables() const;
   void share_central_state();
@@ -372,6 +383,8 @@ class trainer_core : public model_base {
   std::vector<reshard_step> loss_steps_;
   gradient_options grad_options_{};
   gradient_buckets<B, C> buckets_;
+  // The optimizer state split over the batch axis (shard_state), when the distribution asks.
+  sharded_state<B, C> shards_;
   std::vector<bucket_entry> stored_;  // central storage: the variables broadcast after an update
   std::size_t bucket_batch_ = dynamic_extent;  // the global batch whose plan the buckets follow
   typename B::sums sums_;        // the step's loss and metric sums, on the device

@@ -70,6 +70,15 @@ std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
   const std::string state = detail::bytes_text(slots * trainable) + " (" +
                             std::string(optimizer_state_->name()) + ", " + std::to_string(slots) +
                             (slots == 1 ? " slot" : " slots") + " per trainable variable)";
+  if (sharded() && pm().axis(facts_.batch_axis).size() > 1) {
+    const auto n = pm().axis(facts_.batch_axis).size();
+    return text + "; optimizer state " + state + ", split over '" +
+           std::string(pm().shape().names[facts_.batch_axis].view()) + "': 1/" +
+           std::to_string(n) + ", " +
+           detail::bytes_text(shards_.empty() ? slots * trainable / static_cast<std::size_t>(n)
+                                              : optimizer_state_values() * sizeof(float)) +
+           " on each process\n";
+  }
   if (!central() || pm().size() == 1) return text + "; optimizer state " + state + "\n";
   return text + " (a copy, broadcast from process " +
          std::to_string(facts_.distribution.variable_device) +
@@ -188,7 +197,8 @@ auto trainer_core<B, C>::replica_shard(std::size_t rows) const -> shard {
 template <class B, class C>
 void trainer_core<B, C>::apply_gradients() {
   require_compiled("apply_gradients");
-  if (holds_variables()) optimizer_state_->apply(model_trainable_variables());
+  if (!shards_.empty()) shards_.apply(*optimizer_state_);
+  else if (holds_variables()) optimizer_state_->apply(model_trainable_variables());
   for (const auto& e : stored_) {
     const std::span<float> values = B::comm_span(e.var->value.local());
     comm::run_step(pm(), e.steps.first(), std::span<const float>(values), values);
@@ -210,11 +220,25 @@ bool trainer_core<B, C>::holds_variables() const {
 template <class B, class C>
 optimizer<B>* trainer_core<B, C>::optimizer_to_save() {
   if (!optimizer_state_) return nullptr;
+  if (!shards_.empty()) shards_.gather_into(*optimizer_state_, model_trainable_variables());
   if (central()) {
     optimizer_state_->build(model_trainable_variables());
     share_central_state();
   }
   return &*optimizer_state_;
+}
+
+template <class B, class C>
+optimizer<B>* trainer_core<B, C>::optimizer_to_load() {
+  if (!optimizer_state_) return nullptr;
+  if (!shards_.empty()) shards_.gather_into(*optimizer_state_, model_trainable_variables());
+  return &*optimizer_state_;
+}
+
+template <class B, class C>
+void trainer_core<B, C>::optimizer_state_written() {
+  if (!shards_.empty() && optimizer_state_ && optimizer_state_->built())
+    shards_.scatter_from(*optimizer_state_, model_trainable_variables());
 }
 
 // Under central storage, before the state is read: the others receive a copy of the optimizer
@@ -267,7 +291,10 @@ void trainer_core<B, C>::assign_state_tree(const state_tree<B>& t) {
                                "metrics_variables");
   });
   model_assign_state(t.trainable_variables, t.non_trainable_variables);
-  if (optimizer) optimizer_state_->set_state(t.optimizer_variables);
+  if (optimizer) {
+    optimizer_state_->set_state(t.optimizer_variables);
+    optimizer_state_written();
+  }
   if (metrics) {
     std::size_t i = 0;
     auto set = [&](metrics::mean& m) {
@@ -542,6 +569,7 @@ template <class B, class C>
 state_tree<B> trainer_core<B, C>::state_tree_of(bool copy) {
   state_tree<B> t{model_state(true, copy), model_state(false, copy), {}, {}};
   if (!loss_) return t;
+  if (!shards_.empty()) shards_.gather_into(*optimizer_state_, model_trainable_variables());
   optimizer_state_->build(model_trainable_variables());
   share_central_state();
   t.optimizer_variables = copy ? optimizer_state_->state() : optimizer_state_->state_view();
@@ -619,11 +647,15 @@ void trainer_core<B, C>::replan() {
   for (const auto& s : plan_) {
     const bool gradient = s.when == phase::backward && is_gradient_of_variable(s.role) &&
                           (s.step.kind == collective::all_reduce ||
+                           s.step.kind == collective::reduce_scatter ||
                            s.step.kind == collective::reduce ||
                            s.step.kind == collective::broadcast);
     // Central storage: a variable broadcast from where it lives after the update.
     const bool stored_variable = s.when == phase::backward && s.role == step_role::variable &&
                                  s.step.kind == collective::broadcast && central();
+    // A state split over the batch axis: the updated parts all-gathered (sharded_state).
+    const bool gathered_variable = s.when == phase::backward && s.role == step_role::variable &&
+                                   s.step.kind == collective::all_gather && sharded();
     if (stored_variable)
       stored.push_back({&model_variable(std::string(plan_.variables[s.index].path.view())),
                         {{s.step}, 1}});
@@ -638,7 +670,7 @@ void trainer_core<B, C>::replan() {
     // the resharder it is handed, under any distribution.
     const bool statistic = s.role == step_role::statistic && s.op < facts_.layer_count;
     if (!by_layer && !by_loss && !loss_sum && !statistic && !stored_variable &&
-        !(gradient && !model_parallel))
+        !gathered_variable && !(gradient && !model_parallel))
       throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
                         " of '" + step_name(plan_, s) + "' in layer '" +
                         std::string(model_layer_name(s.op)) +
@@ -672,7 +704,8 @@ auto trainer_core<B, C>::bucket_entries(const model_plan& p) -> std::vector<buck
     }
     if (!first || !fits) continue;
     const collective a = g.steps[0].kind, b = g.steps[1].kind;
-    const bool one = g.count == 1 && (a == collective::all_reduce || a == collective::reduce);
+    const bool one = g.count == 1 && (a == collective::all_reduce || a == collective::reduce ||
+                                      a == collective::reduce_scatter);
     const bool to_one = g.count == 2 && a == collective::reduce && b == collective::broadcast &&
                         g.steps[0].axis == g.steps[1].axis;
     if (!one && !to_one) continue;
@@ -690,7 +723,46 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   bucket_batch_ = batch;
   for (variable<B>* v : model_trainable_variables()) v->reduced_in_bucket = false;
   for (const auto& e : entries) e.var->reduced_in_bucket = true;
-  buckets_.build(pm(), std::move(entries), grad_options_, &reshard_->log());
+  // A state split over the batch axis keeps its values through a rebuild: gathered whole before,
+  // split again after.
+  const bool keep = !shards_.empty() && optimizer_state_;
+  if (keep) shards_.gather_into(*optimizer_state_, model_trainable_variables());
+  const auto& group = pm().axis(facts_.batch_axis);
+  buckets_.build(pm(), std::move(entries), grad_options_, &reshard_->log(),
+                 sharded() ? static_cast<std::size_t>(group.size()) : 1);
+  shards_.clear();
+  // (On one process nothing is split: the optimizer updates the whole model.)
+  if (!sharded() || !optimizer_state_ || group.size() == 1) return;
+  if (buckets_.places().size() != model_trainable_variables().size())
+    throw value_error("tessel: shard_state splits the optimizer state over the gradient buckets, "
+                      "but " +
+                      std::to_string(model_trainable_variables().size() -
+                                     buckets_.places().size()) +
+                      " trainable variables have no gradient reduced in them; use "
+                      "shard_state::none for this model");
+  shards_.set_axis(static_cast<int>(facts_.batch_axis));
+  shards_.build(buckets_, group, optimizer_state_->spec(), &reshard_->log());
+  if (keep) optimizer_state_written();
+}
+
+template <class B, class C>
+std::size_t trainer_core<B, C>::optimizer_state_values() const {
+  std::size_t n = 0;
+  if (!shards_.empty()) {
+    for (const auto* v : const_cast<optimizer<B>&>(shards_.parts_optimizer()).variables())
+      n += v->value.size();
+    return n;
+  }
+  if (optimizer_state_)
+    for (const auto* v : const_cast<optimizer<B>&>(*optimizer_state_).variables())
+      n += v->value.size();
+  return n;
+}
+
+template <class B, class C>
+bool trainer_core<B, C>::sharded() const noexcept {
+  return facts_.distribution.kind == distribution_value::data &&
+         facts_.distribution.shard != shard_state::none;
 }
 
 // Under model_parallel, before a training step on a global batch of `batch`: the buckets of
