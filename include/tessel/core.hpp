@@ -9,6 +9,7 @@
 #include "core/errors.hpp"
 #include "core/fixed_string.hpp"
 #include "core/layout_map.hpp"
+#include "core/memory_plan.hpp"
 #include "core/explain.hpp"
 #include "core/layer_planner.hpp"
 #include "core/model_plan.hpp"

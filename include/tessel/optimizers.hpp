@@ -26,6 +26,8 @@ struct sgd {
   double momentum = 0.0;
   bool nesterov = false;
   static constexpr std::string_view name = "SGD";
+  // The slots per variable (memory_plan): momentum's, when there is momentum.
+  [[nodiscard]] constexpr std::size_t slots() const noexcept { return momentum != 0.0 ? 1 : 0; }
 };
 struct adam {
   double learning_rate = 0.001;
@@ -33,6 +35,7 @@ struct adam {
   double beta_2 = 0.999;
   double epsilon = 1e-7;
   static constexpr std::string_view name = "Adam";
+  [[nodiscard]] static constexpr std::size_t slots() noexcept { return 2; }  // momentum, velocity
 };
 struct rmsprop {
   double learning_rate = 0.001;
@@ -41,6 +44,10 @@ struct rmsprop {
   double epsilon = 1e-7;
   bool centered = false;
   static constexpr std::string_view name = "RMSprop";
+  // velocity, then momentum's and the centered average's when asked for.
+  [[nodiscard]] constexpr std::size_t slots() const noexcept {
+    return 1 + (momentum > 0.0 ? 1 : 0) + (centered ? 1 : 0);
+  }
 };
 }  // namespace optimizers
 

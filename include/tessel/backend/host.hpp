@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -464,6 +465,20 @@ struct host {
 
 }  // namespace tessel::backend
 
+namespace tessel {
+// TensorFlow's tf.config.experimental.get_memory_info(device): the bytes of the host backend's
+// buffers (weights, gradients, optimizer slots, activations, communication buffers) allocated
+// now, and the most at once since the program started or since reset_memory_stats().
+struct memory_info {
+  std::size_t current = 0;
+  std::size_t peak = 0;
+};
+TESSEL_INLINE memory_info get_memory_info() noexcept;
+// tf.config.experimental.reset_memory_stats(device): the peak starts again from what is
+// allocated now.
+TESSEL_INLINE void reset_memory_stats() noexcept;
+}  // namespace tessel
+
 // Definitions (compiled once in tessel::tessel; see core/compilation.hpp). Kokkos, the BLAS,
 // libxsmm and the dynamic loader are seen here alone: a program linked with tessel::tessel does
 // not include their headers.
@@ -495,15 +510,35 @@ inline Kokkos::View<double, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unma
       out.data() + slot);
 }
 
+// The bytes of the backend's buffers now allocated, and the most since the last reset (what
+// get_memory_info reports).
+struct memory_counters {
+  std::atomic<std::size_t> current{0}, peak{0};
+  void add(std::size_t bytes) noexcept {
+    const std::size_t now = current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    std::size_t seen = peak.load(std::memory_order_relaxed);
+    while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+    }
+  }
+};
+inline memory_counters& counters() noexcept {
+  static memory_counters c;
+  return c;
+}
+
 // n elements of T, not initialised, 64 bytes aligned (a cache line, an AVX-512 register), owned
-// by the returned pointer and every view of it.
+// by the returned pointer and every view of it; counted in memory_counters.
 template <class T>
 strided_matrix<T, true> allocate(std::size_t rows, std::size_t cols) {
   constexpr std::align_val_t alignment{64};
   const std::size_t n = rows * cols;
   if (n == 0) return strided_matrix<T, true>(nullptr, nullptr, rows, cols, cols);
   T* p = static_cast<T*>(::operator new(n * sizeof(T), alignment));
-  std::shared_ptr<T> owner(p, [](T* q) { ::operator delete(q, alignment); });
+  counters().add(n * sizeof(T));
+  std::shared_ptr<T> owner(p, [n](T* q) {
+    counters().current.fetch_sub(n * sizeof(T), std::memory_order_relaxed);
+    ::operator delete(q, alignment);
+  });
   return strided_matrix<T, true>(std::move(owner), p, rows, cols, cols);
 }
 
@@ -1600,4 +1635,15 @@ TESSEL_INLINE void host::rmsprop_update(updates u, float lr, float rho, float mo
 }
 
 }  // namespace tessel::backend
+
+namespace tessel {
+TESSEL_INLINE memory_info get_memory_info() noexcept {
+  auto& c = backend::host_detail::counters();
+  return {c.current.load(std::memory_order_relaxed), c.peak.load(std::memory_order_relaxed)};
+}
+TESSEL_INLINE void reset_memory_stats() noexcept {
+  auto& c = backend::host_detail::counters();
+  c.peak.store(c.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+}  // namespace tessel
 #endif  // TESSEL_DEFINITIONS

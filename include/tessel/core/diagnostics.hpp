@@ -87,6 +87,13 @@ TESSEL_DIAGNOSTIC(int Gpus, multi_gpu_model_needs_at_least_2_gpus,
 TESSEL_DIAGNOSTIC(fixed_string Layer COMMA fixed_string Reason, layer_cannot_be_planned,
                   "tessel: the layouts given for this layer cannot be planned (see the layer "
                   "name and reason above)");
+TESSEL_DIAGNOSTIC(fixed_string Largest COMMA std::size_t LargestBytes COMMA std::size_t PeakBytes
+                      COMMA std::size_t BudgetBytes,
+                  model_exceeds_device_memory,
+                  "tessel: the model's memory plan needs more bytes per device than the budget "
+                  "(see its largest part, that part's bytes, the peak and the budget above): "
+                  "split the state (shard_state), shard the largest variables over a model axis, "
+                  "or take a smaller batch");
 
 // sequential models
 TESSEL_DIAGNOSTIC(fixed_string Layer COMMA std::size_t InputRank, layer_needs_flat_input,

@@ -48,7 +48,7 @@ class layer_planner {
     in.needs_grad = model_.input_requires_grad;
     if (!check_divides(in.layout, in.shape, {})) return plan_;
     nodes_[0] = in;
-    record_activation(in.shape, in.layout);
+    record_activation(in.shape, in.layout, in.needs_grad);
     for (std::size_t i = 0; i < model_.count && plan_.ok; ++i) {
       op_ = static_cast<std::uint8_t>(i);
       backward_mark_ = bw_count_;
@@ -81,7 +81,7 @@ class layer_planner {
         plan_.layouts[op_] = used_;
       }
       nodes_[i + 1] = cur_;
-      record_activation(cur_.shape, cur_.layout);
+      record_activation(cur_.shape, cur_.layout, cur_.needs_grad);
       close_backward_group();
     }
     // The targets, the loss and predict's rows follow the input's batch: the output's rows must
@@ -275,9 +275,9 @@ class layer_planner {
   }
   // A variable of this layer, "<layer>/<leaf>": its layout (the layout_map's, else
   // replicated), checked to divide, recorded with its local shard; last_variable() is its index
-  // among the plan's variables.
+  // among the plan's variables. `trainable` false: it has no gradient (batch statistics).
   constexpr layout_value add_variable(const name_string& layer, std::string_view leaf,
-                                      const shape_value& shape) noexcept {
+                                      const shape_value& shape, bool trainable = true) noexcept {
     const key_string path = make_path(layer, leaf);
     const layout_value l = find_layout(path).value_or(layout_value::replicated(shape.rank));
     std::size_t of_this_op = 0;
@@ -289,7 +289,7 @@ class layer_planner {
     }
     if (plan_.ok && check_divides(l, shape, path)) {
       auto& v = plan_.variables[plan_.variable_count++];
-      v = {op_, path, shape, l, shape};
+      v = {op_, path, shape, l, shape, trainable};
       for (std::size_t d = 0; d < shape.rank; ++d)
         v.local.extents[d] = shape.extents[d] / plan_.mesh.size_of(l.dims[d].mask());
     }
@@ -304,6 +304,9 @@ class layer_planner {
     plan_.layouts[op_] = l;
     plan_.layouts[op_].set = true;
   }
+  // The layer's output is its input's memory, not a buffer of its own (flatten): the memory
+  // plan does not count it.
+  constexpr void output_is_view() noexcept { output_view_ = true; }
   // The rule applied the layout_map's "<layer>/output" itself (dense chooses its product's
   // layout knowing it); otherwise the planner reshards the rule's output to it.
   constexpr void output_applied() noexcept { output_set_ = true; }
@@ -375,8 +378,10 @@ class layer_planner {
     group_end_[groups_] = bw_count_;
     ++groups_;
   }
-  constexpr void record_activation(const shape_value& s, const layout_value& l) noexcept {
-    plan_.activations[plan_.activation_count++] = {s, l, 0};
+  constexpr void record_activation(const shape_value& s, const layout_value& l,
+                                   bool needs_grad) noexcept {
+    plan_.activations[plan_.activation_count++] = {s, l, 0, needs_grad, output_view_};
+    output_view_ = false;
   }
   constexpr void constrain_output(const op_desc& op) noexcept {
     const key_string path = make_path(op.name, "output");
@@ -429,6 +434,7 @@ class layer_planner {
   std::array<std::uint8_t, max_op_inputs> inputs_{};
   std::size_t input_count_ = 0;
   bool output_set_ = false;
+  bool output_view_ = false;  // the current layer's output is its input's memory
   op_layouts used_{};  // the layouts the current op computes with
   std::array<planned_step, max_backward> backward_{};
   std::size_t bw_count_ = 0, backward_mark_ = 0, groups_ = 0;

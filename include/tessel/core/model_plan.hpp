@@ -216,6 +216,7 @@ struct variable_plan {
   shape_value shape{};
   layout_value layout{};
   shape_value local{};
+  bool trainable = true;  // false: no gradient, no optimizer slots (batch statistics)
 };
 
 struct activation_plan {
@@ -224,6 +225,8 @@ struct activation_plan {
   // Layers that read this node: past one, their input gradients are summed (fan-out), each
   // first returned to this layout by the reader's own backward steps.
   std::size_t uses = 0;
+  bool needs_grad = false;  // backward computes its gradient
+  bool view = false;        // its layer's output is its input's memory (flatten)
 };
 
 inline constexpr std::size_t max_op_variables = 4;

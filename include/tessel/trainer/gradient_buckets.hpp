@@ -5,6 +5,7 @@
 // (DDP's gradient_as_bucket_view), so filling a bucket copies nothing.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -88,8 +89,11 @@ class gradient_buckets {
   // over that many processes (shard_state): each gradient's place is padded to a multiple of
   // `parts`, so that every bucket divides into `parts` runs, and a bucket reduce-scattered
   // leaves this process's run of the sums in part_gradients().
+  // `keep` false: the gradients hold nothing to keep (none computed since the last update), and
+  // each one's own buffer is released before the buckets' buffer is allocated, so that the two
+  // are never held at once.
   void build(const bound_mesh<C>& pm, std::vector<entry> entries, gradient_options o,
-             collective_log* log = nullptr, std::size_t parts = 1) {
+             collective_log* log = nullptr, std::size_t parts = 1, bool keep = true) {
     pm_ = &pm;
     log_ = log;
     options_ = o;
@@ -99,13 +103,16 @@ class gradient_buckets {
     places_.clear();
     auto padded = [&](std::size_t n) { return (n + parts - 1) / parts * parts; };
     std::size_t total = 0;
-    for (const auto& e : entries)
-      total += padded(B::rows(e.var->gradient) * B::cols(e.var->gradient));
+    std::vector<std::pair<std::size_t, std::size_t>> shapes;
+    for (const auto& e : entries) {
+      shapes.emplace_back(B::rows(e.var->gradient), B::cols(e.var->gradient));
+      total += padded(shapes.back().first * shapes.back().second);
+    }
     // The gradients keep their values: a rebuild (new options, a second compile, another plan)
     // between compute_loss_and_gradients and apply_gradients loses nothing. `previous` keeps the
     // old buffer alive while they are copied out of it; a gradient that leaves the buckets gets
     // its own buffer again.
-    const typename B::matrix previous = flat_;
+    const typename B::matrix previous = keep ? flat_ : typename B::matrix();
     for (const auto& old : entries_) {
       bool stays = false;
       for (const auto& e : entries) stays = stays || e.var == old.var;
@@ -116,16 +123,23 @@ class gradient_buckets {
       old.var->gradient = own;
     }
     entries_ = entries;
+    if (!keep)
+      for (const auto& e : entries) e.var->gradient = typename B::matrix();
     flat_ = part_gradients_ = typename B::matrix();
     stats_.buckets = 0;
     stats_.bytes = 0;
     if (total == 0) return;
     flat_ = B::make_zeros("gradient_buckets", 1, total);
-    if (parts > 1) part_gradients_ = B::make_zeros("gradient_parts", 1, total / parts);
+    const bool scattered = std::any_of(entries.begin(), entries.end(), [](const entry& e) {
+      return e.steps.first().kind == collective::reduce_scatter;
+    });
+    if (parts > 1 && scattered)
+      part_gradients_ = B::make_zeros("gradient_parts", 1, total / parts);
     const auto cap = static_cast<std::size_t>(o.bucket_cap_mb * 1e6 / sizeof(float));
     std::size_t offset = 0;
-    for (const auto& e : entries) {
-      const std::size_t rows = B::rows(e.var->gradient), cols = B::cols(e.var->gradient);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const entry& e = entries[i];
+      const auto [rows, cols] = shapes[i];
       const std::size_t n = padded(rows * cols);
       if (buckets_.empty() || !alike(buckets_.back().steps, e.steps) ||
           (buckets_.back().size > 0 && buckets_.back().size + n > cap))
@@ -135,7 +149,7 @@ class gradient_buckets {
       ++b.members;
       const typename B::matrix old = e.var->gradient;
       e.var->gradient = B::alias(flat_, offset, rows, cols);
-      B::copy(old, e.var->gradient);
+      if (keep) B::copy(old, e.var->gradient);
       owner_.push_back({e.var, buckets_.size() - 1});
       places_.push_back({e.var, offset, rows * cols});
       offset += n;

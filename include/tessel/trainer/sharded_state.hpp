@@ -35,8 +35,10 @@ class sharded_state {
  public:
   // Moves the variables the buckets take into one flat buffer and makes this process's parts of
   // each bucket the variables of its own optimizer (`spec`). `group`: the batch axis's processes.
+  // `gradients_free`: the buckets' gradients hold nothing to keep, and the values pass through
+  // their buffer (laid out alike), so that the old and the new weights are never held at once.
   void build(const gradient_buckets<B, C>& buckets, const C& group, const optimizer_spec& spec,
-             collective_log* log) {
+             collective_log* log, bool gradients_free = false) {
     group_ = &group;
     log_ = log;
     parts_.clear();
@@ -47,6 +49,16 @@ class sharded_state {
     const auto me = static_cast<std::size_t>(group.rank());
     std::size_t total = 0;
     for (const auto& r : runs_) total = std::max(total, r.offset + r.size);
+    weights_ = matrix();
+    if (gradients_free && total) {
+      for (const auto& p : places_) {
+        variable<B>& v = *p.var;
+        const matrix old = v.value.local();
+        const matrix staged = B::alias(buckets.flat(), p.offset, B::rows(old), B::cols(old));
+        B::copy(old, staged);
+        v.value = v.value.like(staged);
+      }
+    }
     weights_ = total ? B::make_zeros("sharded_weights", 1, total) : matrix();
     for (const auto& p : places_) {
       variable<B>& v = *p.var;
@@ -55,6 +67,7 @@ class sharded_state {
       B::copy(old, place);
       v.value = v.value.like(place);
     }
+    if (gradients_free && total) B::fill(buckets.flat(), 0.0f);
     for (std::size_t b = 0; b < runs_.size(); ++b) {
       const std::size_t part = runs_[b].size / n, first = runs_[b].offset + me * part;
       variable<B>& x = parts_.emplace_back();

@@ -27,6 +27,7 @@
 
 #include "../core/explain.hpp"
 #include "../core/layer_planner.hpp"
+#include "../core/memory_plan.hpp"
 #include "../data/array.hpp"
 #include "../data/dataset.hpp"
 #include "../layers/layer.hpp"
@@ -121,6 +122,9 @@ class trainer_core : public model_base {
   std::size_t gradient_bucket_count() const noexcept { return buckets_.size(); }
   // The optimizer-state values this process keeps: all of them, or under shard_state its parts.
   std::size_t optimizer_state_values() const;
+  // The bytes each device needs to train on a global batch of `global_batch` (memory_plan),
+  // from the plan, with the compiled optimizer's slots (none before compile()).
+  tessel::memory_plan memory(std::size_t global_batch) const;
   // The communication since the last reset: the gradient buckets' timing and every collective
   // run, by kind and mesh axis with its bytes (the log of collectives() counted).
   tessel::communication_stats communication_stats();

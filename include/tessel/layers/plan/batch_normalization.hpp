@@ -33,8 +33,9 @@ constexpr void plan_batch_normalization(layer_planner& p, const op_desc& op,
   const layout_value rep = layout_value::replicated(1);
   std::size_t gamma = 0, beta = 0;
   layout_value gamma_layout = rep, beta_layout = rep;
-  auto variable = [&](std::string_view leaf, layout_value& l, std::size_t& index) {
-    l = p.add_variable(op.name, leaf, vs);
+  auto variable = [&](std::string_view leaf, layout_value& l, std::size_t& index,
+                      bool trainable = true) {
+    l = p.add_variable(op.name, leaf, vs, trainable);
     index = p.last_variable();
     if (p.ok() && l.dims[0].count != 0)
       p.fail("batch_normalization: its variables are replicated", make_path(op.name, leaf));
@@ -43,8 +44,8 @@ constexpr void plan_batch_normalization(layer_planner& p, const op_desc& op,
   if (P.center) variable("beta", beta_layout, beta);
   layout_value moving = rep;
   std::size_t unused = 0;
-  variable("moving_mean", moving, unused);
-  variable("moving_variance", moving, unused);
+  variable("moving_mean", moving, unused, false);
+  variable("moving_variance", moving, unused, false);
   if (!p.ok()) return;
 
   const layout_value used_x = batch_only(layout);

@@ -45,6 +45,7 @@ TESSEL_PLAN_INLINE void flatten_at_run_time(layer_planner& p) noexcept;
 constexpr void plan_flatten(layer_planner& p) noexcept {
   shape_value& shape = p.shape();
   const std::size_t last = shape.rank - 1;
+  const layout_value before = p.layout();
   p.reshard_forward(step_role::operand, p.layout(), flatten_input_requirement(p.layout(), 1, last),
                     shape, p.needs_grad());
   const auto r = propagate_flatten(p.layout(), 1, last);
@@ -53,6 +54,10 @@ constexpr void plan_flatten(layer_planner& p) noexcept {
   for (std::size_t d = 1; d <= last; ++d) n *= shape.extents[d];
   p.layout() = r.out;
   shape = shape_value{shape.extents[0], n};
+  // Without a reshard the flattened rows are the input's memory.
+  bool rows_whole = !before.partial;
+  for (std::size_t d = 1; d < before.rank; ++d) rows_whole = rows_whole && before.dims[d].count == 0;
+  if (rows_whole) p.output_is_view();
 }
 constexpr void flatten(layer_planner& p, const op_desc&) noexcept {
   if (std::is_constant_evaluated()) return plan_flatten(p);

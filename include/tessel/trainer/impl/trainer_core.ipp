@@ -64,6 +64,16 @@ std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
   variables = trainable;
   for (const auto& v : model_state(false, false))
     if (v.is_tensor()) variables += v.tensor().size() * sizeof(float);
+  if (global_batch != dynamic_extent && global_batch != 0) {
+    const memory_plan m = memory(global_batch);
+    text += "memory plan per device: weights " + detail::bytes_text(m.weights) + ", gradients " +
+            detail::bytes_text(m.gradients) + ", optimizer state " +
+            detail::bytes_text(m.optimizer_state) + ", activations " +
+            detail::bytes_text(m.activations) + ", activation gradients " +
+            detail::bytes_text(m.activation_gradients) + ", communication buffers " +
+            detail::bytes_text(m.communication) + "; peak " + detail::bytes_text(m.peak()) +
+            " (largest: " + std::string(m.largest()) + ")\n";
+  }
   text += "memory per process: variables " + detail::bytes_text(variables);
   if (!optimizer_state_) return text + "; optimizer state: not compiled\n";
   const std::size_t slots = optimizer_state_->slots_per_variable();
@@ -729,7 +739,7 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   if (keep) shards_.gather_into(*optimizer_state_, model_trainable_variables());
   const auto& group = pm().axis(facts_.batch_axis);
   buckets_.build(pm(), std::move(entries), grad_options_, &reshard_->log(),
-                 sharded() ? static_cast<std::size_t>(group.size()) : 1);
+                 sharded() ? static_cast<std::size_t>(group.size()) : 1, gradients_pending_);
   shards_.clear();
   // (On one process nothing is split: the optimizer updates the whole model.)
   if (!sharded() || !optimizer_state_ || group.size() == 1) return;
@@ -741,8 +751,18 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
                       " trainable variables have no gradient reduced in them; use "
                       "shard_state::none for this model");
   shards_.set_axis(static_cast<int>(facts_.batch_axis));
-  shards_.build(buckets_, group, optimizer_state_->spec(), &reshard_->log());
+  shards_.build(buckets_, group, optimizer_state_->spec(), &reshard_->log(),
+                !gradients_pending_);
   if (keep) optimizer_state_written();
+}
+
+template <class B, class C>
+memory_plan trainer_core<B, C>::memory(std::size_t global_batch) const {
+  const model_desc d = described();
+  const model_plan p = plan_model(facts_.distribution, pm().shape(), d, global_batch);
+  if (!p.ok) throw value_error(tessel::explain(p, d));
+  return plan_memory(p, facts_.distribution,
+                     optimizer_state_ ? optimizer_state_->slots_per_variable() : 0);
 }
 
 template <class B, class C>

@@ -1,0 +1,168 @@
+// memory_plan: the bytes one device holds to train a model, computed from its plan (every
+// variable's and activation's layout and local shape) when the program compiles or when it runs:
+// the weights, their gradients, the optimizer's slots, the activations kept for backward with
+// the gradient buffers of the backward pass, and the buffers of the resharding steps. Every
+// buffer tessel allocates for a training step lives through the whole step (each layer keeps its
+// stores from one step to the next), so the peak is their sum.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+
+#include "diagnostics.hpp"
+#include "layer_planner.hpp"
+#include "model_plan.hpp"
+
+namespace tessel {
+
+struct memory_plan {
+  // Bytes per device.
+  std::size_t weights = 0;               // every variable's block (trainable or not)
+  std::size_t gradients = 0;             // the trainable variables' gradients (and their parts)
+  std::size_t optimizer_state = 0;       // the optimizer's slots (all, or this device's part)
+  std::size_t activations = 0;           // every layer's output kept for backward, and the input
+  std::size_t activation_gradients = 0;  // backward's buffers: each input gradient, the loss's
+  std::size_t communication = 0;         // the resharding steps' output buffers
+  [[nodiscard]] constexpr std::size_t peak() const noexcept {
+    return weights + gradients + optimizer_state + activations + activation_gradients +
+           communication;
+  }
+  // The largest of the parts, by name ("optimizer state").
+  [[nodiscard]] constexpr std::string_view largest() const noexcept {
+    const std::array<std::size_t, 6> v{
+        weights, gradients, optimizer_state, activations, activation_gradients, communication};
+    constexpr std::array<std::string_view, 6> names{"weights",
+                                                    "gradients",
+                                                    "optimizer state",
+                                                    "activations",
+                                                    "activation gradients",
+                                                    "communication buffers"};
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[best]) best = i;
+    return names[best];
+  }
+};
+
+namespace detail {
+constexpr std::size_t elements(const shape_value& s) noexcept {
+  std::size_t n = 1;
+  for (std::size_t d = 0; d < s.rank; ++d) n *= s.extents[d];
+  return n;
+}
+// The elements of one device's block of a tensor of `shape` under `layout` on `mesh`.
+constexpr std::size_t local_elements(const shape_value& shape, const layout_value& layout,
+                                     const mesh_value& mesh) noexcept {
+  std::size_t n = 1;
+  for (std::size_t d = 0; d < shape.rank; ++d) {
+    const std::size_t parts = d < layout.rank ? mesh.size_of(layout.dims[d].mask()) : 1;
+    n *= (shape.extents[d] + parts - 1) / parts;
+  }
+  return n;
+}
+}  // namespace detail
+
+// The memory of a training step planned as `p` (plan_model of a global batch) under `d`, with an
+// optimizer of `slots` slots per trainable variable (SGD 0, or 1 with momentum; Adam 2; RMSprop 1
+// to 3) and elements of `element_size` bytes.
+constexpr memory_plan plan_memory(const model_plan& p, const distribution_value& d,
+                                  std::size_t slots, std::size_t element_size = 4) noexcept {
+  memory_plan m{};
+  const std::size_t es = element_size;
+  // Under data parallelism every trainable variable's gradient is reduced in the buckets, each
+  // padded to a multiple of the processes when the state is split (shard_state).
+  const bool data = d.kind == distribution_value::data;
+  const std::size_t n = data ? p.mesh.sizes[d.batch_axis] : 1;
+  const bool split = data && d.shard != shard_state::none && n > 1;
+  for (std::size_t i = 0; i < p.variable_count; ++i) {
+    const variable_plan& v = p.variables[i];
+    const std::size_t local = detail::elements(v.local);
+    const std::size_t padded = split ? (local + n - 1) / n * n : local;
+    m.weights += (v.trainable ? padded : local) * es;
+    if (!v.trainable) continue;
+    m.gradients += padded * es;
+    if (split && d.shard == shard_state::gradients) m.gradients += padded / n * es;
+    m.optimizer_state += slots * (split ? padded / n : local) * es;
+  }
+  for (std::size_t a = 0; a < p.activation_count; ++a) {
+    const activation_plan& act = p.activations[a];
+    if (!act.view) m.activations += detail::local_elements(act.shape, act.layout, p.mesh) * es;
+  }
+  // Backward: the loss's gradient (the output's shape), and the gradient of each layer's input
+  // that backward computes (a node after a layer with variables to train), unless it is a
+  // view (flatten passes its gradient on as it is).
+  if (p.activation_count > 0) {
+    const activation_plan& out = p.activations[p.activation_count - 1];
+    m.activation_gradients += detail::local_elements(out.shape, out.layout, p.mesh) * es;
+  }
+  for (std::size_t a = 1; a + 1 < p.activation_count; ++a) {
+    const activation_plan& act = p.activations[a];
+    if (act.needs_grad && !act.view)
+      m.activation_gradients += detail::local_elements(act.shape, act.layout, p.mesh) * es;
+  }
+  // The resharding steps' outputs (model parallelism): the layouts an op computes with.
+  for (const planned_step& s : p) {
+    if (s.step.bytes == unknown_bytes) continue;
+    if (s.role == step_role::variable_gradient || s.role == step_role::loss ||
+        s.role == step_role::statistic || (s.role == step_role::variable && data))
+      continue;
+    switch (s.step.kind) {
+      case collective::all_gather:
+        m.communication += s.step.bytes * p.mesh.sizes[s.step.axis];
+        break;
+      case collective::reduce_scatter:
+        m.communication += s.step.bytes / p.mesh.sizes[s.step.axis];
+        break;
+      default:
+        m.communication += s.step.bytes;
+    }
+  }
+  return m;
+}
+
+// The memory plan when the program compiles (a static mesh): of a model described as `Model`
+// (model_desc) under `Dist` for a global batch, with `Slots` optimizer slots per variable.
+template <class Dist, model_desc Model, std::size_t GlobalBatch, std::size_t Slots>
+inline constexpr memory_plan memory_plan_v = plan_memory(model_plan_v<Dist, Model, GlobalBatch>,
+                                                         Dist::value, Slots);
+
+namespace detail {
+template <class Dist, model_desc Model, std::size_t GlobalBatch, std::size_t Slots,
+          std::size_t Budget>
+struct memory_check {
+  static constexpr memory_plan plan = memory_plan_v<Dist, Model, GlobalBatch, Slots>;
+  static constexpr key_string largest_{plan.largest()};
+  static constexpr std::size_t largest_bytes_ = [] {
+    const std::string_view l = plan.largest();
+    return l == "weights"                ? plan.weights
+           : l == "gradients"            ? plan.gradients
+           : l == "optimizer state"      ? plan.optimizer_state
+           : l == "activations"          ? plan.activations
+           : l == "activation gradients" ? plan.activation_gradients
+                                         : plan.communication;
+  }();
+  static constexpr bool value = require<
+      plan.peak() <= Budget,
+      diagnostic::model_exceeds_device_memory<largest_, largest_bytes_, plan.peak(), Budget>>;
+};
+}  // namespace detail
+
+// Whether the model fits `Budget` bytes per device; a static_assert of it that fails is a
+// compile error naming the plan's largest part and its bytes:
+//   static_assert(tessel::fits_in_memory<Dist, Model, 256, 2, 2ull << 30>);
+template <class Dist, model_desc Model, std::size_t GlobalBatch, std::size_t Slots,
+          std::size_t Budget>
+inline constexpr bool fits_in_memory =
+    detail::memory_check<Dist, Model, GlobalBatch, Slots, Budget>::value;
+
+// The same for a model type (a sequential or functional model: its distribution and its
+// description), with an optimizer's hyperparameters (optimizers::adam{}, ...).
+template <class M, std::size_t GlobalBatch, auto Optimizer>
+inline constexpr memory_plan memory_plan_of =
+    memory_plan_v<typename M::distribution, M::describe(), GlobalBatch, Optimizer.slots()>;
+template <class M, std::size_t GlobalBatch, auto Optimizer, std::size_t Budget>
+inline constexpr bool model_fits_in_memory =
+    fits_in_memory<typename M::distribution, M::describe(), GlobalBatch, Optimizer.slots(), Budget>;
+
+}  // namespace tessel

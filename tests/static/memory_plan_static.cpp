@@ -1,0 +1,82 @@
+// The memory plan when the program compiles: the 4096-wide MLP on 2 processes with Adam, its
+// parts under each shard_state counted by hand; the Megatron pair's communication buffers; a
+// budget that fits and the largest part named.
+#include <tessel/core.hpp>
+#include <tessel/layers/plans.hpp>
+
+namespace {
+using namespace tessel;
+using mesh2 = device_mesh<axis<"batch", 2>>;
+constexpr model_desc wide =
+    describe_model(shape_value{4096},
+                   std::array{dense_op<{.units = 4096, .activation = activation_kind::relu}>("d1"),
+                              dense_op<{.units = 4096, .activation = activation_kind::relu}>("d2"),
+                              dense_op<{.units = 4096, .activation = activation_kind::relu}>("d3"),
+                              dense_op<{.units = 10}>("d4")});
+// Parameters: 3 x (4096 x 4096 + 4096) + 4096 x 10 + 10; each variable's count is even, so the
+// padding to 2 processes adds nothing.
+constexpr std::size_t params = 3 * (4096 * 4096 + 4096) + 4096 * 10 + 10;
+constexpr std::size_t batch = 256, rows = batch / 2;
+
+constexpr memory_plan plain = memory_plan_v<data_parallel<mesh2>, wide, batch, 2>;
+static_assert(plain.weights == params * 4 && plain.gradients == params * 4);
+static_assert(plain.optimizer_state == 2 * params * 4);
+// Kept for backward: the input and each layer's output (rows of this process); backward: the
+// loss's gradient and the input gradients of d2, d3 and d4.
+static_assert(plain.activations == rows * (4096 + 3 * 4096 + 10) * 4);
+static_assert(plain.activation_gradients == rows * (10 + 3 * 4096) * 4);
+static_assert(plain.communication == 0);
+static_assert(plain.peak() == plain.weights + plain.gradients + plain.optimizer_state +
+                                  plain.activations + plain.activation_gradients);
+static_assert(plain.largest() == "optimizer state");
+
+// ZeRO-1: half the slots; ZeRO-2: and half the gradients again for the reduce-scattered parts.
+constexpr memory_plan zero1 =
+    memory_plan_v<data_parallel<mesh2, shard_state::optimizer>, wide, batch, 2>;
+static_assert(zero1.optimizer_state == params * 4 && zero1.gradients == params * 4);
+constexpr memory_plan zero2 =
+    memory_plan_v<data_parallel<mesh2, shard_state::gradients>, wide, batch, 2>;
+static_assert(zero2.optimizer_state == params * 4 && zero2.gradients == params * 4 * 3 / 2);
+static_assert(zero1.peak() < zero2.peak() && zero2.peak() < plain.peak());
+
+// A budget: 1 GB fits each, 700 MB only the split states.
+static_assert(fits_in_memory<data_parallel<mesh2>, wide, batch, 2, 1'000'000'000>);
+static_assert(
+    fits_in_memory<data_parallel<mesh2, shard_state::optimizer>, wide, batch, 2, 700'000'000>);
+static_assert(plain.peak() > 700'000'000);
+
+// Model parallelism: the Megatron pair's kernels split over "model" (4), the batch over "data"
+// (2): a quarter of each kernel per device, and the buffers its resharding steps fill.
+using mesh_2x4 = device_mesh<axis<"data", 2>, axis<"model", 4>>;
+using megatron =
+    model_parallel<layout_map<mesh_2x4, rule<"col/kernel", none, "model">,
+                              rule<"col/bias", "model">, rule<"row/kernel", "model", none>>,
+                   "data">;
+constexpr model_desc pair =
+    describe_model(shape_value{1024},
+                   std::array{dense_op<{.units = 4096, .activation = activation_kind::relu}>("col"),
+                              dense_op<{.units = 1024}>("row")});
+constexpr memory_plan mp = memory_plan_v<megatron, pair, 64, 0>;
+static_assert(mp.weights == (1024 * 4096 / 4 + 4096 / 4 + 4096 * 1024 / 4 + 1024) * 4);
+static_assert(mp.optimizer_state == 0);
+static_assert(mp.communication > 0);
+}  // namespace
+
+namespace {
+// A distribution of one's own that splits the state and reduces to one process: refused.
+struct split_to_one {
+  using mesh = tessel::device_mesh<tessel::axis<"batch", 2>>;
+  static constexpr tessel::name_string batch_dim_name{"batch"};
+  static constexpr tessel::distribution_value value = [] {
+    tessel::distribution_value v = tessel::data_parallel<mesh>::value;
+    v.reduction = tessel::cross_device_ops::reduction_to_one_device;
+    v.shard = tessel::shard_state::optimizer;
+    return v;
+  }();
+};
+constexpr tessel::model_plan refused =
+    tessel::plan_model(split_to_one::value, split_to_one::mesh::value, wide, 256);
+static_assert(!refused.ok &&
+              refused.error == "state split over the batch axis needs the gradients all-reduced "
+                               "or reduce-scattered, not reduced to one process");
+}  // namespace
