@@ -67,8 +67,7 @@ TESSEL_PLAN_INLINE std::string step_name(const model_plan& p, const planned_step
     case step_role::output_gradient: return "output gradient";
     case step_role::variable: return leaf();
     case step_role::variable_gradient: return leaf() + " gradient";
-    case step_role::statistic:
-      return std::string(statistic_name(static_cast<statistic_kind>(s.index)));
+    case step_role::statistic: return std::string(s.label);
     case step_role::loss: return "loss";
   }
   return "";

@@ -205,13 +205,13 @@ class layer_planner {
   }
   // The collectives of a resharding (slices are local and free) as steps of this layer:
   // forward steps in order, backward steps into the layer's backward group. `index`: the
-  // operand, variable or statistic the steps move (planned_step::index).
-  constexpr void add(phase p, step_role role, const reshard_plan& r,
-                     std::size_t index = 0) noexcept {
+  // operand or variable the steps move (planned_step::index); `label`: a statistic's name.
+  constexpr void add(phase p, step_role role, const reshard_plan& r, std::size_t index = 0,
+                     std::string_view label = {}) noexcept {
     if (!r.ok) return fail("no resharding plan between these layouts");
     for (const auto& s : r) {
       if (s.kind == collective::slice) continue;
-      const planned_step ps{p, op_, role, s, static_cast<std::uint8_t>(index)};
+      const planned_step ps{p, op_, role, s, static_cast<std::uint8_t>(index), label};
       if (p == phase::forward) {
         push(ps);
       } else {
@@ -310,11 +310,11 @@ class layer_planner {
   // The rule applied the layout_map's "<layer>/output" itself (dense chooses its product's
   // layout knowing it); otherwise the planner reshards the rule's output to it.
   constexpr void output_applied() noexcept { output_set_ = true; }
-  // The all_reduce of `values` per-row values (a softmax's row max or row sum) of `bytes` each
-  // (the model's element size if 0) over `axes`, the mesh axes a row's elements are split over:
-  // one step per axis, in the order of the mesh.
+  // The all_reduce of `values` per-row values (a softmax's row max or row sum, named `what` by
+  // the rule) of `bytes` each (the model's element size if 0) over `axes`, the mesh axes a
+  // row's elements are split over: one step per axis, in the order of the mesh.
   constexpr void row_reduction(std::uint32_t axes, const layout_value& layout,
-                               const shape_value& shape, phase p, statistic_kind what,
+                               const shape_value& shape, phase p, std::string_view what,
                                std::size_t values = 1, std::size_t bytes = 0) noexcept {
     if (!axes) return;
     layout_value rows = layout_value::replicated(2);
@@ -324,11 +324,12 @@ class layer_planner {
     add(p, step_role::statistic,
         plan_reshard(rows, rows.without_partial(), plan_.mesh, rs,
                      bytes ? bytes : model_.element_size),
-        static_cast<std::size_t>(what));
+        0, what);
   }
-  // The all_reduce of `values` values (a batch normalization's per-channel sums) over `axes`,
-  // the mesh axes the batch is split over: one step per axis, in the order of the mesh.
-  constexpr void batch_reduction(std::uint32_t axes, phase p, statistic_kind what,
+  // The all_reduce of `values` values (a batch normalization's per-channel sums, named `what`
+  // by the rule) over `axes`, the mesh axes the batch is split over: one step per axis, in the
+  // order of the mesh.
+  constexpr void batch_reduction(std::uint32_t axes, phase p, std::string_view what,
                                  std::size_t values) noexcept {
     if (!axes) return;
     layout_value sums = layout_value::replicated(1);
@@ -336,7 +337,7 @@ class layer_planner {
     add(p, step_role::statistic,
         plan_reshard(sums, sums.without_partial(), plan_.mesh, shape_value{values},
                      model_.element_size),
-        static_cast<std::size_t>(what));
+        0, what);
   }
 
  private:
@@ -410,14 +411,13 @@ class layer_planner {
       const auto r = propagate_softmax_cross_entropy(layout, labels);
       if (!r.ok) return fail(r.error);
       if (model_.loss == loss_kind::softmax_cross_entropy)
-        row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::row_max);
-      row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::row_sum);
-      row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::target_terms,
-                    2);
+        row_reduction(r.reduce_axes, layout, shape, phase::forward, "row max");
+      row_reduction(r.reduce_axes, layout, shape, phase::forward, "row sum");
+      row_reduction(r.reduce_axes, layout, shape, phase::forward, "target terms", 2);
       summed_over = r.out.sharded_axes();
     }
     if (model_.argmax_metrics)
-      row_reduction(class_axes, layout, shape, phase::forward, statistic_kind::row_argmax, 1, 8);
+      row_reduction(class_axes, layout, shape, phase::forward, "row arg-max", 1, 8);
     layout_value scalar = layout_value::replicated(1);
     scalar.partial = summed_over;
     add(phase::forward, step_role::loss,

@@ -159,7 +159,7 @@ enum class phase : std::uint8_t { forward, backward };
 
 // What a planned step moves, in the words of any op: one of its operands (`index`: which),
 // its result on the way to its output, a variable (`index`: which of the plan's variables), a
-// per-row statistic over a sharded dimension (`index`: a statistic_kind), or the loss. The
+// statistic a rule reduces (`label`: its name, given by the rule), or the loss. The
 // runtime executes steps by role (a variable gradient's all_reduce becomes a gradient bucket,
 // the loss's reduces the loss and metric sums); `explain` names them (step_name).
 enum class step_role : std::uint8_t {
@@ -169,32 +169,9 @@ enum class step_role : std::uint8_t {
   output_gradient,
   variable,           // a variable, resharded to the layout the op computes with
   variable_gradient,  // its gradient, reduced or resharded to the variable's layout
-  statistic,          // per-row statistics over a dimension split across devices
+  statistic,          // values a rule reduces across devices (a softmax's row sums, batch sums)
   loss,               // the loss sum (and what the model reduces with it), over the batch axes
 };
-// The statistics a statistic step reduces.
-enum class statistic_kind : std::uint8_t {
-  row_max,       // a softmax's or a cross-entropy's row maximum
-  row_sum,       // their row sum (of exponentials, or of probabilities)
-  target_terms,  // a cross-entropy's per-row sums with the targets (two per row)
-  row_argmax,    // a metric's arg-max of each row (an 8-byte key per row)
-  // Batch normalization's per-channel sums over the batch (synchronized batch statistics):
-  batch_mean,       // the sum of each channel, for the mean
-  batch_variance,   // the sum of squared deviations from it, for the variance
-  batch_gradients,  // backward: the sums of dy and of dy x-hat (two per channel)
-};
-constexpr std::string_view statistic_name(statistic_kind k) noexcept {
-  switch (k) {
-    case statistic_kind::row_max: return "row max";
-    case statistic_kind::row_sum: return "row sum";
-    case statistic_kind::target_terms: return "target terms";
-    case statistic_kind::row_argmax: return "row arg-max";
-    case statistic_kind::batch_mean: return "batch mean";
-    case statistic_kind::batch_variance: return "batch variance";
-    case statistic_kind::batch_gradients: return "batch gradient sums";
-  }
-  return "";
-}
 // A variable's gradient (a bucket of the data-parallel gradient reduction).
 constexpr bool is_gradient_of_variable(step_role r) noexcept {
   return r == step_role::variable_gradient;
@@ -205,9 +182,12 @@ struct planned_step {
   std::uint8_t op = 0;  // index of the layer; the loss is op == count
   step_role role{};
   reshard_step step{};
-  // The operand (operand, operand_gradient), the variable among the plan's (variable,
-  // variable_gradient), or the statistic_kind (statistic) the step moves.
+  // The operand (operand, operand_gradient) or the variable among the plan's (variable,
+  // variable_gradient) the step moves.
   std::uint8_t index = 0;
+  // A statistic's name, as the rule that reduces it gives it ("row max", "batch mean"): a
+  // layer with statistics of its own names them in its own rule, not in the core.
+  std::string_view label{};
 };
 
 struct variable_plan {

@@ -66,12 +66,11 @@ constexpr void plan_batch_normalization(layer_planner& p, const op_desc& op,
   const auto& m = p.mesh();
   const std::size_t es = p.element_size();
   p.add(phase::forward, step_role::operand, plan_reshard(layout, used_x, m, shape, es));
-  p.batch_reduction(batch_axes, phase::forward, statistic_kind::batch_mean, channels);
-  p.batch_reduction(batch_axes, phase::forward, statistic_kind::batch_variance, channels);
+  p.batch_reduction(batch_axes, phase::forward, "batch mean", channels);
+  p.batch_reduction(batch_axes, phase::forward, "batch variance", channels);
   // backward, in execution order
   if (needs_grad)  // the input's gradient needs the batch's sums
-    p.batch_reduction(batch_axes, phase::backward, statistic_kind::batch_gradients,
-                      2 * channels);
+    p.batch_reduction(batch_axes, phase::backward, "batch gradient sums", 2 * channels);
   if (P.scale)
     p.add(phase::backward, step_role::variable_gradient,
           plan_reshard(partial, gamma_layout, m, vs, es), gamma);

@@ -21,9 +21,9 @@ constexpr void softmax(layer_planner& p, const layout_value& layout,
                        const shape_value& shape) noexcept {
   const auto r = propagate_softmax(layout);
   if (!r.ok) return p.fail(r.error);
-  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::row_max);
-  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, statistic_kind::row_sum);
-  p.row_reduction(r.reduce_axes, layout, shape, phase::backward, statistic_kind::row_sum);
+  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, "row max");
+  p.row_reduction(r.reduce_axes, layout, shape, phase::forward, "row sum");
+  p.row_reduction(r.reduce_axes, layout, shape, phase::backward, "row sum");
 }
 
 // An element-wise function: linear ones (identity, scaling) work on partial sums as they are;

@@ -1,0 +1,41 @@
+// A layer of one's own with statistics of its own: its rule, written here and nowhere else,
+// reduces per-channel sums it names itself ("channel norm", forward; "channel norm gradient",
+// backward) over the batch axis, and the planner plans them as steps of that layer with that
+// name, as it plans batch normalization's. Nothing in the core names them.
+#include <tessel/core.hpp>
+#include <tessel/layers/plans.hpp>
+
+namespace {
+using namespace tessel;
+
+constexpr void plan_channel_norm(layer_planner& p, const op_desc&) noexcept {
+  const std::uint32_t batch_axes = p.layout().dims[0].mask();
+  const std::size_t channels = p.shape().extents[p.shape().rank - 1];
+  p.batch_reduction(batch_axes, phase::forward, "channel norm", channels);
+  if (p.needs_grad())
+    p.batch_reduction(batch_axes, phase::backward, "channel norm gradient", channels);
+}
+inline constexpr plan_rule channel_norm_rule{&plan_channel_norm, "channel_norm"};
+
+using mesh4 = device_mesh<axis<"batch", 4>>;
+constexpr model_desc model = describe_model(
+    shape_value{32}, std::array{dense_op<{.units = 16, .activation = activation_kind::relu}>("d1"),
+                                op_desc{.rule = &channel_norm_rule, .name = name_string("norm")},
+                                dense_op<{.units = 10}>("d2")});
+constexpr const model_plan& plan = model_plan_v<data_parallel<mesh4>, model, 64>;
+static_assert(plan.ok);
+
+constexpr std::size_t count(std::string_view label, phase when) {
+  std::size_t n = 0;
+  for (const planned_step& s : plan)
+    n += s.role == step_role::statistic && s.label == label && s.when == when && s.op == 1 &&
+         s.step.kind == collective::all_reduce && s.step.axis == 0 &&
+         s.step.bytes == 16 * sizeof(float);
+  return n;
+}
+static_assert(count("channel norm", phase::forward) == 1);
+static_assert(count("channel norm gradient", phase::backward) == 1);
+// On one device nothing is reduced.
+static_assert(model_plan_v<data_parallel<device_mesh<axis<"batch", 1>>>, model, 64>.collectives(
+                  phase::forward) == 0);
+}  // namespace
