@@ -162,7 +162,9 @@ class communicator {
     all_gather_erased({in.data(), in.size(), out.data(), out.size(), detail::datatype<T>(),
                        sizeof(T)});
   }
-  // out = block rank() of the sum of everyone's `in` (in.size() == size() * out.size()).
+  // out = block rank() of the sum of everyone's `in` (in.size() == size() * out.size()). With
+  // `out` at the start of `in` (out.data() == in.data()) it runs in place (MPI_IN_PLACE), the
+  // rest of `in` left undefined.
   template <class T>
   void reduce_scatter(std::span<const T> in, std::span<T> out) const {
     reduce_scatter_erased({in.data(), in.size(), out.data(), out.size(), detail::datatype<T>(),
@@ -371,8 +373,8 @@ TESSEL_INLINE void communicator::reduce_scatter_erased(const buffers& b) const {
   check_blocks("reduce_scatter", b.in_count, b.out_count);
   if (!uses_mpi()) return b.copy();
   const watched_wait watch(tag("reduce_scatter", b.in_count * b.element_size));
-  detail::check(MPI_Reduce_scatter_block(b.in, b.out, detail::count_of(b.out_count), b.type,
-                                         MPI_SUM, comm_),
+  detail::check(MPI_Reduce_scatter_block(b.in == b.out ? MPI_IN_PLACE : b.in, b.out,
+                                         detail::count_of(b.out_count), b.type, MPI_SUM, comm_),
                 "MPI_Reduce_scatter_block");
 }
 TESSEL_INLINE void communicator::broadcast_erased(void* data, std::size_t n, MPI_Datatype type,
@@ -420,8 +422,9 @@ TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) con
   check_blocks("reduce_scatter", b.in_count, b.out_count);
   if (!uses_mpi()) return b.copy(), request{};
   MPI_Request r{};
-  detail::check(MPI_Ireduce_scatter_block(b.in, b.out, detail::count_of(b.out_count), b.type,
-                                          MPI_SUM, comm_, &r),
+  detail::check(MPI_Ireduce_scatter_block(b.in == b.out ? MPI_IN_PLACE : b.in, b.out,
+                                          detail::count_of(b.out_count), b.type, MPI_SUM, comm_,
+                                          &r),
                 "MPI_Ireduce_scatter_block");
   return request(r, tag("reduce_scatter", b.in_count * b.element_size));
 }

@@ -19,7 +19,7 @@ namespace tessel {
 struct memory_plan {
   // Bytes per device.
   std::size_t weights = 0;               // every variable's block (trainable or not)
-  std::size_t gradients = 0;             // the trainable variables' gradients (and their parts)
+  std::size_t gradients = 0;             // the trainable variables' gradients (the bucket buffer)
   std::size_t optimizer_state = 0;       // the optimizer's slots (all, or this device's part)
   std::size_t activations = 0;           // every layer's output kept for backward, and the input
   std::size_t activation_gradients = 0;  // backward's buffers: each input gradient, the loss's
@@ -81,8 +81,8 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
     const std::size_t padded = split ? (local + n - 1) / n * n : local;
     m.weights += (v.trainable ? padded : local) * es;
     if (!v.trainable) continue;
+    // (The reduce-scattered parts lie in the gradient buffer itself, MPI_IN_PLACE.)
     m.gradients += padded * es;
-    if (split && d.shard == shard_state::gradients) m.gradients += padded / n * es;
     m.optimizer_state += slots * (split ? padded / n : local) * es;
   }
   for (std::size_t a = 0; a < p.activation_count; ++a) {

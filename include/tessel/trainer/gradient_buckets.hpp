@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "../core/planner.hpp"
@@ -88,7 +89,9 @@ class gradient_buckets {
   // `log`, if given, records every collective the buckets run. `parts` > 1: the state is split
   // over that many processes (shard_state): each gradient's place is padded to a multiple of
   // `parts`, so that every bucket divides into `parts` runs, and a bucket reduce-scattered
-  // leaves this process's run of the sums in part_gradients().
+  // leaves this process's run of the sums in part_gradients(): in place, at the start of the
+  // bucket, on the MPI communicator (MPI_IN_PLACE); in a buffer of its own on others (NCCL's
+  // in-place convention differs).
   // `keep` false: the gradients hold nothing to keep (none computed since the last update), and
   // each one's own buffer is released before the buckets' buffer is allocated, so that the two
   // are never held at once.
@@ -133,7 +136,7 @@ class gradient_buckets {
     const bool scattered = std::any_of(entries.begin(), entries.end(), [](const entry& e) {
       return e.steps.first().kind == collective::reduce_scatter;
     });
-    if (parts > 1 && scattered)
+    if (parts > 1 && scattered && !in_place_parts)
       part_gradients_ = B::make_zeros("gradient_parts", 1, total / parts);
     const auto cap = static_cast<std::size_t>(o.bucket_cap_mb * 1e6 / sizeof(float));
     std::size_t offset = 0;
@@ -175,7 +178,7 @@ class gradient_buckets {
   };
   struct run {
     std::size_t offset, size;
-    bool scattered;  // reduce-scattered: this process's part of the sum is in part_gradients()
+    bool scattered;  // reduce-scattered: this process's part of the sum is part_gradient()
   };
   [[nodiscard]] const std::vector<place>& places() const noexcept { return places_; }
   [[nodiscard]] std::vector<run> runs() const {
@@ -185,9 +188,13 @@ class gradient_buckets {
     return r;
   }
   [[nodiscard]] const typename B::matrix& flat() const noexcept { return flat_; }
-  [[nodiscard]] const typename B::matrix& part_gradients() const noexcept {
-    return part_gradients_;
+  // This process's part of the sums of the reduce-scattered bucket at `offset`, of `part` values.
+  [[nodiscard]] typename B::matrix part_gradient(std::size_t offset, std::size_t part) const {
+    return in_place_parts ? B::alias(flat_, offset, 1, part)
+                          : B::alias(part_gradients_, offset / parts_, 1, part);
   }
+  // A reduce-scatter leaves its part in the bucket itself on the MPI communicator.
+  static constexpr bool in_place_parts = std::is_same_v<C, comm::communicator>;
 
   // Before a backward pass.
   void begin() {
@@ -293,10 +300,11 @@ class gradient_buckets {
     b.started = true;
     record(b.steps.first(), b.size);
   }
-  // Where step `s` of bucket `b` leaves its result: in place, or a reduce-scatter's part in
-  // part_gradients().
+  // Where step `s` of bucket `b` leaves its result: in place, or a reduce-scatter's part at
+  // the start of the bucket (or in part_gradients()).
   std::span<float> output(const bucket& b, const reshard_step& s, std::span<float> data) {
     if (s.kind != collective::reduce_scatter) return data;
+    if (in_place_parts) return data.subspan(0, b.size / parts_);
     return B::comm_span(part_gradients_).subspan(b.offset / parts_, b.size / parts_);
   }
   void record(const reshard_step& s, std::size_t floats) {

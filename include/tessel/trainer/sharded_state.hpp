@@ -76,9 +76,8 @@ class sharded_state {
       x.value =
           basic_dtensor<B>(shape_value{part}, layout_value::replicated(1), mesh_value{}, {}, x.path)
               .like(B::alias(weights_, first, 1, part));
-      x.gradient = runs_[b].scattered
-                       ? B::alias(buckets.part_gradients(), runs_[b].offset / n, 1, part)
-                       : B::alias(buckets.flat(), first, 1, part);
+      x.gradient = runs_[b].scattered ? buckets.part_gradient(runs_[b].offset, part)
+                                      : B::alias(buckets.flat(), first, 1, part);
     }
     opt_->build(variables());
     ahead_ = true;
