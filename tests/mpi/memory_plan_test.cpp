@@ -1,9 +1,10 @@
 // The memory plan (core/memory_plan.hpp) against the host backend's high-water mark
 // (get_memory_info), on 1, 2 and 4 processes: the seeds' models (seeds/000: flatten, dense 200
-// without bias, dense 10 softmax; seeds/001: dense 256, dense 256, dense 10) and the 4096-wide MLP
-// of the benchmarks, each trained with Adam under shard_state none, optimizer and gradients. The
-// peak measured from before the model is built to the end of its third step is within 1% of the
-// plan's; the plan's parts match what the model keeps (its weights, its optimizer's slots).
+// without bias, dense 10 softmax; seeds/001: dense 256, dense 256, dense 10) and, on 1 and 2
+// processes, the 4096-wide MLP of the benchmarks, each trained with Adam under shard_state none,
+// optimizer and gradients. The peak measured from before the model is built to the end of its
+// third step is within 1% of the plan's; the plan's parts match what the model keeps (its
+// weights, its optimizer's slots).
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -94,7 +95,11 @@ int main(int argc, char** argv) {
     // The plan counts every buffer, so the test holds it to 1%.
     each<seed000>("seeds/000", {64, 28, 28, 1}, 0.01);
     each<seed001>("seeds/001", {64, 784}, 0.01);
-    each<wide>("4096-wide MLP", {256, 4096}, 0.01);
+    // The 4096-wide MLP takes 0.8 GB per process: measured on 1 and 2 processes, which keeps
+    // the 4-process run within a small CI machine's memory (docs/memory.md gives its figures on 4).
+    if (num_processes() <= 2) each<wide>("4096-wide MLP", {256, 4096}, 0.01);
+    else if (process_id() == 0)
+      std::printf("4096-wide MLP: measured on 1 and 2 processes only (0.8 GB per process)\n");
   } catch (const std::exception& e) {
     return guard.fail(e);
   }
