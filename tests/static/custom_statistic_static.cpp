@@ -39,3 +39,16 @@ static_assert(count("channel norm gradient", phase::backward) == 1);
 static_assert(model_plan_v<data_parallel<device_mesh<axis<"batch", 1>>>, model, 64>.collectives(
                   phase::forward) == 0);
 }  // namespace
+
+namespace {
+// A model described by hand with more layers than the plan's arrays hold is refused by the
+// planner, not read past.
+constexpr tessel::model_plan too_many = [] {
+  tessel::model_desc m = model;
+  m.count = tessel::max_ops + 1;
+  return tessel::plan_model(tessel::data_parallel<mesh4>::value, mesh4::value, m, 64);
+}();
+static_assert(!too_many.ok &&
+              too_many.error ==
+                  "the model has more layers than TESSEL_MAX_OPS; define TESSEL_MAX_OPS larger");
+}  // namespace

@@ -40,6 +40,12 @@ class layer_planner {
   }
 
   constexpr model_plan run() noexcept {
+    // Every array of the plan is sized by TESSEL_MAX_OPS: a model described by hand with more
+    // layers (describe_model refuses them when the program compiles) is refused, not read past.
+    if (model_.count > max_ops) {
+      fail("the model has more layers than TESSEL_MAX_OPS; define TESSEL_MAX_OPS larger");
+      return plan_;
+    }
     node in{};
     in.shape.rank = model_.input.rank + 1;
     in.shape.extents[0] = plan_.batch;
