@@ -8,7 +8,8 @@
 #   scripts/ps_cluster.sh [--workers N] [--ps N] [--port P] [--respawn] [--timeout S] program [args]
 #
 #   --workers N   worker tasks (default 2)          --ps N      ps tasks (default 1)
-#   --port P      the first port; the tasks take P, P+1, ... (default: one drawn from 20000-49999)
+#   --port P      the first port; the tasks take P, P+1, ... (default: one drawn from 20000-31999,
+#                 below Linux's ephemeral ports (32768-60999), which outgoing connections hold)
 #   --respawn     start a worker or ps task again (same TF_CONFIG, TESSEL_RESTARTED=1) when it
 #                 exits with an error (or is killed), as a cluster manager's restart policy does
 #   --timeout S   stop the chief after S seconds (default 600)
@@ -16,7 +17,7 @@
 #                 (a test that they notice the chief is gone); the script then fails, with
 #                 status 3, if any had to be stopped
 set -u
-workers=2 ps=1 port=$((20000 + RANDOM % 30000)) respawn=0 timeout_s=600 wait_all=0
+workers=2 ps=1 port=$((20000 + RANDOM % 12000)) respawn=0 timeout_s=600 wait_all=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
