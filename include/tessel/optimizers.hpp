@@ -106,6 +106,12 @@ class optimizer {
   // one backend update over all of them.
   void apply(const std::vector<variable<B>*>& vars);
 
+  // The values its slots hold (0 before build()).
+  [[nodiscard]] std::size_t state_values() const {
+    std::size_t n = 0;
+    for (const auto& v : state_) n += v.value.size();
+    return n;
+  }
   // The optimizer's own variables (slots), in creation order.
   std::vector<variable<B>*> variables() {
     std::vector<variable<B>*> out;

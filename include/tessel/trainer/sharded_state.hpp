@@ -37,9 +37,11 @@ class sharded_state {
   // each bucket the variables of its own optimizer (`spec`). `group`: the batch axis's processes.
   // `gradients_free`: the buckets' gradients hold nothing to keep, and the values pass through
   // their buffer (laid out alike), so that the old and the new weights are never held at once.
-  void build(const gradient_buckets<B, C>& buckets, const C& group, const optimizer_spec& spec,
-             collective_log* log, bool gradients_free = false) {
+  // The all-gathers are recorded in `log` under mesh axis `axis` (the batch axis).
+  void build(const gradient_buckets<B, C>& buckets, const C& group, int axis,
+             const optimizer_spec& spec, collective_log* log, bool gradients_free = false) {
     group_ = &group;
+    axis_ = axis;
     log_ = log;
     parts_.clear();
     runs_ = buckets.runs();
@@ -49,24 +51,11 @@ class sharded_state {
     const auto me = static_cast<std::size_t>(group.rank());
     std::size_t total = 0;
     for (const auto& r : runs_) total = std::max(total, r.offset + r.size);
+    // (Released first: once the values are staged, the old weights' memory is free.)
     weights_ = matrix();
-    if (gradients_free && total) {
-      for (const auto& p : places_) {
-        variable<B>& v = *p.var;
-        const matrix old = v.value.local();
-        const matrix staged = B::alias(buckets.flat(), p.offset, B::rows(old), B::cols(old));
-        B::copy(old, staged);
-        v.value = v.value.like(staged);
-      }
-    }
+    if (gradients_free && total) move_values_to(buckets.flat());
     weights_ = total ? B::make_zeros("sharded_weights", 1, total) : matrix();
-    for (const auto& p : places_) {
-      variable<B>& v = *p.var;
-      const matrix old = v.value.local();
-      const matrix place = B::alias(weights_, p.offset, B::rows(old), B::cols(old));
-      B::copy(old, place);
-      v.value = v.value.like(place);
-    }
+    move_values_to(weights_);
     if (gradients_free && total) B::fill(buckets.flat(), 0.0f);
     for (std::size_t b = 0; b < runs_.size(); ++b) {
       const std::size_t part = runs_[b].size / n, first = runs_[b].offset + me * part;
@@ -156,6 +145,17 @@ class sharded_state {
   }
 
  private:
+  // Each variable's value copied to its place in `buffer` (laid out as the buckets), and made a
+  // view of it.
+  void move_values_to(const matrix& buffer) {
+    for (const auto& p : places_) {
+      variable<B>& v = *p.var;
+      const matrix old = v.value.local();
+      const matrix place = B::alias(buffer, p.offset, B::rows(old), B::cols(old));
+      B::copy(old, place);
+      v.value = v.value.like(place);
+    }
+  }
   std::vector<variable<B>*> variables() {
     std::vector<variable<B>*> v;
     for (auto& x : parts_) v.push_back(&x);
@@ -179,11 +179,6 @@ class sharded_state {
           {collective::all_gather, static_cast<std::uint8_t>(axis_), 0, 0, part * sizeof(float)});
   }
 
- public:
-  // The mesh axis the collectives are recorded under (the batch axis).
-  void set_axis(int axis) noexcept { axis_ = axis; }
-
- private:
   const C* group_ = nullptr;
   collective_log* log_ = nullptr;
   int axis_ = 0;

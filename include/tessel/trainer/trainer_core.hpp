@@ -266,6 +266,7 @@ class trainer_core : public model_base {
   // collective: every process calls it), so that what a load leaves unwritten and what the
   // processes' check reads is current, and each process takes its parts of the loaded state.
   optimizer<B>* optimizer_to_load();
+  void gather_shards();
   void optimizer_state_written();
   // What compile() gave, as a .keras archive records it (nullopt before compile()).
   std::optional<saving::compile_info> compiled_info() const;

@@ -230,7 +230,7 @@ bool trainer_core<B, C>::holds_variables() const {
 template <class B, class C>
 optimizer<B>* trainer_core<B, C>::optimizer_to_save() {
   if (!optimizer_state_) return nullptr;
-  if (!shards_.empty()) shards_.gather_into(*optimizer_state_, model_trainable_variables());
+  gather_shards();
   if (central()) {
     optimizer_state_->build(model_trainable_variables());
     share_central_state();
@@ -241,8 +241,15 @@ optimizer<B>* trainer_core<B, C>::optimizer_to_save() {
 template <class B, class C>
 optimizer<B>* trainer_core<B, C>::optimizer_to_load() {
   if (!optimizer_state_) return nullptr;
-  if (!shards_.empty()) shards_.gather_into(*optimizer_state_, model_trainable_variables());
+  gather_shards();
   return &*optimizer_state_;
+}
+
+// Under a split state (shard_state): the compiled optimizer's whole state gathered from the parts
+// (a collective; nothing moves when it is current).
+template <class B, class C>
+void trainer_core<B, C>::gather_shards() {
+  if (!shards_.empty()) shards_.gather_into(*optimizer_state_, model_trainable_variables());
 }
 
 template <class B, class C>
@@ -579,7 +586,7 @@ template <class B, class C>
 state_tree<B> trainer_core<B, C>::state_tree_of(bool copy) {
   state_tree<B> t{model_state(true, copy), model_state(false, copy), {}, {}};
   if (!loss_) return t;
-  if (!shards_.empty()) shards_.gather_into(*optimizer_state_, model_trainable_variables());
+  gather_shards();
   optimizer_state_->build(model_trainable_variables());
   share_central_state();
   t.optimizer_variables = copy ? optimizer_state_->state() : optimizer_state_->state_view();
@@ -736,7 +743,7 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   // A state split over the batch axis keeps its values through a rebuild: gathered whole before,
   // split again after.
   const bool keep = !shards_.empty() && optimizer_state_;
-  if (keep) shards_.gather_into(*optimizer_state_, model_trainable_variables());
+  if (keep) gather_shards();
   const auto& group = pm().axis(facts_.batch_axis);
   buckets_.build(pm(), std::move(entries), grad_options_, &reshard_->log(),
                  sharded() ? static_cast<std::size_t>(group.size()) : 1, gradients_pending_);
@@ -750,9 +757,8 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
                                      buckets_.places().size()) +
                       " trainable variables have no gradient reduced in them; use "
                       "shard_state::none for this model");
-  shards_.set_axis(static_cast<int>(facts_.batch_axis));
-  shards_.build(buckets_, group, optimizer_state_->spec(), &reshard_->log(),
-                !gradients_pending_);
+  shards_.build(buckets_, group, static_cast<int>(facts_.batch_axis), optimizer_state_->spec(),
+                &reshard_->log(), !gradients_pending_);
   if (keep) optimizer_state_written();
 }
 
@@ -767,16 +773,8 @@ memory_plan trainer_core<B, C>::memory(std::size_t global_batch) const {
 
 template <class B, class C>
 std::size_t trainer_core<B, C>::optimizer_state_values() const {
-  std::size_t n = 0;
-  if (!shards_.empty()) {
-    for (const auto* v : const_cast<optimizer<B>&>(shards_.parts_optimizer()).variables())
-      n += v->value.size();
-    return n;
-  }
-  if (optimizer_state_)
-    for (const auto* v : const_cast<optimizer<B>&>(*optimizer_state_).variables())
-      n += v->value.size();
-  return n;
+  if (!shards_.empty()) return shards_.parts_optimizer().state_values();
+  return optimizer_state_ ? optimizer_state_->state_values() : 0;
 }
 
 template <class B, class C>
