@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/activations.hpp"
+#include "core/auto_layout.hpp"
 #include "core/axis.hpp"
 #include "core/device_mesh.hpp"
 #include "core/diagnostics.hpp"

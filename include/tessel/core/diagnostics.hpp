@@ -95,6 +95,15 @@ TESSEL_DIAGNOSTIC(fixed_string Largest COMMA std::size_t LargestBytes COMMA std:
                   "split the state (shard_state), shard the largest variables over a model axis, "
                   "or take a smaller batch");
 
+TESSEL_DIAGNOSTIC(std::size_t BudgetBytes COMMA std::size_t SmallestPeakBytes,
+                  no_layout_fits_device_memory,
+                  "tessel::auto_layout: no choice of layouts fits the memory budget (see the "
+                  "budget and the smallest peak found above): give a larger memory_budget, a "
+                  "mesh with a larger model axis, or a smaller global_batch");
+TESSEL_DIAGNOSTIC(fixed_string Reason, auto_layout_cannot_plan_the_model,
+                  "tessel::auto_layout: no choice of layouts can be planned for this model (see "
+                  "the reason above)");
+
 // sequential models
 TESSEL_DIAGNOSTIC(fixed_string Layer COMMA std::size_t InputRank, layer_needs_flat_input,
                   "tessel::sequential: this layer takes samples of rank 1; put a flatten layer "

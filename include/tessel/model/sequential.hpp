@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../backend/default.hpp"
+#include "../core/auto_layout.hpp"
 #include "../core/compilation.hpp"
 #include "../core/diagnostics.hpp"
 #include "../core/distribution.hpp"
@@ -335,6 +336,23 @@ TESSEL_MODEL_TEMPLATES(extern, backend::host, comm::communicator)
 TESSEL_MODEL_TEMPLATES(extern, backend::cuda, comm::cuda_communicator)
 #endif
 
+namespace detail {
+// A model's layers and edges as the planner sees them (graph_model::describe without a loss).
+template <class... Layers, class Infos, std::size_t N>
+constexpr model_desc describe_layers(const shape_value& input, const Infos& infos,
+                                     const graph_edges<N>& graph) {
+  model_desc m{input, {}, sizeof...(Layers), loss_kind::none, 4, false, 1};
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((m.ops[I] = Layers::plan_op(infos[I].name.view())), ...);
+  }(std::make_index_sequence<sizeof...(Layers)>{});
+  for (std::size_t i = 0; i < sizeof...(Layers); ++i) {
+    m.ops[i].inputs = graph.inputs[i];
+    m.ops[i].input_count = graph.count[i];
+  }
+  return m;
+}
+}  // namespace detail
+
 // A model over a graph of layers: `Graph` gives its edges (graph_edges: which nodes each layer
 // reads, in topological order), whether it is a functional model (summary() then lists the input
 // and, for a graph that is not a chain, what each layer is connected to) and its default name.
@@ -342,16 +360,22 @@ TESSEL_MODEL_TEMPLATES(extern, backend::cuda, comm::cuda_communicator)
 template <class B, class Dist, class Input, class Graph, class... Layers>
 class graph_model;
 
-template <class B, class Dist, std::size_t... InputDims, class Graph, class... Layers>
-class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
+template <class B, class DistArg, std::size_t... InputDims, class Graph, class... Layers>
+class graph_model<B, DistArg, layers::input<InputDims...>, Graph, Layers...> {
   static constexpr graph_edges<sizeof...(Layers)> graph_ = Graph::edges;
   using table = detail::layer_table<graph_, Layers...>;
   using checked = detail::checked_layers<table, shape_value{InputDims...}, graph_>;
-  static_assert(detail::is_distribution<Dist>,
+  static_assert(detail::is_distribution<DistArg>,
                 "tessel: a model's distribution must be one_device, data_parallel<...>, "
                 "model_parallel<...> or a strategy (mirrored_strategy<>, ...)");
   static_assert(require<sizeof...(Layers) <= max_ops,
                         diagnostic::model_has_more_layers_than_max_ops<sizeof...(Layers), max_ops>>);
+  // The model as the planner sees it (describe() without a loss).
+  static constexpr model_desc desc_ =
+      detail::describe_layers<Layers...>(shape_value{InputDims...}, checked::info, graph_);
+  // The distribution given, or for model_parallel<auto_layout<...>> the layouts the compiler
+  // chose for this model (core/auto_layout.hpp).
+  using Dist = resolved_distribution_t<DistArg, desc_>;
 
  public:
   using backend = B;
@@ -382,15 +406,9 @@ class graph_model<B, Dist, layers::input<InputDims...>, Graph, Layers...> {
   // doubles).
   static constexpr model_desc describe(loss_kind loss = loss_kind::none,
                                        std::size_t loss_values = 1) {
-    model_desc m{input_shape, {}, layer_count, loss, 4, false, loss_values};
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((m.ops[I] = Layers::plan_op(layer_infos[I].name.view())), ...);
-    }
-    (std::make_index_sequence<layer_count>{});
-    for (std::size_t i = 0; i < layer_count; ++i) {
-      m.ops[i].inputs = graph_.inputs[i];
-      m.ops[i].input_count = graph_.count[i];
-    }
+    model_desc m = desc_;
+    m.loss = loss;
+    m.loss_values = loss_values;
     return m;
   }
 

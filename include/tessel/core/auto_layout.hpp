@@ -1,0 +1,454 @@
+// auto_layout: the layouts of a model_parallel distribution chosen by the compiler.
+// `model_parallel<auto_layout<Mesh>, "data">` picks, for each layer with a kernel, one of:
+// replicated, split by columns over a model axis (the kernel's last dimension and the bias), or
+// split by rows (the kernel's input dimension). The choice minimises the bytes each device moves
+// in a training step, as the planner counts them (its own steps: activations resharded, partial
+// products reduced, gradients reduced over the batch axis), among the layouts whose memory plan
+// fits the budget. It is a dynamic programme over the layers in topological order whose state is
+// the layouts of the activations later layers still read, with a Pareto front of bytes and
+// memory per state: exact for the planner's costs, which add up layer by layer. Every candidate
+// is planned by plan_model itself, so a choice the planner refuses (a dimension that does not
+// divide) is never made. When the program compiles, each layer's step is its own constant
+// expression; the result is a plain model_parallel<layout_map<...>> type, printable as Keras
+// code (layout_map_code).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "compilation.hpp"
+#include "diagnostics.hpp"
+#include "distribution.hpp"
+#include "layer_planner.hpp"
+#include "memory_plan.hpp"
+#include "model_plan.hpp"
+
+namespace tessel {
+
+struct auto_layout_options {
+  // The global batch a step's bytes and memory are counted for (Keras's fit default).
+  std::size_t global_batch = 32;
+  // The optimizer's slots per variable (Adam 2, SGD with momentum 1, SGD 0).
+  std::size_t optimizer_slots = 2;
+  // Bytes per device the memory plan must fit; 0: no budget.
+  std::size_t memory_budget = 0;
+};
+
+// The layouts left to the compiler: model_parallel<auto_layout<Mesh, {.global_batch = 64}>,
+// "data">. The batch axis splits the batch; every other axis of size > 1 may split kernels.
+template <class Mesh, auto_layout_options Options = {}>
+struct auto_layout {
+  static_assert(detail::is_device_mesh<Mesh>,
+                "tessel::auto_layout: the first argument must be a tessel::device_mesh<...>");
+  static_assert(Mesh::is_static, "tessel::auto_layout: the mesh's axes need static sizes");
+  using mesh = Mesh;
+  static constexpr auto_layout_options options = Options;
+};
+
+// One layer's choice.
+struct layer_choice {
+  enum kind_t : std::uint8_t { replicated, columns, rows } kind = replicated;
+  std::uint8_t axis = 0;  // the model axis it splits over
+  constexpr bool operator==(const layer_choice&) const = default;
+};
+
+inline constexpr std::size_t max_layer_choices = 1 + 2 * (max_mesh_rank - 1);
+// Candidates kept per step of the search (states times their Pareto fronts).
+inline constexpr std::size_t max_layout_candidates = 16;
+
+struct layout_candidate {
+  std::array<layer_choice, max_ops> choices{};
+  std::size_t bytes = 0;   // bytes each device sends per step, for the layers planned so far
+  std::size_t memory = 0;  // their memory plan's peak
+  std::size_t splits = 0;  // layers split (fewer wins a tie)
+  // The layouts of the activations later layers read (the search's state).
+  std::array<layout_value, max_ops + 1> live{};
+};
+
+// The search, as it stands after `done` layers, and its result when done == model.count.
+struct layout_search {
+  bool ok = true;
+  std::string_view error{};
+  distribution_value base{};  // the distribution without rules
+  mesh_value mesh{};
+  model_desc model{};
+  auto_layout_options options{};
+  // What the search minimises: the bytes moved (memory breaks ties), or the memory plan's peak
+  // (bytes break ties), to tell a budget nothing fits how much the smallest layout needs.
+  bool by_memory = false;
+  // Per layer: the rank of its kernel (0: none, the layer is left as the planner lays it out)
+  // and whether it has a bias.
+  std::array<std::uint8_t, max_ops> kernel_rank{};
+  std::array<bool, max_ops> has_bias{};
+  std::size_t done = 0;
+  std::array<layout_candidate, max_layout_candidates> candidates{};
+  std::size_t candidate_count = 0;
+  std::size_t plans = 0;  // candidate plans evaluated
+  // No choice fitted the budget, and the smallest peak of any choice (search_layouts and
+  // auto_layout find it with a second search, by memory). And the bytes of the all-replicated
+  // plan, for comparison.
+  bool over_budget = false;
+  std::size_t smallest_peak = 0;
+  std::size_t replicated_bytes = 0;
+  // The result: the chosen layouts as a distribution, its bytes per step and its memory plan.
+  distribution_value chosen{};
+  std::size_t bytes = 0;
+  memory_plan memory{};
+  std::array<layer_choice, max_ops> choices{};
+};
+
+namespace detail {
+
+constexpr std::size_t step_bytes(const model_plan& p) noexcept {
+  const std::size_t f = p.wire_bytes(phase::forward), b = p.wire_bytes(phase::backward);
+  return (f == unknown_bytes || b == unknown_bytes) ? unknown_bytes : f + b;
+}
+
+// The distribution with the rules of the choices of layers [0, count).
+constexpr distribution_value rules_of(const layout_search& s,
+                                      const std::array<layer_choice, max_ops>& choices,
+                                      std::size_t count, bool& ok) noexcept {
+  distribution_value d = s.base;
+  d.rule_count = 0;
+  ok = true;
+  auto add = [&](const name_string& layer, std::string_view leaf, layout_value l) {
+    if (d.rule_count == max_rules) {
+      ok = false;
+      return;
+    }
+    d.rules[d.rule_count++] = {make_path(layer, leaf), l};
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    const layer_choice c = choices[i];
+    if (c.kind == layer_choice::replicated) continue;
+    const std::size_t r = s.kernel_rank[i];
+    layout_value k = layout_value::replicated(r);
+    k.dims[c.kind == layer_choice::columns ? r - 1 : r - 2].push(c.axis);
+    add(s.model.ops[i].name, "kernel", k);
+    if (c.kind == layer_choice::columns && s.has_bias[i])
+      add(s.model.ops[i].name, "bias", layout_value::sharded(1, 0, c.axis));
+  }
+  return d;
+}
+
+// Whether node j (0 the input, i + 1 layer i's output) is read by a layer after `after`, or is
+// the last layer's output.
+constexpr bool read_after(const model_desc& m, std::size_t j, std::size_t after) noexcept {
+  if (j == after + 1) return true;
+  for (std::size_t k = after + 1; k < m.count; ++k) {
+    const op_desc& op = m.ops[k];
+    if (op.input_count == 0) {
+      if (j == k) return true;
+    } else {
+      for (std::size_t q = 0; q < op.input_count; ++q)
+        if (op.inputs[q] == j) return true;
+    }
+  }
+  return false;
+}
+
+constexpr bool same_state(const layout_candidate& a, const layout_candidate& b,
+                          std::size_t nodes) noexcept {
+  for (std::size_t j = 0; j < nodes; ++j)
+    if (!(a.live[j] == b.live[j])) return false;
+  return true;
+}
+
+// What the search minimises first (bytes, or memory `by_memory`), then the other, then splits.
+constexpr bool better(const layout_candidate& a, const layout_candidate& b,
+                      bool by_memory) noexcept {
+  const std::size_t a1 = by_memory ? a.memory : a.bytes, b1 = by_memory ? b.memory : b.bytes;
+  const std::size_t a2 = by_memory ? a.bytes : a.memory, b2 = by_memory ? b.bytes : b.memory;
+  if (a1 != b1) return a1 < b1;
+  if (a2 != b2) return a2 < b2;
+  return a.splits < b.splits;
+}
+
+// Whether `a` is no worse than `b` in what the search minimises and, under a budget (`front`:
+// a Pareto front of bytes and memory), in both.
+constexpr bool no_worse(const layout_candidate& a, const layout_candidate& b, bool by_memory,
+                        bool front) noexcept {
+  if (front) return a.bytes <= b.bytes && a.memory <= b.memory;
+  return by_memory ? a.memory <= b.memory : a.bytes <= b.bytes;
+}
+
+// Adds `c` to the next step's candidates: dropped if another of its state is no worse; those it
+// is no worse than leave. Past the room, the worst leaves.
+constexpr void keep(std::array<layout_candidate, max_layout_candidates>& next, std::size_t& n,
+                    const layout_candidate& c, std::size_t nodes, bool by_memory,
+                    bool front) noexcept {
+  for (std::size_t k = 0; k < n; ++k)
+    if (same_state(next[k], c, nodes) && no_worse(next[k], c, by_memory, front) &&
+        !better(c, next[k], by_memory))
+      return;
+  std::size_t w = 0;
+  for (std::size_t k = 0; k < n; ++k)
+    if (!(same_state(next[k], c, nodes) && no_worse(c, next[k], by_memory, front)))
+      next[w++] = next[k];
+  n = w;
+  if (n < max_layout_candidates) {
+    next[n++] = c;
+    return;
+  }
+  std::size_t worst = 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if (better(next[worst], next[k], by_memory)) worst = k;
+  if (better(c, next[worst], by_memory)) next[worst] = c;
+}
+
+}  // namespace detail
+
+// Starts the search: plans the model with every variable replicated to find its layers' kernels.
+constexpr layout_search start_layout_search(const distribution_value& base, const mesh_value& mesh,
+                                            const model_desc& model, const auto_layout_options& o,
+                                            bool by_memory = false) noexcept {
+  layout_search s;
+  s.by_memory = by_memory;
+  s.base = base;
+  s.base.rule_count = 0;
+  s.mesh = mesh;
+  s.model = model;
+  s.options = o;
+  const model_plan p = plan_model(s.base, mesh, model, o.global_batch);
+  ++s.plans;
+  if (!p.ok) {
+    s.ok = false;
+    s.error = p.error;
+    return s;
+  }
+  s.replicated_bytes = detail::step_bytes(p);
+  for (std::size_t v = 0; v < p.variable_count; ++v) {
+    const variable_plan& var = p.variables[v];
+    const std::string_view path = var.path.view();
+    const std::string_view layer = model.ops[var.op].name.view();
+    const std::string_view leaf = path.substr(layer.size() + 1);
+    if (leaf == "kernel" && var.shape.rank >= 2)
+      s.kernel_rank[var.op] = static_cast<std::uint8_t>(var.shape.rank);
+    if (leaf == "bias" && var.shape.rank == 1) s.has_bias[var.op] = true;
+  }
+  s.candidates[0] = {};
+  s.candidate_count = 1;
+  return s;
+}
+
+// One step: layer `s.done` tries each choice from each candidate.
+constexpr layout_search advance_layout_search(layout_search s) noexcept {
+  if (!s.ok || s.done >= s.model.count) return s;
+  const std::size_t i = s.done;
+  const bool last = i + 1 == s.model.count;
+  std::array<layer_choice, max_layer_choices> choices{};
+  std::size_t choice_count = 1;
+  if (s.kernel_rank[i] >= 2)
+    for (std::size_t a = 0; a < s.mesh.rank; ++a) {
+      if (a == s.base.batch_axis || s.mesh.sizes[a] < 2) continue;
+      choices[choice_count++] = {layer_choice::columns, static_cast<std::uint8_t>(a)};
+      choices[choice_count++] = {layer_choice::rows, static_cast<std::uint8_t>(a)};
+    }
+  model_desc prefix = s.model;
+  prefix.count = i + 1;
+  if (!last) {
+    prefix.loss = loss_kind::none;
+    prefix.argmax_metrics = false;
+  }
+  std::array<layout_candidate, max_layout_candidates> next{};
+  std::size_t n = 0;
+  bool planned = false;
+  for (std::size_t c = 0; c < s.candidate_count; ++c) {
+    for (std::size_t k = 0; k < choice_count; ++k) {
+      layout_candidate cand = s.candidates[c];
+      cand.choices[i] = choices[k];
+      bool room = true;
+      const distribution_value d = detail::rules_of(s, cand.choices, i + 1, room);
+      if (!room) continue;
+      const model_plan p = plan_model(d, s.mesh, prefix, s.options.global_batch);
+      ++s.plans;
+      if (!p.ok) continue;
+      cand.bytes = detail::step_bytes(p);
+      if (cand.bytes == unknown_bytes) continue;
+      cand.memory = plan_memory(p, d, s.options.optimizer_slots).peak();
+      cand.splits += choices[k].kind != layer_choice::replicated;
+      planned = true;
+      if (s.options.memory_budget && cand.memory > s.options.memory_budget) continue;
+      for (std::size_t j = 0; j <= i + 1; ++j)
+        cand.live[j] = detail::read_after(s.model, j, i) ? p.activations[j].layout
+                                                          : layout_value{};
+      detail::keep(next, n, cand, i + 2, s.by_memory, s.options.memory_budget != 0);
+    }
+  }
+  s.candidates = next;
+  s.candidate_count = n;
+  ++s.done;
+  if (n == 0) {
+    s.ok = false;
+    s.over_budget = planned;
+    s.error = s.over_budget ? "no choice of layouts fits the memory budget"
+                            : "no choice of layouts can be planned";
+  }
+  return s;
+}
+
+// Ends the search: the best candidate, its distribution and memory plan.
+constexpr layout_search finish_layout_search(layout_search s) noexcept {
+  if (!s.ok) return s;
+  std::size_t best = 0;
+  for (std::size_t k = 1; k < s.candidate_count; ++k)
+    if (detail::better(s.candidates[k], s.candidates[best], s.by_memory)) best = k;
+  const layout_candidate& c = s.candidates[best];
+  bool room = true;
+  s.chosen = detail::rules_of(s, c.choices, s.model.count, room);
+  s.choices = c.choices;
+  const model_plan p = plan_model(s.chosen, s.mesh, s.model, s.options.global_batch);
+  ++s.plans;
+  s.bytes = detail::step_bytes(p);
+  s.memory = plan_memory(p, s.chosen, s.options.optimizer_slots);
+  return s;
+}
+
+// The whole search in one call (at run time, or at compile time for small models; a static
+// auto_layout runs each layer's step as its own constant expression).
+constexpr layout_search search_layouts(const distribution_value& base, const mesh_value& mesh,
+                                       const model_desc& model,
+                                       const auto_layout_options& o = {}) noexcept {
+  layout_search s = start_layout_search(base, mesh, model, o);
+  while (s.ok && s.done < model.count) s = advance_layout_search(s);
+  s = finish_layout_search(s);
+  if (s.over_budget) {
+    auto_layout_options unbounded = o;
+    unbounded.memory_budget = 0;
+    layout_search m = start_layout_search(base, mesh, model, unbounded, true);
+    while (m.ok && m.done < model.count) m = advance_layout_search(m);
+    s.smallest_peak = finish_layout_search(m).memory.peak();
+  }
+  return s;
+}
+
+// A model_parallel layout map as the Keras code that builds it (`mesh` the DeviceMesh's
+// variable): layout_map = keras.distribution.LayoutMap(mesh), one line per rule, and the
+// ModelParallel distribution over the batch axis.
+TESSEL_INLINE std::string layout_map_code(const distribution_value& d,
+                                          std::string_view mesh = "device_mesh");
+
+template <class Mesh, auto_layout_options Options, fixed_string BatchDimName>
+struct model_parallel<auto_layout<Mesh, Options>, BatchDimName> {
+  using mesh = Mesh;
+  using layout_map = auto_layout<Mesh, Options>;
+  static_assert(require<(mesh::template index_of<BatchDimName> >= 0),
+                        diagnostic::batch_axis_not_in_mesh<BatchDimName, mesh>>);
+  static constexpr name_string batch_dim_name{BatchDimName.view()};
+  // Before a model resolves it: no rules (every variable replicated).
+  static constexpr distribution_value value{
+      distribution_value::model, mesh::value,
+      static_cast<std::size_t>(mesh::template index_of<BatchDimName>), {}, 0};
+};
+
+namespace detail {
+
+// The search when the program compiles, one constant expression per layer (each within the
+// compiler's limit on a constant expression's operations).
+template <class Dist, model_desc Model, bool ByMemory, std::size_t I>
+struct layout_search_step {
+  static constexpr layout_search value =
+      advance_layout_search(layout_search_step<Dist, Model, ByMemory, I - 1>::value);
+};
+template <class Dist, model_desc Model, bool ByMemory>
+struct layout_search_step<Dist, Model, ByMemory, 0> {
+  static constexpr auto_layout_options options = [] {
+    auto_layout_options o = Dist::layout_map::options;
+    if (ByMemory) o.memory_budget = 0;
+    return o;
+  }();
+  static constexpr layout_search value =
+      start_layout_search(Dist::value, Dist::mesh::value, Model, options, ByMemory);
+};
+template <class Dist, model_desc Model, bool ByMemory>
+inline constexpr layout_search searched_layouts =
+    finish_layout_search(layout_search_step<Dist, Model, ByMemory, Model.count>::value);
+template <class Dist, model_desc Model, bool OverBudget>
+inline constexpr std::size_t smallest_peak = 0;
+template <class Dist, model_desc Model>
+inline constexpr std::size_t smallest_peak<Dist, Model, true> =
+    searched_layouts<Dist, Model, true>.memory.peak();
+
+// A chosen rule as a type.
+template <class Mesh, class Search, std::size_t R,
+          class D = std::make_index_sequence<Search::value.chosen.rules[R].layout.rank>>
+struct chosen_rule;
+template <class Mesh, class Search, std::size_t R, std::size_t... D>
+struct chosen_rule<Mesh, Search, R, std::index_sequence<D...>> {
+  static constexpr rule_value value = Search::value.chosen.rules[R];
+  static constexpr key_string key = value.key;
+  using type = rule<key, to_spec(Mesh::value, value.layout.dims[D])...>;
+};
+template <class Mesh, class Search, fixed_string B,
+          class R = std::make_index_sequence<Search::value.chosen.rule_count>>
+struct chosen_distribution;
+template <class Mesh, class Search, fixed_string B, std::size_t... R>
+struct chosen_distribution<Mesh, Search, B, std::index_sequence<R...>> {
+  using type = model_parallel<layout_map<Mesh, typename chosen_rule<Mesh, Search, R>::type...>, B>;
+};
+
+template <class Dist, model_desc Model>
+struct auto_layout_of {
+  static constexpr layout_search value = [] {
+    layout_search s = searched_layouts<Dist, Model, false>;
+    s.smallest_peak = smallest_peak<Dist, Model, searched_layouts<Dist, Model, false>.over_budget>;
+    return s;
+  }();
+  static constexpr key_string error_{value.error};
+  static constexpr bool over_budget_ = value.over_budget;
+  static constexpr std::size_t smallest_peak_ = value.smallest_peak;
+  static_assert(require<value.ok || !over_budget_,
+                        diagnostic::no_layout_fits_device_memory<
+                            Dist::layout_map::options.memory_budget, smallest_peak_>>);
+  static_assert(require<value.ok || over_budget_,
+                        diagnostic::auto_layout_cannot_plan_the_model<error_>>);
+};
+
+// The distribution a model runs under: Dist, or for model_parallel<auto_layout<...>> the
+// model_parallel<layout_map<...>> the search chose for `Model`.
+template <class Dist, model_desc Model>
+struct resolved_distribution {
+  using type = Dist;
+};
+template <class Mesh, auto_layout_options O, fixed_string B, model_desc Model>
+struct resolved_distribution<model_parallel<auto_layout<Mesh, O>, B>, Model> {
+  using search = auto_layout_of<model_parallel<auto_layout<Mesh, O>, B>, Model>;
+  using type = typename chosen_distribution<Mesh, search, B>::type;
+};
+
+}  // namespace detail
+
+// The search's result for a model described as `Model` under `Dist` (model_parallel over an
+// auto_layout), and the distribution type it chose.
+template <class Dist, model_desc Model>
+inline constexpr const layout_search& layout_search_v = detail::auto_layout_of<Dist, Model>::value;
+template <class Dist, model_desc Model>
+using resolved_distribution_t = typename detail::resolved_distribution<Dist, Model>::type;
+
+#if TESSEL_DEFINITIONS
+TESSEL_INLINE std::string layout_map_code(const distribution_value& d, std::string_view mesh) {
+  std::string r = "layout_map = keras.distribution.LayoutMap(" + std::string(mesh) + ")\n";
+  for (std::size_t i = 0; i < d.rule_count; ++i) {
+    const layout_value& l = d.rules[i].layout;
+    r += "layout_map[\"" + std::string(d.rules[i].key.view()) + "\"] = (";
+    for (std::size_t k = 0; k < l.rank; ++k) {
+      if (k) r += ", ";
+      const dim_sharding& s = l.dims[k];
+      if (s.count == 0) r += "None";
+      if (s.count > 1) r += "(";
+      for (std::size_t a = 0; a < s.count; ++a)
+        r += (a ? ", \"" : "\"") + std::string(d.mesh.names[s.axes[a]].view()) + "\"";
+      if (s.count > 1) r += ")";
+    }
+    r += l.rank == 1 ? ",)\n" : ")\n";
+  }
+  return r + "distribution = keras.distribution.ModelParallel(layout_map=layout_map, " +
+         "batch_dim_name=\"" + std::string(d.mesh.names[d.batch_axis].view()) + "\")\n";
+}
+#endif
+
+}  // namespace tessel

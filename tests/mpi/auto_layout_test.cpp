@@ -1,0 +1,57 @@
+// A model under model_parallel<auto_layout<Mesh>, "data">: the compiler chooses its layouts
+// (columns, then rows: the Megatron pair) for the mesh of the job (2x2 on 4 processes, 2x4 on
+// 8), and the model trains as on one device: 20 steps with RMSprop and with Adam, losses,
+// accuracy, weights, predictions and evaluate; a further step's collectives are the plan's.
+// The chosen layout map is printed as Keras code.
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+#include <tessel/tessel.hpp>
+
+#include "compare_models.hpp"
+#include "mpi_checks.hpp"
+
+namespace {
+using namespace tessel;
+using namespace tessel::layers;
+using tessel::testing::check;
+using tessel::testing::compare;
+using tessel::testing::make_data;
+
+template <class Dist>
+using block = sequential<Dist, input<64>, dense<256, {.activation = "relu", .name = "col"}>,
+                         dense<64, {.activation = "tanh", .name = "row"}>,
+                         dense<4, {.activation = "softmax", .name = "head"}>>;
+
+template <std::size_t Model>
+void run() {
+  using mesh = device_mesh<axis<"data", 2>, axis<"model", Model>>;
+  using automatic = block<model_parallel<auto_layout<mesh, {.global_batch = 16}>, "data">>;
+  // What the compiler chose: a plain model_parallel over a layout_map, with the pair's rules.
+  using chosen = typename automatic::distribution;
+  constexpr distribution_value v = chosen::value;
+  const std::string code = layout_map_code(v, "mesh");
+  check(code.find("layout_map[\"col/kernel\"] = (None, \"model\")\n"
+                  "layout_map[\"col/bias\"] = (\"model\",)\n"
+                  "layout_map[\"row/kernel\"] = (\"model\", None)\n") != std::string::npos,
+        "the compiler chose columns then rows for the pair:\n" + code);
+  if (process_id() == 0) std::printf("chosen on 2x%zu:\n%s", Model, code.c_str());
+  const auto data = make_data(64, 64, 4);
+  const std::string name = "auto_layout on 2x" + std::to_string(Model);
+  compare<automatic, block<one_device>>(name.c_str(), data.x, data.y);
+  compare<automatic, block<one_device>>((name + " with Adam").c_str(), data.x, data.y, "adam");
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  initialize guard(argc, argv);
+  try {
+    if (num_processes() == 4) run<2>();
+    else if (num_processes() == 8) run<4>();
+    else check(false, "auto_layout_test runs on 4 or 8 processes");
+  } catch (const std::exception& e) {
+    check(false, std::string("unexpected exception: ") + e.what());
+  }
+  return tessel::testing::finish("auto_layout_test");
+}

@@ -1,0 +1,164 @@
+// auto_layout's search against an oracle that plans every combination of choices (replicated,
+// columns or rows over each model axis, per layer with a kernel): on chains, a residual graph, a
+// 3-D mesh, a convolution and under memory budgets, the search's bytes per step are the
+// smallest of all; under a budget its plan fits, and when nothing fits it names the smallest
+// peak of all. And the chosen layout map as Keras code.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <tessel/core.hpp>
+#include <tessel/layers/plans.hpp>
+
+namespace {
+using namespace tessel;
+
+struct best_of_all {
+  bool found = false;
+  std::size_t bytes = 0, memory = 0, plans = 0;
+  std::size_t least_memory = 0;  // of every combination, within the budget or not
+};
+
+// Every combination of the layers' choices, planned.
+best_of_all exhaustive(const distribution_value& base, const mesh_value& mesh,
+                       const model_desc& model, const auto_layout_options& o) {
+  layout_search s = start_layout_search(base, mesh, model, o);
+  REQUIRE(s.ok);
+  std::vector<layer_choice> options{{}};
+  for (std::size_t a = 0; a < mesh.rank; ++a)
+    if (a != base.batch_axis && mesh.sizes[a] > 1) {
+      options.push_back({layer_choice::columns, static_cast<std::uint8_t>(a)});
+      options.push_back({layer_choice::rows, static_cast<std::uint8_t>(a)});
+    }
+  std::array<std::size_t, max_ops> digit{};
+  best_of_all best;
+  for (;;) {
+    std::array<layer_choice, max_ops> c{};
+    for (std::size_t i = 0; i < model.count; ++i)
+      c[i] = s.kernel_rank[i] ? options[digit[i]] : layer_choice{};
+    bool room = true;
+    const distribution_value d = detail::rules_of(s, c, model.count, room);
+    const model_plan p = plan_model(d, mesh, model, o.global_batch);
+    ++best.plans;
+    if (room && p.ok) {
+      const std::size_t bytes = detail::step_bytes(p);
+      const std::size_t memory = plan_memory(p, d, o.optimizer_slots).peak();
+      if (best.least_memory == 0 || memory < best.least_memory) best.least_memory = memory;
+      if ((!o.memory_budget || memory <= o.memory_budget) &&
+          (!best.found || bytes < best.bytes || (bytes == best.bytes && memory < best.memory)))
+        best = {true, bytes, memory, best.plans, best.least_memory};
+    }
+    std::size_t i = 0;
+    for (; i < model.count; ++i) {
+      if (!s.kernel_rank[i]) continue;
+      if (++digit[i] < options.size()) break;
+      digit[i] = 0;
+    }
+    if (i == model.count) break;
+  }
+  return best;
+}
+
+template <class Mesh>
+distribution_value model_over(std::string_view batch) {
+  distribution_value d{distribution_value::model, Mesh::value, 0, {}, 0};
+  d.batch_axis = static_cast<std::size_t>(Mesh::value.index_of(batch));
+  return d;
+}
+
+void check_against_oracle(const distribution_value& base, const model_desc& m,
+                          const auto_layout_options& o) {
+  const layout_search s = search_layouts(base, base.mesh, m, o);
+  const best_of_all all = exhaustive(base, base.mesh, m, o);
+  REQUIRE(all.found == s.ok);
+  if (!s.ok) return;
+  CHECK(s.bytes == all.bytes);
+  if (!o.memory_budget) CHECK(s.bytes <= s.replicated_bytes);
+  if (o.memory_budget) CHECK(s.memory.peak() <= o.memory_budget);
+  // The search plans far fewer candidates than every combination.
+  CHECK(s.plans < all.plans);
+}
+
+constexpr auto relu = activation_kind::relu;
+using mesh_2x4 = device_mesh<axis<"data", 2>, axis<"model", 4>>;
+}  // namespace
+
+TEST_CASE("auto_layout: a chain's layouts move the fewest bytes of all combinations",
+          "[auto_layout]") {
+  const model_desc chain = describe_model(
+      shape_value{256}, std::array{dense_op<{.units = 512, .activation = relu}>("a"),
+                                   dense_op<{.units = 64, .activation = relu}>("b"),
+                                   dense_op<{.units = 1024, .activation = relu}>("c"),
+                                   dense_op<{.units = 256, .activation = relu}>("d"),
+                                   dense_op<{.units = 8}>("e")});
+  for (std::size_t batch : {8, 64, 1024}) {
+    INFO("global batch " << batch);
+    check_against_oracle(model_over<mesh_2x4>("data"), chain, {.global_batch = batch});
+  }
+}
+
+TEST_CASE("auto_layout: a residual graph, a 3-D mesh and a convolution", "[auto_layout]") {
+  const model_desc residual = describe_model(
+      shape_value{128},
+      std::array{dense_op<{.units = 256, .activation = relu}>("in"),
+                 dense_op<{.units = 1024, .activation = relu}>("up"),
+                 dense_op<{.units = 256}>("down"), reads(add_op("sum"), {1, 3}),
+                 dense_op<{.units = 16}>("head")});
+  check_against_oracle(model_over<mesh_2x4>("data"), residual, {.global_batch = 32});
+  using mesh_3d = device_mesh<axis<"data", 2>, axis<"m1", 2>, axis<"m2", 2>>;
+  const model_desc three = describe_model(
+      shape_value{64}, std::array{dense_op<{.units = 512, .activation = relu}>("a"),
+                                  dense_op<{.units = 512, .activation = relu}>("b"),
+                                  dense_op<{.units = 16}>("c")});
+  check_against_oracle(model_over<mesh_3d>("data"), three, {.global_batch = 16});
+  const model_desc conv = describe_model(
+      shape_value{8, 8, 4},
+      std::array{conv2d_op<{.filters = 16, .window = {3, 3}}>("conv"), flatten_op("flat"),
+                 dense_op<{.units = 64, .activation = relu}>("d"), dense_op<{.units = 8}>("e")});
+  check_against_oracle(model_over<mesh_2x4>("data"), conv, {.global_batch = 16});
+}
+
+TEST_CASE("auto_layout: a memory budget trades bytes for memory", "[auto_layout]") {
+  const model_desc wide = describe_model(
+      shape_value{64}, std::array{dense_op<{.units = 2048, .activation = relu}>("a"),
+                                  dense_op<{.units = 2048, .activation = relu}>("b"),
+                                  dense_op<{.units = 16}>("c")});
+  const distribution_value base = model_over<mesh_2x4>("data");
+  // A large batch makes splitting cost activations; a budget forces it.
+  const auto_layout_options free_run{.global_batch = 4096};
+  const layout_search unbounded = search_layouts(base, base.mesh, wide, free_run);
+  REQUIRE(unbounded.ok);
+  const std::size_t budget = unbounded.memory.peak() * 3 / 4;
+  const auto_layout_options bounded{.global_batch = 4096, .memory_budget = budget};
+  const layout_search fitted = search_layouts(base, base.mesh, wide, bounded);
+  REQUIRE(fitted.ok);
+  CHECK(fitted.memory.peak() <= budget);
+  CHECK(fitted.bytes >= unbounded.bytes);
+  check_against_oracle(base, wide, bounded);
+  // A budget nothing fits: the error, and the smallest peak found.
+  const layout_search none =
+      search_layouts(base, base.mesh, wide, {.global_batch = 4096, .memory_budget = 1000});
+  CHECK_FALSE(none.ok);
+  CHECK(none.over_budget);
+  CHECK(none.smallest_peak ==
+        exhaustive(base, base.mesh, wide, {.global_batch = 4096, .memory_budget = 1000})
+            .least_memory);
+  CHECK(std::string(none.error) == "no choice of layouts fits the memory budget");
+}
+
+TEST_CASE("auto_layout: the chosen layout map as Keras code", "[auto_layout]") {
+  const model_desc pair = describe_model(
+      shape_value{1024}, std::array{dense_op<{.units = 4096, .activation = relu}>("col"),
+                                    dense_op<{.units = 1024}>("row")});
+  const layout_search s =
+      search_layouts(model_over<mesh_2x4>("data"), mesh_2x4::value, pair, {.global_batch = 64});
+  REQUIRE(s.ok);
+  CHECK(layout_map_code(s.chosen, "mesh_2d") ==
+        "layout_map = keras.distribution.LayoutMap(mesh_2d)\n"
+        "layout_map[\"col/kernel\"] = (None, \"model\")\n"
+        "layout_map[\"col/bias\"] = (\"model\",)\n"
+        "layout_map[\"row/kernel\"] = (\"model\", None)\n"
+        "distribution = keras.distribution.ModelParallel(layout_map=layout_map, "
+        "batch_dim_name=\"data\")\n");
+}
