@@ -13,6 +13,7 @@
 #include <tessel/comm/dimension.hpp>
 #include <tessel/comm/stall.hpp>
 #include <tessel/comm/watchdog.hpp>
+#include <tessel/core/auto_layout.hpp>
 #include <tessel/core/device_mesh.hpp>
 #include <tessel/core/environment.hpp>
 #include <tessel/core/explain.hpp>

@@ -2,7 +2,7 @@
 // (columns, then rows: the Megatron pair) for the mesh of the job (2x2 on 4 processes, 2x4 on
 // 8), and the model trains as on one device: 20 steps with RMSprop and with Adam, losses,
 // accuracy, weights, predictions and evaluate; a further step's collectives are the plan's.
-// The chosen layout map is printed as Keras code.
+// The chosen layout map is printed as Keras code, and explain() prints it.
 #include <mpi.h>
 
 #include <cstdio>
@@ -31,12 +31,21 @@ void run() {
   // What the compiler chose: a plain model_parallel over a layout_map, with the pair's rules.
   using chosen = typename automatic::distribution;
   constexpr distribution_value v = chosen::value;
-  const std::string code = layout_map_code(v, "mesh");
+  const std::string code = layout_map_code(v);
   check(code.find("layout_map[\"col/kernel\"] = (None, \"model\")\n"
                   "layout_map[\"col/bias\"] = (\"model\",)\n"
                   "layout_map[\"row/kernel\"] = (\"model\", None)\n") != std::string::npos,
         "the compiler chose columns then rows for the pair:\n" + code);
   if (process_id() == 0) std::printf("chosen on 2x%zu:\n%s", Model, code.c_str());
+  {
+    automatic m;
+    const std::string text = m.explain(16);
+    check(text.find("layouts chosen by auto_layout, as Keras code:\n" + code) != std::string::npos,
+          "explain() prints the chosen layouts as Keras code:\n" + text);
+    check(!block<model_parallel<layout_map<mesh>, "data">>::automatic_layouts &&
+              automatic::automatic_layouts,
+          "a model knows whether the compiler chose its layouts");
+  }
   const auto data = make_data(64, 64, 4);
   const std::string name = "auto_layout on 2x" + std::to_string(Model);
   compare<automatic, block<one_device>>(name.c_str(), data.x, data.y);

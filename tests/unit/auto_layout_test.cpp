@@ -154,8 +154,10 @@ TEST_CASE("auto_layout: the chosen layout map as Keras code", "[auto_layout]") {
   const layout_search s =
       search_layouts(model_over<mesh_2x4>("data"), mesh_2x4::value, pair, {.global_batch = 64});
   REQUIRE(s.ok);
-  CHECK(layout_map_code(s.chosen, "mesh_2d") ==
-        "layout_map = keras.distribution.LayoutMap(mesh_2d)\n"
+  CHECK(layout_map_code(s.chosen) ==
+        "device_mesh = keras.distribution.DeviceMesh(shape=(2, 4), axis_names=[\"data\", "
+        "\"model\"])\n"
+        "layout_map = keras.distribution.LayoutMap(device_mesh)\n"
         "layout_map[\"col/kernel\"] = (None, \"model\")\n"
         "layout_map[\"col/bias\"] = (\"model\",)\n"
         "layout_map[\"row/kernel\"] = (\"model\", None)\n"

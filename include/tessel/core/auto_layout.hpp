@@ -40,7 +40,7 @@ struct auto_layout_options {
 
 // The layouts left to the compiler: model_parallel<auto_layout<Mesh, {.global_batch = 64}>,
 // "data">. The batch axis splits the batch; every other axis of size > 1 may split kernels.
-template <class Mesh, auto_layout_options Options = {}>
+template <class Mesh, auto_layout_options Options = auto_layout_options{}>
 struct auto_layout {
   static_assert(detail::is_device_mesh<Mesh>,
                 "tessel::auto_layout: the first argument must be a tessel::device_mesh<...>");
@@ -326,11 +326,9 @@ constexpr layout_search search_layouts(const distribution_value& base, const mes
   return s;
 }
 
-// A model_parallel layout map as the Keras code that builds it (`mesh` the DeviceMesh's
-// variable): layout_map = keras.distribution.LayoutMap(mesh), one line per rule, and the
-// ModelParallel distribution over the batch axis.
-TESSEL_INLINE std::string layout_map_code(const distribution_value& d,
-                                          std::string_view mesh = "device_mesh");
+// A model_parallel distribution as the Keras code that builds it: the DeviceMesh, the LayoutMap
+// with one line per rule, and the ModelParallel distribution over the batch axis.
+TESSEL_INLINE std::string layout_map_code(const distribution_value& d);
 
 template <class Mesh, auto_layout_options Options, fixed_string BatchDimName>
 struct model_parallel<auto_layout<Mesh, Options>, BatchDimName> {
@@ -430,8 +428,15 @@ template <class Dist, model_desc Model>
 using resolved_distribution_t = typename detail::resolved_distribution<Dist, Model>::type;
 
 #if TESSEL_DEFINITIONS
-TESSEL_INLINE std::string layout_map_code(const distribution_value& d, std::string_view mesh) {
-  std::string r = "layout_map = keras.distribution.LayoutMap(" + std::string(mesh) + ")\n";
+TESSEL_INLINE std::string layout_map_code(const distribution_value& d) {
+  std::string shape, names;
+  for (std::size_t a = 0; a < d.mesh.rank; ++a) {
+    shape += (a ? ", " : "") + std::to_string(d.mesh.sizes[a]);
+    names += (a ? ", \"" : "\"") + std::string(d.mesh.names[a].view()) + "\"";
+  }
+  std::string r = "device_mesh = keras.distribution.DeviceMesh(shape=(" + shape +
+                  (d.mesh.rank == 1 ? ",)" : ")") + ", axis_names=[" + names + "])\n" +
+                  "layout_map = keras.distribution.LayoutMap(device_mesh)\n";
   for (std::size_t i = 0; i < d.rule_count; ++i) {
     const layout_value& l = d.rules[i].layout;
     r += "layout_map[\"" + std::string(d.rules[i].key.view()) + "\"] = (";

@@ -380,6 +380,9 @@ class graph_model<B, DistArg, layers::input<InputDims...>, Graph, Layers...> {
  public:
   using backend = B;
   using distribution = Dist;
+  // The distribution as written, and whether the compiler chose its layouts (auto_layout).
+  using requested_distribution = DistArg;
+  static constexpr bool automatic_layouts = !std::is_same_v<DistArg, Dist>;
   using mesh_type = typename Dist::mesh;
   // The communicator of the mesh's axes: the backend's (comm::communicator_of), else MPI's.
   using communicator_type = typename comm::communicator_of<B>::type;

@@ -150,7 +150,8 @@ class trainer : public Model,
             Model::output_features,
             Model::model_parallel,
             Model::layer_count,
-            hasher().text(typeid(Model).name()).result()};
+            hasher().text(typeid(Model).name()).result(),
+            Model::automatic_layouts};
   }
   // ---- the core's questions about the model (trainer_core.hpp) --------------------------------
   model_desc model_describe(loss_kind loss, std::size_t loss_values) const override {

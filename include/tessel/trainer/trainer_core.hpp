@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/auto_layout.hpp"
 #include "../core/explain.hpp"
 #include "../core/layer_planner.hpp"
 #include "../core/memory_plan.hpp"
@@ -85,6 +86,7 @@ struct trained_model_facts {
   bool model_parallel = false;
   std::size_t layer_count = 0;
   std::uint64_t type_fingerprint = 0;  // the model's type: its layers and distribution
+  bool automatic_layouts = false;      // the layouts were chosen by auto_layout
 };
 
 // The core holds the planner's arrays (model_plan): its name carries their limits, as the

@@ -74,6 +74,9 @@ std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
             detail::bytes_text(m.communication) + "; peak " + detail::bytes_text(m.peak()) +
             " (largest: " + std::string(m.largest()) + ")\n";
   }
+  if (facts_.automatic_layouts)
+    text += "layouts chosen by auto_layout, as Keras code:\n" +
+            layout_map_code(facts_.distribution);
   text += "memory per process: variables " + detail::bytes_text(variables);
   if (!optimizer_state_) return text + "; optimizer state: not compiled\n";
   const std::size_t slots = optimizer_state_->slots_per_variable();
