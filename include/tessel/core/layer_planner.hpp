@@ -136,7 +136,41 @@ class layer_planner {
           b.step.wire_bytes = detail::wire_bytes(collective::all_gather, b.step.bytes, n);
           push(b);
         }
+    if (plan_.ok) tag_runners();
     return plan_;
+  }
+
+  // Who runs each step: under model_parallel a layer runs every step of its planned layouts
+  // (its variables' gradients left partial for the buckets where only an all_reduce over the
+  // batch axes remains) and the loss those of the output's rows; under any distribution a
+  // layer reduces its own statistics and the trainer the loss sums; under data parallelism the
+  // trainer's buckets reduce the gradients, and after the update it broadcasts central
+  // storage's variables or all-gathers a split state's parts.
+  constexpr void tag_runners() noexcept {
+    const bool model = dist_.kind == distribution_value::model;
+    for (std::size_t k = 0; k < plan_.count; ++k) {
+      planned_step& s = plan_.steps[k];
+      const bool backward = s.when == phase::backward;
+      const collective c = s.step.kind;
+      if (s.when == phase::forward && s.role == step_role::loss)
+        s.runner = step_runner::loss_reduction;
+      else if (model && s.op < model_.count && plan_.layouts[s.op].set)
+        s.runner = step_runner::layer;
+      else if (model && s.op == model_.count)
+        s.runner = step_runner::loss;
+      else if (s.role == step_role::statistic && s.op < model_.count)
+        s.runner = step_runner::layer;
+      else if (!model && backward && s.role == step_role::variable_gradient &&
+               (c == collective::all_reduce || c == collective::reduce_scatter ||
+                c == collective::reduce || c == collective::broadcast))
+        s.runner = step_runner::gradient_buckets;
+      else if (backward && s.role == step_role::variable &&
+               ((c == collective::broadcast && central()) ||
+                (c == collective::all_gather && sharded())))
+        s.runner = step_runner::after_update;
+      else
+        s.runner = step_runner::none;
+    }
   }
 
   [[nodiscard]] constexpr bool sharded() const noexcept {

@@ -177,6 +177,18 @@ constexpr bool is_gradient_of_variable(step_role r) noexcept {
   return r == step_role::variable_gradient;
 }
 
+// Who runs a planned step. The planner tags every step; the runtime routes each by its tag, and a
+// plan with a step no part of tessel runs is refused before training starts.
+enum class step_runner : std::uint8_t {
+  none,              // nothing runs it: the model cannot train under this plan
+  layer,             // the layer: its planned layouts (model_parallel), or its own statistics
+  loss,              // the loss and the metrics: the rows of an output whose classes are split
+  loss_reduction,    // the trainer: the loss and metric sums
+  gradient_buckets,  // the trainer's gradient buckets (data parallelism)
+  after_update,      // the trainer after the update: central storage's broadcast of the
+                     // variables, a split state's all-gather of the updated parts
+};
+
 struct planned_step {
   phase when{};
   std::uint8_t op = 0;  // index of the layer; the loss is op == count
@@ -188,6 +200,7 @@ struct planned_step {
   // A statistic's name, as the rule that reduces it gives it ("row max", "batch mean"): a
   // layer with statistics of its own names them in its own rule, not in the core.
   std::string_view label{};
+  step_runner runner = step_runner::none;
 };
 
 struct variable_plan {

@@ -49,7 +49,6 @@ concept trainable_model =
       { M::layer_name(std::size_t{0}) } -> std::convertible_to<std::string_view>;
       { M::model_parallel } -> std::convertible_to<bool>;
       { M::layer_count } -> std::convertible_to<std::size_t>;
-      { cm.runs_plan_of(std::size_t{0}) } -> std::same_as<bool>;
       { cm.mesh() } -> std::same_as<const typename M::mesh_binding&>;
       { cm.seed() } -> std::convertible_to<std::uint64_t>;
       { cm.get_weights() } -> std::same_as<std::vector<array<float>>>;
@@ -158,7 +157,6 @@ class trainer : public Model,
     return Model::describe(loss, loss_values);
   }
   std::string_view model_layer_name(std::size_t i) const override { return Model::layer_name(i); }
-  bool model_runs_plan_of(std::size_t i) const override { return this->runs_plan_of(i); }
   std::uint64_t model_seed() const override { return this->seed(); }
   void model_check_input_shape(const array<float>& x) const override {
     this->check_input_shape(x);

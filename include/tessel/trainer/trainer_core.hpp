@@ -277,7 +277,6 @@ class trainer_core : public model_base {
   // ---- what the core asks of its model (trainer<Model> answers from the Model) ---------------
   virtual model_desc model_describe(loss_kind loss, std::size_t loss_values) const = 0;
   virtual std::string_view model_layer_name(std::size_t i) const = 0;
-  virtual bool model_runs_plan_of(std::size_t i) const = 0;
   virtual std::uint64_t model_seed() const = 0;
   virtual void model_check_input_shape(const array<float>& x) const = 0;
   virtual const basic_dtensor<B>& model_forward_rows(const array<float>& x, std::size_t x_row,

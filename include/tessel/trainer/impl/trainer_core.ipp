@@ -663,34 +663,16 @@ void trainer_core<B, C>::replan() {
   if (!plan_.ok) throw value_error(tessel::explain(plan_, d));
   loss_steps_.clear();
   std::vector<bucket_entry> stored;
-  const bool model_parallel = facts_.model_parallel;
+  // Each step goes where the planner's tag says (step_runner); the layers, the loss and the
+  // buckets find their own steps in the plan, and a split state's all-gathers are the
+  // sharded_state's.
   for (const auto& s : plan_) {
-    const bool gradient = s.when == phase::backward && is_gradient_of_variable(s.role) &&
-                          (s.step.kind == collective::all_reduce ||
-                           s.step.kind == collective::reduce_scatter ||
-                           s.step.kind == collective::reduce ||
-                           s.step.kind == collective::broadcast);
     // Central storage: a variable broadcast from where it lives after the update.
-    const bool stored_variable = s.when == phase::backward && s.role == step_role::variable &&
-                                 s.step.kind == collective::broadcast && central();
-    // A state split over the batch axis: the updated parts all-gathered (sharded_state).
-    const bool gathered_variable = s.when == phase::backward && s.role == step_role::variable &&
-                                   s.step.kind == collective::all_gather && sharded();
-    if (stored_variable)
+    if (s.runner == step_runner::after_update && s.step.kind == collective::broadcast)
       stored.push_back({&model_variable(std::string(plan_.variables[s.index].path.view())),
                         {{s.step}, 1}});
-    const bool loss_sum = s.when == phase::forward && s.role == step_role::loss;
-    if (loss_sum) loss_steps_.push_back(s.step);
-    // Under model_parallel a layer with planned layouts runs its own steps, gradients included;
-    // the loss and the metrics reduce the rows of an output whose classes are split.
-    const bool by_layer = model_parallel && !loss_sum && s.op < facts_.layer_count &&
-                          model_runs_plan_of(s.op);
-    const bool by_loss = model_parallel && s.op == facts_.layer_count;
-    // A layer's statistics (batch normalization's synchronized sums) it reduces itself, through
-    // the resharder it is handed, under any distribution.
-    const bool statistic = s.role == step_role::statistic && s.op < facts_.layer_count;
-    if (!by_layer && !by_loss && !loss_sum && !statistic && !stored_variable &&
-        !gathered_variable && !(gradient && !model_parallel))
+    if (s.runner == step_runner::loss_reduction) loss_steps_.push_back(s.step);
+    if (s.runner == step_runner::none)
       throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
                         " of '" + step_name(plan_, s) + "' in layer '" +
                         std::string(model_layer_name(s.op)) +

@@ -1,0 +1,51 @@
+// A plan with a step nothing in tessel runs (step_runner::none) is refused when the model is built,
+// naming the step, the layer and what to do: a distribution of one's own, data parallel over 2
+// processes but with "<layer>/output" rules, moves d1's output between the processes.
+#include <mpi.h>
+
+#include <string>
+#include <tessel/tessel.hpp>
+
+#include "mpi_checks.hpp"
+
+namespace {
+using namespace tessel;
+using namespace tessel::layers;
+using tessel::testing::check;
+
+using mesh2 = device_mesh<axis<"batch", 2>>;
+struct output_rules {
+  using mesh = mesh2;
+  static constexpr name_string batch_dim_name{"batch"};
+  static constexpr distribution_value value = [] {
+    distribution_value v = data_parallel<mesh2>::value;
+    layout_value columns = layout_value::replicated(2);
+    columns.dims[1].push(0);
+    v.rules[0] = {key_string{"d1/output"}, columns};
+    v.rules[1] = {key_string{"d2/output"}, layout_value::sharded(2, 0, 0)};
+    v.rule_count = 2;
+    return v;
+  }();
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  initialize guard(argc, argv);
+  try {
+    std::string message;
+    try {
+      sequential<output_rules, input<8>, dense<16, {.name = "d1"}>, dense<4, {.name = "d2"}>> m;
+      m.compile({.optimizer = "sgd", .loss = "mse"});
+      m.train_on_batch(array<float>({4, 8}), array<float>({4, 4}));
+    } catch (const value_error& e) {
+      message = e.what();
+    }
+    check(message.find("the plan needs all_to_all('batch', dim 0 -> 1) of 'output' in layer "
+                       "'d1', which tessel does not execute yet; lay the layers out so that "
+                       "only layers with variables need collectives") != std::string::npos,
+          "a step nothing runs is refused: " + message);
+  } catch (const std::exception& e) {
+    check(false, std::string("unexpected exception: ") + e.what());
+  }
+  return tessel::testing::finish("unexecuted_step_test");
+}

@@ -1,0 +1,90 @@
+// Who runs each planned step (step_runner), as the planner tags it: under data_parallel the
+// trainer's buckets reduce the gradients and the trainer the loss sums; a split state's
+// all-gathers and central storage's broadcasts run after the update; under model_parallel the
+// layers run their planned steps; a distribution of one's own that reshards an output under data
+// parallelism leaves that step to nothing (the trainer refuses the plan).
+#include <tessel/core.hpp>
+#include <tessel/layers/plans.hpp>
+
+namespace {
+using namespace tessel;
+using mesh2 = device_mesh<axis<"batch", 2>>;
+constexpr model_desc mlp =
+    describe_model(shape_value{8}, std::array{dense_op<{.units = 16}>("d1"),
+                                              dense_op<{.units = 4}>("d2")},
+                   loss_kind::mean_squared_error);
+
+template <class Dist>
+constexpr const model_plan& plan = model_plan_v<Dist, mlp, 16>;
+
+// Each step's runner: `want(step)` says which it must be.
+template <class Want>
+constexpr bool every_step(const model_plan& p, Want want) {
+  if (!p.ok || p.count == 0) return false;
+  for (const planned_step& s : p)
+    if (s.runner != want(s)) return false;
+  return true;
+}
+
+static_assert(every_step(plan<data_parallel<mesh2>>, [](const planned_step& s) {
+  return s.role == step_role::loss ? step_runner::loss_reduction : step_runner::gradient_buckets;
+}));
+static_assert(every_step(plan<data_parallel<mesh2, shard_state::gradients>>,
+                         [](const planned_step& s) {
+                           if (s.role == step_role::loss) return step_runner::loss_reduction;
+                           return s.step.kind == collective::all_gather
+                                      ? step_runner::after_update
+                                      : step_runner::gradient_buckets;
+                         }));
+
+// Central storage: reduced to process 1, broadcast from it after the update.
+struct central {
+  using mesh = mesh2;
+  static constexpr name_string batch_dim_name{"batch"};
+  static constexpr distribution_value value = [] {
+    distribution_value v = data_parallel<mesh2>::value;
+    v.variable_device = 1;
+    return v;
+  }();
+};
+static_assert(every_step(plan<central>, [](const planned_step& s) {
+  if (s.role == step_role::loss) return step_runner::loss_reduction;
+  return s.step.kind == collective::broadcast ? step_runner::after_update
+                                              : step_runner::gradient_buckets;
+}));
+
+// model_parallel: the layers run their steps (gradients included), the trainer the loss.
+using mesh_2x2 = device_mesh<axis<"data", 2>, axis<"model", 2>>;
+using megatron = model_parallel<
+    layout_map<mesh_2x2, rule<"d1/kernel", none, "model">, rule<"d1/bias", "model">,
+               rule<"d2/kernel", "model", none>>,
+    "data">;
+static_assert(every_step(plan<megatron>, [](const planned_step& s) {
+  return s.role == step_role::loss ? step_runner::loss_reduction : step_runner::layer;
+}));
+
+// Data parallel with an output rule: d1's output moved by an all_to_all nothing runs.
+struct output_rules {
+  using mesh = mesh2;
+  static constexpr name_string batch_dim_name{"batch"};
+  static constexpr distribution_value value = [] {
+    distribution_value v = data_parallel<mesh2>::value;
+    layout_value columns = layout_value::replicated(2);
+    columns.dims[1].push(0);
+    v.rules[0] = {key_string{"d1/output"}, columns};
+    v.rules[1] = {key_string{"d2/output"}, layout_value::sharded(2, 0, 0)};
+    v.rule_count = 2;
+    return v;
+  }();
+};
+constexpr bool nothing_runs_the_output = [] {
+  bool output_unrun = false;
+  for (const planned_step& s : plan<output_rules>) {
+    if (s.op == 0 && s.when == phase::forward && s.role == step_role::output)
+      output_unrun = s.step.kind == collective::all_to_all && s.runner == step_runner::none;
+    if (s.role == step_role::loss && s.runner != step_runner::loss_reduction) return false;
+  }
+  return output_unrun;
+}();
+static_assert(nothing_runs_the_output);
+}  // namespace
