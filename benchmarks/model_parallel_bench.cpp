@@ -68,7 +68,7 @@ int run(int steps, int warmup, std::size_t batch) {
   for (auto* v : model.get_optimizer().variables()) state += static_cast<double>(v->value.size()) * 4;
   std::size_t planned = 0;
   if constexpr (Model::model_parallel) {
-    const auto d = Model::describe(tessel::loss_kind::mean_squared_error, 2);
+    const auto d = Model::describe(&tessel::loss_rules::elementwise, 2);
     const auto p = tessel::plan_model(Model::distribution::value, model.mesh().shape(), d, batch);
     for (const auto& st : p)
       if (st.role != tessel::step_role::loss) planned += st.step.bytes;

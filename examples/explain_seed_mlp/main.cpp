@@ -19,7 +19,7 @@ constexpr tessel::model_desc seed_mlp = tessel::describe_model(
             .units = 200, .use_bias = false, .activation = tessel::activation_kind::relu}>("d1"),
         tessel::dropout_op("dropout"),
         tessel::dense_op<{.units = 10, .activation = tessel::activation_kind::softmax}>("d2")},
-    tessel::loss_kind::mean_squared_error);
+    &tessel::loss_rules::elementwise);
 
 constexpr std::size_t global_batch = 16;
 

@@ -3,9 +3,11 @@
 //
 // A loss is any type with
 //   - `name`, a string (Keras's name, as the logs and errors print it);
-//   - `plan_kind()`, the planner's loss_kind: the collectives its value and gradient need on an
-//     output whose class dimension is split across devices (none for an element-wise loss, row
-//     sums for a cross-entropy, the row max too on logits);
+//   - `plan_rule()`, a pointer to its planning rule (loss_rule, core/model_plan.hpp): the
+//     collectives its value and gradient need on an output whose class dimension is split across
+//     devices (none for an element-wise loss, &loss_rules::elementwise; row sums for a
+//     cross-entropy, the row max too on logits: losses/plan.hpp). A loss with statistics of its
+//     own writes its own rule;
 //   - `compute<B>(const loss_call<B>&)`: this device's block's sum of per-sample losses into its
 //     slot of the step's sums, and d(loss)/d(pred) times the call's scale into the gradient;
 // and, where it has them,
@@ -32,6 +34,7 @@
 #include "core/diagnostics.hpp"
 #include "core/errors.hpp"
 #include "core/model_plan.hpp"
+#include "losses/plan.hpp"
 #include "layers/split_rows.hpp"
 #include "tensor/dtensor.hpp"
 
@@ -71,7 +74,7 @@ struct loss_call {
 template <class L, class B>
 concept loss_for = requires(const L& l, const loss_call<B>& c) {
   { std::string_view(l.name) };
-  { l.plan_kind() } -> std::same_as<loss_kind>;
+  { l.plan_rule() } -> std::same_as<const loss_rule*>;
   l.template compute<B>(c);
 };
 
@@ -80,7 +83,7 @@ namespace losses {
 // keras.losses.MeanSquaredError: per sample, the mean over the last axis of (pred - target)^2.
 struct mean_squared_error {
   static constexpr std::string_view name = "mean_squared_error";
-  constexpr loss_kind plan_kind() const noexcept { return loss_kind::elementwise; }
+  constexpr const loss_rule* plan_rule() const noexcept { return &loss_rules::elementwise; }
   template <class B>
   void compute(const loss_call<B>& c) const {
     B::mean_squared_error(c.local(), c.targets, c.grad, c.grad_scale, c.sums, c.slot, c.classes());
@@ -93,7 +96,7 @@ struct mean_squared_error {
 struct binary_crossentropy {
   bool from_logits = false;
   static constexpr std::string_view name = "binary_crossentropy";
-  constexpr loss_kind plan_kind() const noexcept { return loss_kind::elementwise; }
+  constexpr const loss_rule* plan_rule() const noexcept { return &loss_rules::elementwise; }
   std::string get_config() const { return from_logits ? "from_logits=True" : "from_logits=False"; }
   template <class B>
   void compute(const loss_call<B>& c) const {
@@ -113,8 +116,8 @@ struct crossentropy_over_classes {
   static constexpr std::string_view name =
       Sparse ? "sparse_categorical_crossentropy" : "categorical_crossentropy";
   static constexpr bool sparse_labels = Sparse;
-  constexpr loss_kind plan_kind() const noexcept {
-    return from_logits ? loss_kind::softmax_cross_entropy : loss_kind::crossentropy;
+  constexpr const loss_rule* plan_rule() const noexcept {
+    return from_logits ? &loss_rules::softmax_cross_entropy : &loss_rules::crossentropy;
   }
   std::string get_config() const { return from_logits ? "from_logits=True" : "from_logits=False"; }
 
@@ -176,8 +179,8 @@ class loss_spec {
   std::string_view name() const {
     return std::visit([](const auto& l) { return std::string_view(l.name); }, value_);
   }
-  loss_kind plan_kind() const {
-    return std::visit([](const auto& l) { return l.plan_kind(); }, value_);
+  const loss_rule* plan_rule() const {
+    return std::visit([](const auto& l) { return l.plan_rule(); }, value_);
   }
 
  private:
@@ -219,7 +222,7 @@ class loss_function {
   }
 
   std::string_view name() const noexcept { return impl_->name; }
-  loss_kind plan_kind() const noexcept { return impl_->kind; }
+  const loss_rule* plan_rule() const noexcept { return impl_->rule; }
   bool sparse_labels() const noexcept { return impl_->sparse; }
   // What every process must hold alike: the loss's type, name, kind and arguments.
   std::uint64_t fingerprint() const noexcept { return impl_->fingerprint; }
@@ -238,7 +241,7 @@ class loss_function {
  private:
   struct base {
     std::string name;
-    loss_kind kind = loss_kind::none;
+    const loss_rule* rule = &no_loss;
     bool sparse = false;
     std::uint64_t fingerprint = 0;
     virtual ~base() = default;
@@ -251,9 +254,10 @@ class loss_function {
     L loss;
     explicit holder(L l) : loss(std::move(l)) {
       this->name = std::string(std::string_view(loss.name));
-      this->kind = loss.plan_kind();
+      this->rule = loss.plan_rule();
       if constexpr (requires { L::sparse_labels; }) this->sparse = L::sparse_labels;
-      this->fingerprint = object_fingerprint(loss, this->name, static_cast<int>(this->kind));
+      this->fingerprint = object_fingerprint(
+          loss, this->name + " planned as " + std::string(this->rule->name));
     }
     void compute(const loss_call<B>& c) const override { loss.template compute<B>(c); }
     bool compute_split(const loss_call<B>& c, row_statistics<B>& st,
@@ -302,7 +306,7 @@ void split_loss_and_gradient(const loss_function<B>& loss, const basic_dtensor<B
                              row_statistics<B>& st, Reduce& reduce) {
   const loss_call<B> call{pred_block, labels, targets, grad, grad_scale, sums, slot};
   if (loss.compute_split(call, st, row_reducer<B>(reduce))) return;
-  if (loss.plan_kind() != loss_kind::elementwise)
+  if (loss.plan_rule() != &loss_rules::elementwise)
     throw value_error(std::string(loss.name()) +
                       ": the output's classes are split across devices, and this loss has no "
                       "form for split rows (compute_split); lay the last layer's output out with "

@@ -4,7 +4,7 @@
 
 struct relative_error {
   static constexpr std::string_view name = "relative_error";
-  tessel::loss_kind plan_kind() const { return tessel::loss_kind::elementwise; }
+  const tessel::loss_rule* plan_rule() const { return &tessel::loss_rules::elementwise; }
 };
 // fix: give it `template <class B> void compute(const tessel::loss_call<B>&) const`.
 

@@ -95,7 +95,7 @@ void compare(const char* what, const array<float>& x_all, const array<Y>& y_all,
   sharded.clear_collectives();
   sharded.reset_communication_stats();
   sharded.train_on_batch(data::slice_rows(x_all, 0, batch), data::slice_rows(y_all, 0, batch));
-  model_desc d = Sharded::describe(loss.plan_kind(), 4);
+  model_desc d = Sharded::describe(loss.plan_rule(), 4);
   d.argmax_metrics = true;
   const model_plan p = plan_model(Sharded::distribution::value, sharded.mesh().shape(), d, batch);
   std::vector<collective_record> planned;

@@ -61,7 +61,7 @@ using residual_logits = functional<Dist, x, logits_out>;
 // classes, with what to do.
 struct whole_row_crossentropy {
   std::string name = "whole_row_crossentropy";
-  loss_kind plan_kind() const { return loss_kind::crossentropy; }
+  const loss_rule* plan_rule() const { return &loss_rules::crossentropy; }
   template <class B>
   void compute(const loss_call<B>& c) const {
     B::crossentropy_on_probabilities(c.local(), typename B::index_vector(), c.targets, c.grad,

@@ -1,6 +1,7 @@
 // Model plans: the Megatron pair and the seeds/000 MLP on its four meshes.
 #include <tessel/core.hpp>
 #include <tessel/layers/plans.hpp>
+#include <tessel/losses/plan.hpp>
 
 namespace {
 using namespace tessel;
@@ -53,7 +54,7 @@ constexpr model_desc seed_mlp = describe_model(
         dense_op<{.units = 200, .use_bias = false, .activation = activation_kind::relu}>("d1"),
         dropout_op("dropout"),
         dense_op<{.units = 10, .activation = activation_kind::softmax}>("d2")},
-    loss_kind::mean_squared_error);
+    &loss_rules::elementwise);
 template <std::size_t D, std::size_t M>
 using seed_distribution = model_parallel<
     layout_map<device_mesh<axis<"data", D>, axis<"model", M>>, rule<"d1/kernel", none, "model">,
@@ -103,7 +104,7 @@ static_assert(nw.collectives(fwd, collective::all_reduce, model) == 0);
 // Softmax cross-entropy over a class dimension sharded by the layout map reduces row statistics.
 constexpr model_desc classifier =
     describe_model(shape_value{128}, std::array{dense_op<{.units = 1000}>("logits")},
-                   loss_kind::softmax_cross_entropy);
+                   &loss_rules::softmax_cross_entropy);
 using class_map =
     layout_map<mesh_2x4, rule<"logits/kernel", none, "model">, rule<"logits/bias", "model">>;
 constexpr const model_plan& cp = model_plan_v<model_parallel<class_map>, classifier, 64>;
@@ -117,7 +118,7 @@ constexpr model_desc residual =
                    std::array{dense_op<{.units = 64, .activation = activation_kind::relu}>("d1"),
                               dense_op<{.units = 64}>("d2"), reads(add_op("sum"), {1, 2}),
                               dense_op<{.units = 10}>("d3")},
-                   loss_kind::softmax_cross_entropy);
+                   &loss_rules::softmax_cross_entropy);
 using batch_4 = data_parallel<device_mesh<axis<"batch", 4>>>;
 constexpr const model_plan& rd = model_plan_v<batch_4, residual, 64>;
 static_assert(rd.ok && rd.activations[1].uses == 2 && rd.activations[2].uses == 1);

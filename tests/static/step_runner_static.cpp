@@ -5,14 +5,14 @@
 // parallelism leaves that step to nothing (the trainer refuses the plan).
 #include <tessel/core.hpp>
 #include <tessel/layers/plans.hpp>
+#include <tessel/losses/plan.hpp>
 
 namespace {
 using namespace tessel;
 using mesh2 = device_mesh<axis<"batch", 2>>;
-constexpr model_desc mlp =
-    describe_model(shape_value{8}, std::array{dense_op<{.units = 16}>("d1"),
-                                              dense_op<{.units = 4}>("d2")},
-                   loss_kind::mean_squared_error);
+constexpr model_desc mlp = describe_model(
+    shape_value{8}, std::array{dense_op<{.units = 16}>("d1"), dense_op<{.units = 4}>("d2")},
+    &loss_rules::elementwise);
 
 template <class Dist>
 constexpr const model_plan& plan = model_plan_v<Dist, mlp, 16>;
@@ -55,10 +55,10 @@ static_assert(every_step(plan<central>, [](const planned_step& s) {
 
 // model_parallel: the layers run their steps (gradients included), the trainer the loss.
 using mesh_2x2 = device_mesh<axis<"data", 2>, axis<"model", 2>>;
-using megatron = model_parallel<
-    layout_map<mesh_2x2, rule<"d1/kernel", none, "model">, rule<"d1/bias", "model">,
-               rule<"d2/kernel", "model", none>>,
-    "data">;
+using megatron =
+    model_parallel<layout_map<mesh_2x2, rule<"d1/kernel", none, "model">, rule<"d1/bias", "model">,
+                              rule<"d2/kernel", "model", none>>,
+                   "data">;
 static_assert(every_step(plan<megatron>, [](const planned_step& s) {
   return s.role == step_role::loss ? step_runner::loss_reduction : step_runner::layer;
 }));

@@ -20,7 +20,7 @@ using host = tessel::backend::host;
 struct huber {
   float delta = 1.0f;
   std::string name = "huber_loss";
-  tessel::loss_kind plan_kind() const { return tessel::loss_kind::elementwise; }
+  const tessel::loss_rule* plan_rule() const { return &tessel::loss_rules::elementwise; }
   std::string get_config() const { return "delta=" + std::to_string(delta); }
 
   template <class B>

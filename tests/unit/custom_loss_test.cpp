@@ -45,7 +45,7 @@ TEST_CASE("custom loss: a user's Huber loss, its value and gradient as Keras's",
   B::matrix grad = B::make_matrix("grad", rows, cols);
   const tessel::loss_function<B> loss = user::huber{.delta = g["delta"].get<float>()};
   CHECK(loss.name() == "huber_loss");
-  CHECK(loss.plan_kind() == tessel::loss_kind::elementwise);
+  CHECK(loss.plan_rule() == &tessel::loss_rules::elementwise);
   CHECK(!loss.sparse_labels());
   CHECK(loss.is<user::huber>());
   const double total = tessel::loss_and_gradient<B>(loss, pred, B::index_vector(), targets, grad,

@@ -174,7 +174,7 @@ TEST_CASE("golden: binary cross-entropy on probabilities (clipped) and on logits
     check_close(grad, c["grad_y_pred"], name + " gradient");
   }
   CHECK(tessel::loss_spec("binary_crossentropy").name() == "binary_crossentropy");
-  CHECK(tessel::loss_spec("BinaryCrossentropy").plan_kind() == tessel::loss_kind::elementwise);
+  CHECK(tessel::loss_spec("BinaryCrossentropy").plan_rule() == &tessel::loss_rules::elementwise);
 }
 
 TEST_CASE("golden: mean absolute error, a metric that is not an accuracy", "[golden][metrics]") {

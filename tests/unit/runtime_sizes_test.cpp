@@ -4,6 +4,7 @@
 #include <string>
 #include <tessel/core.hpp>
 #include <tessel/layers/plans.hpp>
+#include <tessel/losses/plan.hpp>
 #include "test_helpers.hpp"
 
 using namespace tessel;
@@ -109,7 +110,7 @@ TEST_CASE("the model plan on a run-time mesh, and its text", "[plan]") {
       shape_value{784},
       std::array{dense_op<{.units = 256, .activation = activation_kind::relu}>("dense"),
                  dense_op<{.units = 10}>("dense_1")},
-      loss_kind::softmax_cross_entropy);
+      &loss_rules::softmax_cross_entropy);
   const mesh_1d m{4};
   const model_plan p = plan_model(dist::value, m.shape(), model, 32);
   REQUIRE(p.ok);

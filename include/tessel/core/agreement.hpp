@@ -70,7 +70,7 @@ inline std::uint64_t shape_fingerprint(std::span<const std::size_t> shape) noexc
 }
 
 // A configured object (a loss, a metric) as a fact's value: its type, its name, the numbers
-// `more` (a loss's kind), and its get_config() when it has one, hashed.
+// `more`, and its get_config() when it has one, hashed.
 template <class T, class... More>
 std::uint64_t object_fingerprint(const T& object, std::string_view name, More... more) {
   hasher h;

@@ -251,7 +251,7 @@ constexpr layout_search advance_layout_search(layout_search s) noexcept {
   model_desc prefix = s.model;
   prefix.count = i + 1;
   if (!last) {
-    prefix.loss = loss_kind::none;
+    prefix.loss = &no_loss;
     prefix.argmax_metrics = false;
   }
   std::array<layout_candidate, max_layout_candidates> next{};

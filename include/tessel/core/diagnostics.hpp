@@ -128,7 +128,7 @@ TESSEL_DIAGNOSTIC(std::size_t Layers COMMA std::size_t MaxOps, model_has_more_la
 // losses and metrics
 TESSEL_DIAGNOSTIC(class Loss COMMA class Backend, not_a_loss_on_this_backend,
                   "tessel: compile() was given a loss (see its type and the model's backend "
-                  "above) that is not one: a loss has a `name`, `plan_kind()` and "
+                  "above) that is not one: a loss has a `name`, `plan_rule()` and "
                   "`compute<B>(const loss_call<B>&)` for the model's backend B (losses.hpp)");
 TESSEL_DIAGNOSTIC(class Metric COMMA class Backend, not_a_metric_on_this_backend,
                   "tessel: compile() was given a metric (see its type and the model's backend "

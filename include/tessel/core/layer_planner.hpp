@@ -431,31 +431,15 @@ class layer_planner {
       reshard_forward(step_role::output, cur_.layout, *forced, cur_.shape, cur_.needs_grad);
   }
 
-  // The loss is a mean over the global batch: the local sum is all_reduced over every axis the
-  // predictions are sharded over (one float). A cross-entropy over a sharded class dimension
-  // (Megatron's vocab-parallel cross-entropy) first completes each row: on logits the row max,
-  // the row sum of exponentials and the target terms (sum(t * z), sum(t)); on probabilities the
-  // row sum and the target terms (the loss and the gradient's correction). The accuracies'
-  // arg-max is reduced as one key per row.
+  // The loss is a mean over the global batch: the local sum is all_reduced over every axis it is
+  // partial over, as the loss's rule says (one value per loss_values). The rule first reduces
+  // what it needs (a cross-entropy over a split class dimension, Megatron's vocab-parallel
+  // cross-entropy, completes each row); the accuracies' arg-max is reduced as one key per row.
   constexpr void loss(const layout_value& layout, const shape_value& shape) noexcept {
-    if (model_.loss == loss_kind::none) return;
-    // The local sum runs over the per-sample losses (cross-entropy: one per row, complete after
-    // the row reductions) or over every local element (squared error).
-    std::uint32_t summed_over = layout.sharded_axes();
-    std::uint32_t class_axes = 0;
-    if (shape.rank == 2) class_axes = layout.dims[1].mask();
-    if (model_.loss == loss_kind::softmax_cross_entropy ||
-        model_.loss == loss_kind::crossentropy) {
-      layout_value labels = layout_value::replicated(1);
-      labels.dims[0] = layout.dims[0];
-      const auto r = propagate_softmax_cross_entropy(layout, labels);
-      if (!r.ok) return fail(r.error);
-      if (model_.loss == loss_kind::softmax_cross_entropy)
-        row_reduction(r.reduce_axes, layout, shape, phase::forward, "row max");
-      row_reduction(r.reduce_axes, layout, shape, phase::forward, "row sum");
-      row_reduction(r.reduce_axes, layout, shape, phase::forward, "target terms", 2);
-      summed_over = r.out.sharded_axes();
-    }
+    if (!model_.loss->sums) return;
+    const std::uint32_t summed_over = model_.loss->plan(*this, layout, shape);
+    if (!plan_.ok) return;
+    const std::uint32_t class_axes = shape.rank == 2 ? layout.dims[1].mask() : 0;
     if (model_.argmax_metrics)
       row_reduction(class_axes, layout, shape, phase::forward, "row arg-max", 1, 8);
     layout_value scalar = layout_value::replicated(1);

@@ -28,20 +28,30 @@ namespace tessel {
 // layers/plan/dense.hpp, flatten's, dropout's and the activations' in
 // layers/plan/elementwise.hpp, add's in layers/plan/merge.hpp; a new layer brings its own.
 
-// The loss as the planner sees it: one summed element by element (squared error, binary
-// cross-entropy: over a split class dimension each device sums its own elements), cross-entropy
-// on logits (a log-softmax: row max and row sum) or on probabilities (Keras normalises each row
-// by its sum).
-enum class loss_kind : std::uint8_t {
-  none,
-  elementwise,
-  mean_squared_error = elementwise,  // the name it had when it was the only one
-  softmax_cross_entropy,
-  crossentropy
-};
-
 class layer_planner;
 struct op_desc;
+
+// The loss as the planner sees it: its own rule, as a layer's. `plan` reduces across devices
+// what the loss needs besides its sum, with the planner's row_reduction (a cross-entropy over
+// split classes completes each row: layers/../losses/plan.hpp), and returns the mesh axes the
+// local loss sum is then partial over; the planner adds the arg-max of the accuracies and the
+// reduction of the loss sum. A loss type gives its rule (plan_rule()); a new loss with
+// statistics of its own brings its rule in its own file. `name` says which it is ("elementwise",
+// "softmax_cross_entropy"); `sums` is false for no loss at all (a model planned without one).
+struct loss_rule {
+  std::uint32_t (*plan)(layer_planner&, const layout_value& predictions,
+                        const shape_value& shape) = nullptr;
+  std::string_view name{};
+  bool sums = true;
+};
+namespace detail {
+constexpr std::uint32_t plan_no_loss(layer_planner&, const layout_value&,
+                                     const shape_value&) noexcept {
+  return 0;
+}
+}  // namespace detail
+// No loss: a model planned for predict, or before compile.
+inline constexpr loss_rule no_loss{&detail::plan_no_loss, "none", false};
 // A layer type's planning rule: reads the layer's inputs from the planner, adds its variables
 // and steps, and leaves its output's shape and layout (see layer_planner). op_desc points to a
 // rule object, not to the function: GCC 12 refuses a function pointer inside a class-type
@@ -121,7 +131,8 @@ struct model_desc {
   shape_value input{};  // per-sample shape (without the batch)
   std::array<op_desc, max_ops> ops{};
   std::size_t count = 0;
-  loss_kind loss = loss_kind::none;
+  // The loss's rule (a pointer to a constexpr rule, as op_desc's).
+  const loss_rule* loss = &no_loss;
   std::size_t element_size = 4;
   // Whether the gradient of the model's input is needed (a model nested in another one).
   bool input_requires_grad = false;
@@ -135,7 +146,7 @@ struct model_desc {
 
 template <std::size_t N>
 constexpr model_desc describe_model(const shape_value& input, const std::array<op_desc, N>& ops,
-                                    loss_kind loss = loss_kind::none) noexcept {
+                                    const loss_rule* loss = &no_loss) noexcept {
   static_assert(N <= max_ops, "tessel: more layers than TESSEL_MAX_OPS (default 32) in one "
                               "planned model; define TESSEL_MAX_OPS larger");
   model_desc m{input, {}, N, loss};

@@ -341,7 +341,7 @@ namespace detail {
 template <class... Layers, class Infos, std::size_t N>
 constexpr model_desc describe_layers(const shape_value& input, const Infos& infos,
                                      const graph_edges<N>& graph) {
-  model_desc m{input, {}, sizeof...(Layers), loss_kind::none, 4, false, 1};
+  model_desc m{input, {}, sizeof...(Layers), &no_loss, 4, false, 1};
   [&]<std::size_t... I>(std::index_sequence<I...>) {
     ((m.ops[I] = Layers::plan_op(infos[I].name.view())), ...);
   }(std::make_index_sequence<sizeof...(Layers)>{});
@@ -407,7 +407,7 @@ class graph_model<B, DistArg, layers::input<InputDims...>, Graph, Layers...> {
   static constexpr std::size_t batch_axis = Dist::value.batch_axis;
   // `loss_values`: the floats the loss step reduces (the loss sum and one count per metric, as
   // doubles).
-  static constexpr model_desc describe(loss_kind loss = loss_kind::none,
+  static constexpr model_desc describe(const loss_rule* loss = &no_loss,
                                        std::size_t loss_values = 1) {
     model_desc m = desc_;
     m.loss = loss;

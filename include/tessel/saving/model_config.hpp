@@ -31,7 +31,7 @@ struct compile_info {
   optimizer_spec optimizer = "rmsprop";
   double learning_rate = 0.001;  // the optimizer's current one
   std::string loss;              // the loss's Keras name
-  loss_kind loss_plan = loss_kind::none;
+  const loss_rule* loss_plan = &no_loss;  // its planning rule (from_logits: on logits)
   std::vector<std::string> metrics;
 };
 

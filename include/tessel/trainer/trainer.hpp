@@ -45,7 +45,7 @@ concept trainable_model =
       { M::batch_axis } -> std::convertible_to<std::size_t>;
       { M::output_shape } -> std::convertible_to<shape_value>;
       { M::output_features } -> std::convertible_to<std::size_t>;
-      { M::describe(loss_kind::none, std::size_t{1}) } -> std::same_as<model_desc>;
+      { M::describe(&no_loss, std::size_t{1}) } -> std::same_as<model_desc>;
       { M::layer_name(std::size_t{0}) } -> std::convertible_to<std::string_view>;
       { M::model_parallel } -> std::convertible_to<bool>;
       { M::layer_count } -> std::convertible_to<std::size_t>;
@@ -153,7 +153,7 @@ class trainer : public Model,
             Model::automatic_layouts};
   }
   // ---- the core's questions about the model (trainer_core.hpp) --------------------------------
-  model_desc model_describe(loss_kind loss, std::size_t loss_values) const override {
+  model_desc model_describe(const loss_rule* loss, std::size_t loss_values) const override {
     return Model::describe(loss, loss_values);
   }
   std::string_view model_layer_name(std::size_t i) const override { return Model::layer_name(i); }

@@ -275,7 +275,7 @@ class trainer_core : public model_base {
 
  private:
   // ---- what the core asks of its model (trainer<Model> answers from the Model) ---------------
-  virtual model_desc model_describe(loss_kind loss, std::size_t loss_values) const = 0;
+  virtual model_desc model_describe(const loss_rule* loss, std::size_t loss_values) const = 0;
   virtual std::string_view model_layer_name(std::size_t i) const = 0;
   virtual std::uint64_t model_seed() const = 0;
   virtual void model_check_input_shape(const array<float>& x) const = 0;
@@ -303,7 +303,7 @@ class trainer_core : public model_base {
   state_list<B> metrics_state() const;
   void agree(std::string_view where, const std::vector<fact>& facts) const;
   std::vector<fact> model_facts() const;
-  loss_kind plan_loss() const { return loss_ ? loss_->plan_kind() : loss_kind::none; }
+  const loss_rule* plan_loss() const { return loss_ ? loss_->plan_rule() : &no_loss; }
   // The loss step carries the loss sum and one count per metric, as doubles (two floats each).
   std::size_t loss_values() const { return 2 * (1 + metrics_.size()); }
   model_desc described() const;

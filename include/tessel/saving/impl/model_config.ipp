@@ -55,7 +55,7 @@ TESSEL_INLINE std::string loss_config(const compile_info& c) {
   keras_config l;
   l.field("name", c.loss);
   l.field("reduction", "sum_over_batch_size");
-  l.field("from_logits", c.loss_plan == loss_kind::softmax_cross_entropy);
+  l.field("from_logits", c.loss_plan->name == "softmax_cross_entropy");
   if (sparse) {
     l.null("ignore_class");
   } else {

@@ -45,7 +45,7 @@ template <class B, class C>
 std::optional<saving::compile_info> trainer_core<B, C>::compiled_info() const {
   if (!optimizer_state_ || !loss_) return std::nullopt;
   saving::compile_info compiled{optimizer_state_->spec(), optimizer_state_->learning_rate(),
-                                std::string(loss_->name()), loss_->plan_kind(), {}};
+                                std::string(loss_->name()), loss_->plan_rule(), {}};
   for (const auto& m : metrics_) compiled.metrics.push_back(m.name());
   return compiled;
 }
