@@ -56,6 +56,20 @@ TEST_CASE("model: layer names, shapes, parameter counts and variable paths", "[m
   const std::string summary = model.summary_text();
   for (const auto& n : names) CHECK_THAT(summary, Contains(n));
   CHECK_THAT(summary, Contains("Total params: 326"));
+  CHECK_THAT(summary, !Contains("Memory plan"));  // nothing trained yet: no batch to plan for
+
+  // Once trained, the memory plan of the last global batch closes the summary.
+  model.compile("adam", "mse");
+  model.train_on_batch(tessel::array<float>({6, 8}), tessel::array<float>({6, 2}));
+  const tessel::memory_plan m = model.memory(6);
+  CHECK(m.optimizer_state == 2 * 326 * sizeof(float));
+  CHECK_THAT(model.summary_text(),
+             Catch::EndsWith(" Memory plan per device (global batch 6): weights 1304 B, gradients 1304 "
+                      "B, optimizer state 2608 B, activations " +
+                      std::to_string(m.activations) + " B, activation gradients " +
+                      std::to_string(m.activation_gradients) +
+                      " B, communication buffers 0 B; peak " + std::to_string(m.peak()) +
+                      " B (largest: optimizer state)\n"));
 
   // A model's own name, and names given to every layer.
   tessel::sequential<input<3>, dense<2, {.name = "a"}>, dense<2, {.name = "b"}>> named("mlp");

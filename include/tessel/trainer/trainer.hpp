@@ -9,6 +9,7 @@
 #include <concepts>
 #include <cstdint>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <span>
@@ -91,6 +92,13 @@ class trainer : public Model,
   trainer(const trainer&) = delete;
   trainer& operator=(const trainer&) = delete;
   ~trainer() override = default;
+
+  // Keras's model.summary(), and once the model has trained, the memory plan per device of the
+  // last global batch (the model's summary_text() is the table alone).
+  std::string summary_text() const { return Model::summary_text() + this->memory_summary(); }
+  void summary() const {
+    if (this->mesh().is_chief()) std::cout << summary_text() << std::flush;
+  }
 
   // ---- the model's state, for callbacks (model_base) ------------------------------------------
   std::vector<array<float>> get_weights() const override { return Model::get_weights(); }

@@ -127,6 +127,8 @@ class trainer_core : public model_base {
   // The bytes each device needs to train on a global batch of `global_batch` (memory_plan),
   // from the plan, with the compiled optimizer's slots (none before compile()).
   tessel::memory_plan memory(std::size_t global_batch) const;
+  // summary()'s memory line, for the last global batch trained (empty before the first step).
+  std::string memory_summary() const;
   // The communication since the last reset: the gradient buckets' timing and every collective
   // run, by kind and mesh axis with its bytes (the log of collectives() counted).
   tessel::communication_stats communication_stats();
@@ -274,6 +276,8 @@ class trainer_core : public model_base {
   std::optional<saving::compile_info> compiled_info() const;
 
  private:
+  // A memory plan as explain() and summary() print it.
+  static std::string memory_text(const memory_plan& m);
   // ---- what the core asks of its model (trainer<Model> answers from the Model) ---------------
   virtual model_desc model_describe(const loss_rule* loss, std::size_t loss_values) const = 0;
   virtual std::string_view model_layer_name(std::size_t i) const = 0;
@@ -393,6 +397,7 @@ class trainer_core : public model_base {
   sharded_state<B, C> shards_;
   std::vector<bucket_entry> stored_;  // central storage: the variables broadcast after an update
   std::size_t bucket_batch_ = dynamic_extent;  // the global batch whose plan the buckets follow
+  std::size_t last_global_batch_ = 0;          // the last training step's (0: none yet)
   typename B::sums sums_;        // the step's loss and metric sums, on the device
   double local_loss_ = 0;        // this process's loss sum of the last step, before the reduction
   std::vector<double> scalars_;  // the same on the host, reduced over the batch axis

@@ -64,16 +64,8 @@ std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
   variables = trainable;
   for (const auto& v : model_state(false, false))
     if (v.is_tensor()) variables += v.tensor().size() * sizeof(float);
-  if (global_batch != dynamic_extent && global_batch != 0) {
-    const memory_plan m = memory(global_batch);
-    text += "memory plan per device: weights " + detail::bytes_text(m.weights) + ", gradients " +
-            detail::bytes_text(m.gradients) + ", optimizer state " +
-            detail::bytes_text(m.optimizer_state) + ", activations " +
-            detail::bytes_text(m.activations) + ", activation gradients " +
-            detail::bytes_text(m.activation_gradients) + ", communication buffers " +
-            detail::bytes_text(m.communication) + "; peak " + detail::bytes_text(m.peak()) +
-            " (largest: " + std::string(m.largest()) + ")\n";
-  }
+  if (global_batch != dynamic_extent && global_batch != 0)
+    text += "memory plan per device: " + memory_text(memory(global_batch)) + "\n";
   if (facts_.automatic_layouts)
     text += "layouts chosen by auto_layout, as Keras code:\n" +
             layout_map_code(facts_.distribution);
@@ -167,6 +159,7 @@ double trainer_core<B, C>::loss_and_gradients(const array<float>& x, const array
     agree("train_on_batch", f);
   }
   const shard s = replica ? replica_shard(x.rows()) : shard_of(x.rows());
+  last_global_batch_ = s.global;
   buckets_for(s.global);
   const std::size_t global = forward_and_loss(x, y, s, replica ? 0 : s.first, training);
   buckets_.begin();
@@ -745,6 +738,25 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   shards_.build(buckets_, group, static_cast<int>(facts_.batch_axis), optimizer_state_->spec(),
                 &reshard_->log(), !gradients_pending_);
   if (keep) optimizer_state_written();
+}
+
+template <class B, class C>
+std::string trainer_core<B, C>::memory_text(const memory_plan& m) {
+  return "weights " + detail::bytes_text(m.weights) + ", gradients " +
+         detail::bytes_text(m.gradients) + ", optimizer state " +
+         detail::bytes_text(m.optimizer_state) + ", activations " +
+         detail::bytes_text(m.activations) + ", activation gradients " +
+         detail::bytes_text(m.activation_gradients) + ", communication buffers " +
+         detail::bytes_text(m.communication) + "; peak " + detail::bytes_text(m.peak()) +
+         " (largest: " + std::string(m.largest()) + ")";
+}
+
+// summary()'s last line, once the model has trained: the memory plan of the last global batch.
+template <class B, class C>
+std::string trainer_core<B, C>::memory_summary() const {
+  if (last_global_batch_ == 0) return {};
+  return " Memory plan per device (global batch " + std::to_string(last_global_batch_) +
+         "): " + memory_text(memory(last_global_batch_)) + "\n";
 }
 
 template <class B, class C>
