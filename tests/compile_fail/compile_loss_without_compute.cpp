@@ -1,5 +1,5 @@
 // expect: not_a_loss_on_this_backend<relative_error, tessel::backend::host>
-// A loss type with a name and a kind but no compute<B> for the model's backend.
+// A loss type with a name and a planning rule but no compute<B> for the model's backend.
 #include <tessel/tessel.hpp>
 
 struct relative_error {

@@ -60,7 +60,7 @@ TEST_CASE("model: layer names, shapes, parameter counts and variable paths", "[m
 
   // Once trained, the memory plan of the last global batch closes the summary.
   model.compile("adam", "mse");
-  model.train_on_batch(tessel::array<float>({6, 8}), tessel::array<float>({6, 2}));
+  model.train_on_batch(tessel::array<float>({6, 2, 4}), tessel::array<float>({6, 2}));
   const tessel::memory_plan m = model.memory(6);
   CHECK(m.optimizer_state == 2 * 326 * sizeof(float));
   CHECK_THAT(model.summary_text(),
