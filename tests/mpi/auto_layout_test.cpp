@@ -56,9 +56,12 @@ void run() {
 int main(int argc, char** argv) {
   initialize guard(argc, argv);
   try {
-    if (num_processes() == 4) run<2>();
-    else if (num_processes() == 8) run<4>();
-    else check(false, "auto_layout_test runs on 4 or 8 processes");
+    if (num_processes() == 4)
+      run<2>();
+    else if (num_processes() == 8)
+      run<4>();
+    else
+      check(false, "auto_layout_test runs on 4 or 8 processes");
   } catch (const std::exception& e) {
     check(false, std::string("unexpected exception: ") + e.what());
   }

@@ -6,27 +6,14 @@
 #include <string>
 #include <tessel/tessel.hpp>
 
+#include "../support/output_rules.hpp"
 #include "mpi_checks.hpp"
 
 namespace {
 using namespace tessel;
 using namespace tessel::layers;
 using tessel::testing::check;
-
-using mesh2 = device_mesh<axis<"batch", 2>>;
-struct output_rules {
-  using mesh = mesh2;
-  static constexpr name_string batch_dim_name{"batch"};
-  static constexpr distribution_value value = [] {
-    distribution_value v = data_parallel<mesh2>::value;
-    layout_value columns = layout_value::replicated(2);
-    columns.dims[1].push(0);
-    v.rules[0] = {key_string{"d1/output"}, columns};
-    v.rules[1] = {key_string{"d2/output"}, layout_value::sharded(2, 0, 0)};
-    v.rule_count = 2;
-    return v;
-  }();
-};
+using tessel::testing::output_rules;
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -21,13 +21,13 @@ constexpr bool same_rules(const distribution_value& a, const distribution_value&
 
 // The Megatron pair: columns, then rows.
 using automatic = model_parallel<auto_layout<mesh_2x4, {.global_batch = 64}>, "data">;
-using megatron = model_parallel<layout_map<mesh_2x4, rule<"col/kernel", none, "model">,
-                                           rule<"col/bias", "model">,
-                                           rule<"row/kernel", "model", none>>,
-                                "data">;
-constexpr model_desc pair =
-    describe_model(shape_value{1024}, std::array{dense_op<{.units = 4096, .activation = relu}>("col"),
-                                                 dense_op<{.units = 1024}>("row")});
+using megatron =
+    model_parallel<layout_map<mesh_2x4, rule<"col/kernel", none, "model">,
+                              rule<"col/bias", "model">, rule<"row/kernel", "model", none>>,
+                   "data">;
+constexpr model_desc pair = describe_model(
+    shape_value{1024}, std::array{dense_op<{.units = 4096, .activation = relu}>("col"),
+                                  dense_op<{.units = 1024}>("row")});
 using chosen = resolved_distribution_t<automatic, pair>;
 static_assert(same_rules(chosen::value, megatron::value));
 static_assert(std::is_same_v<chosen::mesh, mesh_2x4> && chosen::batch_dim_name.view() == "data");
@@ -42,9 +42,9 @@ constexpr op_desc wide(const char* name) {
   return dense_op<{.units = 1024, .activation = relu}>(name);
 }
 constexpr model_desc deep = describe_model(
-    shape_value{1024}, std::array{wide("l0"), wide("l1"), wide("l2"), wide("l3"), wide("l4"),
-                                  wide("l5"), wide("l6"), wide("l7"), wide("l8"), wide("l9"),
-                                  wide("l10"), dense_op<{.units = 16}>("head")});
+    shape_value{1024},
+    std::array{wide("l0"), wide("l1"), wide("l2"), wide("l3"), wide("l4"), wide("l5"), wide("l6"),
+               wide("l7"), wide("l8"), wide("l9"), wide("l10"), dense_op<{.units = 16}>("head")});
 constexpr const layout_search& d = layout_search_v<automatic, deep>;
 constexpr bool alternates = [] {
   for (std::size_t i = 0; i < deep.count; ++i)
@@ -57,13 +57,14 @@ static_assert(d.bytes * 34 < d.replicated_bytes * 10);
 // At a batch of 4096 two 2048-wide layers after a 64-wide input move the fewest bytes replicated
 // (their gradients' all-reduce is smaller than the split activations'), but need 137.7 MB per
 // device; under a budget of 120 MB the compiler splits them, columns then rows (77.4 MB).
-constexpr model_desc wide2 = describe_model(
-    shape_value{64}, std::array{dense_op<{.units = 2048, .activation = relu}>("a"),
-                                dense_op<{.units = 2048, .activation = relu}>("b"),
-                                dense_op<{.units = 16}>("c")});
+constexpr model_desc wide2 =
+    describe_model(shape_value{64}, std::array{dense_op<{.units = 2048, .activation = relu}>("a"),
+                                               dense_op<{.units = 2048, .activation = relu}>("b"),
+                                               dense_op<{.units = 16}>("c")});
 using unbounded = model_parallel<auto_layout<mesh_2x4, {.global_batch = 4096}>, "data">;
-using bounded = model_parallel<
-    auto_layout<mesh_2x4, {.global_batch = 4096, .memory_budget = 120'000'000}>, "data">;
+using bounded =
+    model_parallel<auto_layout<mesh_2x4, {.global_batch = 4096, .memory_budget = 120'000'000}>,
+                   "data">;
 constexpr const layout_search& u = layout_search_v<unbounded, wide2>;
 constexpr const layout_search& b = layout_search_v<bounded, wide2>;
 static_assert(u.choices[0].kind == layer_choice::replicated &&

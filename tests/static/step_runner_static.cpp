@@ -7,6 +7,8 @@
 #include <tessel/layers/plans.hpp>
 #include <tessel/losses/plan.hpp>
 
+#include "../support/output_rules.hpp"
+
 namespace {
 using namespace tessel;
 using mesh2 = device_mesh<axis<"batch", 2>>;
@@ -63,20 +65,8 @@ static_assert(every_step(plan<megatron>, [](const planned_step& s) {
   return s.role == step_role::loss ? step_runner::loss_reduction : step_runner::layer;
 }));
 
-// Data parallel with an output rule: d1's output moved by an all_to_all nothing runs.
-struct output_rules {
-  using mesh = mesh2;
-  static constexpr name_string batch_dim_name{"batch"};
-  static constexpr distribution_value value = [] {
-    distribution_value v = data_parallel<mesh2>::value;
-    layout_value columns = layout_value::replicated(2);
-    columns.dims[1].push(0);
-    v.rules[0] = {key_string{"d1/output"}, columns};
-    v.rules[1] = {key_string{"d2/output"}, layout_value::sharded(2, 0, 0)};
-    v.rule_count = 2;
-    return v;
-  }();
-};
+// Data parallel with output rules: d1's output moved by an all_to_all nothing runs.
+using tessel::testing::output_rules;
 constexpr bool nothing_runs_the_output = [] {
   bool output_unrun = false;
   for (const planned_step& s : plan<output_rules>) {

@@ -87,11 +87,11 @@ using mesh_2x4 = device_mesh<axis<"data", 2>, axis<"model", 4>>;
 TEST_CASE("auto_layout: a chain's layouts move the fewest bytes of all combinations",
           "[auto_layout]") {
   const model_desc chain = describe_model(
-      shape_value{256}, std::array{dense_op<{.units = 512, .activation = relu}>("a"),
-                                   dense_op<{.units = 64, .activation = relu}>("b"),
-                                   dense_op<{.units = 1024, .activation = relu}>("c"),
-                                   dense_op<{.units = 256, .activation = relu}>("d"),
-                                   dense_op<{.units = 8}>("e")});
+      shape_value{256},
+      std::array{dense_op<{.units = 512, .activation = relu}>("a"),
+                 dense_op<{.units = 64, .activation = relu}>("b"),
+                 dense_op<{.units = 1024, .activation = relu}>("c"),
+                 dense_op<{.units = 256, .activation = relu}>("d"), dense_op<{.units = 8}>("e")});
   for (std::size_t batch : {8, 64, 1024}) {
     INFO("global batch " << batch);
     check_against_oracle(model_over<mesh_2x4>("data"), chain, {.global_batch = batch});
@@ -100,17 +100,16 @@ TEST_CASE("auto_layout: a chain's layouts move the fewest bytes of all combinati
 
 TEST_CASE("auto_layout: a residual graph, a 3-D mesh and a convolution", "[auto_layout]") {
   const model_desc residual = describe_model(
-      shape_value{128},
-      std::array{dense_op<{.units = 256, .activation = relu}>("in"),
-                 dense_op<{.units = 1024, .activation = relu}>("up"),
-                 dense_op<{.units = 256}>("down"), reads(add_op("sum"), {1, 3}),
-                 dense_op<{.units = 16}>("head")});
+      shape_value{128}, std::array{dense_op<{.units = 256, .activation = relu}>("in"),
+                                   dense_op<{.units = 1024, .activation = relu}>("up"),
+                                   dense_op<{.units = 256}>("down"), reads(add_op("sum"), {1, 3}),
+                                   dense_op<{.units = 16}>("head")});
   check_against_oracle(model_over<mesh_2x4>("data"), residual, {.global_batch = 32});
   using mesh_3d = device_mesh<axis<"data", 2>, axis<"m1", 2>, axis<"m2", 2>>;
-  const model_desc three = describe_model(
-      shape_value{64}, std::array{dense_op<{.units = 512, .activation = relu}>("a"),
-                                  dense_op<{.units = 512, .activation = relu}>("b"),
-                                  dense_op<{.units = 16}>("c")});
+  const model_desc three =
+      describe_model(shape_value{64}, std::array{dense_op<{.units = 512, .activation = relu}>("a"),
+                                                 dense_op<{.units = 512, .activation = relu}>("b"),
+                                                 dense_op<{.units = 16}>("c")});
   check_against_oracle(model_over<mesh_3d>("data"), three, {.global_batch = 16});
   const model_desc conv = describe_model(
       shape_value{8, 8, 4},
@@ -120,10 +119,10 @@ TEST_CASE("auto_layout: a residual graph, a 3-D mesh and a convolution", "[auto_
 }
 
 TEST_CASE("auto_layout: a memory budget trades bytes for memory", "[auto_layout]") {
-  const model_desc wide = describe_model(
-      shape_value{64}, std::array{dense_op<{.units = 2048, .activation = relu}>("a"),
-                                  dense_op<{.units = 2048, .activation = relu}>("b"),
-                                  dense_op<{.units = 16}>("c")});
+  const model_desc wide =
+      describe_model(shape_value{64}, std::array{dense_op<{.units = 2048, .activation = relu}>("a"),
+                                                 dense_op<{.units = 2048, .activation = relu}>("b"),
+                                                 dense_op<{.units = 16}>("c")});
   const distribution_value base = model_over<mesh_2x4>("data");
   // A large batch makes splitting cost activations; a budget forces it.
   const auto_layout_options free_run{.global_batch = 4096};

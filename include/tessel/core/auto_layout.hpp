@@ -274,8 +274,7 @@ constexpr layout_search advance_layout_search(layout_search s) noexcept {
       planned = true;
       if (s.options.memory_budget && cand.memory > s.options.memory_budget) continue;
       for (std::size_t j = 0; j <= i + 1; ++j)
-        cand.live[j] = detail::read_after(s.model, j, i) ? p.activations[j].layout
-                                                          : layout_value{};
+        cand.live[j] = detail::read_after(s.model, j, i) ? p.activations[j].layout : layout_value{};
       detail::keep(next, n, cand, i + 2, s.by_memory, s.options.memory_budget != 0);
     }
   }
@@ -339,8 +338,11 @@ struct model_parallel<auto_layout<Mesh, Options>, BatchDimName> {
   static constexpr name_string batch_dim_name{BatchDimName.view()};
   // Before a model resolves it: no rules (every variable replicated).
   static constexpr distribution_value value{
-      distribution_value::model, mesh::value,
-      static_cast<std::size_t>(mesh::template index_of<BatchDimName>), {}, 0};
+      distribution_value::model,
+      mesh::value,
+      static_cast<std::size_t>(mesh::template index_of<BatchDimName>),
+      {},
+      0};
 };
 
 namespace detail {
@@ -399,11 +401,11 @@ struct auto_layout_of {
   static constexpr key_string error_{value.error};
   static constexpr bool over_budget_ = value.over_budget;
   static constexpr std::size_t smallest_peak_ = value.smallest_peak;
-  static_assert(require<value.ok || !over_budget_,
-                        diagnostic::no_layout_fits_device_memory<
-                            Dist::layout_map::options.memory_budget, smallest_peak_>>);
-  static_assert(require<value.ok || over_budget_,
-                        diagnostic::auto_layout_cannot_plan_the_model<error_>>);
+  static_assert(require < value.ok || !over_budget_,
+                diagnostic::no_layout_fits_device_memory < Dist::layout_map::options.memory_budget,
+                smallest_peak_ >>);
+  static_assert(require < value.ok || over_budget_,
+                diagnostic::auto_layout_cannot_plan_the_model < error_ >>);
 };
 
 // The distribution a model runs under: Dist, or for model_parallel<auto_layout<...>> the
