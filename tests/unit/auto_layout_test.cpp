@@ -16,7 +16,7 @@ using namespace tessel;
 
 struct best_of_all {
   bool found = false;
-  std::size_t bytes = 0, memory = 0, plans = 0;
+  std::size_t cost = 0, memory = 0, plans = 0;  // cost: bytes, and flops by bytes_per_flop
   std::size_t least_memory = 0;  // of every combination, within the budget or not
 };
 
@@ -42,12 +42,13 @@ best_of_all exhaustive(const distribution_value& base, const mesh_value& mesh,
     const model_plan p = plan_model(d, mesh, model, o.global_batch);
     ++best.plans;
     if (room && p.ok) {
-      const std::size_t bytes = detail::step_bytes(p);
+      const std::size_t cost =
+          detail::step_cost(detail::step_bytes(p), detail::step_flops(p, model), o);
       const std::size_t memory = plan_memory(p, d, o.optimizer_slots).peak();
       if (best.least_memory == 0 || memory < best.least_memory) best.least_memory = memory;
       if ((!o.memory_budget || memory <= o.memory_budget) &&
-          (!best.found || bytes < best.bytes || (bytes == best.bytes && memory < best.memory)))
-        best = {true, bytes, memory, best.plans, best.least_memory};
+          (!best.found || cost < best.cost || (cost == best.cost && memory < best.memory)))
+        best = {true, cost, memory, best.plans, best.least_memory};
     }
     std::size_t i = 0;
     for (; i < model.count; ++i) {
@@ -73,11 +74,12 @@ void check_against_oracle(const distribution_value& base, const model_desc& m,
   const best_of_all all = exhaustive(base, base.mesh, m, o);
   REQUIRE(all.found == s.ok);
   if (!s.ok) return;
-  CHECK(s.bytes == all.bytes);
-  if (!o.memory_budget) CHECK(s.bytes <= s.replicated_bytes);
+  CHECK(s.cost == all.cost);
+  if (o.bytes_per_flop == 0) CHECK(s.bytes == s.cost);
+  if (!o.memory_budget && o.bytes_per_flop == 0) CHECK(s.bytes <= s.replicated_bytes);
   if (o.memory_budget) CHECK(s.memory.peak() <= o.memory_budget);
-  // The search plans far fewer candidates than every combination.
-  CHECK(s.plans < all.plans);
+  // Past a few layers the search plans fewer candidates than there are combinations.
+  if (all.plans >= 27) CHECK(s.plans < all.plans);
 }
 
 constexpr auto relu = activation_kind::relu;
@@ -144,6 +146,48 @@ TEST_CASE("auto_layout: a memory budget trades bytes for memory", "[auto_layout]
         exhaustive(base, base.mesh, wide, {.global_batch = 4096, .memory_budget = 1000})
             .least_memory);
   CHECK(std::string(none.error) == "no choice of layouts fits the memory budget");
+}
+
+TEST_CASE("auto_layout: compute weighed in splits kernels on a mesh without data parallelism",
+          "[auto_layout]") {
+  // On 1x2 replicated kernels move nothing: by bytes alone they win. With compute weighed in
+  // (bytes_per_flop), the pair is split, columns then rows, halving each device's flops.
+  using mesh_1x2 = device_mesh<axis<"data", 1>, axis<"model", 2>>;
+  const distribution_value base = model_over<mesh_1x2>("data");
+  const model_desc pair = describe_model(
+      shape_value{1024}, std::array{dense_op<{.units = 4096, .activation = relu}>("col"),
+                                    dense_op<{.units = 1024}>("row")});
+  const layout_search bytes_only = search_layouts(base, base.mesh, pair, {.global_batch = 64});
+  REQUIRE(bytes_only.ok);
+  CHECK(bytes_only.bytes == 0);
+  CHECK(bytes_only.choices[0].kind == layer_choice::replicated);
+  CHECK(bytes_only.flops == 6ull * 64 * (1024 * 4096 + 4096 * 1024));
+  const layout_search weighed =
+      search_layouts(base, base.mesh, pair, {.global_batch = 64, .bytes_per_flop = 0.01});
+  REQUIRE(weighed.ok);
+  CHECK(weighed.choices[0].kind == layer_choice::columns);
+  CHECK(weighed.choices[1].kind == layer_choice::rows);
+  CHECK(weighed.flops * 2 == bytes_only.flops);
+  check_against_oracle(base, pair, {.global_batch = 64, .bytes_per_flop = 0.01});
+  const model_desc chain = describe_model(
+      shape_value{256}, std::array{dense_op<{.units = 512, .activation = relu}>("a"),
+                                   dense_op<{.units = 64, .activation = relu}>("b"),
+                                   dense_op<{.units = 1024, .activation = relu}>("c"),
+                                   dense_op<{.units = 8}>("d")});
+  for (double w : {1e-4, 1e-3, 0.1}) {
+    INFO("bytes per flop " << w);
+    check_against_oracle(model_over<mesh_2x4>("data"), chain,
+                         {.global_batch = 64, .bytes_per_flop = w});
+  }
+  // A convolution's flops count its output positions: 6 x rows x 6 x 6 x its 3 x 3 x 4 x 16
+  // kernel (replicated here), and the dense after it.
+  const model_desc conv = describe_model(
+      shape_value{8, 8, 4},
+      std::array{conv2d_op<{.filters = 16, .window = {3, 3}}>("conv"), flatten_op("flat"),
+                 dense_op<{.units = 8}>("d")});
+  const layout_search c = search_layouts(base, base.mesh, conv, {.global_batch = 4});
+  REQUIRE(c.ok);
+  CHECK(c.flops == 6ull * 4 * (6 * 6 * 3 * 3 * 4 * 16 + 6 * 6 * 16 * 8));
 }
 
 TEST_CASE("auto_layout: the chosen layout map as Keras code", "[auto_layout]") {

@@ -3,8 +3,9 @@
 // replicated, split by columns over a model axis (the kernel's last dimension and the bias), or
 // split by rows (the kernel's input dimension). The choice minimises the bytes each device moves
 // in a training step, as the planner counts them (its own steps: activations resharded, partial
-// products reduced, gradients reduced over the batch axis), among the layouts whose memory plan
-// fits the budget. It is a dynamic programme over the layers in topological order whose state is
+// products reduced, gradients reduced over the batch axis), with, if asked, the flops of its
+// kernels' products weighed in (bytes_per_flop), among the layouts whose memory plan fits the
+// budget. It is a dynamic programme over the layers in topological order whose state is
 // the layouts of the activations later layers still read, with a Pareto front of bytes and
 // memory per state: exact for the planner's costs, which add up layer by layer. Every candidate
 // is planned by plan_model itself, so a choice the planner refuses (a dimension that does not
@@ -36,6 +37,12 @@ struct auto_layout_options {
   std::size_t optimizer_slots = 2;
   // Bytes per device the memory plan must fit; 0: no budget.
   std::size_t memory_budget = 0;
+  // The weight of compute against communication: a step's cost is the bytes each device sends
+  // plus bytes_per_flop times the floating-point operations of its kernels' products (a link's
+  // bytes per second over the device's flop/s: about 0.1 for two CPU processes sharing memory,
+  // 5e-4 for an H100 over NVLink). 0, the default: bytes alone, so that on a mesh whose batch axis
+  // has size 1 replicated kernels, which move nothing, win unless the budget forces a split.
+  double bytes_per_flop = 0.0;
 };
 
 // The layouts left to the compiler: model_parallel<auto_layout<Mesh, {.global_batch = 64}>,
@@ -63,6 +70,7 @@ inline constexpr std::size_t max_layout_candidates = 16;
 struct layout_candidate {
   std::array<layer_choice, max_ops> choices{};
   std::size_t bytes = 0;   // bytes each device sends per step, for the layers planned so far
+  std::size_t cost = 0;    // bytes plus bytes_per_flop times their products' flops
   std::size_t memory = 0;  // their memory plan's peak
   std::size_t splits = 0;  // layers split (fewer wins a tie)
   // The layouts of the activations later layers read (the search's state).
@@ -77,8 +85,9 @@ struct layout_search {
   mesh_value mesh{};
   model_desc model{};
   auto_layout_options options{};
-  // What the search minimises: the bytes moved (memory breaks ties), or the memory plan's peak
-  // (bytes break ties), to tell a budget nothing fits how much the smallest layout needs.
+  // What the search minimises: the cost (the bytes moved, and compute by bytes_per_flop; memory
+  // breaks ties), or the memory plan's peak (the cost breaks ties), to tell a budget nothing
+  // fits how much the smallest layout needs.
   bool by_memory = false;
   // Per layer: the rank of its kernel (0: none, the layer is left as the planner lays it out)
   // and whether it has a bias.
@@ -94,9 +103,12 @@ struct layout_search {
   bool over_budget = false;
   std::size_t smallest_peak = 0;
   std::size_t replicated_bytes = 0;
-  // The result: the chosen layouts as a distribution, its bytes per step and its memory plan.
+  // The result: the chosen layouts as a distribution, its bytes per step, the flops of its
+  // kernels' products per device and step, its cost and its memory plan.
   distribution_value chosen{};
   std::size_t bytes = 0;
+  std::size_t flops = 0;
+  std::size_t cost = 0;
   memory_plan memory{};
   std::array<layer_choice, max_ops> choices{};
 };
@@ -106,6 +118,43 @@ namespace detail {
 constexpr std::size_t step_bytes(const model_plan& p) noexcept {
   const std::size_t f = p.wire_bytes(phase::forward), b = p.wire_bytes(phase::backward);
   return (f == unknown_bytes || b == unknown_bytes) ? unknown_bytes : f + b;
+}
+
+// The floating-point operations of a training step's kernel products on one device: per layer
+// with a kernel, 6 x its rows x its output's positions (1 for dense; a convolution's height x
+// width) x the kernel's elements as the layer computes with them (forward, and the gradients of
+// the input and of the kernel).
+constexpr std::size_t step_flops(const model_plan& p, const model_desc& m) noexcept {
+  std::size_t total = 0;
+  for (std::size_t op = 0; op < m.count && op < max_ops; ++op) {
+    const op_layouts& used = p.layouts[op];
+    if (!used.set) continue;
+    std::size_t k = 0;  // the kernel's index among the op's variables
+    for (std::size_t v = 0; v < p.variable_count; ++v) {
+      const variable_plan& var = p.variables[v];
+      if (var.op != op) continue;
+      const std::string_view path = var.path.view();
+      if (var.shape.rank >= 2 && k < max_op_variables && path.size() >= 7 &&
+          path.substr(path.size() - 7) == "/kernel") {
+        const std::size_t in = m.ops[op].input_count ? m.ops[op].inputs[0] : op;
+        const activation_plan& x = p.activations[in];
+        const activation_plan& y = p.activations[op + 1];
+        const std::size_t rows =
+            x.shape.extents[0] / p.mesh.size_of(used.operands[0].dims[0].mask());
+        std::size_t positions = 1;
+        for (std::size_t d = 1; d + 1 < y.shape.rank; ++d)
+          positions *= y.shape.extents[d] / p.mesh.size_of(y.layout.dims[d].mask());
+        total += 6 * rows * positions * local_elements(var.shape, used.variables[k], p.mesh);
+      }
+      ++k;
+    }
+  }
+  return total;
+}
+
+constexpr std::size_t step_cost(std::size_t bytes, std::size_t flops,
+                                const auto_layout_options& o) noexcept {
+  return bytes + static_cast<std::size_t>(o.bytes_per_flop * static_cast<double>(flops));
 }
 
 // The distribution with the rules of the choices of layers [0, count).
@@ -158,11 +207,11 @@ constexpr bool same_state(const layout_candidate& a, const layout_candidate& b,
   return true;
 }
 
-// What the search minimises first (bytes, or memory `by_memory`), then the other, then splits.
+// What the search minimises first (the cost, or memory `by_memory`), then the other, then splits.
 constexpr bool better(const layout_candidate& a, const layout_candidate& b,
                       bool by_memory) noexcept {
-  const std::size_t a1 = by_memory ? a.memory : a.bytes, b1 = by_memory ? b.memory : b.bytes;
-  const std::size_t a2 = by_memory ? a.bytes : a.memory, b2 = by_memory ? b.bytes : b.memory;
+  const std::size_t a1 = by_memory ? a.memory : a.cost, b1 = by_memory ? b.memory : b.cost;
+  const std::size_t a2 = by_memory ? a.cost : a.memory, b2 = by_memory ? b.cost : b.memory;
   if (a1 != b1) return a1 < b1;
   if (a2 != b2) return a2 < b2;
   return a.splits < b.splits;
@@ -172,8 +221,8 @@ constexpr bool better(const layout_candidate& a, const layout_candidate& b,
 // a Pareto front of bytes and memory), in both.
 constexpr bool no_worse(const layout_candidate& a, const layout_candidate& b, bool by_memory,
                         bool front) noexcept {
-  if (front) return a.bytes <= b.bytes && a.memory <= b.memory;
-  return by_memory ? a.memory <= b.memory : a.bytes <= b.bytes;
+  if (front) return a.cost <= b.cost && a.memory <= b.memory;
+  return by_memory ? a.memory <= b.memory : a.cost <= b.cost;
 }
 
 // Adds `c` to the next step's candidates: dropped if another of its state is no worse; those it
@@ -269,6 +318,7 @@ constexpr layout_search advance_layout_search(layout_search s) noexcept {
       if (!p.ok) continue;
       cand.bytes = detail::step_bytes(p);
       if (cand.bytes == unknown_bytes) continue;
+      cand.cost = detail::step_cost(cand.bytes, detail::step_flops(p, prefix), s.options);
       cand.memory = plan_memory(p, d, s.options.optimizer_slots).peak();
       cand.splits += choices[k].kind != layer_choice::replicated;
       planned = true;
@@ -303,6 +353,8 @@ constexpr layout_search finish_layout_search(layout_search s) noexcept {
   const model_plan p = plan_model(s.chosen, s.mesh, s.model, s.options.global_batch);
   ++s.plans;
   s.bytes = detail::step_bytes(p);
+  s.flops = detail::step_flops(p, s.model);
+  s.cost = detail::step_cost(s.bytes, s.flops, s.options);
   s.memory = plan_memory(p, s.chosen, s.options.optimizer_slots);
   return s;
 }
