@@ -21,13 +21,23 @@
 namespace tessel {
 
 namespace optimizers {
+// The slots an optimizer keeps per variable: its slot names that are not null.
+constexpr std::size_t count_slots(const std::array<const char*, 3>& names) noexcept {
+  std::size_t n = 0;
+  for (const char* name : names) n += name != nullptr;
+  return n;
+}
+
 struct sgd {
   double learning_rate = 0.01;
   double momentum = 0.0;
   bool nesterov = false;
   static constexpr std::string_view name = "SGD";
-  // The slots per variable (memory_plan): momentum's, when there is momentum.
-  [[nodiscard]] constexpr std::size_t slots() const noexcept { return momentum != 0.0 ? 1 : 0; }
+  // Keras's names of its slots per variable (null: none): momentum's, when there is momentum.
+  [[nodiscard]] constexpr std::array<const char*, 3> slot_names() const noexcept {
+    return {momentum != 0.0 ? "momentum" : nullptr, nullptr, nullptr};
+  }
+  [[nodiscard]] constexpr std::size_t slots() const noexcept { return count_slots(slot_names()); }
 };
 struct adam {
   double learning_rate = 0.001;
@@ -35,7 +45,10 @@ struct adam {
   double beta_2 = 0.999;
   double epsilon = 1e-7;
   static constexpr std::string_view name = "Adam";
-  [[nodiscard]] static constexpr std::size_t slots() noexcept { return 2; }  // momentum, velocity
+  [[nodiscard]] static constexpr std::array<const char*, 3> slot_names() noexcept {
+    return {"momentum", "velocity", nullptr};
+  }
+  [[nodiscard]] static constexpr std::size_t slots() noexcept { return count_slots(slot_names()); }
 };
 struct rmsprop {
   double learning_rate = 0.001;
@@ -45,9 +58,11 @@ struct rmsprop {
   bool centered = false;
   static constexpr std::string_view name = "RMSprop";
   // velocity, then momentum's and the centered average's when asked for.
-  [[nodiscard]] constexpr std::size_t slots() const noexcept {
-    return 1 + (momentum > 0.0 ? 1 : 0) + (centered ? 1 : 0);
+  [[nodiscard]] constexpr std::array<const char*, 3> slot_names() const noexcept {
+    return {"velocity", momentum > 0.0 ? "momentum" : nullptr,
+            centered ? "average_gradient" : nullptr};
   }
+  [[nodiscard]] constexpr std::size_t slots() const noexcept { return count_slots(slot_names()); }
 };
 }  // namespace optimizers
 
@@ -86,11 +101,7 @@ class optimizer {
   double learning_rate() const { return learning_rate_; }
 
   // The slots each trainable variable gets (Adam 2; RMSprop 1 to 3; SGD 0 or 1).
-  std::size_t slots_per_variable() const {
-    const auto names = slot_names();
-    return static_cast<std::size_t>(std::count_if(names.begin(), names.end(),
-                                                  [](const char* n) { return n != nullptr; }));
-  }
+  std::size_t slots_per_variable() const { return optimizers::count_slots(slot_names()); }
   // Keras's name of the optimizer ("adam").
   std::string_view name() const { return prefix(); }
   // Creates the slots for these variables (Keras's optimizer.build); apply() calls it when needed.
@@ -304,18 +315,7 @@ std::string_view optimizer<B>::prefix() const {
 
 template <class B>
 std::array<const char*, 3> optimizer<B>::slot_names() const {
-  return std::visit(
-      [](const auto& o) -> std::array<const char*, 3> {
-        using O = std::decay_t<decltype(o)>;
-        if constexpr (std::is_same_v<O, optimizers::sgd>)
-          return {o.momentum != 0.0 ? "momentum" : nullptr, nullptr, nullptr};
-        else if constexpr (std::is_same_v<O, optimizers::adam>)
-          return {"momentum", "velocity", nullptr};
-        else
-          return {"velocity", o.momentum > 0.0 ? "momentum" : nullptr,
-                  o.centered ? "average_gradient" : nullptr};
-      },
-      spec_.value());
+  return std::visit([](const auto& o) { return o.slot_names(); }, spec_.value());
 }
 
 template <class B>

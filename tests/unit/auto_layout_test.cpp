@@ -36,7 +36,7 @@ best_of_all exhaustive(const distribution_value& base, const mesh_value& mesh,
   for (;;) {
     std::array<layer_choice, max_ops> c{};
     for (std::size_t i = 0; i < model.count; ++i)
-      c[i] = s.kernel_rank[i] ? options[digit[i]] : layer_choice{};
+      c[i] = s.weight_rank[i] ? options[digit[i]] : layer_choice{};
     bool room = true;
     const distribution_value d = detail::rules_of(s, c, model.count, room);
     const model_plan p = plan_model(d, mesh, model, o.global_batch);
@@ -52,7 +52,7 @@ best_of_all exhaustive(const distribution_value& base, const mesh_value& mesh,
     }
     std::size_t i = 0;
     for (; i < model.count; ++i) {
-      if (!s.kernel_rank[i]) continue;
+      if (!s.weight_rank[i]) continue;
       if (++digit[i] < options.size()) break;
       digit[i] = 0;
     }

@@ -1,10 +1,11 @@
 // auto_layout: the layouts of a model_parallel distribution chosen by the compiler.
-// `model_parallel<auto_layout<Mesh>, "data">` picks, for each layer with a kernel, one of:
-// replicated, split by columns over a model axis (the kernel's last dimension and the bias), or
-// split by rows (the kernel's input dimension). The choice minimises the bytes each device moves
+// `model_parallel<auto_layout<Mesh>, "data">` picks, for each layer with a weight (dense's or
+// conv2d's kernel, as the layer's rule tags it: variable_use), one of:
+// replicated, split by columns over a model axis (the weight's last dimension and the bias), or
+// split by rows (the weight's input dimension). The choice minimises the bytes each device moves
 // in a training step, as the planner counts them (its own steps: activations resharded, partial
 // products reduced, gradients reduced over the batch axis), with, if asked, the flops of its
-// kernels' products weighed in (bytes_per_flop), among the layouts whose memory plan fits the
+// weights' products weighed in (bytes_per_flop), among the layouts whose memory plan fits the
 // budget. It is a dynamic programme over the layers in topological order whose state is
 // the layouts of the activations later layers still read, with a Pareto front of bytes and
 // memory per state: exact for the planner's costs, which add up layer by layer. Every candidate
@@ -14,6 +15,7 @@
 // code (layout_map_code).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -38,15 +40,15 @@ struct auto_layout_options {
   // Bytes per device the memory plan must fit; 0: no budget.
   std::size_t memory_budget = 0;
   // The weight of compute against communication: a step's cost is the bytes each device sends
-  // plus bytes_per_flop times the floating-point operations of its kernels' products (a link's
+  // plus bytes_per_flop times the floating-point operations of its weights' products (a link's
   // bytes per second over the device's flop/s: about 0.1 for two CPU processes sharing memory,
   // 5e-4 for an H100 over NVLink). 0, the default: bytes alone, so that on a mesh whose batch axis
-  // has size 1 replicated kernels, which move nothing, win unless the budget forces a split.
+  // has size 1 replicated weights, which move nothing, win unless the budget forces a split.
   double bytes_per_flop = 0.0;
 };
 
 // The layouts left to the compiler: model_parallel<auto_layout<Mesh, {.global_batch = 64}>,
-// "data">. The batch axis splits the batch; every other axis of size > 1 may split kernels.
+// "data">. The batch axis splits the batch; every other axis of size > 1 may split weights.
 template <class Mesh, auto_layout_options Options = auto_layout_options{}>
 struct auto_layout {
   static_assert(detail::is_device_mesh<Mesh>,
@@ -89,10 +91,11 @@ struct layout_search {
   // breaks ties), or the memory plan's peak (the cost breaks ties), to tell a budget nothing
   // fits how much the smallest layout needs.
   bool by_memory = false;
-  // Per layer: the rank of its kernel (0: none, the layer is left as the planner lays it out)
-  // and whether it has a bias.
-  std::array<std::uint8_t, max_ops> kernel_rank{};
-  std::array<bool, max_ops> has_bias{};
+  // Per layer, as its rule tags its variables (variable_use): the rank of its weight (0: none,
+  // the layer is left as the planner lays it out), the weight's path and its bias's (empty:
+  // none).
+  std::array<std::uint8_t, max_ops> weight_rank{};
+  std::array<key_string, max_ops> weight_path{}, bias_path{};
   std::size_t done = 0;
   std::array<layout_candidate, max_layout_candidates> candidates{};
   std::size_t candidate_count = 0;
@@ -104,7 +107,7 @@ struct layout_search {
   std::size_t smallest_peak = 0;
   std::size_t replicated_bytes = 0;
   // The result: the chosen layouts as a distribution, its bytes per step, the flops of its
-  // kernels' products per device and step, its cost and its memory plan.
+  // weights' products per device and step, its cost and its memory plan.
   distribution_value chosen{};
   std::size_t bytes = 0;
   std::size_t flops = 0;
@@ -120,24 +123,21 @@ constexpr std::size_t step_bytes(const model_plan& p) noexcept {
   return (f == unknown_bytes || b == unknown_bytes) ? unknown_bytes : f + b;
 }
 
-// The floating-point operations of a training step's kernel products on one device: per layer
-// with a kernel, 6 x its rows x its output's positions (1 for dense; a convolution's height x
-// width) x the kernel's elements as the layer computes with them (forward, and the gradients of
-// the input and of the kernel).
+// The floating-point operations of a training step's weight products on one device: per layer
+// with a weight, 6 x its rows x its output's positions (1 for dense; a convolution's height x
+// width) x the weight's elements as the layer computes with them (forward, and the gradients of
+// the input and of the weight).
 constexpr std::size_t step_flops(const model_plan& p, const model_desc& m) noexcept {
   std::size_t total = 0;
   for (std::size_t op = 0; op < m.count && op < max_ops; ++op) {
     const op_layouts& used = p.layouts[op];
     if (!used.set) continue;
-    std::size_t k = 0;  // the kernel's index among the op's variables
+    std::size_t k = 0;  // the variable's index among the op's, as `used` lists them
     for (std::size_t v = 0; v < p.variable_count; ++v) {
       const variable_plan& var = p.variables[v];
       if (var.op != op) continue;
-      const std::string_view path = var.path.view();
-      if (var.shape.rank >= 2 && k < max_op_variables && path.size() >= 7 &&
-          path.substr(path.size() - 7) == "/kernel") {
-        const std::size_t in = m.ops[op].input_count ? m.ops[op].inputs[0] : op;
-        const activation_plan& x = p.activations[in];
+      if (var.use == variable_use::weight && k < max_op_variables) {
+        const activation_plan& x = p.activations[input_node(m.ops[op], op, 0)];
         const activation_plan& y = p.activations[op + 1];
         const std::size_t rows =
             x.shape.extents[0] / p.mesh.size_of(used.operands[0].dims[0].mask());
@@ -164,22 +164,22 @@ constexpr distribution_value rules_of(const layout_search& s,
   distribution_value d = s.base;
   d.rule_count = 0;
   ok = true;
-  auto add = [&](const name_string& layer, std::string_view leaf, layout_value l) {
+  auto add = [&](const key_string& path, layout_value l) {
     if (d.rule_count == max_rules) {
       ok = false;
       return;
     }
-    d.rules[d.rule_count++] = {make_path(layer, leaf), l};
+    d.rules[d.rule_count++] = {path, l};
   };
   for (std::size_t i = 0; i < count; ++i) {
     const layer_choice c = choices[i];
     if (c.kind == layer_choice::replicated) continue;
-    const std::size_t r = s.kernel_rank[i];
-    layout_value k = layout_value::replicated(r);
-    k.dims[c.kind == layer_choice::columns ? r - 1 : r - 2].push(c.axis);
-    add(s.model.ops[i].name, "kernel", k);
-    if (c.kind == layer_choice::columns && s.has_bias[i])
-      add(s.model.ops[i].name, "bias", layout_value::sharded(1, 0, c.axis));
+    const std::size_t r = s.weight_rank[i];
+    layout_value w = layout_value::replicated(r);
+    w.dims[c.kind == layer_choice::columns ? r - 1 : r - 2].push(c.axis);
+    add(s.weight_path[i], w);
+    if (c.kind == layer_choice::columns && !s.bias_path[i].empty())
+      add(s.bias_path[i], layout_value::sharded(1, 0, c.axis));
   }
   return d;
 }
@@ -189,13 +189,8 @@ constexpr distribution_value rules_of(const layout_search& s,
 constexpr bool read_after(const model_desc& m, std::size_t j, std::size_t after) noexcept {
   if (j == after + 1) return true;
   for (std::size_t k = after + 1; k < m.count; ++k) {
-    const op_desc& op = m.ops[k];
-    if (op.input_count == 0) {
-      if (j == k) return true;
-    } else {
-      for (std::size_t q = 0; q < op.input_count; ++q)
-        if (op.inputs[q] == j) return true;
-    }
+    for (std::size_t q = 0; q < std::max<std::size_t>(m.ops[k].input_count, 1); ++q)
+      if (input_node(m.ops[k], k, q) == j) return true;
   }
   return false;
 }
@@ -251,7 +246,7 @@ constexpr void keep(std::array<layout_candidate, max_layout_candidates>& next, s
 
 }  // namespace detail
 
-// Starts the search: plans the model with every variable replicated to find its layers' kernels.
+// Starts the search: plans the model with every variable replicated to find its layers' weights.
 constexpr layout_search start_layout_search(const distribution_value& base, const mesh_value& mesh,
                                             const model_desc& model, const auto_layout_options& o,
                                             bool by_memory = false) noexcept {
@@ -272,12 +267,11 @@ constexpr layout_search start_layout_search(const distribution_value& base, cons
   s.replicated_bytes = detail::step_bytes(p);
   for (std::size_t v = 0; v < p.variable_count; ++v) {
     const variable_plan& var = p.variables[v];
-    const std::string_view path = var.path.view();
-    const std::string_view layer = model.ops[var.op].name.view();
-    const std::string_view leaf = path.substr(layer.size() + 1);
-    if (leaf == "kernel" && var.shape.rank >= 2)
-      s.kernel_rank[var.op] = static_cast<std::uint8_t>(var.shape.rank);
-    if (leaf == "bias" && var.shape.rank == 1) s.has_bias[var.op] = true;
+    if (var.use == variable_use::weight && var.shape.rank >= 2) {
+      s.weight_rank[var.op] = static_cast<std::uint8_t>(var.shape.rank);
+      s.weight_path[var.op] = var.path;
+    }
+    if (var.use == variable_use::bias && var.shape.rank == 1) s.bias_path[var.op] = var.path;
   }
   s.candidates[0] = {};
   s.candidate_count = 1;
@@ -291,7 +285,7 @@ constexpr layout_search advance_layout_search(layout_search s) noexcept {
   const bool last = i + 1 == s.model.count;
   std::array<layer_choice, max_layer_choices> choices{};
   std::size_t choice_count = 1;
-  if (s.kernel_rank[i] >= 2)
+  if (s.weight_rank[i] >= 2)
     for (std::size_t a = 0; a < s.mesh.rank; ++a) {
       if (a == s.base.batch_axis || s.mesh.sizes[a] < 2) continue;
       choices[choice_count++] = {layer_choice::columns, static_cast<std::uint8_t>(a)};

@@ -65,6 +65,10 @@ struct distribution_value {
   [[nodiscard]] constexpr bool central_storage() const noexcept {
     return kind == data && variable_device >= 0;
   }
+  // A data-parallel distribution that splits its state over the batch axis (shard_state).
+  [[nodiscard]] constexpr bool splits_state() const noexcept {
+    return kind == data && shard != shard_state::none;
+  }
 
   // Keras get_data_layout: the batch split over the batch axis, the rest replicated.
   [[nodiscard]] constexpr layout_value batch_layout(std::size_t rank) const noexcept {

@@ -173,9 +173,7 @@ class layer_planner {
     }
   }
 
-  [[nodiscard]] constexpr bool sharded() const noexcept {
-    return dist_.kind == distribution_value::data && dist_.shard != shard_state::none;
-  }
+  [[nodiscard]] constexpr bool sharded() const noexcept { return dist_.splits_state(); }
 
   [[nodiscard]] constexpr bool central() const noexcept { return dist_.central_storage(); }
   // A backward step as the distribution runs it: a variable's gradient all-reduced over the
@@ -315,9 +313,11 @@ class layer_planner {
   }
   // A variable of this layer, "<layer>/<leaf>": its layout (the layout_map's, else
   // replicated), checked to divide, recorded with its local shard; last_variable() is its index
-  // among the plan's variables. `trainable` false: it has no gradient (batch statistics).
+  // among the plan's variables. `trainable` false: it has no gradient (batch statistics); `use`:
+  // what it is to the op's product (a weight, a bias).
   constexpr layout_value add_variable(const name_string& layer, std::string_view leaf,
-                                      const shape_value& shape, bool trainable = true) noexcept {
+                                      const shape_value& shape, bool trainable = true,
+                                      variable_use use = variable_use::other) noexcept {
     const key_string path = make_path(layer, leaf);
     const layout_value l = find_layout(path).value_or(layout_value::replicated(shape.rank));
     std::size_t of_this_op = 0;
@@ -329,7 +329,7 @@ class layer_planner {
     }
     if (plan_.ok && check_divides(l, shape, path)) {
       auto& v = plan_.variables[plan_.variable_count++];
-      v = {op_, path, shape, l, shape, trainable};
+      v = {op_, path, shape, l, shape, trainable, use};
       for (std::size_t d = 0; d < shape.rank; ++d)
         v.local.extents[d] = shape.extents[d] / plan_.mesh.size_of(l.dims[d].mask());
     }
@@ -391,7 +391,7 @@ class layer_planner {
       return false;
     }
     for (std::size_t k = 0; k < input_count_; ++k) {
-      inputs_[k] = op.input_count ? op.inputs[k] : op_;
+      inputs_[k] = static_cast<std::uint8_t>(input_node(op, op_, k));
       if (inputs_[k] > op_) {
         fail("reads a later layer; list the layers in topological order");
         return false;

@@ -28,20 +28,30 @@ struct memory_plan {
     return weights + gradients + optimizer_state + activations + activation_gradients +
            communication;
   }
-  // The largest of the parts, by name ("optimizer state").
+  // The largest of the parts, by name ("optimizer state"), and its bytes.
   [[nodiscard]] constexpr std::string_view largest() const noexcept {
-    const std::array<std::size_t, 6> v{
-        weights, gradients, optimizer_state, activations, activation_gradients, communication};
     constexpr std::array<std::string_view, 6> names{"weights",
                                                     "gradients",
                                                     "optimizer state",
                                                     "activations",
                                                     "activation gradients",
                                                     "communication buffers"};
+    return names[largest_index()];
+  }
+  [[nodiscard]] constexpr std::size_t largest_bytes() const noexcept {
+    return parts()[largest_index()];
+  }
+
+ private:
+  [[nodiscard]] constexpr std::array<std::size_t, 6> parts() const noexcept {
+    return {weights, gradients, optimizer_state, activations, activation_gradients, communication};
+  }
+  [[nodiscard]] constexpr std::size_t largest_index() const noexcept {
+    const std::array<std::size_t, 6> v = parts();
     std::size_t best = 0;
     for (std::size_t i = 1; i < v.size(); ++i)
       if (v[i] > v[best]) best = i;
-    return names[best];
+    return best;
   }
 };
 
@@ -74,7 +84,7 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
   // padded to a multiple of the processes when the state is split (shard_state).
   const bool data = d.kind == distribution_value::data;
   const std::size_t n = data ? p.mesh.sizes[d.batch_axis] : 1;
-  const bool split = data && d.shard != shard_state::none && n > 1;
+  const bool split = d.splits_state() && n > 1;
   for (std::size_t i = 0; i < p.variable_count; ++i) {
     const variable_plan& v = p.variables[i];
     const std::size_t local = detail::elements(v.local);
@@ -133,15 +143,7 @@ template <class Dist, model_desc Model, std::size_t GlobalBatch, std::size_t Slo
 struct memory_check {
   static constexpr memory_plan plan = memory_plan_v<Dist, Model, GlobalBatch, Slots>;
   static constexpr key_string largest_{plan.largest()};
-  static constexpr std::size_t largest_bytes_ = [] {
-    const std::string_view l = plan.largest();
-    return l == "weights"                ? plan.weights
-           : l == "gradients"            ? plan.gradients
-           : l == "optimizer state"      ? plan.optimizer_state
-           : l == "activations"          ? plan.activations
-           : l == "activation gradients" ? plan.activation_gradients
-                                         : plan.communication;
-  }();
+  static constexpr std::size_t largest_bytes_ = plan.largest_bytes();
   static constexpr bool value = require<
       plan.peak() <= Budget,
       diagnostic::model_exceeds_device_memory<largest_, largest_bytes_, plan.peak(), Budget>>;

@@ -214,6 +214,19 @@ struct planned_step {
   step_runner runner = step_runner::none;
 };
 
+// What a variable is to its op's product, as the op's rule says (for a search that chooses its
+// layout, core/auto_layout.hpp; the core names no layer's variables): a weight the op multiplies
+// its input by, contracting the weight's second-to-last dimension with the input's features and
+// giving its last as the output's (dense's and conv2d's kernels); a bias, one value per output
+// feature, added to the product; or anything else.
+enum class variable_use : std::uint8_t { other, weight, bias };
+
+// The node op `op` reads as its input `k`: the node its graph names, or for a chain (no inputs
+// given) the one before it (0 being the model's input and i + 1 layer i's output).
+constexpr std::size_t input_node(const op_desc& op, std::size_t index, std::size_t k) noexcept {
+  return op.input_count ? op.inputs[k] : index;
+}
+
 struct variable_plan {
   std::uint8_t op = 0;
   key_string path{};
@@ -221,6 +234,7 @@ struct variable_plan {
   layout_value layout{};
   shape_value local{};
   bool trainable = true;  // false: no gradient, no optimizer slots (batch statistics)
+  variable_use use = variable_use::other;
 };
 
 struct activation_plan {

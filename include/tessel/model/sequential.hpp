@@ -607,11 +607,6 @@ class graph_model<B, DistArg, layers::input<InputDims...>, Graph, Layers...> {
   // ---- what a trainer drives (trainer/trainer.hpp) ----------------------------------------------
   // The seed every process shares (initial weights, dropout masks, shuffling).
   std::uint64_t seed() const noexcept { return seed_; }
-  // Whether the planned steps around layer `i` run (under model_parallel: the executor runs
-  // every layer's).
-  bool runs_plan_of(std::size_t i) const {
-    return model_parallel && i < layer_count && layouts_[i].set;
-  }
   // The name of layer `i`, as the plan's steps number them.
   static constexpr std::string_view layer_name(std::size_t i) { return layer_infos[i].name.view(); }
   // The Keras class of layer `i` ("Dense"), and whether Keras's model.layers lists an InputLayer

@@ -278,6 +278,8 @@ class trainer_core : public model_base {
  private:
   // A memory plan as explain() and summary() print it.
   static std::string memory_text(const memory_plan& m);
+  // The memory of a planned step, with the compiled optimizer's slots.
+  memory_plan memory_of(const model_plan& p) const;
   // ---- what the core asks of its model (trainer<Model> answers from the Model) ---------------
   virtual model_desc model_describe(const loss_rule* loss, std::size_t loss_values) const = 0;
   virtual std::string_view model_layer_name(std::size_t i) const = 0;

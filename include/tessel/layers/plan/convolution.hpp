@@ -64,7 +64,7 @@ constexpr void plan_conv2d(layer_planner& p, const op_desc& op, const conv2d_par
   if (splits_spatial(layout)) return p.fail("conv2d: its input is split over height or width");
   const shape_value ks{P.window.kh, P.window.kw, shape.extents[3], P.filters};
   const shape_value bs{P.filters};
-  const layout_value kernel_layout = p.add_variable(op.name, "kernel", ks);
+  const layout_value kernel_layout = p.add_variable(op.name, "kernel", ks, true, variable_use::weight);
   const std::size_t kernel = p.last_variable();
   if (!p.ok()) return;
   if (kernel_layout.dims[0].count != 0 || kernel_layout.dims[1].count != 0)
@@ -78,7 +78,7 @@ constexpr void plan_conv2d(layer_planner& p, const op_desc& op, const conv2d_par
   layout_value bias_layout = layout_value::replicated(1);
   std::size_t bias = 0;
   if (P.use_bias) {
-    bias_layout = p.add_variable(op.name, "bias", bs);
+    bias_layout = p.add_variable(op.name, "bias", bs, true, variable_use::bias);
     bias = p.last_variable();
     if (!p.ok()) return;
   }

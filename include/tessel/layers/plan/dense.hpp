@@ -95,10 +95,10 @@ constexpr void plan_dense(layer_planner& p, const op_desc& op,
   if (shape.rank != 2) return p.fail("dense takes a 2-D input; flatten it first");
   const shape_value ws{shape.extents[1], units};
   const shape_value ys{shape.extents[0], units};
-  const layout_value w = p.add_variable(op.name, "kernel", ws);
+  const layout_value w = p.add_variable(op.name, "kernel", ws, true, variable_use::weight);
   const std::size_t kernel = p.last_variable();
   layout_value b = layout_value::replicated(1);
-  if (use_bias) b = p.add_variable(op.name, "bias", shape_value{units});
+  if (use_bias) b = p.add_variable(op.name, "bias", shape_value{units}, true, variable_use::bias);
   const std::size_t bias = p.last_variable();
   if (!p.ok()) return;
   const key_string out_path = make_path(op.name, "output");

@@ -56,16 +56,18 @@ std::optional<saving::compile_info> trainer_core<B, C>::compiled_info() const {
 template <class B, class C>
 std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
   const model_desc d = described();
-  std::string text =
-      tessel::explain(plan_model(facts_.distribution, pm().shape(), d, global_batch), d);
+  const model_plan p = plan_model(facts_.distribution, pm().shape(), d, global_batch);
+  std::string text = tessel::explain(p, d);
   std::size_t variables = 0, trainable = 0;
   for (const auto& v : model_state(true, false))
     if (v.is_tensor()) trainable += v.tensor().size() * sizeof(float);
   variables = trainable;
   for (const auto& v : model_state(false, false))
     if (v.is_tensor()) variables += v.tensor().size() * sizeof(float);
-  if (global_batch != dynamic_extent && global_batch != 0)
-    text += "memory plan per device: " + memory_text(memory(global_batch)) + "\n";
+  if (global_batch != dynamic_extent && global_batch != 0) {
+    if (!p.ok) throw value_error(text);
+    text += "memory plan per device: " + memory_text(memory_of(p)) + "\n";
+  }
   if (facts_.automatic_layouts)
     text += "layouts chosen by auto_layout, as Keras code:\n" +
             layout_map_code(facts_.distribution);
@@ -764,6 +766,11 @@ memory_plan trainer_core<B, C>::memory(std::size_t global_batch) const {
   const model_desc d = described();
   const model_plan p = plan_model(facts_.distribution, pm().shape(), d, global_batch);
   if (!p.ok) throw value_error(tessel::explain(p, d));
+  return memory_of(p);
+}
+
+template <class B, class C>
+memory_plan trainer_core<B, C>::memory_of(const model_plan& p) const {
   return plan_memory(p, facts_.distribution,
                      optimizer_state_ ? optimizer_state_->slots_per_variable() : 0);
 }
@@ -776,8 +783,7 @@ std::size_t trainer_core<B, C>::optimizer_state_values() const {
 
 template <class B, class C>
 bool trainer_core<B, C>::sharded() const noexcept {
-  return facts_.distribution.kind == distribution_value::data &&
-         facts_.distribution.shard != shard_state::none;
+  return facts_.distribution.splits_state();
 }
 
 // Under model_parallel, before a training step on a global batch of `batch`: the buckets of
