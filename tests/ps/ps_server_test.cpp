@@ -1,6 +1,7 @@
 // A ps task's request handling (ps/server.hpp), driven directly, without sockets: create, pull,
-// push applied once per batch, a push from before the variables were created again refused (its
-// generation), staleness, state and restore, and the failures named.
+// push applied once per batch, requests before create answered `empty` (the ps lost), a push
+// from before the variables were created again refused (its generation), staleness, state and
+// restore, and the failures named.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -60,9 +61,24 @@ int main(int argc, char** argv) {
   bool stop = false;
   auto handle = [&](ps::message m) { return server.handle(m, stop); };
 
-  check(text(handle(push(0, 1, 0))).find("push before the variables were created") !=
-            std::string::npos,
-        "a push before create is refused");
+  // A ps that holds no variables (one started again in place of a lost one) answers `empty` to
+  // every request that needs them, and the connection reads that as the ps lost, naming it.
+  {
+    bool none = true;
+    for (const ps::kind k : {ps::kind::push, ps::kind::pull, ps::kind::state, ps::kind::restore})
+      none = none &&
+             handle(k == ps::kind::push ? push(0, 1, 0) : request(k)).h.what == ps::kind::empty;
+    check(none, "push, pull, state and restore before create are answered `empty`");
+    std::string why;
+    try {
+      (void)ps::checked(handle(push(0, 1, 0)), "ps 1 at 127.0.0.1:9");
+    } catch (const ps::task_lost& e) {
+      why = e.what();
+    }
+    check(why == "ps 1 at 127.0.0.1:9 holds no variables: it started again since the chief "
+                 "created them",
+          "an `empty` reply is the ps lost, named with its address: " + why);
+  }
   check(handle(create(1)).h.what == ps::kind::create, "create");
   ps::message pulled = handle(request(ps::kind::pull));
   check(pulled.frames.size() == 2 && values(pulled, 0) == std::vector<float>{1, 2, 3, 4} &&

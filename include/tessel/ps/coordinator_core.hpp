@@ -618,7 +618,7 @@ TESSEL_PS_INLINE std::vector<array<float>> coordinator_core::pull(
     if (r.frames.size() != mine.size())
       throw ps_lost(p, ps[p]->name() + " at " + ps[p]->address() + " holds " +
                            std::to_string(r.frames.size()) + " shards, not the " +
-                           std::to_string(mine.size()) + " placed there (restarted?)");
+                           std::to_string(mine.size()) + " placed there");
     for (std::size_t k = 0; k < mine.size(); ++k) {
       const shard_placement& s = placement_.shards[mine[k]];
       std::ranges::copy(floats_of(r.frames[k]),

@@ -109,6 +109,7 @@ class parameter_server {
   // Every shard's values; a = the version (updates applied so far), b = the generation (how
   // many times the chief has created the variables).
   message pull(const message& m) {
+    if (!opt_) return reply_to(m, kind::empty);
     message r = reply_to(m, kind::pull);
     r.h.a = version_;
     r.h.b = generation_;
@@ -122,7 +123,7 @@ class parameter_server {
   // was computed from variables the chief has since created again (a push sent before this ps
   // was restored from a backup, delivered after): neither is applied.
   message push(const message& m) {
-    if (!opt_) return failure(m, "push before the variables were created");
+    if (!opt_) return reply_to(m, kind::empty);
     if (m.frames.size() != vars_.size())
       return failure(m, "push: " + std::to_string(m.frames.size()) + " gradients for " +
                             std::to_string(vars_.size()) + " shards");
@@ -154,7 +155,7 @@ class parameter_server {
   // The shards' values, then each shard's optimizer slots (slots_per_variable each, in the
   // optimizer's order); a = the optimizer's iterations, JSON frame first with its learning rate.
   message state(const message& m) {
-    if (!opt_) return failure(m, "state before the variables were created");
+    if (!opt_) return reply_to(m, kind::empty);
     opt_->build(vars_);
     const state_list<B> s = opt_->state();
     message r = reply_to(m, kind::state);
@@ -168,7 +169,7 @@ class parameter_server {
   }
   // state's reply given back (after create): the values, the slots, the iterations.
   message restore(const message& m) {
-    if (!opt_) return failure(m, "restore before the variables were created");
+    if (!opt_) return reply_to(m, kind::empty);
     opt_->build(vars_);
     state_list<B> s = opt_->state();
     if (m.frames.size() != 1 + vars_.size() + (s.size() - 2))

@@ -56,6 +56,7 @@ enum class kind : std::uint32_t {
          // staleness]
   heartbeat,  // worker -> chief (a = worker index), chief -> ps; reply: heartbeat
   failed,     // reply: the request failed; a text frame says why
+  empty,      // reply from a ps holding no variables: it started (again) since they were created
 };
 
 struct header {
@@ -148,6 +149,18 @@ inline std::string bind_endpoint(const std::string& address) {
 
 inline void quiet(zmq::socket_t& s) { s.set(zmq::sockopt::linger, 0); }
 
+// A reply as connection::call returns it from `who` ("ps 1 at host:port"): `failed` throws
+// value_error with its text, `empty` throws task_lost (the ps started again and holds no
+// variables: a request sent to the task that stopped, delivered to the one that took its place).
+inline message checked(message r, const std::string& who) {
+  if (r.h.what == kind::failed)
+    throw value_error(who + ": " +
+                      (r.frames.empty() ? std::string("failed") : text_of(r.frames[0])));
+  if (r.h.what == kind::empty)
+    throw task_lost(who + " holds no variables: it started again since the chief created them");
+  return r;
+}
+
 // A DEALER socket to one task, asking and waiting for replies.
 class connection {
  public:
@@ -184,15 +197,13 @@ class connection {
   }
 
   // Sends m and returns the reply with its id; task_lost when none comes within `timeout`. A
-  // `failed` reply throws value_error with its text.
+  // `failed` reply throws value_error with its text; an `empty` one task_lost (a ps started again
+  // has lost its variables, as one that stopped answering has).
   message call(message m, std::chrono::milliseconds timeout) {
     std::optional<message> r = try_call(m, timeout);
     if (!r)
       throw task_lost(name_ + " at " + address_ + " did not answer within " + seconds(timeout));
-    if (r->h.what == kind::failed)
-      throw value_error(name_ + " at " + address_ + ": " +
-                        (r->frames.empty() ? std::string("failed") : text_of(r->frames[0])));
-    return std::move(*r);
+    return checked(std::move(*r), name_ + " at " + address_);
   }
   // Sends m and waits for its reply up to `timeout` (replies to earlier requests are dropped).
   std::optional<message> try_call(message& m, std::chrono::milliseconds timeout) {
