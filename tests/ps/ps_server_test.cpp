@@ -75,8 +75,9 @@ int main(int argc, char** argv) {
     } catch (const ps::task_lost& e) {
       why = e.what();
     }
-    check(why == "ps 1 at 127.0.0.1:9 holds no variables: it started again since the chief "
-                 "created them",
+    check(why ==
+              "ps 1 at 127.0.0.1:9 holds no variables: it started again since the chief "
+              "created them",
           "an `empty` reply is the ps lost, named with its address: " + why);
   }
   check(handle(create(1)).h.what == ps::kind::create, "create");
