@@ -36,6 +36,12 @@ static_assert(s.bytes == detail::step_bytes(model_plan_v<megatron, pair, 64>));
 static_assert(s.bytes * 3 < s.replicated_bytes);
 // A distribution other than auto_layout is left as it is.
 static_assert(std::is_same_v<resolved_distribution_t<megatron, pair>, megatron>);
+// With the state split over "data", the same layouts, the split kept in the distribution chosen.
+using automatic_split =
+    model_parallel<auto_layout<mesh_2x4, {.global_batch = 64}>, "data", shard_state::gradients>;
+using chosen_split = resolved_distribution_t<automatic_split, pair>;
+static_assert(same_rules(chosen_split::value, megatron::value) &&
+              chosen_split::value.shard == shard_state::gradients);
 
 // Twelve layers: columns and rows alternate.
 constexpr op_desc wide(const char* name) {

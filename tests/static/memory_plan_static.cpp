@@ -1,6 +1,6 @@
 // The memory plan when the program compiles: the 4096-wide MLP on 2 processes with Adam, its
-// parts under each shard_state counted by hand; the Megatron pair's communication buffers; a
-// budget that fits and the largest part named.
+// parts under each shard_state counted by hand; the Megatron pair's communication buffers, and
+// its shards' state split over the batch axis; a budget that fits and the largest part named.
 #include <tessel/core.hpp>
 #include <tessel/layers/plans.hpp>
 
@@ -60,6 +60,19 @@ constexpr memory_plan mp = memory_plan_v<megatron, pair, 64, 0>;
 static_assert(mp.weights == (1024 * 4096 / 4 + 4096 / 4 + 4096 * 1024 / 4 + 1024) * 4);
 static_assert(mp.optimizer_state == 0);
 static_assert(mp.communication > 0);
+
+// The same with Adam, and with each device's shards' state split over "data" (2): half the
+// slots, the same weights, gradients and buffers (the parts all-gathered in place).
+constexpr memory_plan mp_adam = memory_plan_v<megatron, pair, 64, 2>;
+template <shard_state S>
+using megatron_split = model_parallel<typename megatron::layout_map, "data", S>;
+constexpr memory_plan mp_zero1 = memory_plan_v<megatron_split<shard_state::optimizer>, pair, 64, 2>;
+constexpr memory_plan mp_zero2 = memory_plan_v<megatron_split<shard_state::gradients>, pair, 64, 2>;
+static_assert(mp_adam.optimizer_state == 2 * mp.weights);
+static_assert(mp_zero1.optimizer_state == mp.weights && mp_zero2.optimizer_state == mp.weights);
+static_assert(mp_zero1.weights == mp.weights && mp_zero1.gradients == mp.weights &&
+              mp_zero1.communication == mp.communication && mp_zero2.peak() == mp_zero1.peak());
+static_assert(mp_zero1.peak() + mp.weights == mp_adam.peak());
 }  // namespace
 
 namespace {
@@ -76,7 +89,7 @@ struct split_to_one {
 };
 constexpr tessel::model_plan refused =
     tessel::plan_model(split_to_one::value, split_to_one::mesh::value, wide, 256);
-static_assert(!refused.ok &&
-              refused.error == "state split over the batch axis needs the gradients all-reduced "
-                               "or reduce-scattered, not reduced to one process");
+static_assert(!refused.ok && refused.error ==
+                                 "state split over the batch axis needs the gradients all-reduced "
+                                 "or reduce-scattered, not reduced to one process");
 }  // namespace

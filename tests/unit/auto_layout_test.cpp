@@ -206,4 +206,13 @@ TEST_CASE("auto_layout: the chosen layout map as Keras code", "[auto_layout]") {
         "layout_map[\"row/kernel\"] = (\"model\", None)\n"
         "distribution = keras.distribution.ModelParallel(layout_map=layout_map, "
         "batch_dim_name=\"data\")\n");
+  // A split state, which Keras cannot express, said in a comment after the code.
+  distribution_value split = s.chosen;
+  split.shard = shard_state::gradients;
+  const std::string code = layout_map_code(split);
+  CHECK(code.substr(code.find("distribution =")) ==
+        "distribution = keras.distribution.ModelParallel(layout_map=layout_map, "
+        "batch_dim_name=\"data\")\n"
+        "# tessel also splits each process's optimizer state and gradients over \"data\" "
+        "(shard_state); Keras has no such option\n");
 }

@@ -375,20 +375,23 @@ constexpr layout_search search_layouts(const distribution_value& base, const mes
 // with one line per rule, and the ModelParallel distribution over the batch axis.
 TESSEL_INLINE std::string layout_map_code(const distribution_value& d);
 
-template <class Mesh, auto_layout_options Options, fixed_string BatchDimName>
-struct model_parallel<auto_layout<Mesh, Options>, BatchDimName> {
+template <class Mesh, auto_layout_options Options, fixed_string BatchDimName, shard_state Shard>
+struct model_parallel<auto_layout<Mesh, Options>, BatchDimName, Shard> {
   using mesh = Mesh;
   using layout_map = auto_layout<Mesh, Options>;
   static_assert(require<(mesh::template index_of<BatchDimName> >= 0),
                         diagnostic::batch_axis_not_in_mesh<BatchDimName, mesh>>);
   static constexpr name_string batch_dim_name{BatchDimName.view()};
   // Before a model resolves it: no rules (every variable replicated).
-  static constexpr distribution_value value{
-      distribution_value::model,
-      mesh::value,
-      static_cast<std::size_t>(mesh::template index_of<BatchDimName>),
-      {},
-      0};
+  static constexpr distribution_value value = [] {
+    distribution_value v{distribution_value::model,
+                         mesh::value,
+                         static_cast<std::size_t>(mesh::template index_of<BatchDimName>),
+                         {},
+                         0};
+    v.shard = Shard;
+    return v;
+  }();
 };
 
 namespace detail {
@@ -429,12 +432,13 @@ struct chosen_rule<Mesh, Search, R, std::index_sequence<D...>> {
   static constexpr key_string key = value.key;
   using type = rule<key, to_spec(Mesh::value, value.layout.dims[D])...>;
 };
-template <class Mesh, class Search, fixed_string B,
+template <class Mesh, class Search, fixed_string B, shard_state S,
           class R = std::make_index_sequence<Search::value.chosen.rule_count>>
 struct chosen_distribution;
-template <class Mesh, class Search, fixed_string B, std::size_t... R>
-struct chosen_distribution<Mesh, Search, B, std::index_sequence<R...>> {
-  using type = model_parallel<layout_map<Mesh, typename chosen_rule<Mesh, Search, R>::type...>, B>;
+template <class Mesh, class Search, fixed_string B, shard_state S, std::size_t... R>
+struct chosen_distribution<Mesh, Search, B, S, std::index_sequence<R...>> {
+  using type =
+      model_parallel<layout_map<Mesh, typename chosen_rule<Mesh, Search, R>::type...>, B, S>;
 };
 
 template <class Dist, model_desc Model>
@@ -460,10 +464,10 @@ template <class Dist, model_desc Model>
 struct resolved_distribution {
   using type = Dist;
 };
-template <class Mesh, auto_layout_options O, fixed_string B, model_desc Model>
-struct resolved_distribution<model_parallel<auto_layout<Mesh, O>, B>, Model> {
-  using search = auto_layout_of<model_parallel<auto_layout<Mesh, O>, B>, Model>;
-  using type = typename chosen_distribution<Mesh, search, B>::type;
+template <class Mesh, auto_layout_options O, fixed_string B, shard_state S, model_desc Model>
+struct resolved_distribution<model_parallel<auto_layout<Mesh, O>, B, S>, Model> {
+  using search = auto_layout_of<model_parallel<auto_layout<Mesh, O>, B, S>, Model>;
+  using type = typename chosen_distribution<Mesh, search, B, S>::type;
 };
 
 }  // namespace detail
@@ -499,8 +503,15 @@ TESSEL_INLINE std::string layout_map_code(const distribution_value& d) {
     }
     r += l.rank == 1 ? ",)\n" : ")\n";
   }
-  return r + "distribution = keras.distribution.ModelParallel(layout_map=layout_map, " +
-         "batch_dim_name=\"" + std::string(d.mesh.names[d.batch_axis].view()) + "\")\n";
+  r += "distribution = keras.distribution.ModelParallel(layout_map=layout_map, "
+       "batch_dim_name=\"" +
+       std::string(d.mesh.names[d.batch_axis].view()) + "\")\n";
+  if (d.splits_state())
+    r += std::string("# tessel also splits each process's optimizer state") +
+         (d.shard == shard_state::gradients ? " and gradients" : "") + " over \"" +
+         std::string(d.mesh.names[d.batch_axis].view()) +
+         "\" (shard_state); Keras has no such option\n";
+  return r;
 }
 #endif
 

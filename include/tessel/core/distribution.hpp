@@ -34,10 +34,11 @@ inline constexpr cross_device_ops nccl_all_reduce = cross_device_ops::all_reduce
 inline constexpr cross_device_ops reduction_to_one_device =
     cross_device_ops::reduction_to_one_device;
 
-// What a data-parallel distribution splits over its batch axis besides the batch (ZeRO's
-// stages, FSDP's sharding strategies). Each process updates one part of every gradient bucket
-// and keeps the optimizer state of that part only; the updated parts are all-gathered, so every
-// process holds the whole weights again for the next step.
+// What a distribution splits over its batch axis besides the batch (ZeRO's stages, FSDP's
+// sharding strategies), under data_parallel and model_parallel alike. Each process updates one
+// part of every gradient bucket (under model_parallel, of its own shards of the variables) and
+// keeps the optimizer state of that part only; the updated parts are all-gathered over the batch
+// axis, so every process holds its whole weights again for the next step.
 enum class shard_state : std::uint8_t {
   none,       // every process updates the whole model (DDP, FSDP's NO_SHARD)
   optimizer,  // the optimizer state split; gradients all-reduced (ZeRO-1)
@@ -58,17 +59,15 @@ struct distribution_value {
   // them, TF's mirrored variables).
   cross_device_ops reduction = cross_device_ops::all_reduce;
   int variable_device = -1;
-  // Data-parallel only: what is split over the batch axis besides the batch.
+  // What is split over the batch axis besides the batch.
   shard_state shard = shard_state::none;
 
   // Central storage: a data-parallel distribution whose variables live on one process.
   [[nodiscard]] constexpr bool central_storage() const noexcept {
     return kind == data && variable_device >= 0;
   }
-  // A data-parallel distribution that splits its state over the batch axis (shard_state).
-  [[nodiscard]] constexpr bool splits_state() const noexcept {
-    return kind == data && shard != shard_state::none;
-  }
+  // A distribution that splits its state over the batch axis (shard_state).
+  [[nodiscard]] constexpr bool splits_state() const noexcept { return shard != shard_state::none; }
 
   // Keras get_data_layout: the batch split over the batch axis, the rest replicated.
   [[nodiscard]] constexpr layout_value batch_layout(std::size_t rank) const noexcept {
@@ -136,8 +135,10 @@ struct one_device {
 };
 
 // Weights laid out by a layout_map, each batch split along `BatchDimName` (default: the mesh's
-// first axis, as in Keras).
-template <class LayoutMap, fixed_string BatchDimName = LayoutMap::mesh::axis_names[0]>
+// first axis, as in Keras). `Shard` splits the optimizer state (shard_state::optimizer) and the
+// gradients (shard_state::gradients) of each process's shards over the batch axis as well.
+template <class LayoutMap, fixed_string BatchDimName = LayoutMap::mesh::axis_names[0],
+          shard_state Shard = shard_state::none>
 struct model_parallel {
   static_assert(detail::is_layout_map<LayoutMap>,
                 "tessel::model_parallel: the first argument must be a tessel::layout_map<...>");
@@ -152,6 +153,7 @@ struct model_parallel {
                          static_cast<std::size_t>(mesh::template index_of<BatchDimName>), {},
                          LayoutMap::size};
     for (std::size_t i = 0; i < LayoutMap::size; ++i) v.rules[i] = LayoutMap::rules[i];
+    v.shard = Shard;
     return v;
   }();
 };
@@ -177,8 +179,8 @@ template <class Dist, fixed_string Path>
 struct map_lookup {
   using type = unmatched;
 };
-template <class Map, fixed_string B, fixed_string Path>
-struct map_lookup<model_parallel<Map, B>, Path> {
+template <class Map, fixed_string B, shard_state S, fixed_string Path>
+struct map_lookup<model_parallel<Map, B, S>, Path> {
   using type = lookup_t<Map, Path>;
 };
 

@@ -118,6 +118,7 @@ class layer_planner {
           planned_step b = plan_.steps[k];
           b.role = step_role::variable;
           b.step.kind = collective::broadcast;
+          b.runner = step_runner::after_update;
           push(b);
         }
     // State split over the batch axis: after each process updates its part, the parts of every
@@ -134,6 +135,7 @@ class layer_planner {
           b.step.kind = collective::all_gather;
           b.step.bytes = b.step.bytes == unknown_bytes ? unknown_bytes : b.step.bytes / n;
           b.step.wire_bytes = detail::wire_bytes(collective::all_gather, b.step.bytes, n);
+          b.runner = step_runner::after_update;
           push(b);
         }
     if (plan_.ok) tag_runners();
@@ -144,14 +146,16 @@ class layer_planner {
   // (its variables' gradients left partial for the buckets where only an all_reduce over the
   // batch axes remains) and the loss those of the output's rows; under any distribution a
   // layer reduces its own statistics and the trainer the loss sums; under data parallelism the
-  // trainer's buckets reduce the gradients, and after the update it broadcasts central
-  // storage's variables or all-gathers a split state's parts.
+  // trainer's buckets reduce the gradients. The steps after the update (central storage's
+  // broadcasts, a split state's all-gathers) are tagged where they are planned.
   constexpr void tag_runners() noexcept {
     const bool model = dist_.kind == distribution_value::model;
     for (std::size_t k = 0; k < plan_.count; ++k) {
       planned_step& s = plan_.steps[k];
       const bool backward = s.when == phase::backward;
       const collective c = s.step.kind;
+      // (Tagged when planned: the distribution's steps after the update.)
+      if (s.runner == step_runner::after_update) continue;
       if (s.when == phase::forward && s.role == step_role::loss)
         s.runner = step_runner::loss_reduction;
       else if (model && s.op < model_.count && plan_.layouts[s.op].set)
@@ -164,10 +168,6 @@ class layer_planner {
                (c == collective::all_reduce || c == collective::reduce_scatter ||
                 c == collective::reduce || c == collective::broadcast))
         s.runner = step_runner::gradient_buckets;
-      else if (backward && s.role == step_role::variable &&
-               ((c == collective::broadcast && central()) ||
-                (c == collective::all_gather && sharded())))
-        s.runner = step_runner::after_update;
       else
         s.runner = step_runner::none;
     }

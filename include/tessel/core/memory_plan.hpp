@@ -80,11 +80,11 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
                                   std::size_t slots, std::size_t element_size = 4) noexcept {
   memory_plan m{};
   const std::size_t es = element_size;
-  // Under data parallelism every trainable variable's gradient is reduced in the buckets, each
-  // padded to a multiple of the processes when the state is split (shard_state).
-  const bool data = d.kind == distribution_value::data;
-  const std::size_t n = data ? p.mesh.sizes[d.batch_axis] : 1;
-  const bool split = d.splits_state() && n > 1;
+  // Every trainable variable's gradient (under model_parallel, its shard's) is reduced over the
+  // batch axis in the buckets, each padded to a multiple of the processes when the state is split
+  // (shard_state).
+  const bool split = d.splits_state() && p.mesh.sizes[d.batch_axis] > 1;
+  const std::size_t n = split ? p.mesh.sizes[d.batch_axis] : 1;
   for (std::size_t i = 0; i < p.variable_count; ++i) {
     const variable_plan& v = p.variables[i];
     const std::size_t local = detail::elements(v.local);
@@ -115,7 +115,7 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
   for (const planned_step& s : p) {
     if (s.step.bytes == unknown_bytes) continue;
     if (s.role == step_role::variable_gradient || s.role == step_role::loss ||
-        s.role == step_role::statistic || (s.role == step_role::variable && data))
+        s.role == step_role::statistic || s.runner == step_runner::after_update)
       continue;
     switch (s.step.kind) {
       case collective::all_gather:
