@@ -8,12 +8,9 @@
 //   - explain() prints the steps and the split;
 //   - a checkpoint saved under one option restores under the other, under plain model_parallel
 //     and under data_parallel, and a .weights.h5 into one device; each trains on as one device.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <span>
 #include <string>
 #include <tessel/tessel.hpp>
 #include <vector>
@@ -27,6 +24,8 @@ using namespace tessel;
 using namespace tessel::layers;
 using tessel::testing::check;
 using tessel::testing::has;
+using tessel::testing::shared_dir;
+using tessel::testing::train_both;
 
 template <class Dist>
 using block = sequential<Dist, input<12>, dense<32, {.activation = "relu", .name = "col"}>,
@@ -41,23 +40,6 @@ using megatron_map = layout_map<mesh_t<Model>, rule<"col/kernel", none, "model">
 template <std::size_t Model, shard_state S = shard_state::none>
 using megatron = model_parallel<megatron_map<Model>, "data", S>;
 
-// One directory every process names alike: process 0's pid, broadcast.
-std::filesystem::path shared_dir(const std::string& name) {
-  std::uint64_t pid = static_cast<std::uint64_t>(::getpid());
-  runtime::world().broadcast(std::span<std::uint64_t>(&pid, 1), 0);
-  return std::filesystem::temp_directory_path() / (name + "_" + std::to_string(pid));
-}
-
-template <class A, class B>
-void train(A& a, B& b, const testing::data_set& d, std::size_t from, std::size_t steps) {
-  for (std::size_t step = from; step < from + steps; ++step) {
-    const auto x = data::slice_rows(d.x, step * 16, step * 16 + 16);
-    const auto y = data::slice_rows(d.y, step * 16, step * 16 + 16);
-    a.train_on_batch(x, y);
-    b.train_on_batch(x, y);
-  }
-}
-
 template <class... M>
 void compile(M&... m) {
   (m.compile({.optimizer = "adam", .loss = "categorical_crossentropy"}), ...);
@@ -70,7 +52,7 @@ void state(const std::string& name, const testing::data_set& d) {
   block<one_device> b;
   compile(a, b);
   a.set_weights(b.get_weights());
-  train(a, b, d, 0, 5);
+  train_both(a, b, d, 0, 5);
   const double before = testing::worst_weights(a.get_weights(), b.get_weights());
   check(before <= testing::adam_weight_tolerance,
         name + ": 5 steps equal one device (" + std::to_string(before) + ")");
@@ -105,10 +87,10 @@ void state(const std::string& name, const testing::data_set& d) {
   block<one_device> b1, b2, b3, b4;
   compile(b1, b2, b3, b4);
   for (auto* t : {&b1, &b2, &b3, &b4}) t->set_state_tree(b.get_state_tree());
-  train(other, b1, d, 5, 3);
-  train(plain, b2, d, 5, 3);
-  train(data_par, b3, d, 5, 3);
-  train(single, b4, d, 5, 3);
+  train_both(other, b1, d, 5, 3);
+  train_both(plain, b2, d, 5, 3);
+  train_both(data_par, b3, d, 5, 3);
+  train_both(single, b4, d, 5, 3);
   const double wo = testing::worst_weights(other.get_weights(), b1.get_weights());
   // (A state tree holds each process's shards: compared with one device's where "model" is 1;
   // elsewhere the 3 steps trained on with Adam's restored moments show them.)

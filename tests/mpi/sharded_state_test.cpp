@@ -9,12 +9,9 @@
 //   - explain() prints the steps; a checkpoint and a .weights.h5 saved under one option restore
 //     under another option, another process count's plain data_parallel and one device, and
 //     training goes on as one device's.
-#include <unistd.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <span>
 #include <string>
 #include <tessel/tessel.hpp>
 #include <vector>
@@ -29,26 +26,10 @@ using tessel::testing::check;
 using tessel::testing::has;
 using tessel::testing::mlp;
 using tessel::testing::rel;
+using tessel::testing::shared_dir;
+using tessel::testing::train_both;
 using zero1 = data_parallel<device_mesh<axis<"batch">>, shard_state::optimizer>;
 using zero2 = data_parallel<device_mesh<axis<"batch">>, shard_state::gradients>;
-
-// One directory every process names alike: process 0's pid, broadcast.
-std::filesystem::path shared_dir(const std::string& name) {
-  std::uint64_t pid = static_cast<std::uint64_t>(::getpid());
-  runtime::world().broadcast(std::span<std::uint64_t>(&pid, 1), 0);
-  return std::filesystem::temp_directory_path() / (name + "_" + std::to_string(pid));
-}
-
-template <class Dist>
-void train(Dist& a, mlp<one_device>& b, const testing::data_set& d, std::size_t from,
-           std::size_t steps) {
-  for (std::size_t step = from; step < from + steps; ++step) {
-    const auto x = data::slice_rows(d.x, step * 16, step * 16 + 16);
-    const auto y = data::slice_rows(d.y, step * 16, step * 16 + 16);
-    a.train_on_batch(x, y);
-    b.train_on_batch(x, y);
-  }
-}
 
 // The state each process keeps, its bucket rebuilt, read back, saved and restored elsewhere.
 template <class Dist, class Other>
@@ -59,7 +40,7 @@ void state(const char* what, const testing::data_set& d) {
   a.compile({.optimizer = "adam", .loss = "mse"});
   b.compile({.optimizer = "adam", .loss = "mse"});
   a.set_weights(b.get_weights());
-  train(a, b, d, 0, 5);
+  train_both(a, b, d, 0, 5);
   // The parts: 12x16 + 16 + 16x4 + 4 values, each variable padded to a multiple of N, over N.
   const std::size_t n = static_cast<std::size_t>(num_processes());
   auto padded = [&](std::size_t v) { return (v + n - 1) / n * n; };
@@ -72,7 +53,7 @@ void state(const char* what, const testing::data_set& d) {
         name + ": 5 steps equal one device (" + std::to_string(before) + ")");
   // A change of buckets keeps the state: one bucket per gradient from here on.
   a.set_gradient_options({.bucket_cap_mb = 1e-6});
-  train(a, b, d, 5, 3);
+  train_both(a, b, d, 5, 3);
   const double worst_state = testing::worst_optimizer_state(a.get_state_tree(), b.get_state_tree());
   const double worst_weight = testing::worst_weights(a.get_weights(), b.get_weights());
   check(worst_state <= testing::adam_weight_tolerance &&
@@ -105,9 +86,9 @@ void state(const char* what, const testing::data_set& d) {
   h.compile({.optimizer = "adam", .loss = "mse"});
   g.set_state_tree(b.get_state_tree());
   h.set_state_tree(b.get_state_tree());
-  train(c, b, d, 8, 3);
-  train(e, g, d, 8, 3);
-  train(f, h, d, 8, 3);
+  train_both(c, b, d, 8, 3);
+  train_both(e, g, d, 8, 3);
+  train_both(f, h, d, 8, 3);
   const double wc = testing::worst_weights(c.get_weights(), b.get_weights());
   const double we = testing::worst_weights(e.get_weights(), g.get_weights());
   const double wf = testing::worst_weights(f.get_weights(), h.get_weights());

@@ -43,6 +43,17 @@ double worst_optimizer_state(const Tree& a, const Tree& b) {
   return worst;
 }
 
+// Steps `from` .. `from + steps` of 16 rows each, trained by both models on the same batches.
+template <class A, class B>
+void train_both(A& a, B& b, const data_set& d, std::size_t from, std::size_t steps) {
+  for (std::size_t step = from; step < from + steps; ++step) {
+    const auto x = data::slice_rows(d.x, step * 16, step * 16 + 16);
+    const auto y = data::slice_rows(d.y, step * 16, step * 16 + 16);
+    a.train_on_batch(x, y);
+    b.train_on_batch(x, y);
+  }
+}
+
 // 20 steps of a global batch of 10 (split unevenly over 4 processes), against one device.
 template <class Dist>
 void uneven(const char* what, const testing::data_set& d) {
