@@ -1,6 +1,7 @@
 // The memory plan when the program compiles: the 4096-wide MLP on 2 processes with Adam, its
 // parts under each shard_state counted by hand; the Megatron pair's communication buffers, and
-// its shards' state split over the batch axis; a budget that fits and the largest part named.
+// its shards' state split over the batch axis (and refused for a variable split over that axis); a
+// budget that fits and the largest part named.
 #include <tessel/core.hpp>
 #include <tessel/layers/plans.hpp>
 
@@ -92,4 +93,30 @@ constexpr tessel::model_plan refused =
 static_assert(!refused.ok && refused.error ==
                                  "state split over the batch axis needs the gradients all-reduced "
                                  "or reduce-scattered, not reduced to one process");
+}  // namespace
+
+namespace {
+// model_parallel with its state split over "data", and a kernel itself split over "data": that
+// kernel's gradient is not reduced over "data", so it has no part to update: refused, naming it.
+using mesh_2x2 = tessel::device_mesh<tessel::axis<"data", 2>, tessel::axis<"model", 2>>;
+using over_data =
+    tessel::model_parallel<tessel::layout_map<mesh_2x2, tessel::rule<"d1/kernel", "data", "model">,
+                                              tessel::rule<"d1/output", "data", tessel::none>>,
+                           "data", tessel::shard_state::optimizer>;
+using tessel::dense_op;
+constexpr tessel::model_desc two =
+    tessel::describe_model(tessel::shape_value{8},
+                           std::array{dense_op<{.units = 16}>("d1"), dense_op<{.units = 4}>("d2")});
+constexpr tessel::model_plan split_kernel =
+    tessel::plan_model(over_data::value, mesh_2x2::value, two, 16);
+static_assert(!split_kernel.ok && split_kernel.error_path.view() == "d1/kernel" &&
+              split_kernel.error ==
+                  "state split over the batch axis (shard_state) needs every trainable variable's "
+                  "gradient reduced over that axis, and this variable is split over it; lay it "
+                  "out over other mesh axes, or use shard_state::none");
+// Without the split state the same layouts plan.
+static_assert(
+    tessel::plan_model(tessel::model_parallel<typename over_data::layout_map, "data">::value,
+                       mesh_2x2::value, two, 16)
+        .ok);
 }  // namespace

@@ -138,6 +138,23 @@ class layer_planner {
           b.runner = step_runner::after_update;
           push(b);
         }
+    // Each part of a split state is a run of values reduced over the batch axis: a trainable
+    // variable without that reduction (under model_parallel, one split over the batch axis
+    // itself) has no part to update.
+    if (plan_.ok && sharded() && plan_.mesh.sizes[dist_.batch_axis] != 1)
+      for (std::size_t v = 0; v < plan_.variable_count; ++v) {
+        bool gathered = !plan_.variables[v].trainable;
+        for (std::size_t k = backward_begin; k < plan_.count && !gathered; ++k)
+          gathered = plan_.steps[k].runner == step_runner::after_update &&
+                     plan_.steps[k].index == v;
+        if (gathered) continue;
+        op_ = plan_.variables[v].op;
+        fail("state split over the batch axis (shard_state) needs every trainable variable's "
+             "gradient reduced over that axis, and this variable is split over it; lay it out "
+             "over other mesh axes, or use shard_state::none",
+             plan_.variables[v].path);
+        return plan_;
+      }
     if (plan_.ok) tag_runners();
     return plan_;
   }
