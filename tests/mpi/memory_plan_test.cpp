@@ -1,8 +1,9 @@
 // The memory plan (core/memory_plan.hpp) against the host backend's high-water mark
 // (get_memory_info), on 1, 2 and 4 processes: the seeds' models (seeds/000: flatten, dense 200
 // without bias, dense 10 softmax; seeds/001: dense 256, dense 256, dense 10) and, on 1 and 2
-// processes, the 4096-wide MLP of the benchmarks, each trained with Adam under shard_state none,
-// optimizer and gradients. The peak measured from before the model is built to the end of its
+// processes, the 4096-wide MLP of the benchmarks, and the Megatron pair under model_parallel on
+// 2x1 (2 processes) and 2x2 (4), each trained with Adam under shard_state none, optimizer and
+// gradients. The peak measured from before the model is built to the end of its
 // third step is within 1% of the plan's; the plan's parts match what the model keeps (its
 // weights, its optimizer's slots).
 #include <cmath>
@@ -30,6 +31,20 @@ template <shard_state S>
 using wide =
     sequential<data_parallel<mesh, S>, input<4096>, dense<4096, {.activation = "relu"}>,
                dense<4096, {.activation = "relu"}>, dense<4096, {.activation = "relu"}>, dense<10>>;
+
+// The Megatron pair under model_parallel on 2x1 and 2x2 meshes ("data" 2, "model" 1 or 2), its
+// shards' state split over "data" or not.
+template <std::size_t Model>
+struct megatron_on {
+  using map = layout_map<device_mesh<axis<"data", 2>, axis<"model", Model>>,
+                         rule<"col/kernel", none, "model">, rule<"col/bias", "model">,
+                         rule<"row/kernel", "model", none>>;
+  template <shard_state S>
+  using model = sequential<model_parallel<map, "data", S>, input<1024>,
+                           dense<4096, {.activation = "relu", .name = "col"}>,
+                           dense<1024, {.activation = "relu", .name = "row"}>,
+                           dense<10, {.name = "head"}>>;
+};
 
 constexpr const char* name_of(shard_state s) {
   return s == shard_state::none ? "none" : s == shard_state::optimizer ? "optimizer" : "gradients";
@@ -100,6 +115,10 @@ int main(int argc, char** argv) {
     if (num_processes() <= 2) each<wide>("4096-wide MLP", {256, 4096}, 0.01);
     else if (process_id() == 0)
       std::printf("4096-wide MLP: measured on 1 and 2 processes only (0.8 GB per process)\n");
+    if (num_processes() == 2)
+      each<megatron_on<1>::model>("Megatron pair on 2x1", {64, 1024}, 0.01);
+    if (num_processes() == 4)
+      each<megatron_on<2>::model>("Megatron pair on 2x2", {64, 1024}, 0.01);
   } catch (const std::exception& e) {
     return guard.fail(e);
   }
