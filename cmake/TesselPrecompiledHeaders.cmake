@@ -35,9 +35,9 @@ endfunction()
 
 # tessel_precompiled_headers_for_directory([CATCH2])
 #
-# tessel_precompiled_headers for every executable of the calling directory that links
-# tessel::tessel, not tessel::cuda, and does not set a limit of the library (a macro its headers
-# read).
+# tessel_precompiled_headers for every executable and object library of the calling directory
+# that links tessel::tessel, not tessel::cuda, and does not set a limit of the library (a macro
+# its headers read).
 function(tessel_precompiled_headers_for_directory)
   get_property(targets DIRECTORY PROPERTY BUILDSYSTEM_TARGETS)
   foreach(t IN LISTS targets)
@@ -52,7 +52,8 @@ function(tessel_precompiled_headers_for_directory)
     endif()
     # A program linked with tessel::cuda (TESSEL_HAVE_CUDA) compiles them differently too.
     # tessel::ps is tessel::tessel with ZeroMQ.
-    if(type STREQUAL "EXECUTABLE" AND ("tessel::tessel" IN_LIST libs OR "tessel::ps" IN_LIST libs)
+    if((type STREQUAL "EXECUTABLE" OR type STREQUAL "OBJECT_LIBRARY")
+       AND ("tessel::tessel" IN_LIST libs OR "tessel::ps" IN_LIST libs)
        AND NOT own_limits
        AND NOT "tessel::cuda" IN_LIST libs AND NOT "tessel::cuda_compiled" IN_LIST libs)
       tessel_precompiled_headers(${t} ${ARGN})
