@@ -2,7 +2,9 @@
 // (columns, then rows: the Megatron pair) for the mesh of the job (2x2 on 4 processes, 2x4 on
 // 8), and the model trains as on one device: 20 steps with RMSprop and with Adam, losses,
 // accuracy, weights, predictions and evaluate; a further step's collectives are the plan's.
-// The chosen layout map is printed as Keras code, and explain() prints it.
+// The chosen layout map is printed as Keras code, and explain() prints it. Under a memory budget
+// no layout fits, the compiler splits the state over "data" as well, and the model still trains
+// as on one device.
 #include <mpi.h>
 
 #include <cstdio>
@@ -50,6 +52,24 @@ void run() {
   const std::string name = "auto_layout on 2x" + std::to_string(Model);
   compare<automatic, block<one_device>>(name.c_str(), data.x, data.y);
   compare<automatic, block<one_device>>((name + " with Adam").c_str(), data.x, data.y, "adam");
+
+  // A budget no layout fits (the pair's needs 286,016 B per device on 2x2, 149,824 on 2x4): the
+  // compiler splits the state over "data" too (218,672 and 115,504 B), keeping the layouts.
+  constexpr std::size_t budget = Model == 2 ? 240'000 : 130'000;
+  using tight = block<
+      model_parallel<auto_layout<mesh, {.global_batch = 16, .memory_budget = budget}>, "data">>;
+  constexpr distribution_value t = tight::distribution::value;
+  check(t.shard == shard_state::gradients && layout_map_code(t).find(code) == 0 &&
+            layout_map_code(t).find("# tessel also splits each process's optimizer state and "
+                                    "gradients over \"data\"") != std::string::npos,
+        "within the budget the compiler splits the state as well:\n" + layout_map_code(t));
+  {
+    tight m;
+    check(m.memory(16).peak() <= budget,
+          "the split state's plan fits the budget: " + std::to_string(m.memory(16).peak()));
+  }
+  compare<tight, block<one_device>>((name + " within a budget, its state split").c_str(), data.x,
+                                    data.y, "adam");
 }
 }  // namespace
 

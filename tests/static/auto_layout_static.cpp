@@ -1,7 +1,8 @@
 // auto_layout when the program compiles: for the Megatron pair the compiler chooses the
 // column-then-row layouts (the same rules as the hand-written map, and its bytes); for a
 // 12-layer MLP it alternates columns and rows, moving 3.4 times fewer bytes than replicated
-// weights; a memory budget makes it split a model it would otherwise leave replicated.
+// weights; a memory budget makes it split a model it would otherwise leave replicated, and past
+// what any layout fits, split the state over the batch axis as well.
 #include <tessel/core.hpp>
 #include <tessel/layers/plans.hpp>
 
@@ -42,6 +43,18 @@ using automatic_split =
 using chosen_split = resolved_distribution_t<automatic_split, pair>;
 static_assert(same_rules(chosen_split::value, megatron::value) &&
               chosen_split::value.shard == shard_state::gradients);
+// Within 30 MB no layout fits (the pair's needs 34.4 MB): the compiler splits the state over
+// "data" too (26.0 MB, the same bytes); told not to (.split_state = false), it refuses the model
+// (compile_fail/no_layout_fits_device_memory.cpp).
+using within_30mb =
+    model_parallel<auto_layout<mesh_2x4, {.global_batch = 64, .memory_budget = 30'000'000}>,
+                   "data">;
+using chosen_30mb = resolved_distribution_t<within_30mb, pair>;
+static_assert(same_rules(chosen_30mb::value, megatron::value) &&
+              chosen_30mb::value.shard == shard_state::gradients);
+constexpr const layout_search& s30 = layout_search_v<within_30mb, pair>;
+static_assert(s30.ok && s30.bytes == s.bytes && s30.memory.peak() == 25'976'832 &&
+              s.memory.peak() == 34'373'632);
 
 // Twelve layers: columns and rows alternate.
 constexpr op_desc wide(const char* name) {

@@ -1,8 +1,9 @@
 // auto_layout's search against an oracle that plans every combination of choices (replicated,
 // columns or rows over each model axis, per layer with a kernel): on chains, a residual graph, a
 // 3-D mesh, a convolution and under memory budgets, the search's bytes per step are the
-// smallest of all; under a budget its plan fits, and when nothing fits it names the smallest
-// peak of all. And the chosen layout map as Keras code.
+// smallest of all; under a budget its plan fits, past the budget it splits the state over the
+// batch axis, and when nothing fits it names the smallest peak of all. And the chosen layout map
+// as Keras code.
 #include <catch2/catch.hpp>
 
 #include <array>
@@ -17,12 +18,12 @@ using namespace tessel;
 struct best_of_all {
   bool found = false;
   std::size_t cost = 0, memory = 0, plans = 0;  // cost: bytes, and flops by bytes_per_flop
-  std::size_t least_memory = 0;  // of every combination, within the budget or not
+  std::size_t least_memory = 0;                 // of every combination, within the budget or not
 };
 
 // Every combination of the layers' choices, planned.
-best_of_all exhaustive(const distribution_value& base, const mesh_value& mesh,
-                       const model_desc& model, const auto_layout_options& o) {
+best_of_all every_combination(const distribution_value& base, const mesh_value& mesh,
+                              const model_desc& model, const auto_layout_options& o) {
   layout_search s = start_layout_search(base, mesh, model, o);
   REQUIRE(s.ok);
   std::vector<layer_choice> options{{}};
@@ -59,6 +60,21 @@ best_of_all exhaustive(const distribution_value& base, const mesh_value& mesh,
     if (i == model.count) break;
   }
   return best;
+}
+
+// Every combination, and when none fits the budget (and the options allow it), every combination
+// again with the state split over the batch axis (shard_state::gradients).
+best_of_all exhaustive(const distribution_value& base, const mesh_value& mesh,
+                       const model_desc& model, const auto_layout_options& o) {
+  const best_of_all plain = every_combination(base, mesh, model, o);
+  if (plain.found || !o.split_state || !o.memory_budget || base.shard != shard_state::none ||
+      mesh.sizes[base.batch_axis] == 1)
+    return plain;
+  distribution_value split = base;
+  split.shard = shard_state::gradients;
+  best_of_all b = every_combination(split, mesh, model, o);
+  b.plans += plain.plans;
+  return b;
 }
 
 template <class Mesh>
@@ -148,6 +164,45 @@ TEST_CASE("auto_layout: a memory budget trades bytes for memory", "[auto_layout]
   CHECK(std::string(none.error) == "no choice of layouts fits the memory budget");
 }
 
+TEST_CASE("auto_layout: past the budget, the state split over the batch axis", "[auto_layout]") {
+  const model_desc pair = describe_model(
+      shape_value{1024}, std::array{dense_op<{.units = 4096, .activation = relu}>("col"),
+                                    dense_op<{.units = 1024}>("row")});
+  const distribution_value base = model_over<mesh_2x4>("data");
+  const layout_search free_run = search_layouts(base, base.mesh, pair, {.global_batch = 64});
+  REQUIRE(free_run.ok);
+  CHECK(free_run.chosen.shard == shard_state::none);
+  // 30 MB: no layout fits (the Megatron pair's, the least, needs 34.4 MB); with its state split
+  // the same layouts need 26.0 MB and move the same bytes.
+  const auto_layout_options tight{.global_batch = 64, .memory_budget = 30'000'000};
+  const layout_search split = search_layouts(base, base.mesh, pair, tight);
+  REQUIRE(split.ok);
+  CHECK(split.chosen.shard == shard_state::gradients);
+  CHECK(split.bytes == free_run.bytes);
+  CHECK(split.choices == free_run.choices);
+  CHECK(free_run.memory.peak() == 34'373'632);
+  CHECK(split.memory.peak() == 25'976'832);
+  check_against_oracle(base, pair, tight);
+  // Not allowed to split: nothing fits, and the least any layout needs is the pair's.
+  auto_layout_options unsplit = tight;
+  unsplit.split_state = false;
+  const layout_search refused = search_layouts(base, base.mesh, pair, unsplit);
+  CHECK_FALSE(refused.ok);
+  CHECK(refused.smallest_peak == free_run.memory.peak());
+  check_against_oracle(base, pair, unsplit);
+  // 20 MB: nothing fits even split; the least is the split pair's.
+  const layout_search none =
+      search_layouts(base, base.mesh, pair, {.global_batch = 64, .memory_budget = 20'000'000});
+  CHECK_FALSE(none.ok);
+  CHECK(none.smallest_peak == split.memory.peak());
+  // A distribution that names its own shard_state is searched under it alone.
+  distribution_value own = base;
+  own.shard = shard_state::optimizer;
+  const layout_search kept = search_layouts(own, own.mesh, pair, tight);
+  REQUIRE(kept.ok);
+  CHECK(kept.chosen.shard == shard_state::optimizer);
+}
+
 TEST_CASE("auto_layout: compute weighed in splits kernels on a mesh without data parallelism",
           "[auto_layout]") {
   // On 1x2 replicated kernels move nothing: by bytes alone they win. With compute weighed in
@@ -170,10 +225,10 @@ TEST_CASE("auto_layout: compute weighed in splits kernels on a mesh without data
   CHECK(weighed.flops * 2 == bytes_only.flops);
   check_against_oracle(base, pair, {.global_batch = 64, .bytes_per_flop = 0.01});
   const model_desc chain = describe_model(
-      shape_value{256}, std::array{dense_op<{.units = 512, .activation = relu}>("a"),
-                                   dense_op<{.units = 64, .activation = relu}>("b"),
-                                   dense_op<{.units = 1024, .activation = relu}>("c"),
-                                   dense_op<{.units = 8}>("d")});
+      shape_value{256},
+      std::array{dense_op<{.units = 512, .activation = relu}>("a"),
+                 dense_op<{.units = 64, .activation = relu}>("b"),
+                 dense_op<{.units = 1024, .activation = relu}>("c"), dense_op<{.units = 8}>("d")});
   for (double w : {1e-4, 1e-3, 0.1}) {
     INFO("bytes per flop " << w);
     check_against_oracle(model_over<mesh_2x4>("data"), chain,
@@ -182,9 +237,8 @@ TEST_CASE("auto_layout: compute weighed in splits kernels on a mesh without data
   // A convolution's flops count its output positions: 6 x rows x 6 x 6 x its 3 x 3 x 4 x 16
   // kernel (replicated here), and the dense after it.
   const model_desc conv = describe_model(
-      shape_value{8, 8, 4},
-      std::array{conv2d_op<{.filters = 16, .window = {3, 3}}>("conv"), flatten_op("flat"),
-                 dense_op<{.units = 8}>("d")});
+      shape_value{8, 8, 4}, std::array{conv2d_op<{.filters = 16, .window = {3, 3}}>("conv"),
+                                       flatten_op("flat"), dense_op<{.units = 8}>("d")});
   const layout_search c = search_layouts(base, base.mesh, conv, {.global_batch = 4});
   REQUIRE(c.ok);
   CHECK(c.flops == 6ull * 4 * (6 * 6 * 3 * 3 * 4 * 16 + 6 * 6 * 16 * 8));

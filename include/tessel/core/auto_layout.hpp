@@ -6,7 +6,8 @@
 // in a training step, as the planner counts them (its own steps: activations resharded, partial
 // products reduced, gradients reduced over the batch axis), with, if asked, the flops of its
 // weights' products weighed in (bytes_per_flop), among the layouts whose memory plan fits the
-// budget. It is a dynamic programme over the layers in topological order whose state is
+// budget; when none fits, the search runs again with the state split over the batch axis
+// (shard_state::gradients, split_state). It is a dynamic programme over the layers in topological order whose state is
 // the layouts of the activations later layers still read, with a Pareto front of bytes and
 // memory per state: exact for the planner's costs, which add up layer by layer. Every candidate
 // is planned by plan_model itself, so a choice the planner refuses (a dimension that does not
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "compilation.hpp"
@@ -45,6 +47,11 @@ struct auto_layout_options {
   // 5e-4 for an H100 over NVLink). 0, the default: bytes alone, so that on a mesh whose batch axis
   // has size 1 replicated weights, which move nothing, win unless the budget forces a split.
   double bytes_per_flop = 0.0;
+  // Whether, when no layout fits memory_budget, the search may also split each process's
+  // optimizer state and gradients over the batch axis (shard_state::gradients, ZeRO-2): the same
+  // bytes on the wire as the all-reduce it replaces, half or less of the slots. Not taken when a
+  // layout fits without it, nor when the distribution names a shard_state itself.
+  bool split_state = true;
 };
 
 // The layouts left to the compiler: model_parallel<auto_layout<Mesh, {.global_batch = 64}>,
@@ -353,20 +360,42 @@ constexpr layout_search finish_layout_search(layout_search s) noexcept {
   return s;
 }
 
+// Whether a search over `base` that found nothing within the budget is tried again with the state
+// split over the batch axis (auto_layout_options::split_state).
+constexpr bool splits_when_over_budget(const distribution_value& base, const mesh_value& mesh,
+                                       const auto_layout_options& o) noexcept {
+  return o.split_state && o.memory_budget != 0 && base.shard == shard_state::none &&
+         mesh.sizes[base.batch_axis] > 1;
+}
+constexpr distribution_value with_split_state(distribution_value d) noexcept {
+  d.shard = shard_state::gradients;
+  return d;
+}
+
 // The whole search in one call (at run time, or at compile time for small models; a static
-// auto_layout runs each layer's step as its own constant expression).
+// auto_layout runs each layer's step as its own constant expression): over `base`, and when
+// nothing fits the budget, again with the state split (splits_when_over_budget).
 constexpr layout_search search_layouts(const distribution_value& base, const mesh_value& mesh,
                                        const model_desc& model,
                                        const auto_layout_options& o = {}) noexcept {
-  layout_search s = start_layout_search(base, mesh, model, o);
-  while (s.ok && s.done < model.count) s = advance_layout_search(s);
-  s = finish_layout_search(s);
+  auto search = [&](const distribution_value& b, const auto_layout_options& options,
+                    bool by_memory) {
+    layout_search s = start_layout_search(b, mesh, model, options, by_memory);
+    while (s.ok && s.done < model.count) s = advance_layout_search(s);
+    return finish_layout_search(s);
+  };
+  layout_search s = search(base, o, false);
+  const bool split = s.over_budget && splits_when_over_budget(base, mesh, o);
+  const distribution_value last = split ? with_split_state(base) : base;
+  if (split) {
+    const std::size_t plans = s.plans;
+    s = search(last, o, false);
+    s.plans += plans;
+  }
   if (s.over_budget) {
     auto_layout_options unbounded = o;
     unbounded.memory_budget = 0;
-    layout_search m = start_layout_search(base, mesh, model, unbounded, true);
-    while (m.ok && m.done < model.count) m = advance_layout_search(m);
-    s.smallest_peak = finish_layout_search(m).memory.peak();
+    s.smallest_peak = search(last, unbounded, true).memory.peak();
   }
   return s;
 }
@@ -432,20 +461,47 @@ struct chosen_rule<Mesh, Search, R, std::index_sequence<D...>> {
   static constexpr key_string key = value.key;
   using type = rule<key, to_spec(Mesh::value, value.layout.dims[D])...>;
 };
-template <class Mesh, class Search, fixed_string B, shard_state S,
+template <class Mesh, class Search, fixed_string B,
           class R = std::make_index_sequence<Search::value.chosen.rule_count>>
 struct chosen_distribution;
-template <class Mesh, class Search, fixed_string B, shard_state S, std::size_t... R>
-struct chosen_distribution<Mesh, Search, B, S, std::index_sequence<R...>> {
-  using type =
-      model_parallel<layout_map<Mesh, typename chosen_rule<Mesh, Search, R>::type...>, B, S>;
+template <class Mesh, class Search, fixed_string B, std::size_t... R>
+struct chosen_distribution<Mesh, Search, B, std::index_sequence<R...>> {
+  using type = model_parallel<layout_map<Mesh, typename chosen_rule<Mesh, Search, R>::type...>, B,
+                              Search::value.chosen.shard>;
 };
+
+// The same distribution with its state split over the batch axis (the search's second try).
+template <class Dist>
+struct split_state_of;
+template <class Mesh, auto_layout_options O, fixed_string B, shard_state S>
+struct split_state_of<model_parallel<auto_layout<Mesh, O>, B, S>> {
+  using type = model_parallel<auto_layout<Mesh, O>, B, shard_state::gradients>;
+};
+// The search over Dist, or, when nothing fits the budget and the options allow, over Dist with
+// its state split (instantiated only then).
+template <class Dist, model_desc Model, bool Split>
+struct final_search {
+  using dist = Dist;
+};
+template <class Dist, model_desc Model>
+struct final_search<Dist, Model, true> {
+  using dist = typename split_state_of<Dist>::type;
+};
+template <class Dist, model_desc Model>
+using final_search_t = final_search<Dist, Model,
+                                    searched_layouts<Dist, Model, false>.over_budget &&
+                                        splits_when_over_budget(Dist::value, Dist::mesh::value,
+                                                                Dist::layout_map::options)>;
 
 template <class Dist, model_desc Model>
 struct auto_layout_of {
+  using searched = typename final_search_t<Dist, Model>::dist;
   static constexpr layout_search value = [] {
-    layout_search s = searched_layouts<Dist, Model, false>;
-    s.smallest_peak = smallest_peak<Dist, Model, searched_layouts<Dist, Model, false>.over_budget>;
+    layout_search s = searched_layouts<searched, Model, false>;
+    if constexpr (!std::is_same_v<searched, Dist>)
+      s.plans += searched_layouts<Dist, Model, false>.plans;
+    s.smallest_peak =
+        smallest_peak<searched, Model, searched_layouts<searched, Model, false>.over_budget>;
     return s;
   }();
   static constexpr key_string error_{value.error};
@@ -467,7 +523,7 @@ struct resolved_distribution {
 template <class Mesh, auto_layout_options O, fixed_string B, shard_state S, model_desc Model>
 struct resolved_distribution<model_parallel<auto_layout<Mesh, O>, B, S>, Model> {
   using search = auto_layout_of<model_parallel<auto_layout<Mesh, O>, B, S>, Model>;
-  using type = typename chosen_distribution<Mesh, search, B, S>::type;
+  using type = typename chosen_distribution<Mesh, search, B>::type;
 };
 
 }  // namespace detail
