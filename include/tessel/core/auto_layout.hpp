@@ -7,13 +7,13 @@
 // products reduced, gradients reduced over the batch axis), with, if asked, the flops of its
 // weights' products weighed in (bytes_per_flop), among the layouts whose memory plan fits the
 // budget; when none fits, the search runs again with the state split over the batch axis
-// (shard_state::gradients, split_state). It is a dynamic programme over the layers in topological order whose state is
-// the layouts of the activations later layers still read, with a Pareto front of bytes and
-// memory per state: exact for the planner's costs, which add up layer by layer. Every candidate
-// is planned by plan_model itself, so a choice the planner refuses (a dimension that does not
-// divide) is never made. When the program compiles, each layer's step is its own constant
-// expression; the result is a plain model_parallel<layout_map<...>> type, printable as Keras
-// code (layout_map_code).
+// (shard_state::gradients, split_state). It is a dynamic programme over the layers in
+// topological order whose state is the layouts of the activations later layers still read, with
+// a Pareto front of bytes and memory per state: exact for the planner's costs, which add up layer
+// by layer. Every candidate is planned by plan_model itself, so a choice the planner refuses (a
+// dimension that does not divide) is never made. When the program compiles, each layer's step is
+// its own constant expression; the result is a plain model_parallel<layout_map<...>> type,
+// printable as Keras code (layout_map_code).
 #pragma once
 
 #include <algorithm>
@@ -477,25 +477,14 @@ template <class Mesh, auto_layout_options O, fixed_string B, shard_state S>
 struct split_state_of<model_parallel<auto_layout<Mesh, O>, B, S>> {
   using type = model_parallel<auto_layout<Mesh, O>, B, shard_state::gradients>;
 };
-// The search over Dist, or, when nothing fits the budget and the options allow, over Dist with
-// its state split (instantiated only then).
-template <class Dist, model_desc Model, bool Split>
-struct final_search {
-  using dist = Dist;
-};
-template <class Dist, model_desc Model>
-struct final_search<Dist, Model, true> {
-  using dist = typename split_state_of<Dist>::type;
-};
-template <class Dist, model_desc Model>
-using final_search_t = final_search<Dist, Model,
-                                    searched_layouts<Dist, Model, false>.over_budget &&
-                                        splits_when_over_budget(Dist::value, Dist::mesh::value,
-                                                                Dist::layout_map::options)>;
-
 template <class Dist, model_desc Model>
 struct auto_layout_of {
-  using searched = typename final_search_t<Dist, Model>::dist;
+  // The distribution searched last: Dist, or, when nothing fits the budget and the options
+  // allow, Dist with its state split (whose search is instantiated only then).
+  using searched = std::conditional_t<searched_layouts<Dist, Model, false>.over_budget &&
+                                          splits_when_over_budget(Dist::value, Dist::mesh::value,
+                                                                  Dist::layout_map::options),
+                                      typename split_state_of<Dist>::type, Dist>;
   static constexpr layout_search value = [] {
     layout_search s = searched_layouts<searched, Model, false>;
     if constexpr (!std::is_same_v<searched, Dist>)
@@ -507,11 +496,11 @@ struct auto_layout_of {
   static constexpr key_string error_{value.error};
   static constexpr bool over_budget_ = value.over_budget;
   static constexpr std::size_t smallest_peak_ = value.smallest_peak;
-  static_assert(require < value.ok || !over_budget_,
-                diagnostic::no_layout_fits_device_memory < Dist::layout_map::options.memory_budget,
-                smallest_peak_ >>);
-  static_assert(require < value.ok || over_budget_,
-                diagnostic::auto_layout_cannot_plan_the_model < error_ >>);
+  static_assert(require<value.ok || !over_budget_,
+                        diagnostic::no_layout_fits_device_memory<
+                            Dist::layout_map::options.memory_budget, smallest_peak_>>);
+  static_assert(require<value.ok || over_budget_,
+                        diagnostic::auto_layout_cannot_plan_the_model<error_>>);
 };
 
 // The distribution a model runs under: Dist, or for model_parallel<auto_layout<...>> the
@@ -559,13 +548,12 @@ TESSEL_INLINE std::string layout_map_code(const distribution_value& d) {
     }
     r += l.rank == 1 ? ",)\n" : ")\n";
   }
-  r += "distribution = keras.distribution.ModelParallel(layout_map=layout_map, "
-       "batch_dim_name=\"" +
-       std::string(d.mesh.names[d.batch_axis].view()) + "\")\n";
+  const std::string batch(d.mesh.names[d.batch_axis].view());
+  r += "distribution = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name=\"" +
+       batch + "\")\n";
   if (d.splits_state())
     r += std::string("# tessel also splits each process's optimizer state") +
-         (d.shard == shard_state::gradients ? " and gradients" : "") + " over \"" +
-         std::string(d.mesh.names[d.batch_axis].view()) +
+         (d.shard == shard_state::gradients ? " and gradients" : "") + " over \"" + batch +
          "\" (shard_state); Keras has no such option\n";
   return r;
 }

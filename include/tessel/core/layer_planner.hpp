@@ -123,6 +123,7 @@ class layer_planner {
         }
     // State split over the batch axis: after each process updates its part, the parts of every
     // variable whose gradient was reduced over the axis are all-gathered.
+    std::array<bool, max_variables> gathered{};
     if (plan_.ok && sharded())
       for (std::size_t k = backward_begin, end = plan_.count; k < end; ++k)
         if (plan_.steps[k].role == step_role::variable_gradient &&
@@ -136,6 +137,7 @@ class layer_planner {
           b.step.bytes = b.step.bytes == unknown_bytes ? unknown_bytes : b.step.bytes / n;
           b.step.wire_bytes = detail::wire_bytes(collective::all_gather, b.step.bytes, n);
           b.runner = step_runner::after_update;
+          gathered[b.index] = true;
           push(b);
         }
     // Each part of a split state is a run of values reduced over the batch axis: a trainable
@@ -143,11 +145,7 @@ class layer_planner {
     // itself) has no part to update.
     if (plan_.ok && sharded() && plan_.mesh.sizes[dist_.batch_axis] != 1)
       for (std::size_t v = 0; v < plan_.variable_count; ++v) {
-        bool gathered = !plan_.variables[v].trainable;
-        for (std::size_t k = backward_begin; k < plan_.count && !gathered; ++k)
-          gathered = plan_.steps[k].runner == step_runner::after_update &&
-                     plan_.steps[k].index == v;
-        if (gathered) continue;
+        if (gathered[v] || !plan_.variables[v].trainable) continue;
         op_ = plan_.variables[v].op;
         fail("state split over the batch axis (shard_state) needs every trainable variable's "
              "gradient reduced over that axis, and this variable is split over it; lay it out "
