@@ -49,15 +49,17 @@ inline array<std::int32_t> argmax_labels(const array<float>& y) {
   return labels;
 }
 
-// `loss`: a Keras name, one of the library's losses, or a user's loss type.
+// `loss`: a Keras name, one of the library's losses, or a user's loss type. `bucket_cap_mb`: the
+// sharded model's gradient buckets.
 template <class Sharded, class Single, class Y, class Loss = loss_spec>
 void compare(const char* what, const array<float>& x_all, const array<Y>& y_all,
-             const char* optimizer = "rmsprop", Loss given = "mse") {
+             const char* optimizer = "rmsprop", Loss given = "mse", double bucket_cap_mb = 25.0) {
   const loss_function<typename Single::backend> loss(given);
   Sharded sharded;
   Single single;
   sharded.compile({.optimizer = optimizer, .loss = loss, .metrics = {"accuracy"}});
   single.compile({.optimizer = optimizer, .loss = loss, .metrics = {"accuracy"}});
+  sharded.set_gradient_options({.bucket_cap_mb = bucket_cap_mb});
   std::string name(what);
   check(sharded.get_weights() == single.get_weights(), name + ": the same initial weights");
   double worst_loss = 0, worst_metric = 0;

@@ -9,6 +9,7 @@
 //   - explain() prints the steps; a checkpoint and a .weights.h5 saved under one option restore
 //     under another option, another process count's plain data_parallel and one device, and
 //     training goes on as one device's.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -30,6 +31,41 @@ using tessel::testing::shared_dir;
 using tessel::testing::train_both;
 using zero1 = data_parallel<device_mesh<axis<"batch">>, shard_state::optimizer>;
 using zero2 = data_parallel<device_mesh<axis<"batch">>, shard_state::gradients>;
+// Five layers, trained in buckets of one gradient each: under shard_state::gradients the buckets'
+// buffers are transient (the parts of the sums and two buckets take less than all of them).
+template <class Dist>
+using deep =
+    sequential<Dist, layers::input<12>, layers::dense<32, {.activation = "relu"}>,
+               layers::dense<32, {.activation = "relu"}>, layers::dense<32, {.activation = "relu"}>,
+               layers::dense<32, {.activation = "relu"}>, layers::dense<4>>;
+constexpr double one_gradient_each = 1e-6;  // bucket_cap_mb
+
+// With transient buckets, what needs whole gradients after the step is refused with the reason:
+// value_and_grad, and a change of buckets while compute_loss_and_gradients' gradients wait.
+void transient_refusals(const testing::data_set& d) {
+  deep<zero2> m;
+  m.compile({.optimizer = "adam", .loss = "mse"});
+  m.set_gradient_options({.bucket_cap_mb = one_gradient_each});
+  const array<float> x = data::slice_rows(d.x, 0, 16);
+  const array<float> y = data::slice_rows(d.y, 0, 16);
+  const bool split = num_processes() > 1;
+  const std::string grads = testing::error_of([&] {
+    m.value_and_grad(m.trainable_state(), m.non_trainable_state(), x, y);
+  });
+  check(split ? has(grads, "value_and_grad: under shard_state::gradients") &&
+                    has(grads, "use shard_state::optimizer")
+              : grads.empty(),
+        "value_and_grad under transient buckets: " + (split ? grads : "runs on one process"));
+  m.compute_loss_and_gradients(x, y);
+  const std::string rebuilt = testing::error_of([&] { m.set_gradient_options({}); });
+  check(split ? has(rebuilt, "call apply_gradients first") : rebuilt.empty(),
+        "a change of buckets while gradients wait: " + (split ? rebuilt : "kept on one process"));
+  m.apply_gradients();
+  // After the update the buckets may change, and training goes on.
+  check(testing::error_of([&] { m.set_gradient_options({}); }).empty() &&
+            std::isfinite(*find_log(m.train_on_batch(x, y), "loss")),
+        "after apply_gradients the buckets change and training goes on");
+}
 
 // The state each process keeps, its bucket rebuilt, read back, saved and restored elsewhere.
 template <class Dist, class Other>
@@ -142,7 +178,11 @@ int main(int argc, char** argv) {
           (std::string("shard_state::optimizer, ") + opt).c_str(), d.x, d.y, opt, loss);
       testing::compare<mlp<zero2>, mlp<one_device>>(
           (std::string("shard_state::gradients, ") + opt).c_str(), d.x, d.y, opt, loss);
+      testing::compare<deep<zero2>, deep<one_device>>(
+          (std::string("shard_state::gradients, transient buckets, ") + opt).c_str(), d.x, d.y,
+          opt, loss, one_gradient_each);
     }
+    transient_refusals(d);
     testing::uneven<zero1>("shard_state::optimizer", d);
     testing::uneven<zero2>("shard_state::gradients", d);
     testing::fit_equal<zero1>("shard_state::optimizer", d);

@@ -31,14 +31,25 @@ static_assert(plain.peak() == plain.weights + plain.gradients + plain.optimizer_
                                   plain.activations + plain.activation_gradients);
 static_assert(plain.largest() == "optimizer state");
 
-// ZeRO-1: half the slots; ZeRO-2 the same (the reduce-scattered parts lie in the buffer).
+// ZeRO-1: half the slots, the whole gradient buffer (the reduce-scattered parts lie in it).
 constexpr memory_plan zero1 =
     memory_plan_v<data_parallel<mesh2, shard_state::optimizer>, wide, batch, 2>;
 static_assert(zero1.optimizer_state == params * 4 && zero1.gradients == params * 4);
+// ZeRO-2: half the slots; the parts of the sums (half the gradients) and two buckets of 25 MB at
+// most at once. Backward completes d4's kernel and bias (one bucket), then each 4096 x 4096
+// kernel (67 MB) and each bias in a bucket of its own: the largest two consecutive buckets are
+// d4's and d3's kernel.
 constexpr memory_plan zero2 =
     memory_plan_v<data_parallel<mesh2, shard_state::gradients>, wide, batch, 2>;
-static_assert(zero2.optimizer_state == params * 4 && zero2.gradients == params * 4);
-static_assert(zero1.peak() == zero2.peak() && zero2.peak() < plain.peak());
+static_assert(zero2.optimizer_state == params * 4);
+static_assert(zero2.gradients == (params / 2 + (4096 * 10 + 10) + 4096 * 4096) * 4);
+static_assert(zero2.peak() < zero1.peak() && zero1.peak() < plain.peak());
+// With buckets of 100 MB, d4's and d3's gradients share one, then d2's and d1's one each: the
+// largest two are d3's and d2's, more than the whole buffer less the parts.
+static_assert(plan_memory(model_plan_v<data_parallel<mesh2, shard_state::gradients>, wide, batch>,
+                          data_parallel<mesh2, shard_state::gradients>::value, 2, 4,
+                          100'000'000 / 4)
+                  .gradients == params * 4);
 
 // A budget: 1 GB fits each, 700 MB only the split states.
 static_assert(fits_in_memory<data_parallel<mesh2>, wide, batch, 2, 1'000'000'000>);

@@ -6,6 +6,7 @@
 // stores from one step to the next), so the peak is their sum.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <string_view>
@@ -73,11 +74,15 @@ constexpr std::size_t local_elements(const shape_value& shape, const layout_valu
 }
 }  // namespace detail
 
+// The gradient buckets' size by default: 25 MB (DDP's bucket_cap_mb), in elements of 4 bytes.
+inline constexpr std::size_t default_bucket_elements = 25'000'000 / 4;
+
 // The memory of a training step planned as `p` (plan_model of a global batch) under `d`, with an
 // optimizer of `slots` slots per trainable variable (SGD 0, or 1 with momentum; Adam 2; RMSprop 1
-// to 3) and elements of `element_size` bytes.
+// to 3), elements of `element_size` bytes and gradient buckets of `bucket_elements` elements.
 constexpr memory_plan plan_memory(const model_plan& p, const distribution_value& d,
-                                  std::size_t slots, std::size_t element_size = 4) noexcept {
+                                  std::size_t slots, std::size_t element_size = 4,
+                                  std::size_t bucket_elements = default_bucket_elements) noexcept {
   memory_plan m{};
   const std::size_t es = element_size;
   // Every trainable variable's gradient (under model_parallel, its shard's) is reduced over the
@@ -85,15 +90,41 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
   // (shard_state).
   const bool split = d.splits_state() && p.mesh.sizes[d.batch_axis] > 1;
   const std::size_t n = split ? p.mesh.sizes[d.batch_axis] : 1;
+  auto padded = [&](const variable_plan& v) {
+    const std::size_t local = detail::elements(v.local);
+    return split ? (local + n - 1) / n * n : local;
+  };
   for (std::size_t i = 0; i < p.variable_count; ++i) {
     const variable_plan& v = p.variables[i];
-    const std::size_t local = detail::elements(v.local);
-    const std::size_t padded = split ? (local + n - 1) / n * n : local;
-    m.weights += (v.trainable ? padded : local) * es;
+    m.weights += (v.trainable ? padded(v) : detail::elements(v.local)) * es;
     if (!v.trainable) continue;
-    // (The reduce-scattered parts lie in the gradient buffer itself, MPI_IN_PLACE.)
-    m.gradients += padded * es;
-    m.optimizer_state += slots * (split ? padded / n : local) * es;
+    // (Under shard_state::optimizer the reduce-scattered parts lie in the gradient buffer
+    // itself, MPI_IN_PLACE.)
+    m.gradients += padded(v) * es;
+    m.optimizer_state += slots * padded(v) / n * es;
+  }
+  // Reduce-scattered gradients (shard_state::gradients): this process's parts of the sums, and
+  // at most two buckets' whole gradients at once (gradient_buckets: a bucket's buffer lives
+  // while backward fills it and it is reduced, until the bucket after next opens), where that
+  // takes less than all the buckets. The buckets are the reduced gradients in the order backward
+  // completes them, each bucket closed when the next gradient would take it past
+  // `bucket_elements` (and holding one at least).
+  if (split && d.shard == shard_state::gradients) {
+    std::size_t parts = 0, previous = 0, current = 0, most = 0;
+    for (const planned_step& s : p) {
+      if (s.when != phase::backward || !is_gradient_of_variable(s.role) ||
+          s.step.kind != collective::reduce_scatter)
+        continue;
+      const std::size_t size = padded(p.variables[s.index]);
+      parts += size / n;
+      if (current > 0 && current + size > bucket_elements) {
+        previous = current;
+        current = 0;
+      }
+      current += size;
+      most = std::max(most, previous + current);
+    }
+    m.gradients = std::min(m.gradients, (parts + most) * es);
   }
   for (std::size_t a = 0; a < p.activation_count; ++a) {
     const activation_plan& act = p.activations[a];

@@ -82,11 +82,16 @@ class executor_core {
  public:
   using matrix = typename B::matrix;
   using tensor = basic_dtensor<B>;
-  // Called after an op's backward with its variables, whose gradients are then final.
+  // Called after an op's backward with its variables, whose gradients are then final; and, when
+  // the caller asks, before it (`before`: the gradients' memory is the caller's to provide).
   struct variables_ready {
     void* target = nullptr;
     void (*call)(void*, std::span<variable<B>* const>) = nullptr;
+    void (*before)(void*, std::span<variable<B>* const>) = nullptr;
     void operator()(std::span<variable<B>* const> v) const { call(target, v); }
+    void starting(std::span<variable<B>* const> v) const {
+      if (before != nullptr) before(target, v);
+    }
   };
 
   // The layouts the plan chose for each op, and this device's mesh coordinates (under a
@@ -365,14 +370,19 @@ class executor : public executor_core<B> {
 
   // Backward from dy, the gradient of this device's block of the output (the op that made the
   // output may change it in place). After each op, `on_op(variables)` receives its variables,
-  // whose gradients are then final.
+  // whose gradients are then final; before it, `on_op.before_layer(variables)`, if it has one
+  // (the gradient buckets give the gradients their memory there, under a split of the gradients).
   template <class Resharder, class OnOp>
   void backward(ops_tuple& ops, const matrix& dy, const pass_context& c, Resharder& reshard,
                 OnOp&& on_op) {
     using F = std::remove_reference_t<OnOp>;
-    const typename core::variables_ready ready{
+    typename core::variables_ready ready{
         const_cast<void*>(static_cast<const void*>(&on_op)),
         [](void* f, std::span<variable<B>* const> v) { (*static_cast<F*>(f))(v); }};
+    if constexpr (requires(F& f, std::span<variable<B>* const> v) { f.before_layer(v); })
+      ready.before = [](void* f, std::span<variable<B>* const> v) {
+        static_cast<F*>(f)->before_layer(v);
+      };
     this->start_backward(dy);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (backward_op<N - 1 - I>(std::get<N - 1 - I>(ops), c, reshard, ready), ...);
@@ -409,6 +419,7 @@ class executor : public executor_core<B> {
                                     s.result_gradient_store, "output_gradient");
         dy = s.result_gradient.local();
       }
+      on_op.starting(std::span<variable<B>* const>(this->vars_[I]));
       const op_grads<B> g = this->gradient_targets(I, reshard);
       const op_gradients<B> d = op.backward(s.args, dy, g, c, reshard);
       this->after_backward(I, d, reshard, on_op);

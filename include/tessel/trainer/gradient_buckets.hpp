@@ -3,6 +3,13 @@
 // 25 MB buckets by default, as DDP's bucket_cap_mb). The gradients live in one flat buffer, in
 // the order backward produces them, and each variable's `gradient` is a view of its part of it
 // (DDP's gradient_as_bucket_view), so filling a bucket copies nothing.
+//
+// When every bucket is reduce-scattered over the processes (shard_state::gradients, ZeRO-2), the
+// whole gradients are needed only until their bucket's reduce-scatter ends: each bucket then has
+// a buffer of its own, allocated when backward reaches its first gradient (open) and released
+// once its reduction has ended, at the latest when the bucket after next opens. So at most two
+// buckets' buffers are held at once, beside this process's parts of the sums (DeepSpeed's
+// partitioned gradients and reduction bucket; FSDP's reduce-scatter per unit).
 #pragma once
 
 #include <algorithm>
@@ -27,6 +34,10 @@ namespace tessel {
 struct gradient_options {
   double bucket_cap_mb = 25.0;  // MB of 10^6 bytes, as DDP's bucket_cap_mb
   bool overlap = true;
+  // The cap in gradient values (4 bytes each).
+  [[nodiscard]] std::size_t cap_elements() const noexcept {
+    return static_cast<std::size_t>(bucket_cap_mb * 1e6 / sizeof(float));
+  }
 };
 
 // The communication of the training steps since the last reset: where the time of the gradient
@@ -97,6 +108,8 @@ class gradient_buckets {
   // are never held at once.
   void build(const bound_mesh<C>& pm, std::vector<entry> entries, gradient_options o,
              collective_log* log = nullptr, std::size_t parts = 1, bool keep = true) {
+    const bool transient = transient_for(entries, parts, o.cap_elements());
+    if (keep && (transient || transient_)) throw value_error(std::string(kept_scattered_parts));
     pm_ = &pm;
     log_ = log;
     options_ = o;
@@ -108,9 +121,12 @@ class gradient_buckets {
     std::size_t total = 0;
     std::vector<std::pair<std::size_t, std::size_t>> shapes;
     for (const auto& e : entries) {
-      shapes.emplace_back(B::rows(e.var->gradient), B::cols(e.var->gradient));
+      shapes.emplace_back(B::rows(e.var->value.local()), B::cols(e.var->value.local()));
       total += padded(shapes.back().first * shapes.back().second);
     }
+    const bool scattered = std::any_of(entries.begin(), entries.end(), [](const entry& e) {
+      return e.steps.first().kind == collective::reduce_scatter;
+    });
     // The gradients keep their values: a rebuild (new options, a second compile, another plan)
     // between compute_loss_and_gradients and apply_gradients loses nothing. `previous` keeps the
     // old buffer alive while they are copied out of it; a gradient that leaves the buckets gets
@@ -120,39 +136,44 @@ class gradient_buckets {
       bool stays = false;
       for (const auto& e : entries) stays = stays || e.var == old.var;
       if (stays) continue;
-      const typename B::matrix own = B::make_matrix(
-          old.var->path + "/gradient", B::rows(old.var->gradient), B::cols(old.var->gradient));
+      const typename B::matrix& value = old.var->value.local();
+      if (transient_) {  // (its gradient was the bucket's while backward ran)
+        old.var->gradient =
+            B::make_zeros(old.var->path + "/gradient", B::rows(value), B::cols(value));
+        continue;
+      }
+      const typename B::matrix own =
+          B::make_matrix(old.var->path + "/gradient", B::rows(value), B::cols(value));
       B::copy(old.var->gradient, own);
       old.var->gradient = own;
     }
     entries_ = entries;
+    shapes_ = shapes;
+    transient_ = transient;
     if (!keep)
       for (const auto& e : entries) e.var->gradient = typename B::matrix();
     flat_ = part_gradients_ = typename B::matrix();
     stats_.buckets = 0;
     stats_.bytes = 0;
     if (total == 0) return;
-    flat_ = B::make_zeros("gradient_buckets", 1, total);
-    const bool scattered = std::any_of(entries.begin(), entries.end(), [](const entry& e) {
-      return e.steps.first().kind == collective::reduce_scatter;
-    });
-    if (parts > 1 && scattered && !in_place_parts)
+    if (!transient_) flat_ = B::make_zeros("gradient_buckets", 1, total);
+    if (parts > 1 && scattered && !in_place())
       part_gradients_ = B::make_zeros("gradient_parts", 1, total / parts);
-    const auto cap = static_cast<std::size_t>(o.bucket_cap_mb * 1e6 / sizeof(float));
+    const std::vector<bool> starts = bucket_starts(entries, parts, o.cap_elements());
     std::size_t offset = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const entry& e = entries[i];
       const auto [rows, cols] = shapes[i];
       const std::size_t n = padded(rows * cols);
-      if (buckets_.empty() || !alike(buckets_.back().steps, e.steps) ||
-          (buckets_.back().size > 0 && buckets_.back().size + n > cap))
-        buckets_.push_back({offset, 0, e.steps, 0, 0, {}, false});
+      if (starts[i]) buckets_.push_back({offset, 0, e.steps, 0, 0, {}, false, i, {}});
       bucket& b = buckets_.back();
       b.size += n;
       ++b.members;
-      const typename B::matrix old = e.var->gradient;
-      e.var->gradient = B::alias(flat_, offset, rows, cols);
-      if (keep) B::copy(old, e.var->gradient);
+      if (!transient_) {
+        const typename B::matrix old = e.var->gradient;
+        e.var->gradient = B::alias(flat_, offset, rows, cols);
+        if (keep) B::copy(old, e.var->gradient);
+      }
       owner_.push_back({e.var, buckets_.size() - 1});
       places_.push_back({e.var, offset, rows * cols});
       offset += n;
@@ -161,6 +182,48 @@ class gradient_buckets {
     stats_.bytes = total * sizeof(float);
     reset_stats();
   }
+
+  // Which of `entries` start a bucket: consecutive entries with the same steps share one until
+  // the next would take it past `cap` values (each padded to a multiple of `parts`).
+  static std::vector<bool> bucket_starts(const std::vector<entry>& entries, std::size_t parts,
+                                         std::size_t cap) {
+    std::vector<bool> starts(entries.size());
+    std::size_t size = 0;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const std::size_t n = padded_size(*entries[i].var, parts);
+      starts[i] = i == 0 || !alike(entries[i - 1].steps, entries[i].steps) ||
+                  (size > 0 && size + n > cap);
+      size = (starts[i] ? 0 : size) + n;
+    }
+    return starts;
+  }
+  // Whether buckets of `entries` over `parts` processes with `cap` have transient buffers: every
+  // gradient is reduce-scattered, and the parts of the sums with the two largest consecutive
+  // buckets take less memory than all the buckets (the memory plan's rule, plan_memory).
+  static bool transient_for(const std::vector<entry>& entries, std::size_t parts,
+                            std::size_t cap) {
+    if (parts <= 1 || entries.empty() ||
+        !std::all_of(entries.begin(), entries.end(), [](const entry& e) {
+          return e.steps.count == 1 && e.steps.first().kind == collective::reduce_scatter;
+        }))
+      return false;
+    const std::vector<bool> starts = bucket_starts(entries, parts, cap);
+    std::size_t total = 0, previous = 0, current = 0, most = 0;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const std::size_t n = padded_size(*entries[i].var, parts);
+      total += n;
+      if (starts[i] && i > 0) previous = current, current = 0;
+      current += n;
+      most = std::max(most, previous + current);
+    }
+    return total / parts + most < total;
+  }
+  // Why gradients waiting for an update cannot be kept through a rebuild of such buckets.
+  static constexpr std::string_view kept_scattered_parts =
+      "tessel: the gradient buckets would change (new gradient options, a second compile or "
+      "another global batch's plan) while the gradients of compute_loss_and_gradients wait for "
+      "apply_gradients; under shard_state::gradients each process holds only its part of their "
+      "sums, laid out by the buckets, so they cannot be kept: call apply_gradients first";
 
   [[nodiscard]] bool empty() const noexcept { return buckets_.empty(); }
   // The gradients the buckets take, in build()'s order.
@@ -187,14 +250,18 @@ class gradient_buckets {
       r.push_back({b.offset, b.size, b.steps.first().kind == collective::reduce_scatter});
     return r;
   }
+  // (None when the buckets' buffers are transient: each bucket's lives while it is reduced.)
   [[nodiscard]] const typename B::matrix& flat() const noexcept { return flat_; }
+  [[nodiscard]] bool transient() const noexcept { return transient_; }
   // This process's part of the sums of the reduce-scattered bucket at `offset`, of `part` values.
   [[nodiscard]] typename B::matrix part_gradient(std::size_t offset, std::size_t part) const {
-    return in_place_parts ? B::alias(flat_, offset, 1, part)
-                          : B::alias(part_gradients_, offset / parts_, 1, part);
+    return in_place() ? B::alias(flat_, offset, 1, part)
+                      : B::alias(part_gradients_, offset / parts_, 1, part);
   }
-  // A reduce-scatter leaves its part in the bucket itself on the MPI communicator.
+  // A reduce-scatter leaves its part in the bucket itself on the MPI communicator (unless the
+  // bucket's buffer is transient).
   static constexpr bool in_place_parts = std::is_same_v<C, comm::communicator>;
+  [[nodiscard]] bool in_place() const noexcept { return in_place_parts && !transient_; }
 
   // Before a backward pass.
   void begin() {
@@ -204,17 +271,32 @@ class gradient_buckets {
     }
     backward_start_ = clock::now();
   }
+  // Backward is about to compute the gradient of `v`: with transient buffers, its bucket's
+  // buffer is allocated (zeros: the padding stays zero) and its members' gradients made views of
+  // it, after every bucket before the previous one has been reduced and released.
+  void open(const variable<B>* v) {
+    if (!transient_) return;
+    const std::size_t index = bucket_of(v);
+    if (index == npos) return;
+    bucket& b = buckets_[index];
+    if (B::comm_span(b.store).data() != nullptr) return;
+    for (std::size_t j = 0; j + 1 < index; ++j) release(buckets_[j]);
+    b.store = B::make_zeros("gradient_bucket", 1, b.size);
+    for (std::size_t m = 0; m < b.members; ++m) {
+      const std::size_t e = b.first + m;
+      entries_[e].var->gradient = B::alias(b.store, places_[e].offset - b.offset,
+                                           shapes_[e].first, shapes_[e].second);
+    }
+  }
   // The gradient of `v` is complete; its bucket starts reducing when it is the last one.
   void ready(const variable<B>* v) {
-    for (const auto& [var, index] : owner_) {
-      if (var != v) continue;
-      bucket& b = buckets_[index];
-      if (++b.ready == b.members && options_.overlap) {
-        const auto t0 = clock::now();
-        start(b);
-        stats_.backward_mpi_seconds += seconds_since(t0);
-      }
-      return;
+    const std::size_t index = bucket_of(v);
+    if (index == npos) return;
+    bucket& b = buckets_[index];
+    if (++b.ready == b.members && options_.overlap) {
+      const auto t0 = clock::now();
+      start(b);
+      stats_.backward_mpi_seconds += seconds_since(t0);
     }
   }
   // Lets MPI progress the collectives in flight (MPI progresses inside MPI calls only).
@@ -234,6 +316,7 @@ class gradient_buckets {
     run_blocking(0, false);
     for (auto& b : buckets_) b.request.wait();
     run_blocking(1, true);
+    for (auto& b : buckets_) release(b);
     ++stats_.steps;
     stats_.backward_seconds += std::chrono::duration<double>(t0 - backward_start_).count();
     stats_.exposed_seconds += seconds_since(t0);
@@ -258,7 +341,34 @@ class gradient_buckets {
     std::size_t members = 0, ready = 0;
     typename C::request request;
     bool started = false;
+    std::size_t first = 0;     // its first entry
+    typename B::matrix store;  // its transient buffer, while backward fills it and it is reduced
   };
+  static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+  // A gradient's values in the buckets: its block's, padded to a multiple of `parts`.
+  static std::size_t padded_size(const variable<B>& v, std::size_t parts) {
+    const std::size_t n = B::rows(v.value.local()) * B::cols(v.value.local());
+    return (n + parts - 1) / parts * parts;
+  }
+  std::size_t bucket_of(const variable<B>* v) const noexcept {
+    for (const auto& [var, index] : owner_)
+      if (var == v) return index;
+    return npos;
+  }
+  // A transient bucket's buffer, once its reduction has ended (started here if it has not).
+  void release(bucket& b) {
+    if (!transient_ || B::comm_span(b.store).data() == nullptr) return;
+    if (!b.started) start(b);
+    b.request.wait();
+    for (std::size_t m = 0; m < b.members; ++m)
+      entries_[b.first + m].var->gradient = typename B::matrix();
+    b.store = typename B::matrix();
+  }
+  // The values of bucket `b` in the collectives' memory.
+  std::span<float> data_of(const bucket& b) {
+    if (transient_) return B::comm_span(b.store);
+    return B::comm_span(flat_).subspan(b.offset, b.size);
+  }
   // Buckets that may share one call: the same steps over the same axes (their roots alike).
   static bool alike(const gradient_steps& a, const gradient_steps& b) noexcept {
     if (a.count != b.count) return false;
@@ -273,7 +383,6 @@ class gradient_buckets {
   // with `started` true, of every bucket, one call each (a bucket is the unit of fusion, as
   // bucket_cap_mb sets it).
   void run_blocking(std::size_t k, bool started) {
-    const std::span<float> all = B::comm_span(flat_);
     for (std::size_t i = 0; i < buckets_.size();) {
       if ((buckets_[i].started && !started) || buckets_[i].steps.count <= k) {
         ++i;
@@ -286,15 +395,15 @@ class gradient_buckets {
              !buckets_[j].started && alike(buckets_[j].steps, buckets_[i].steps) &&
              size + buckets_[j].size <= max_call)
         size += buckets_[j++].size;
-      const std::span<float> data = all.subspan(buckets_[i].offset, size);
+      const std::span<float> data =
+          transient_ ? data_of(buckets_[i]) : B::comm_span(flat_).subspan(buckets_[i].offset, size);
       comm::run_step(*pm_, step, std::span<const float>(data), output(buckets_[i], step, data));
       record(step, size);
       i = j;
     }
   }
   void start(bucket& b) {
-    const std::span<float> all = B::comm_span(flat_);
-    const std::span<float> data = all.subspan(b.offset, b.size);
+    const std::span<float> data = data_of(b);
     b.request = comm::start_step(*pm_, b.steps.first(), std::span<const float>(data),
                                  output(b, b.steps.first(), data));
     b.started = true;
@@ -304,7 +413,7 @@ class gradient_buckets {
   // the start of the bucket (or in part_gradients()).
   std::span<float> output(const bucket& b, const reshard_step& s, std::span<float> data) {
     if (s.kind != collective::reduce_scatter) return data;
-    if (in_place_parts) return data.subspan(0, b.size / parts_);
+    if (in_place()) return data.subspan(0, b.size / parts_);
     return B::comm_span(part_gradients_).subspan(b.offset / parts_, b.size / parts_);
   }
   void record(const reshard_step& s, std::size_t floats) {
@@ -320,6 +429,8 @@ class gradient_buckets {
   std::vector<bucket> buckets_;
   std::vector<std::pair<const variable<B>*, std::size_t>> owner_;
   std::vector<entry> entries_;
+  std::vector<std::pair<std::size_t, std::size_t>> shapes_;  // each entry's rows and columns
+  bool transient_ = false;  // each bucket has a buffer of its own while it is reduced
   communication_stats stats_{};
   clock::time_point backward_start_{};
 };

@@ -1,7 +1,7 @@
 // sharded_state: the optimizer state split over a data-parallel mesh (ZeRO-1 and ZeRO-2,
-// shard_state). The weights live in one flat buffer laid out as the gradient buckets' (each
+// shard_state). The weights live in one buffer per gradient bucket, laid out as the bucket (each
 // variable's value a view of its place, as its gradient is), so that every bucket is one run of
-// both buffers, divided into as many equal parts as processes. A process owns part `rank` of each
+// both, divided into as many equal parts as processes. A process owns part `rank` of each
 // bucket: it keeps the optimizer's slots of those values only, updates them from the summed
 // gradients (the all-reduced buffer, or the reduce-scattered part), and the updated parts are
 // all-gathered in place, leaving the whole weights on every process. The optimizers are
@@ -33,10 +33,11 @@ class sharded_state {
   using matrix = typename B::matrix;
 
  public:
-  // Moves the variables the buckets take into one flat buffer and makes this process's parts of
-  // each bucket the variables of its own optimizer (`spec`). `group`: the batch axis's processes.
-  // `gradients_free`: the buckets' gradients hold nothing to keep, and the values pass through
-  // their buffer (laid out alike), so that the old and the new weights are never held at once.
+  // Moves the variables the buckets take into one buffer per bucket and makes this process's
+  // parts of each bucket the variables of its own optimizer (`spec`). `group`: the batch axis's
+  // processes. `gradients_free`: the buckets' gradients hold nothing to keep, and the values pass
+  // through their buffer (laid out alike), so that the old and the new weights are never held at
+  // once.
   // The all-gathers are recorded in `log` under mesh axis `axis` (the batch axis).
   void build(const gradient_buckets<B, C>& buckets, const C& group, int axis,
              const optimizer_spec& spec, collective_log* log, bool gradients_free = false) {
@@ -51,12 +52,17 @@ class sharded_state {
     const auto me = static_cast<std::size_t>(group.rank());
     std::size_t total = 0;
     for (const auto& r : runs_) total = std::max(total, r.offset + r.size);
-    // (Released first: once the values are staged, the old weights' memory is free.)
-    weights_ = matrix();
-    if (gradients_free && total) move_values_to(buckets.flat());
-    weights_ = total ? B::make_zeros("sharded_weights", 1, total) : matrix();
-    move_values_to(weights_);
-    if (gradients_free && total) B::fill(buckets.flat(), 0.0f);
+    weights_.clear();
+    total_ = total;
+    // (Transient buckets have no buffer to pass through: the values move run by run, each
+    // released once moved, so that the old and the new weights overlap by one run at most.)
+    const bool staged = gradients_free && total && !buckets.transient();
+    if (staged) move_values_to(buckets.flat(), 0, total);
+    for (const auto& r : runs_) {
+      weights_.push_back(B::make_zeros("sharded_weights", 1, r.size));
+      move_values_to(weights_.back(), r.offset, r.size);
+    }
+    if (staged) B::fill(buckets.flat(), 0.0f);
     for (std::size_t b = 0; b < runs_.size(); ++b) {
       const std::size_t part = runs_[b].size / n, first = runs_[b].offset + me * part;
       variable<B>& x = parts_.emplace_back();
@@ -64,7 +70,7 @@ class sharded_state {
       x.shape = {part};
       x.value =
           basic_dtensor<B>(shape_value{part}, layout_value::replicated(1), mesh_value{}, {}, x.path)
-              .like(B::alias(weights_, first, 1, part));
+              .like(B::alias(weights_[b], first - runs_[b].offset, 1, part));
       x.gradient = runs_[b].scattered ? buckets.part_gradient(runs_[b].offset, part)
                                       : B::alias(buckets.flat(), first, 1, part);
     }
@@ -89,9 +95,8 @@ class sharded_state {
     opt_->apply(variables());
     full.set_counters(opt_->iterations(), full.learning_rate());
     ahead_ = true;
-    const std::span<float> all = B::comm_span(weights_);
     for (std::size_t b = 0; b < runs_.size(); ++b)
-      gather(all.subspan(runs_[b].offset, runs_[b].size), B::cols(parts_[b].value.local()));
+      gather(B::comm_span(weights_[b]), B::cols(parts_[b].value.local()));
   }
 
   // `full`'s slots (built for the model's trainable variables) set from the parts: each slot's
@@ -107,7 +112,7 @@ class sharded_state {
     const std::size_t slots = full.slots_per_variable();
     if (slots == 0 || runs_.empty()) return;
     const std::vector<variable<B>*> mine = opt_->variables(), whole = full.variables();
-    const matrix buffer = B::make_zeros("sharded_slots", 1, B::cols(weights_));
+    const matrix buffer = B::make_zeros("sharded_slots", 1, total_);
     const std::span<float> all = B::comm_span(buffer);
     for (std::size_t k = 0; k < slots; ++k) {
       for (std::size_t b = 0; b < runs_.size(); ++b) {
@@ -130,7 +135,7 @@ class sharded_state {
     const std::size_t slots = full.slots_per_variable();
     if (slots == 0 || runs_.empty()) return;
     const std::vector<variable<B>*> mine = opt_->variables(), whole = full.variables();
-    const matrix buffer = B::make_zeros("sharded_slots", 1, B::cols(weights_));
+    const matrix buffer = B::make_zeros("sharded_slots", 1, total_);
     for (std::size_t k = 0; k < slots; ++k) {
       for (const auto& p : places_) {
         const matrix slot = whole[index_of(trainable, p.var) * slots + k]->value.local();
@@ -145,13 +150,15 @@ class sharded_state {
   }
 
  private:
-  // Each variable's value copied to its place in `buffer` (laid out as the buckets), and made a
-  // view of it.
-  void move_values_to(const matrix& buffer) {
+  // The value of each variable whose place lies in [first, first + size) of the buckets' layout
+  // copied to its place in `buffer` (which holds that run), and made a view of it (its own
+  // memory released, unless something else holds it).
+  void move_values_to(const matrix& buffer, std::size_t first, std::size_t size) {
     for (const auto& p : places_) {
+      if (p.offset < first || p.offset >= first + size) continue;
       variable<B>& v = *p.var;
       const matrix old = v.value.local();
-      const matrix place = B::alias(buffer, p.offset, B::rows(old), B::cols(old));
+      const matrix place = B::alias(buffer, p.offset - first, B::rows(old), B::cols(old));
       B::copy(old, place);
       v.value = v.value.like(place);
     }
@@ -187,7 +194,8 @@ class sharded_state {
   std::deque<variable<B>> parts_;
   std::vector<typename gradient_buckets<B, C>::run> runs_;
   std::vector<typename gradient_buckets<B, C>::place> places_;
-  matrix weights_;
+  std::vector<matrix> weights_;  // each bucket's run of the weights
+  std::size_t total_ = 0;        // the values of every run
 };
 
 }  // namespace tessel

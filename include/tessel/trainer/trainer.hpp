@@ -174,9 +174,8 @@ class trainer : public Model,
                                              std::size_t batch, bool training) override {
     return this->forward_rows(x, x_row, first, rows, batch, training);
   }
-  void model_backward(
-      const matrix& dy,
-      const std::function<void(std::span<variable<B>* const>)>& on_layer) override {
+  void model_backward(const matrix& dy,
+                      const typename core::layer_hooks& on_layer) override {
     this->backward(dy, on_layer);
   }
   std::vector<variable<B>*> model_trainable_variables() override {

@@ -253,6 +253,12 @@ class trainer_core : public model_base {
   array<float> predict(const array<float>& x, std::int64_t batch_size = 32, int verbose = 0);
 
  protected:
+  // What the backward pass calls before and after each layer's backward, with its variables.
+  struct layer_hooks {
+    std::function<void(std::span<variable<B>* const>)> before, after;
+    void before_layer(std::span<variable<B>* const> v) const { before(v); }
+    void operator()(std::span<variable<B>* const> v) const { after(v); }
+  };
   explicit trainer_core(const trained_model_facts& facts);
   ~trainer_core() override;
   trainer_core(const trainer_core&) = delete;
@@ -288,9 +294,8 @@ class trainer_core : public model_base {
   virtual const basic_dtensor<B>& model_forward_rows(const array<float>& x, std::size_t x_row,
                                                      std::size_t first, std::size_t rows,
                                                      std::size_t batch, bool training) = 0;
-  // After each layer's backward, `on_layer` gets that layer's variables.
-  virtual void model_backward(
-      const matrix& dy, const std::function<void(std::span<variable<B>* const>)>& on_layer) = 0;
+  // Before and after each layer's backward, `on_layer` gets that layer's variables.
+  virtual void model_backward(const matrix& dy, const layer_hooks& on_layer) = 0;
   virtual std::vector<variable<B>*> model_trainable_variables() = 0;
   virtual variable<B>& model_variable(std::string_view path) = 0;
   virtual std::uint64_t model_training_step() const = 0;

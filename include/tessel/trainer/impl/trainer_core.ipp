@@ -99,8 +99,14 @@ void trainer_core<B, C>::set_gradient_options(gradient_options o) {
   if (!(o.bucket_cap_mb > 0) || !std::isfinite(o.bucket_cap_mb))
     throw value_error("set_gradient_options: bucket_cap_mb must be a positive number of MB, "
                       "got " + std::to_string(o.bucket_cap_mb));
+  const gradient_options previous = grad_options_;
   grad_options_ = o;
-  build_buckets(bucket_batch_);
+  try {
+    build_buckets(bucket_batch_);
+  } catch (...) {
+    grad_options_ = previous;  // (refused before the buckets changed)
+    throw;
+  }
 }
 
 template <class B, class C>
@@ -165,11 +171,15 @@ double trainer_core<B, C>::loss_and_gradients(const array<float>& x, const array
   buckets_for(s.global);
   const std::size_t global = forward_and_loss(x, y, s, replica ? 0 : s.first, training);
   buckets_.begin();
-  model_backward(loss_grad_, [this](std::span<variable<B>* const> layer_variables) {
-    if (buckets_.empty()) return;
-    for (const variable<B>* v : layer_variables) buckets_.ready(v);
-    buckets_.progress();
-  });
+  model_backward(loss_grad_,
+                 {[this](std::span<variable<B>* const> layer_variables) {
+                    for (const variable<B>* v : layer_variables) buckets_.open(v);
+                  },
+                  [this](std::span<variable<B>* const> layer_variables) {
+                    if (buckets_.empty()) return;
+                    for (const variable<B>* v : layer_variables) buckets_.ready(v);
+                    buckets_.progress();
+                  }});
   buckets_.finish();
   // The next training call draws new dropout masks, as Keras's seed generator.
   if (training) model_set_training_step(model_training_step() + 1);
@@ -346,6 +356,11 @@ typename trainer_core<B, C>::value_and_grad_result trainer_core<B, C>::value_and
     const state_list<B>& trainable, const state_list<B>& non_trainable, const array<float>& x,
     const array<Y>& y, bool training) {
   require_compiled("value_and_grad");
+  if (buckets_.transient())
+    throw value_error(
+        "value_and_grad: under shard_state::gradients each process keeps only its part of the "
+        "summed gradients (reduce-scattered), so there are no whole gradients to return; use "
+        "shard_state::optimizer or shard_state::none for value_and_grad");
   // What the call changes of the model is put back: the metrics, and the gradients that
   // compute_loss_and_gradients left for apply_gradients (value_and_grad computes in the same
   // buffers).
@@ -717,6 +732,12 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
       batch != dynamic_extent
           ? bucket_entries(plan_model(facts_.distribution, pm().shape(), described(), batch))
           : bucket_entries(plan_);
+  const auto& group = pm().axis(facts_.batch_axis);
+  const std::size_t parts = sharded() ? static_cast<std::size_t>(group.size()) : 1;
+  if (gradients_pending_ && (buckets_.transient() ||
+                             gradient_buckets<B, C>::transient_for(entries, parts,
+                                                                    grad_options_.cap_elements())))
+    throw value_error(std::string(gradient_buckets<B, C>::kept_scattered_parts));
   bucket_batch_ = batch;
   for (variable<B>* v : model_trainable_variables()) v->reduced_in_bucket = false;
   for (const auto& e : entries) e.var->reduced_in_bucket = true;
@@ -724,9 +745,8 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   // split again after.
   const bool keep = !shards_.empty() && optimizer_state_;
   if (keep) gather_shards();
-  const auto& group = pm().axis(facts_.batch_axis);
-  buckets_.build(pm(), std::move(entries), grad_options_, &reshard_->log(),
-                 sharded() ? static_cast<std::size_t>(group.size()) : 1, gradients_pending_);
+  buckets_.build(pm(), std::move(entries), grad_options_, &reshard_->log(), parts,
+                 gradients_pending_);
   shards_.clear();
   // (On one process nothing is split: the optimizer updates the whole model.)
   if (!sharded() || !optimizer_state_ || group.size() == 1) return;
@@ -772,7 +792,8 @@ memory_plan trainer_core<B, C>::memory(std::size_t global_batch) const {
 template <class B, class C>
 memory_plan trainer_core<B, C>::memory_of(const model_plan& p) const {
   return plan_memory(p, facts_.distribution,
-                     optimizer_state_ ? optimizer_state_->slots_per_variable() : 0);
+                     optimizer_state_ ? optimizer_state_->slots_per_variable() : 0, sizeof(float),
+                     grad_options_.cap_elements());
 }
 
 template <class B, class C>
