@@ -4,10 +4,14 @@
 // shard_state::none (every process updates the whole model), shard_state::optimizer (ZeRO-1) and
 // shard_state::gradients (ZeRO-2). Rounds interleave the three models; each round times --block
 // steps of each (a step starts after an MPI_Barrier; its time is the slowest process's).
-// Reports the median ms/step and samples/s of each, and the optimizer state each process keeps.
+// Reports the median ms/step and samples/s of each, the optimizer state each process keeps and
+// the gradients' memory (the memory plan's, which the tests hold to the measured peak).
+// `--model deep`: input 2048 -> 6 x dense 2048 relu -> dense 10 instead, deep enough that under
+// shard_state::gradients the buckets take turns in a window of two layers' gradients.
 // benchmarks/compare_sharded.sh runs it on 1 and 2 processes and prints the speedups.
 //
-//   mpiexec -n P sharded_state_bench [--batch 256] [--rounds 3] [--block 2] [--warmup 1]
+//   mpiexec -n P sharded_state_bench [--model wide|deep] [--batch 256] [--rounds 3] [--block 2]
+//                                    [--warmup 1]
 #include <mpi.h>
 
 #include <algorithm>
@@ -21,14 +25,24 @@
 
 namespace {
 
-constexpr std::size_t width = 4096, classes = 10;
+constexpr std::size_t classes = 10;
 using namespace tessel::layers;
 template <tessel::shard_state S>
-using model_t =
-    tessel::sequential<tessel::data_parallel<tessel::device_mesh<tessel::axis<"batch">>, S>,
-                       input<width>, dense<width, {.activation = "relu"}>,
-                       dense<width, {.activation = "relu"}>, dense<width, {.activation = "relu"}>,
-                       dense<classes>>;
+using dist = tessel::data_parallel<tessel::device_mesh<tessel::axis<"batch">>, S>;
+struct wide {
+  static constexpr std::size_t width = 4096;
+  template <tessel::shard_state S>
+  using model = tessel::sequential<dist<S>, input<width>, dense<width, {.activation = "relu"}>,
+                                   dense<width, {.activation = "relu"}>,
+                                   dense<width, {.activation = "relu"}>, dense<classes>>;
+};
+struct deep {
+  static constexpr std::size_t width = 2048;
+  using hidden = dense<width, {.activation = "relu"}>;
+  template <tessel::shard_state S>
+  using model = tessel::sequential<dist<S>, input<width>, hidden, hidden, hidden, hidden, hidden,
+                                   hidden, dense<classes>>;
+};
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -42,10 +56,10 @@ double max_over_ranks(double v) {
   return v;
 }
 
-template <tessel::shard_state S>
+template <class M, tessel::shard_state S>
 struct contender {
   const char* name;
-  model_t<S> model;
+  typename M::template model<S> model;
   std::vector<double> steps;
   explicit contender(const char* n) : name(n) {
     model.compile(tessel::optimizer_spec(tessel::optimizers::adam{}),
@@ -62,6 +76,60 @@ struct contender {
   }
 };
 
+template <class M>
+void run_all(std::size_t batch, int rounds, int block, int warmup) {
+  constexpr std::size_t width = M::width;
+  const int procs = tessel::num_processes();
+  tessel::array<float> x({batch, width});
+  tessel::array<std::int32_t> y({batch});
+  tessel::random::stream s(11, 3);
+  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = 2.0f * s.uniform(i) - 1.0f;
+  for (std::size_t i = 0; i < batch; ++i)
+    y.values[i] = static_cast<std::int32_t>(s.uniform(x.size() + i) * classes) %
+                  static_cast<std::int32_t>(classes);
+
+  contender<M, tessel::shard_state::none> plain("none");
+  contender<M, tessel::shard_state::optimizer> zero1("optimizer");
+  contender<M, tessel::shard_state::gradients> zero2("gradients");
+  zero1.model.set_weights(plain.model.get_weights());
+  zero2.model.set_weights(plain.model.get_weights());
+  for (int i = 0; i < warmup; ++i) {
+    plain.run(x, y, 1);
+    zero1.run(x, y, 1);
+    zero2.run(x, y, 1);
+  }
+  plain.steps.clear(), zero1.steps.clear(), zero2.steps.clear();
+  for (int r = 0; r < rounds; ++r) {
+    plain.run(x, y, block);
+    zero1.run(x, y, block);
+    zero2.run(x, y, block);
+  }
+  const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
+  if (tessel::process_id() == 0) {
+    std::printf(
+        "sharded_state_bench: %d process(es), OPENBLAS_NUM_THREADS=%s, global batch %zu, "
+        "Adam, %.1f MB of parameters, %d rounds x %d steps\n",
+        procs, blas ? blas : "unset", batch,
+        static_cast<double>(plain.model.count_params()) * 4 / 1e6, rounds, block);
+    auto report = [&](const auto& c) {
+      const double t = median(c.steps);
+      const double state = static_cast<double>(c.model.optimizer_state_values()) * 4 / 1e6;
+      const double grads = static_cast<double>(c.model.memory(batch).gradients) / 1e6;
+      std::printf(
+          "  shard_state::%-9s %8.1f ms/step %8.1f samples/s, optimizer state %.1f MB, "
+          "gradients %.1f MB per process\n",
+          c.name, t * 1e3, static_cast<double>(batch) / t, state, grads);
+      std::printf(
+          "RESULT sharded procs=%d shard=%s ms_per_step=%.2f samples_per_s=%.2f "
+          "optimizer_mb=%.1f gradients_mb=%.1f\n",
+          procs, c.name, t * 1e3, static_cast<double>(batch) / t, state, grads);
+    };
+    report(plain);
+    report(zero1);
+    report(zero2);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,6 +137,7 @@ int main(int argc, char** argv) {
   try {
     std::size_t batch = 256;
     int rounds = 3, block = 2, warmup = 1;
+    std::string model = "wide";
     for (int i = 1; i < argc; ++i) {
       const bool has_value = i + 1 < argc;
       if (std::strcmp(argv[i], "--batch") == 0 && has_value)
@@ -79,6 +148,8 @@ int main(int argc, char** argv) {
         block = std::atoi(argv[++i]);
       else if (std::strcmp(argv[i], "--warmup") == 0 && has_value)
         warmup = std::atoi(argv[++i]);
+      else if (std::strcmp(argv[i], "--model") == 0 && has_value)
+        model = argv[++i];
       else
         throw tessel::value_error(std::string("sharded_state_bench: unknown argument ") + argv[i]);
     }
@@ -86,54 +157,12 @@ int main(int argc, char** argv) {
       throw tessel::value_error(
           "sharded_state_bench: --batch, --rounds and --block must be "
           "positive");
-    const int procs = tessel::num_processes();
-    tessel::array<float> x({batch, width});
-    tessel::array<std::int32_t> y({batch});
-    tessel::random::stream s(11, 3);
-    for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = 2.0f * s.uniform(i) - 1.0f;
-    for (std::size_t i = 0; i < batch; ++i)
-      y.values[i] = static_cast<std::int32_t>(s.uniform(x.size() + i) * classes) %
-                    static_cast<std::int32_t>(classes);
-
-    contender<tessel::shard_state::none> plain("none");
-    contender<tessel::shard_state::optimizer> zero1("optimizer");
-    contender<tessel::shard_state::gradients> zero2("gradients");
-    zero1.model.set_weights(plain.model.get_weights());
-    zero2.model.set_weights(plain.model.get_weights());
-    for (int i = 0; i < warmup; ++i) {
-      plain.run(x, y, 1);
-      zero1.run(x, y, 1);
-      zero2.run(x, y, 1);
-    }
-    plain.steps.clear(), zero1.steps.clear(), zero2.steps.clear();
-    for (int r = 0; r < rounds; ++r) {
-      plain.run(x, y, block);
-      zero1.run(x, y, block);
-      zero2.run(x, y, block);
-    }
-    const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
-    if (tessel::process_id() == 0) {
-      std::printf(
-          "sharded_state_bench: %d process(es), OPENBLAS_NUM_THREADS=%s, global batch %zu, "
-          "Adam, %.1f MB of parameters, %d rounds x %d steps\n",
-          procs, blas ? blas : "unset", batch,
-          static_cast<double>(plain.model.count_params()) * 4 / 1e6, rounds, block);
-      auto report = [&](const auto& c) {
-        const double t = median(c.steps);
-        const double state = static_cast<double>(c.model.optimizer_state_values()) * 4 / 1e6;
-        std::printf(
-            "  shard_state::%-9s %8.1f ms/step %8.1f samples/s, optimizer state %.1f MB "
-            "per process\n",
-            c.name, t * 1e3, static_cast<double>(batch) / t, state);
-        std::printf(
-            "RESULT sharded procs=%d shard=%s ms_per_step=%.2f samples_per_s=%.2f "
-            "optimizer_mb=%.1f\n",
-            procs, c.name, t * 1e3, static_cast<double>(batch) / t, state);
-      };
-      report(plain);
-      report(zero1);
-      report(zero2);
-    }
+    if (model == "wide")
+      run_all<wide>(batch, rounds, block, warmup);
+    else if (model == "deep")
+      run_all<deep>(batch, rounds, block, warmup);
+    else
+      throw tessel::value_error("sharded_state_bench: --model is wide or deep, not " + model);
   } catch (const std::exception& e) {
     return guard.fail(e);
   }

@@ -31,13 +31,16 @@ using tessel::testing::shared_dir;
 using tessel::testing::train_both;
 using zero1 = data_parallel<device_mesh<axis<"batch">>, shard_state::optimizer>;
 using zero2 = data_parallel<device_mesh<axis<"batch">>, shard_state::gradients>;
-// Five layers, trained in buckets of one gradient each: under shard_state::gradients the buckets'
-// buffers are transient (the parts of the sums and two buckets take less than all of them).
+// Nine layers, trained in buckets of one gradient each: under shard_state::gradients the buckets
+// take turns in a window of two layers' gradients (with the parts of the sums, less than all of
+// them, on 2 processes or more).
 template <class Dist>
-using deep =
-    sequential<Dist, layers::input<12>, layers::dense<32, {.activation = "relu"}>,
-               layers::dense<32, {.activation = "relu"}>, layers::dense<32, {.activation = "relu"}>,
-               layers::dense<32, {.activation = "relu"}>, layers::dense<4>>;
+using deep = sequential<
+    Dist, layers::input<12>, layers::dense<32, {.activation = "relu"}>,
+    layers::dense<32, {.activation = "relu"}>, layers::dense<32, {.activation = "relu"}>,
+    layers::dense<32, {.activation = "relu"}>, layers::dense<32, {.activation = "relu"}>,
+    layers::dense<32, {.activation = "relu"}>, layers::dense<32, {.activation = "relu"}>,
+    layers::dense<32, {.activation = "relu"}>, layers::dense<4>>;
 constexpr double one_gradient_each = 1e-6;  // bucket_cap_mb
 
 // With transient buckets, what needs whole gradients after the step is refused with the reason:

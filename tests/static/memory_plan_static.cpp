@@ -35,21 +35,40 @@ static_assert(plain.largest() == "optimizer state");
 constexpr memory_plan zero1 =
     memory_plan_v<data_parallel<mesh2, shard_state::optimizer>, wide, batch, 2>;
 static_assert(zero1.optimizer_state == params * 4 && zero1.gradients == params * 4);
-// ZeRO-2: half the slots; the parts of the sums (half the gradients) and two buckets of 25 MB at
-// most at once. Backward completes d4's kernel and bias (one bucket), then each 4096 x 4096
-// kernel (67 MB) and each bias in a bucket of its own: the largest two consecutive buckets are
-// d4's and d3's kernel.
+// ZeRO-2: half the slots. The window the buckets would take turns in holds two layers' gradients
+// (d3's and d2's kernels, 134 MB): with the parts of the sums (half) more than the whole buffer,
+// which is kept.
 constexpr memory_plan zero2 =
     memory_plan_v<data_parallel<mesh2, shard_state::gradients>, wide, batch, 2>;
-static_assert(zero2.optimizer_state == params * 4);
-static_assert(zero2.gradients == (params / 2 + (4096 * 10 + 10) + 4096 * 4096) * 4);
-static_assert(zero2.peak() < zero1.peak() && zero1.peak() < plain.peak());
-// With buckets of 100 MB, d4's and d3's gradients share one, then d2's and d1's one each: the
-// largest two are d3's and d2's, more than the whole buffer less the parts.
-static_assert(plan_memory(model_plan_v<data_parallel<mesh2, shard_state::gradients>, wide, batch>,
+static_assert(zero2.optimizer_state == params * 4 && zero2.gradients == params * 4);
+static_assert(zero2.peak() == zero1.peak() && zero1.peak() < plain.peak());
+
+// Six such layers: the parts of the sums (half) and a window of two layers' gradients (each
+// 4096 x 4096 kernel and each bias a bucket of its own), grown by the head's bucket at most where
+// the buckets' places leave a gap, take less than the whole buffer.
+constexpr model_desc deep = describe_model(
+    shape_value{4096}, std::array{dense_op<{.units = 4096, .activation = activation_kind::relu}>("d1"),
+                                  dense_op<{.units = 4096, .activation = activation_kind::relu}>("d2"),
+                                  dense_op<{.units = 4096, .activation = activation_kind::relu}>("d3"),
+                                  dense_op<{.units = 4096, .activation = activation_kind::relu}>("d4"),
+                                  dense_op<{.units = 4096, .activation = activation_kind::relu}>("d5"),
+                                  dense_op<{.units = 4096, .activation = activation_kind::relu}>("d6"),
+                                  dense_op<{.units = 10}>("d7")});
+constexpr std::size_t deep_params = 6 * (4096 * 4096 + 4096) + 4096 * 10 + 10;
+constexpr std::size_t layer = 4096 * 4096 + 4096, head = 4096 * 10 + 10;
+constexpr memory_plan deep1 =
+    memory_plan_v<data_parallel<mesh2, shard_state::optimizer>, deep, batch, 2>;
+constexpr memory_plan deep2 =
+    memory_plan_v<data_parallel<mesh2, shard_state::gradients>, deep, batch, 2>;
+static_assert(deep1.gradients == deep_params * 4);
+static_assert(deep2.gradients >= (deep_params / 2 + 2 * layer) * 4 &&
+              deep2.gradients <= (deep_params / 2 + 2 * layer + head) * 4);
+static_assert(deep2.peak() < deep1.peak());
+// With buckets of 1 GB the layers share one bucket: nothing to gain, the whole buffer is kept.
+static_assert(plan_memory(model_plan_v<data_parallel<mesh2, shard_state::gradients>, deep, batch>,
                           data_parallel<mesh2, shard_state::gradients>::value, 2, 4,
-                          100'000'000 / 4)
-                  .gradients == params * 4);
+                          1'000'000'000 / 4)
+                  .gradients == deep_params * 4);
 
 // A budget: 1 GB fits each, 700 MB only the split states.
 static_assert(fits_in_memory<data_parallel<mesh2>, wide, batch, 2, 1'000'000'000>);

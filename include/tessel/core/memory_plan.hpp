@@ -77,6 +77,70 @@ constexpr std::size_t local_elements(const shape_value& shape, const layout_valu
 // The gradient buckets' size by default: 25 MB (DDP's bucket_cap_mb), in elements of 4 bytes.
 inline constexpr std::size_t default_bucket_elements = 25'000'000 / 4;
 
+// A gradient reduce-scattered in the buckets: the layer whose backward computes it, and its
+// values padded to a multiple of the processes.
+struct bucketed_gradient {
+  std::size_t op = 0, size = 0;
+};
+
+// The window reduce-scattered gradients take turns in (gradient_buckets), for gradients `g[0 ..
+// n)` in the order backward completes them, in buckets of `cap` values: consecutive gradients
+// share a bucket until the next would take it past `cap` (a bucket holds one at least).
+// A bucket is placed after the one before it, or at the window's start when it does not fit,
+// but never over a bucket with gradients of its own first layer or of the layer before (which
+// backward is still filling, or whose reduction runs while backward computes this layer); where
+// neither place is free, above every bucket placed, and the window grows. The window starts as
+// the largest span of buckets over two consecutive layers. `window` is 0 when the window and
+// this process's parts of the sums (1/`parts` of every gradient) would not take less than all
+// the buckets: the buckets are then one buffer, reduced in place.
+struct gradient_window_layout {
+  std::size_t window = 0, buckets = 0;
+  std::array<std::size_t, max_variables> at{}, size{};  // each bucket's place and values
+};
+constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std::size_t n,
+                                                 std::size_t cap, std::size_t parts) noexcept {
+  gradient_window_layout w{};
+  if (n == 0 || parts <= 1 || n > max_variables) return w;
+  // Each bucket's values and its first and last layer (a layer: a run of gradients of one op).
+  std::array<std::size_t, max_variables> first_layer{}, last_layer{};
+  std::size_t total = 0, layer = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0 && g[i].op != g[i - 1].op) ++layer;
+    const std::size_t b = w.buckets;
+    if (i == 0 || (w.size[b - 1] > 0 && w.size[b - 1] + g[i].size > cap)) {
+      first_layer[b] = layer;
+      ++w.buckets;
+    }
+    w.size[w.buckets - 1] += g[i].size;
+    last_layer[w.buckets - 1] = layer;
+    total += g[i].size;
+  }
+  for (std::size_t b = 0; b < w.buckets; ++b) {
+    std::size_t held = 0;
+    for (std::size_t j = 0; j < w.buckets; ++j)
+      if (last_layer[j] + 1 >= first_layer[b] && first_layer[j] <= first_layer[b])
+        held += w.size[j];
+    w.window = std::max(w.window, held);
+  }
+  std::size_t top = 0;
+  for (std::size_t b = 0; b < w.buckets; ++b) {
+    auto free_at = [&](std::size_t at) {
+      if (at + w.size[b] > w.window) return false;
+      for (std::size_t j = 0; j < b; ++j)
+        if (last_layer[j] + 1 >= first_layer[b] && w.at[j] < at + w.size[b] &&
+            at < w.at[j] + w.size[j])
+          return false;
+      return true;
+    };
+    const std::size_t after = b == 0 ? 0 : w.at[b - 1] + w.size[b - 1];
+    w.at[b] = free_at(after) ? after : free_at(0) ? 0 : top;
+    top = std::max(top, w.at[b] + w.size[b]);
+    w.window = std::max(w.window, top);
+  }
+  if (total / parts + w.window >= total) w.window = 0;
+  return w;
+}
+
 // The memory of a training step planned as `p` (plan_model of a global batch) under `d`, with an
 // optimizer of `slots` slots per trainable variable (SGD 0, or 1 with momentum; Adam 2; RMSprop 1
 // to 3), elements of `element_size` bytes and gradient buckets of `bucket_elements` elements.
@@ -104,27 +168,18 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
     m.optimizer_state += slots * padded(v) / n * es;
   }
   // Reduce-scattered gradients (shard_state::gradients): this process's parts of the sums, and
-  // at most two buckets' whole gradients at once (gradient_buckets: a bucket's buffer lives
-  // while backward fills it and it is reduced, until the bucket after next opens), where that
-  // takes less than all the buckets. The buckets are the reduced gradients in the order backward
-  // completes them, each bucket closed when the next gradient would take it past
-  // `bucket_elements` (and holding one at least).
+  // the window the buckets take turns in, where the two take less than all the buckets
+  // (gradient_window). The gradients are those the buckets take, in the order backward
+  // completes them.
   if (split && d.shard == shard_state::gradients) {
-    std::size_t parts = 0, previous = 0, current = 0, most = 0;
-    for (const planned_step& s : p) {
-      if (s.when != phase::backward || !is_gradient_of_variable(s.role) ||
-          s.step.kind != collective::reduce_scatter)
-        continue;
-      const std::size_t size = padded(p.variables[s.index]);
-      parts += size / n;
-      if (current > 0 && current + size > bucket_elements) {
-        previous = current;
-        current = 0;
-      }
-      current += size;
-      most = std::max(most, previous + current);
-    }
-    m.gradients = std::min(m.gradients, (parts + most) * es);
+    std::array<bucketed_gradient, max_variables> g{};
+    std::size_t count = 0;
+    for (const planned_step& s : p)
+      if (s.when == phase::backward && is_gradient_of_variable(s.role) &&
+          s.step.kind == collective::reduce_scatter && count < max_variables)
+        g[count++] = {s.op, padded(p.variables[s.index])};
+    const gradient_window_layout w = gradient_window(g.data(), count, bucket_elements, n);
+    if (w.window > 0) m.gradients = (m.gradients / es / n + w.window) * es;
   }
   for (std::size_t a = 0; a < p.activation_count; ++a) {
     const activation_plan& act = p.activations[a];

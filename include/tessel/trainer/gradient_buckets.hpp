@@ -5,11 +5,14 @@
 // (DDP's gradient_as_bucket_view), so filling a bucket copies nothing.
 //
 // When every bucket is reduce-scattered over the processes (shard_state::gradients, ZeRO-2), the
-// whole gradients are needed only until their bucket's reduce-scatter ends: each bucket then has
-// a buffer of its own, allocated when backward reaches its first gradient (open) and released
-// once its reduction has ended, at the latest when the bucket after next opens. So at most two
-// buckets' buffers are held at once, beside this process's parts of the sums (DeepSpeed's
-// partitioned gradients and reduction bucket; FSDP's reduce-scatter per unit).
+// whole gradients are needed only until their bucket's reduce-scatter ends: the buckets then
+// take turns in one buffer, the window, which holds two consecutive layers' buckets
+// (gradient_window, the memory plan's rule), each bucket placed after the one before it and at
+// the window's start when it does not fit. A bucket opens when backward reaches its first
+// gradient, once the buckets whose place it takes have been reduced. So one layer's buckets are
+// reduced while backward computes the next layer's, and the memory of the whole gradients is the
+// window's, beside this process's parts of the sums (DeepSpeed's partitioned gradients and
+// reduction buckets; FSDP's reduce-scatter per layer); no step allocates.
 #pragma once
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../core/memory_plan.hpp"
 #include "../core/planner.hpp"
 #include "../layers/layer.hpp"
 #include "../runtime/collectives.hpp"
@@ -93,6 +97,7 @@ class gradient_buckets {
   struct entry {
     variable<B>* var;
     gradient_steps steps;
+    std::size_t op = 0;  // the layer whose backward computes it
   };
 
   // `entries` in the order backward completes them. Consecutive entries with the same steps
@@ -108,7 +113,9 @@ class gradient_buckets {
   // are never held at once.
   void build(const bound_mesh<C>& pm, std::vector<entry> entries, gradient_options o,
              collective_log* log = nullptr, std::size_t parts = 1, bool keep = true) {
-    const bool transient = transient_for(entries, parts, o.cap_elements());
+    const gradient_window_layout layout = window_of(entries, parts, o.cap_elements());
+    const std::size_t window = layout.window;
+    const bool transient = window > 0;
     if (keep && (transient || transient_)) throw value_error(std::string(kept_scattered_parts));
     pm_ = &pm;
     log_ = log;
@@ -156,7 +163,9 @@ class gradient_buckets {
     stats_.buckets = 0;
     stats_.bytes = 0;
     if (total == 0) return;
+    window_ = typename B::matrix();
     if (!transient_) flat_ = B::make_zeros("gradient_buckets", 1, total);
+    else window_ = B::make_zeros("gradient_window", 1, window);
     if (parts > 1 && scattered && !in_place())
       part_gradients_ = B::make_zeros("gradient_parts", 1, total / parts);
     const std::vector<bool> starts = bucket_starts(entries, parts, o.cap_elements());
@@ -165,7 +174,7 @@ class gradient_buckets {
       const entry& e = entries[i];
       const auto [rows, cols] = shapes[i];
       const std::size_t n = padded(rows * cols);
-      if (starts[i]) buckets_.push_back({offset, 0, e.steps, 0, 0, {}, false, i, {}});
+      if (starts[i]) buckets_.push_back({offset, 0, e.steps, 0, 0, {}, false, i, 0, false});
       bucket& b = buckets_.back();
       b.size += n;
       ++b.members;
@@ -178,6 +187,12 @@ class gradient_buckets {
       places_.push_back({e.var, offset, rows * cols});
       offset += n;
     }
+    // (Each bucket's place in the window: the memory plan's layout, whose buckets these are.)
+    if (transient_ && layout.buckets != buckets_.size())
+      throw runtime_error("tessel: the gradient buckets differ from the memory plan's (" +
+                        std::to_string(buckets_.size()) + " and " +
+                        std::to_string(layout.buckets) + ")");
+    for (std::size_t b = 0; b < buckets_.size() && transient_; ++b) buckets_[b].at = layout.at[b];
     stats_.buckets = buckets_.size();
     stats_.bytes = total * sizeof(float);
     reset_stats();
@@ -197,26 +212,24 @@ class gradient_buckets {
     }
     return starts;
   }
-  // Whether buckets of `entries` over `parts` processes with `cap` have transient buffers: every
+  // Whether buckets of `entries` over `parts` processes with `cap` take turns in a window: every
   // gradient is reduce-scattered, and the parts of the sums with the two largest consecutive
   // buckets take less memory than all the buckets (the memory plan's rule, plan_memory).
   static bool transient_for(const std::vector<entry>& entries, std::size_t parts,
                             std::size_t cap) {
+    return window_of(entries, parts, cap).window > 0;
+  }
+  // The window and each bucket's place in it (window 0: the buckets do not take turns in one).
+  static gradient_window_layout window_of(const std::vector<entry>& entries, std::size_t parts,
+                                          std::size_t cap) {
     if (parts <= 1 || entries.empty() ||
         !std::all_of(entries.begin(), entries.end(), [](const entry& e) {
           return e.steps.count == 1 && e.steps.first().kind == collective::reduce_scatter;
         }))
-      return false;
-    const std::vector<bool> starts = bucket_starts(entries, parts, cap);
-    std::size_t total = 0, previous = 0, current = 0, most = 0;
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      const std::size_t n = padded_size(*entries[i].var, parts);
-      total += n;
-      if (starts[i] && i > 0) previous = current, current = 0;
-      current += n;
-      most = std::max(most, previous + current);
-    }
-    return total / parts + most < total;
+      return {};
+    std::vector<bucketed_gradient> g;
+    for (const auto& e : entries) g.push_back({e.op, padded_size(*e.var, parts)});
+    return gradient_window(g.data(), g.size(), cap, parts);
   }
   // Why gradients waiting for an update cannot be kept through a rebuild of such buckets.
   static constexpr std::string_view kept_scattered_parts =
@@ -250,7 +263,7 @@ class gradient_buckets {
       r.push_back({b.offset, b.size, b.steps.first().kind == collective::reduce_scatter});
     return r;
   }
-  // (None when the buckets' buffers are transient: each bucket's lives while it is reduced.)
+  // (None when the buckets take turns in the window.)
   [[nodiscard]] const typename B::matrix& flat() const noexcept { return flat_; }
   [[nodiscard]] bool transient() const noexcept { return transient_; }
   // This process's part of the sums of the reduce-scattered bucket at `offset`, of `part` values.
@@ -259,7 +272,7 @@ class gradient_buckets {
                       : B::alias(part_gradients_, offset / parts_, 1, part);
   }
   // A reduce-scatter leaves its part in the bucket itself on the MPI communicator (unless the
-  // bucket's buffer is transient).
+  // buckets take turns in the window).
   static constexpr bool in_place_parts = std::is_same_v<C, comm::communicator>;
   [[nodiscard]] bool in_place() const noexcept { return in_place_parts && !transient_; }
 
@@ -271,21 +284,24 @@ class gradient_buckets {
     }
     backward_start_ = clock::now();
   }
-  // Backward is about to compute the gradient of `v`: with transient buffers, its bucket's
-  // buffer is allocated (zeros: the padding stays zero) and its members' gradients made views of
-  // it, after every bucket before the previous one has been reduced and released.
+  // Backward is about to compute the gradient of `v`: in the window, once the buckets whose place
+  // its bucket takes have been reduced, the bucket's members' gradients become views of its place
+  // (their padding set to zero).
   void open(const variable<B>* v) {
     if (!transient_) return;
     const std::size_t index = bucket_of(v);
-    if (index == npos) return;
+    if (index == npos || buckets_[index].open) return;
     bucket& b = buckets_[index];
-    if (B::comm_span(b.store).data() != nullptr) return;
-    for (std::size_t j = 0; j + 1 < index; ++j) release(buckets_[j]);
-    b.store = B::make_zeros("gradient_bucket", 1, b.size);
+    for (std::size_t j = 0; j < index; ++j)
+      if (buckets_[j].at < b.at + b.size && b.at < buckets_[j].at + buckets_[j].size)
+        release(buckets_[j]);
+    b.open = true;
     for (std::size_t m = 0; m < b.members; ++m) {
-      const std::size_t e = b.first + m;
-      entries_[e].var->gradient = B::alias(b.store, places_[e].offset - b.offset,
-                                           shapes_[e].first, shapes_[e].second);
+      const std::size_t e = b.first + m, at = b.at + places_[e].offset - b.offset;
+      const auto [rows, cols] = shapes_[e];
+      entries_[e].var->gradient = B::alias(window_, at, rows, cols);
+      const std::size_t pad = padded_size(*entries_[e].var, parts_) - rows * cols;
+      if (pad > 0) B::fill(B::alias(window_, at + rows * cols, 1, pad), 0.0f);
     }
   }
   // The gradient of `v` is complete; its bucket starts reducing when it is the last one.
@@ -341,8 +357,9 @@ class gradient_buckets {
     std::size_t members = 0, ready = 0;
     typename C::request request;
     bool started = false;
-    std::size_t first = 0;     // its first entry
-    typename B::matrix store;  // its transient buffer, while backward fills it and it is reduced
+    std::size_t first = 0;  // its first entry
+    std::size_t at = 0;     // its place in the window
+    bool open = false;      // in the window: backward fills it, or it is being reduced
   };
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   // A gradient's values in the buckets: its block's, padded to a multiple of `parts`.
@@ -355,18 +372,19 @@ class gradient_buckets {
       if (var == v) return index;
     return npos;
   }
-  // A transient bucket's buffer, once its reduction has ended (started here if it has not).
+  // A bucket's place in the window given up, once its reduction has ended (started here if it
+  // has not); its members' gradients are views of nothing until it opens again.
   void release(bucket& b) {
-    if (!transient_ || B::comm_span(b.store).data() == nullptr) return;
+    if (!transient_ || !b.open) return;
     if (!b.started) start(b);
     b.request.wait();
     for (std::size_t m = 0; m < b.members; ++m)
       entries_[b.first + m].var->gradient = typename B::matrix();
-    b.store = typename B::matrix();
+    b.open = false;
   }
   // The values of bucket `b` in the collectives' memory.
   std::span<float> data_of(const bucket& b) {
-    if (transient_) return B::comm_span(b.store);
+    if (transient_) return B::comm_span(window_).subspan(b.at, b.size);
     return B::comm_span(flat_).subspan(b.offset, b.size);
   }
   // Buckets that may share one call: the same steps over the same axes (their roots alike).
@@ -430,7 +448,8 @@ class gradient_buckets {
   std::vector<std::pair<const variable<B>*, std::size_t>> owner_;
   std::vector<entry> entries_;
   std::vector<std::pair<std::size_t, std::size_t>> shapes_;  // each entry's rows and columns
-  bool transient_ = false;  // each bucket has a buffer of its own while it is reduced
+  bool transient_ = false;     // the buckets take turns in the window
+  typename B::matrix window_;  // (then) the largest two consecutive buckets' values
   communication_stats stats_{};
   clock::time_point backward_start_{};
 };

@@ -680,7 +680,8 @@ void trainer_core<B, C>::replan() {
     // Central storage: a variable broadcast from where it lives after the update.
     if (s.runner == step_runner::after_update && s.step.kind == collective::broadcast)
       stored.push_back({&model_variable(std::string(plan_.variables[s.index].path.view())),
-                        {{s.step}, 1}});
+                        {{s.step}, 1},
+                        s.op});
     if (s.runner == step_runner::loss_reduction) loss_steps_.push_back(s.step);
     if (s.runner == step_runner::none)
       throw value_error("tessel::sequential: the plan needs " + to_string(s.step, plan_.mesh) +
@@ -721,7 +722,7 @@ auto trainer_core<B, C>::bucket_entries(const model_plan& p) -> std::vector<buck
     const bool to_one = g.count == 2 && a == collective::reduce && b == collective::broadcast &&
                         g.steps[0].axis == g.steps[1].axis;
     if (!one && !to_one) continue;
-    entries.push_back({&model_variable(std::string(p.variables[s->index].path.view())), g});
+    entries.push_back({&model_variable(std::string(p.variables[s->index].path.view())), g, s->op});
   }
   return entries;
 }
