@@ -264,7 +264,7 @@ class layer_planner {
     if (!r.ok) return fail("no resharding plan between these layouts");
     for (const auto& s : r) {
       if (s.kind == collective::slice) continue;
-      const planned_step ps{p, op_, role, s, static_cast<std::uint8_t>(index), label};
+      const planned_step ps{p, op_, role, s, static_cast<std::uint16_t>(index), label};
       if (p == phase::forward) {
         push(ps);
       } else {

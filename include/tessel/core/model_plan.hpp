@@ -206,8 +206,8 @@ struct planned_step {
   step_role role{};
   reshard_step step{};
   // The operand (operand, operand_gradient) or the variable among the plan's (variable,
-  // variable_gradient) the step moves.
-  std::uint8_t index = 0;
+  // variable_gradient) the step moves (up to max_variables: 4 x TESSEL_MAX_OPS, past 255).
+  std::uint16_t index = 0;
   // A statistic's name, as the rule that reduces it gives it ("row max", "batch mean"): a
   // layer with statistics of its own names them in its own rule, not in the core.
   std::string_view label{};
@@ -270,6 +270,7 @@ inline constexpr std::size_t max_planned_steps = 5 * max_ops;
 // Room for every op's variables (an op has at most max_op_variables: the planner refuses a
 // layer with more), so no model of at most max_ops layers runs out of it.
 inline constexpr std::size_t max_variables = max_op_variables * max_ops;
+static_assert(max_variables <= 0xffff, "tessel: planned_step::index must name every variable");
 
 struct model_plan {
   bool ok = true;
