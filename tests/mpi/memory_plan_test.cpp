@@ -3,7 +3,8 @@
 // without bias, dense 10 softmax; seeds/001: dense 256, dense 256, dense 10), six layers of 512
 // in buckets of one gradient each (where shard_state::gradients frees each bucket once it is
 // reduced) and, on 1 and 2 processes, the 4096-wide MLP of the benchmarks, and the Megatron pair
-// under model_parallel on 2x1 (2 processes) and 2x2 (4), each trained with Adam under
+// under model_parallel on 2x1 (2 processes) and 2x2 (4), alone and followed by four layers in
+// buckets of one gradient each, each trained with Adam under
 // shard_state none, optimizer and gradients. The peak measured from before the model is built
 // to the end of its third step is within 1% of the plan's; the plan's parts match what the model
 // keeps (its weights, its optimizer's slots).
@@ -36,10 +37,10 @@ using wide =
 // Six layers of 512, trained in buckets of one gradient each: under shard_state::gradients each
 // bucket's buffer lives while it is reduced.
 template <shard_state S>
-using deep = sequential<data_parallel<mesh, S>, input<256>, dense<512, {.activation = "relu"}>,
-                        dense<512, {.activation = "relu"}>, dense<512, {.activation = "relu"}>,
-                        dense<512, {.activation = "relu"}>, dense<512, {.activation = "relu"}>,
-                        dense<10>>;
+using deep =
+    sequential<data_parallel<mesh, S>, input<256>, dense<512, {.activation = "relu"}>,
+               dense<512, {.activation = "relu"}>, dense<512, {.activation = "relu"}>,
+               dense<512, {.activation = "relu"}>, dense<512, {.activation = "relu"}>, dense<10>>;
 
 // The Megatron pair under model_parallel on 2x1 and 2x2 meshes ("data" 2, "model" 1 or 2), its
 // shards' state split over "data" or not.
@@ -49,10 +50,19 @@ struct megatron_on {
                          rule<"col/kernel", none, "model">, rule<"col/bias", "model">,
                          rule<"row/kernel", "model", none>>;
   template <shard_state S>
-  using model = sequential<model_parallel<map, "data", S>, input<1024>,
-                           dense<4096, {.activation = "relu", .name = "col"}>,
-                           dense<1024, {.activation = "relu", .name = "row"}>,
-                           dense<10, {.name = "head"}>>;
+  using model =
+      sequential<model_parallel<map, "data", S>, input<1024>,
+                 dense<4096, {.activation = "relu", .name = "col"}>,
+                 dense<1024, {.activation = "relu", .name = "row"}>, dense<10, {.name = "head"}>>;
+  // The pair, then four replicated layers of 2048 (trained in buckets of one gradient each, whose
+  // reduce-scattered gradients then take turns in a window).
+  template <shard_state S>
+  using deep = sequential<model_parallel<map, "data", S>, input<1024>,
+                          dense<4096, {.activation = "relu", .name = "col"}>,
+                          dense<1024, {.activation = "relu", .name = "row"}>,
+                          dense<2048, {.activation = "relu"}>, dense<2048, {.activation = "relu"}>,
+                          dense<2048, {.activation = "relu"}>, dense<2048, {.activation = "relu"}>,
+                          dense<10, {.name = "head"}>>;
 };
 
 constexpr const char* name_of(shard_state s) {
@@ -112,8 +122,10 @@ template <template <shard_state> class M>
 void each(const char* model, const std::vector<std::size_t>& shape, double tolerance,
           double bucket_cap_mb = 25.0) {
   measure<M, shard_state::none>(model, shape, tolerance, bucket_cap_mb);
-  const memory_plan one = measure<M, shard_state::optimizer>(model, shape, tolerance, bucket_cap_mb);
-  const memory_plan two = measure<M, shard_state::gradients>(model, shape, tolerance, bucket_cap_mb);
+  const memory_plan one =
+      measure<M, shard_state::optimizer>(model, shape, tolerance, bucket_cap_mb);
+  const memory_plan two =
+      measure<M, shard_state::gradients>(model, shape, tolerance, bucket_cap_mb);
   // Reduce-scattered gradients in transient buckets take less than the whole buffer where the
   // parts and two buckets are less (on 1 process nothing is split).
   if (num_processes() > 1 && bucket_cap_mb < 1)
@@ -134,13 +146,20 @@ int main(int argc, char** argv) {
     each<deep>("six layers of 512, one gradient per bucket", {64, 256}, 0.01, 1e-6);
     // The 4096-wide MLP takes 0.8 GB per process: measured on 1 and 2 processes, which keeps
     // the 4-process run within a small CI machine's memory (docs/memory.md gives its figures on 4).
-    if (num_processes() <= 2) each<wide>("4096-wide MLP", {256, 4096}, 0.01);
+    if (num_processes() <= 2)
+      each<wide>("4096-wide MLP", {256, 4096}, 0.01);
     else if (process_id() == 0)
       std::printf("4096-wide MLP: measured on 1 and 2 processes only (0.8 GB per process)\n");
-    if (num_processes() == 2)
+    if (num_processes() == 2) {
       each<megatron_on<1>::model>("Megatron pair on 2x1", {64, 1024}, 0.01);
-    if (num_processes() == 4)
+      each<megatron_on<1>::deep>("Megatron pair and four layers on 2x1, one gradient per bucket",
+                                 {64, 1024}, 0.01, 1e-6);
+    }
+    if (num_processes() == 4) {
       each<megatron_on<2>::model>("Megatron pair on 2x2", {64, 1024}, 0.01);
+      each<megatron_on<2>::deep>("Megatron pair and four layers on 2x2, one gradient per bucket",
+                                 {64, 1024}, 0.01, 1e-6);
+    }
   } catch (const std::exception& e) {
     return guard.fail(e);
   }
