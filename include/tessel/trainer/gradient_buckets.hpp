@@ -164,8 +164,10 @@ class gradient_buckets {
     stats_.bytes = 0;
     if (total == 0) return;
     window_ = typename B::matrix();
-    if (!transient_) flat_ = B::make_zeros("gradient_buckets", 1, total);
-    else window_ = B::make_zeros("gradient_window", 1, window);
+    if (!transient_)
+      flat_ = B::make_zeros("gradient_buckets", 1, total);
+    else
+      window_ = B::make_zeros("gradient_window", 1, window);
     if (parts > 1 && scattered && !in_place())
       part_gradients_ = B::make_zeros("gradient_parts", 1, total / parts);
     const std::vector<bool> starts = bucket_starts(entries, parts, o.cap_elements());
@@ -190,8 +192,8 @@ class gradient_buckets {
     // (Each bucket's place in the window: the memory plan's layout, whose buckets these are.)
     if (transient_ && layout.buckets != buckets_.size())
       throw runtime_error("tessel: the gradient buckets differ from the memory plan's (" +
-                        std::to_string(buckets_.size()) + " and " +
-                        std::to_string(layout.buckets) + ")");
+                          std::to_string(buckets_.size()) + " and " +
+                          std::to_string(layout.buckets) + ")");
     for (std::size_t b = 0; b < buckets_.size() && transient_; ++b) buckets_[b].at = layout.at[b];
     stats_.buckets = buckets_.size();
     stats_.bytes = total * sizeof(float);
@@ -206,17 +208,17 @@ class gradient_buckets {
     std::size_t size = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const std::size_t n = padded_size(*entries[i].var, parts);
-      starts[i] = i == 0 || !alike(entries[i - 1].steps, entries[i].steps) ||
-                  (size > 0 && size + n > cap);
+      starts[i] =
+          i == 0 || !alike(entries[i - 1].steps, entries[i].steps) || (size > 0 && size + n > cap);
       size = (starts[i] ? 0 : size) + n;
     }
     return starts;
   }
   // Whether buckets of `entries` over `parts` processes with `cap` take turns in a window: every
-  // gradient is reduce-scattered, and the parts of the sums with the two largest consecutive
-  // buckets take less memory than all the buckets (the memory plan's rule, plan_memory).
-  static bool transient_for(const std::vector<entry>& entries, std::size_t parts,
-                            std::size_t cap) {
+  // gradient is reduce-scattered, and the parts of the sums with the window (two consecutive
+  // layers' buckets) take less memory than all the buckets (gradient_window, the memory plan's
+  // rule).
+  static bool transient_for(const std::vector<entry>& entries, std::size_t parts, std::size_t cap) {
     return window_of(entries, parts, cap).window > 0;
   }
   // The window and each bucket's place in it (window 0: the buckets do not take turns in one).
