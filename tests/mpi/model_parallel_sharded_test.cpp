@@ -153,6 +153,19 @@ void run(const testing::data_set& d) {
               .c_str(),
           d.x, d.y, opt, loss, one_gradient_each);
   }
+  if constexpr (Model > 1) {
+    // A split state refused, naming the variable: col's kernel split over "model" and its bias
+    // left whole, whose gradient is reduce-scattered over "data", then all-gathered over "model"
+    // (two steps, which the gradient buckets do not take).
+    using map = layout_map<mesh_t<Model>, rule<"col/kernel", none, "model">>;
+    const std::string e = testing::error_of([] {
+      block<model_parallel<map, "data", shard_state::gradients>> m;
+      compile(m);
+    });
+    check(has(e, "the gradients of 'col/bias' (1 trainable variables) are not reduced in them") &&
+              has(e, "split a bias as the kernel before it") && has(e, "shard_state::none"),
+          "model_parallel " + mesh + ": a bias its kernel's split leaves whole is refused: " + e);
+  }
   {
     // (The buckets take turns in the window: no whole gradients for value_and_grad.)
     deep_block<megatron<Model, shard_state::gradients>> t;

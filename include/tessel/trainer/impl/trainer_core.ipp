@@ -751,13 +751,24 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   shards_.clear();
   // (On one process nothing is split: the optimizer updates the whole model.)
   if (!sharded() || !optimizer_state_ || group.size() == 1) return;
-  if (buckets_.places().size() != model_trainable_variables().size())
-    throw value_error("tessel: shard_state splits the optimizer state over the gradient buckets, "
-                      "but " +
-                      std::to_string(model_trainable_variables().size() -
-                                     buckets_.places().size()) +
-                      " trainable variables have no gradient reduced in them; use "
-                      "shard_state::none for this model");
+  if (buckets_.places().size() != model_trainable_variables().size()) {
+    // The trainable variables the buckets do not take, named (the first three).
+    std::string names;
+    std::size_t missing = 0;
+    for (const variable<B>* v : model_trainable_variables()) {
+      if (v->reduced_in_bucket) continue;
+      if (++missing <= 3) names += std::string(missing > 1 ? ", '" : "'") + v->path + "'";
+    }
+    if (missing > 3) names += " and " + std::to_string(missing - 3) + " more";
+    throw value_error(
+        "tessel: shard_state splits the optimizer state over the gradient buckets, but the "
+        "gradients of " +
+        names + " (" + std::to_string(missing) +
+        " trainable variables) are not reduced in them: their plan needs more than the one "
+        "reduction over the batch axis (explain() lists the steps). Lay them out so that their "
+        "gradients need that reduction only (split a bias as the kernel before it), or use "
+        "shard_state::none for this model");
+  }
   shards_.build(buckets_, group, static_cast<int>(facts_.batch_axis), optimizer_state_->spec(),
                 &reshard_->log(), !gradients_pending_);
   if (keep) optimizer_state_written();
