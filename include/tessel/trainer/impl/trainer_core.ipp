@@ -762,12 +762,12 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
     if (missing > 3) names += " and " + std::to_string(missing - 3) + " more";
     throw value_error(
         "tessel: shard_state splits the optimizer state over the gradient buckets, but the "
-        "gradients of " +
-        names + " (" + std::to_string(missing) +
-        " trainable variables) are not reduced in them: their plan needs more than the one "
-        "reduction over the batch axis (explain() lists the steps). Lay them out so that their "
-        "gradients need that reduction only (split a bias as the kernel before it), or use "
-        "shard_state::none for this model");
+        "gradient buckets do not take these trainable variables' gradients: " +
+        names + " (" + std::to_string(missing) + " of " +
+        std::to_string(model_trainable_variables().size()) +
+        "). Their plan needs more than the one reduction over the batch axis (explain() lists "
+        "the steps). Lay them out so that their gradients need that reduction only (split a bias "
+        "as the kernel before it), or use shard_state::none for this model");
   }
   shards_.build(buckets_, group, static_cast<int>(facts_.batch_axis), optimizer_state_->spec(),
                 &reshard_->log(), !gradients_pending_);
