@@ -1,4 +1,5 @@
-// What the C++ benchmarks share: wall-clock seconds, the median of timings, and seeds/001's data
+// What the C++ benchmarks share: wall-clock seconds, the median of timings, a random labelled
+// batch, and seeds/001's data
 // (Fashion-MNIST as keras_mlp_fashion_mnist.py splits it: the first 50,000 training images train,
 // the last 10,000 validate; pixels scaled to [0, 1], flattened to 784).
 #pragma once
@@ -63,6 +64,22 @@ inline seed001_data load_seed001() {
           tessel::data::slice_rows(y_all, 0, n_train),
           tessel::data::slice_rows(y_all, n_train, y_all.rows()),
           tessel::data::to_int32(test.second)};
+}
+
+// A global batch of `batch` rows of `width` values uniform in [-1, 1) and labels below
+// `classes`, from a fixed random stream: every process builds the same one.
+struct labelled_batch {
+  tessel::array<float> x;
+  tessel::array<std::int32_t> y;
+};
+inline labelled_batch random_batch(std::size_t batch, std::size_t width, std::size_t classes) {
+  labelled_batch b{tessel::array<float>({batch, width}), tessel::array<std::int32_t>({batch})};
+  tessel::random::stream s(11, 3);
+  for (std::size_t i = 0; i < b.x.size(); ++i) b.x.values[i] = 2.0f * s.uniform(i) - 1.0f;
+  for (std::size_t i = 0; i < batch; ++i)
+    b.y.values[i] = static_cast<std::int32_t>(s.uniform(b.x.size() + i) * classes) %
+                    static_cast<std::int32_t>(classes);
+  return b;
 }
 
 }  // namespace bench

@@ -39,6 +39,8 @@
 #include <tessel/tessel.hpp>
 #include <vector>
 
+#include "bench_common.hpp"
+
 namespace {
 
 constexpr std::size_t width = 4096, classes = 10;
@@ -148,13 +150,7 @@ int main(int argc, char** argv) {
                        : tessel::optimizer_spec(tessel::optimizers::sgd{}),
                   tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
     // Every process builds the same global batch; the model takes its block of rows.
-    tessel::array<float> x({batch, width});
-    tessel::array<std::int32_t> y({batch});
-    tessel::random::stream s(11, 3);
-    for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = 2.0f * s.uniform(i) - 1.0f;
-    for (std::size_t i = 0; i < batch; ++i)
-      y.values[i] = static_cast<std::int32_t>(s.uniform(x.size() + i) * classes) %
-                    static_cast<std::int32_t>(classes);
+    const auto [x, y] = bench::random_batch(batch, width, classes);
 
     // GEMM work of a step on the global batch: per big layer a forward (x W) and a kernel
     // gradient (x^T dy), and an input gradient (dy W^T) except for the first layer.

@@ -14,14 +14,14 @@
 //                                    [--warmup 1]
 #include <mpi.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tessel/tessel.hpp>
 #include <vector>
+
+#include "bench_common.hpp"
 
 namespace {
 
@@ -44,13 +44,8 @@ struct deep {
                                    hidden, dense<classes>>;
 };
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
+using bench::median;
+using bench::now;
 double max_over_ranks(double v) {
   MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return v;
@@ -80,13 +75,7 @@ template <class M>
 void run_all(std::size_t batch, int rounds, int block, int warmup) {
   constexpr std::size_t width = M::width;
   const int procs = tessel::num_processes();
-  tessel::array<float> x({batch, width});
-  tessel::array<std::int32_t> y({batch});
-  tessel::random::stream s(11, 3);
-  for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = 2.0f * s.uniform(i) - 1.0f;
-  for (std::size_t i = 0; i < batch; ++i)
-    y.values[i] = static_cast<std::int32_t>(s.uniform(x.size() + i) * classes) %
-                  static_cast<std::int32_t>(classes);
+  const auto [x, y] = bench::random_batch(batch, width, classes);
 
   contender<M, tessel::shard_state::none> plain("none");
   contender<M, tessel::shard_state::optimizer> zero1("optimizer");

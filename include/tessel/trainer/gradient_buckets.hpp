@@ -113,10 +113,10 @@ class gradient_buckets {
   // are never held at once.
   void build(const bound_mesh<C>& pm, std::vector<entry> entries, gradient_options o,
              collective_log* log = nullptr, std::size_t parts = 1, bool keep = true) {
+    require_keepable(entries, parts, o, keep);
     const gradient_window_layout layout = window_of(entries, parts, o.cap_elements());
     const std::size_t window = layout.window;
     const bool transient = window > 0;
-    if (keep && (transient || transient_)) throw value_error(std::string(kept_scattered_parts));
     pm_ = &pm;
     log_ = log;
     options_ = o;
@@ -124,12 +124,11 @@ class gradient_buckets {
     buckets_.clear();
     owner_.clear();
     places_.clear();
-    auto padded = [&](std::size_t n) { return (n + parts - 1) / parts * parts; };
     std::size_t total = 0;
     std::vector<std::pair<std::size_t, std::size_t>> shapes;
     for (const auto& e : entries) {
       shapes.emplace_back(B::rows(e.var->value.local()), B::cols(e.var->value.local()));
-      total += padded(shapes.back().first * shapes.back().second);
+      total += padded_size(*e.var, parts);
     }
     const bool scattered = std::any_of(entries.begin(), entries.end(), [](const entry& e) {
       return e.steps.first().kind == collective::reduce_scatter;
@@ -175,7 +174,7 @@ class gradient_buckets {
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const entry& e = entries[i];
       const auto [rows, cols] = shapes[i];
-      const std::size_t n = padded(rows * cols);
+      const std::size_t n = padded_size(*e.var, parts);
       if (starts[i]) buckets_.push_back({offset, 0, e.steps, 0, 0, {}, false, i, 0, false});
       bucket& b = buckets_.back();
       b.size += n;
@@ -214,14 +213,25 @@ class gradient_buckets {
     }
     return starts;
   }
-  // Whether buckets of `entries` over `parts` processes with `cap` take turns in a window: every
-  // gradient is reduce-scattered, and the parts of the sums with the window (two consecutive
-  // layers' buckets) take less memory than all the buckets (gradient_window, the memory plan's
-  // rule).
-  static bool transient_for(const std::vector<entry>& entries, std::size_t parts, std::size_t cap) {
-    return window_of(entries, parts, cap).window > 0;
+  // Refuses, with the reason, buckets of `entries` over `parts` processes with options `o` when
+  // the gradients hold values to keep (`keep`: compute_loss_and_gradients' gradients wait for
+  // apply_gradients) and these buckets or the ones in place take turns in a window: each process
+  // then holds only its part of their sums, laid out by the buckets. (Called before a rebuild
+  // changes anything.)
+  void require_keepable(const std::vector<entry>& entries, std::size_t parts,
+                        const gradient_options& o, bool keep) const {
+    if (keep && (transient_ || window_of(entries, parts, o.cap_elements()).window > 0))
+      throw value_error(
+          "tessel: the gradient buckets would change (new gradient options, a second compile or "
+          "another global batch's plan) while the gradients of compute_loss_and_gradients wait "
+          "for apply_gradients; under shard_state::gradients each process holds only its part of "
+          "their sums, laid out by the buckets, so they cannot be kept: call apply_gradients "
+          "first");
   }
-  // The window and each bucket's place in it (window 0: the buckets do not take turns in one).
+  // The window and each bucket's place in it (window 0: the buckets do not take turns in one):
+  // where every gradient is reduce-scattered, and the parts of the sums with the window (two
+  // consecutive layers' buckets) take less memory than all the buckets (gradient_window, the
+  // memory plan's rule).
   static gradient_window_layout window_of(const std::vector<entry>& entries, std::size_t parts,
                                           std::size_t cap) {
     if (parts <= 1 || entries.empty() ||
@@ -233,12 +243,6 @@ class gradient_buckets {
     for (const auto& e : entries) g.push_back({e.op, padded_size(*e.var, parts)});
     return gradient_window(g.data(), g.size(), cap, parts);
   }
-  // Why gradients waiting for an update cannot be kept through a rebuild of such buckets.
-  static constexpr std::string_view kept_scattered_parts =
-      "tessel: the gradient buckets would change (new gradient options, a second compile or "
-      "another global batch's plan) while the gradients of compute_loss_and_gradients wait for "
-      "apply_gradients; under shard_state::gradients each process holds only its part of their "
-      "sums, laid out by the buckets, so they cannot be kept: call apply_gradients first";
 
   [[nodiscard]] bool empty() const noexcept { return buckets_.empty(); }
   // The gradients the buckets take, in build()'s order.

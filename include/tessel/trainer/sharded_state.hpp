@@ -50,10 +50,8 @@ class sharded_state {
     opt_.emplace(spec);
     const auto n = static_cast<std::size_t>(group.size());
     const auto me = static_cast<std::size_t>(group.rank());
-    std::size_t total = 0;
-    for (const auto& r : runs_) total = std::max(total, r.offset + r.size);
+    const std::size_t total = total_values();
     weights_.clear();
-    total_ = total;
     // (Transient buckets have no buffer to pass through: the values move run by run, each
     // released once moved, so that the old and the new weights overlap by one run at most.)
     const bool staged = gradients_free && total && !buckets.transient();
@@ -112,7 +110,7 @@ class sharded_state {
     const std::size_t slots = full.slots_per_variable();
     if (slots == 0 || runs_.empty()) return;
     const std::vector<variable<B>*> mine = opt_->variables(), whole = full.variables();
-    const matrix buffer = B::make_zeros("sharded_slots", 1, total_);
+    const matrix buffer = B::make_zeros("sharded_slots", 1, total_values());
     const std::span<float> all = B::comm_span(buffer);
     for (std::size_t k = 0; k < slots; ++k) {
       for (std::size_t b = 0; b < runs_.size(); ++b) {
@@ -135,7 +133,7 @@ class sharded_state {
     const std::size_t slots = full.slots_per_variable();
     if (slots == 0 || runs_.empty()) return;
     const std::vector<variable<B>*> mine = opt_->variables(), whole = full.variables();
-    const matrix buffer = B::make_zeros("sharded_slots", 1, total_);
+    const matrix buffer = B::make_zeros("sharded_slots", 1, total_values());
     for (std::size_t k = 0; k < slots; ++k) {
       for (const auto& p : places_) {
         const matrix slot = whole[index_of(trainable, p.var) * slots + k]->value.local();
@@ -162,6 +160,12 @@ class sharded_state {
       B::copy(old, place);
       v.value = v.value.like(place);
     }
+  }
+  // The values of every run (the buckets' layout, padding included).
+  [[nodiscard]] std::size_t total_values() const noexcept {
+    std::size_t total = 0;
+    for (const auto& r : runs_) total = std::max(total, r.offset + r.size);
+    return total;
   }
   std::vector<variable<B>*> variables() {
     std::vector<variable<B>*> v;
@@ -195,7 +199,6 @@ class sharded_state {
   std::vector<typename gradient_buckets<B, C>::run> runs_;
   std::vector<typename gradient_buckets<B, C>::place> places_;
   std::vector<matrix> weights_;  // each bucket's run of the weights
-  std::size_t total_ = 0;        // the values of every run
 };
 
 }  // namespace tessel

@@ -735,10 +735,7 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
           : bucket_entries(plan_);
   const auto& group = pm().axis(facts_.batch_axis);
   const std::size_t parts = sharded() ? static_cast<std::size_t>(group.size()) : 1;
-  if (gradients_pending_ && (buckets_.transient() ||
-                             gradient_buckets<B, C>::transient_for(entries, parts,
-                                                                    grad_options_.cap_elements())))
-    throw value_error(std::string(gradient_buckets<B, C>::kept_scattered_parts));
+  buckets_.require_keepable(entries, parts, grad_options_, gradients_pending_);
   bucket_batch_ = batch;
   for (variable<B>* v : model_trainable_variables()) v->reduced_in_bucket = false;
   for (const auto& e : entries) e.var->reduced_in_bucket = true;
