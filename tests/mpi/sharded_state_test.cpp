@@ -31,6 +31,7 @@ using tessel::testing::shared_dir;
 using tessel::testing::train_both;
 using zero1 = data_parallel<device_mesh<axis<"batch">>, shard_state::optimizer>;
 using zero2 = data_parallel<device_mesh<axis<"batch">>, shard_state::gradients>;
+using zero3 = data_parallel<device_mesh<axis<"batch">>, shard_state::weights>;
 // Nine layers, trained in buckets of one gradient each: under shard_state::gradients the buckets
 // take turns in a window of two layers' gradients (with the parts of the sums, less than all of
 // them, on 2 processes or more).
@@ -68,6 +69,69 @@ void transient_refusals(const testing::data_set& d) {
   check(testing::error_of([&] { m.set_gradient_options({}); }).empty() &&
             std::isfinite(*find_log(m.train_on_batch(x, y), "loss")),
         "after apply_gradients the buckets change and training goes on");
+}
+
+// Split weights (shard_state::weights): the model's weights read and written outside a step are
+// whole (gathered from the parts, which a write changes), between the gradients and the update
+// too; predict and evaluate gather each layer's weights as a step does; value_and_grad is
+// refused (no whole gradients).
+void split_weights_reads(const testing::data_set& d) {
+  deep<zero3> a;
+  deep<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_gradient_options({.bucket_cap_mb = one_gradient_each});
+  a.set_weights(b.get_weights());
+  const bool split = num_processes() > 1;
+  const array<float> x = data::slice_rows(d.x, 0, 16), y = data::slice_rows(d.y, 0, 16);
+  const std::string grads = testing::error_of([&] {
+    a.value_and_grad(a.trainable_state(), a.non_trainable_state(), x, y);
+  });
+  check(split ? has(grads, "value_and_grad: under shard_state::weights") : grads.empty(),
+        "value_and_grad under split weights: " + (split ? grads : "runs on one process"));
+  testing::train_both(a, b, d, 0, 3);
+  // predict and evaluate with the parts (no read since the last step).
+  const array<float> xs = data::slice_rows(d.x, 100, 164), ys = data::slice_rows(d.y, 100, 164);
+  const double predicted = testing::worst_weights({a.predict(xs)}, {b.predict(xs)});
+  const double evaluated = rel(*find_log(a.evaluate(xs, ys, 16, 0), "loss"),
+                               *find_log(b.evaluate(xs, ys, 16, 0), "loss"));
+  // A read between the gradients and the update: the update reaches the whole weights.
+  a.compute_loss_and_gradients(x, y);
+  b.compute_loss_and_gradients(x, y);
+  const double between = testing::worst_weights(a.get_weights(), b.get_weights());
+  a.apply_gradients();
+  b.apply_gradients();
+  const double after = testing::worst_weights(a.get_weights(), b.get_weights());
+  // A write: the next step trains from the weights written.
+  std::vector<array<float>> w = b.get_weights();
+  for (float& v : w[0].values) v *= 0.5f;
+  a.set_weights(w);
+  b.set_weights(w);
+  testing::train_both(a, b, d, 3, 2);
+  const double written = testing::worst_weights(a.get_weights(), b.get_weights());
+  // A variable read by its path.
+  auto values_of = [](auto& m) {
+    const auto& v = m.get_variable("dense_1/kernel").value.local();
+    array<float> out({32, 32});
+    backend::host::download(v, std::span<float>(out.values));
+    return out;
+  };
+  const double kernel = testing::worst_weights({values_of(a)}, {values_of(b)});
+  check(predicted <= 1e-5 && evaluated <= 1e-5,
+        "split weights: predict and evaluate equal one device (" + std::to_string(predicted) +
+            ", " + std::to_string(evaluated) + ")");
+  check(between <= testing::adam_weight_tolerance && after <= testing::adam_weight_tolerance,
+        "split weights: read between the gradients and the update, and after it (" +
+            std::to_string(between) + ", " + std::to_string(after) + ")");
+  check(written <= testing::adam_weight_tolerance && kernel <= testing::adam_weight_tolerance,
+        "split weights: set_weights is trained from, get_variable reads the whole kernel (" +
+            std::to_string(written) + ", " + std::to_string(kernel) + ")");
+  if (process_id() == 0)
+    std::printf(
+        "shard_state::weights: reads and writes outside a step, worst relative difference from "
+        "one device: predict %.2e, evaluate %.2e, between the gradients and the update %.2e, "
+        "after %.2e, after set_weights %.2e, get_variable %.2e\n",
+        predicted, evaluated, between, after, written, kernel);
 }
 
 // The state each process keeps, its bucket rebuilt, read back, saved and restored elsewhere.
@@ -184,16 +248,26 @@ int main(int argc, char** argv) {
       testing::compare<deep<zero2>, deep<one_device>>(
           (std::string("shard_state::gradients, transient buckets, ") + opt).c_str(), d.x, d.y,
           opt, loss, one_gradient_each);
+      testing::compare<mlp<zero3>, mlp<one_device>>(
+          (std::string("shard_state::weights, ") + opt).c_str(), d.x, d.y, opt, loss);
+      testing::compare<deep<zero3>, deep<one_device>>(
+          (std::string("shard_state::weights, transient buckets, ") + opt).c_str(), d.x, d.y,
+          opt, loss, one_gradient_each);
     }
     transient_refusals(d);
+    split_weights_reads(d);
     testing::uneven<zero1>("shard_state::optimizer", d);
     testing::uneven<zero2>("shard_state::gradients", d);
+    testing::uneven<zero3>("shard_state::weights", d);
     testing::fit_equal<zero1>("shard_state::optimizer", d);
     testing::fit_equal<zero2>("shard_state::gradients", d);
+    testing::fit_equal<zero3>("shard_state::weights", d);
     state<zero1, zero2>("shard_state::optimizer", d);
     state<zero2, data_parallel<>>("shard_state::gradients", d);
+    state<zero3, zero1>("shard_state::weights", d);
     explained<zero1>("shard_state::optimizer", "all_reduce('batch')");
     explained<zero2>("shard_state::gradients", "reduce_scatter('batch'");
+    explained<zero3>("shard_state::weights", "reduce_scatter('batch'");
   } catch (const std::exception& e) {
     return guard.fail(e);
   }

@@ -553,7 +553,10 @@ TESSEL_INLINE std::string layout_map_code(const distribution_value& d) {
        batch + "\")\n";
   if (d.splits_state())
     r += std::string("# tessel also splits each process's optimizer state") +
-         (d.shard == shard_state::gradients ? " and gradients" : "") + " over \"" + batch +
+         (d.shard == shard_state::gradients ? " and gradients"
+          : d.shard == shard_state::weights ? ", gradients and weights"
+                                            : "") +
+         " over \"" + batch +
          "\" (shard_state); Keras has no such option\n";
   return r;
 }

@@ -38,12 +38,16 @@ inline constexpr cross_device_ops reduction_to_one_device =
 // sharding strategies), under data_parallel and model_parallel alike. Each process updates one
 // part of every gradient bucket (under model_parallel, of its own shards of the variables) and
 // keeps the optimizer state of that part only; the updated parts are all-gathered over the batch
-// axis, so every process holds its whole weights again for the next step.
+// axis, so every process holds its whole weights again for the next step, or (weights) each
+// process keeps its parts only, and a layer's weights are all-gathered before it runs.
 enum class shard_state : std::uint8_t {
   none,       // every process updates the whole model (DDP, FSDP's NO_SHARD)
   optimizer,  // the optimizer state split; gradients all-reduced (ZeRO-1)
   gradients,  // and the gradients reduce-scattered: each process receives its part's sum only
               // (ZeRO-2, FSDP's SHARD_GRAD_OP without the weights' resharding)
+  weights,    // and the weights: each process keeps its part, and each layer's weights are
+              // all-gathered before its forward and again before its backward (ZeRO-3, FSDP's
+              // FULL_SHARD)
 };
 
 // A distribution as a value, for constexpr planning.

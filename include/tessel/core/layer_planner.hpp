@@ -122,22 +122,38 @@ class layer_planner {
           push(b);
         }
     // State split over the batch axis: after each process updates its part, the parts of every
-    // variable whose gradient was reduced over the axis are all-gathered.
+    // variable whose gradient was reduced over the axis are all-gathered. Under
+    // shard_state::weights they are instead all-gathered before the variable's layer runs
+    // forward, and again before its backward, but for the last layer's (forward's last gather,
+    // still held when backward starts; FSDP keeps the root's weights the same way).
     std::array<bool, max_variables> gathered{};
+    const auto is_part_step = [&](const planned_step& s) {
+      return s.role == step_role::variable_gradient &&
+             (s.step.kind == collective::all_reduce ||
+              s.step.kind == collective::reduce_scatter) &&
+             s.step.axis == dist_.batch_axis;
+    };
+    const bool per_layer = dist_.shard == shard_state::weights;
+    std::size_t last_op = 0;
+    for (std::size_t k = backward_begin; plan_.ok && sharded() && k < plan_.count; ++k)
+      if (is_part_step(plan_.steps[k])) last_op = std::max<std::size_t>(last_op, plan_.steps[k].op);
     if (plan_.ok && sharded())
       for (std::size_t k = backward_begin, end = plan_.count; k < end; ++k)
-        if (plan_.steps[k].role == step_role::variable_gradient &&
-            (plan_.steps[k].step.kind == collective::all_reduce ||
-             plan_.steps[k].step.kind == collective::reduce_scatter) &&
-            plan_.steps[k].step.axis == dist_.batch_axis) {
+        if (is_part_step(plan_.steps[k])) {
           planned_step b = plan_.steps[k];
           const std::size_t n = plan_.mesh.sizes[b.step.axis];
           b.role = step_role::variable;
           b.step.kind = collective::all_gather;
           b.step.bytes = b.step.bytes == unknown_bytes ? unknown_bytes : b.step.bytes / n;
           b.step.wire_bytes = detail::wire_bytes(collective::all_gather, b.step.bytes, n);
-          b.runner = step_runner::after_update;
+          b.runner = per_layer ? step_runner::split_weights : step_runner::after_update;
           gathered[b.index] = true;
+          if (per_layer) {
+            planned_step f = b;
+            f.when = phase::forward;
+            push(f);
+            if (b.op == last_op) continue;
+          }
           push(b);
         }
     // Each part of a split state is a run of values reduced over the batch axis: a trainable
@@ -170,7 +186,8 @@ class layer_planner {
       const bool backward = s.when == phase::backward;
       const collective c = s.step.kind;
       // (Tagged when planned: the distribution's steps after the update.)
-      if (s.runner == step_runner::after_update) continue;
+      if (s.runner == step_runner::after_update || s.runner == step_runner::split_weights)
+        continue;
       if (s.when == phase::forward && s.role == step_role::loss)
         s.runner = step_runner::loss_reduction;
       else if (model && s.op < model_.count && plan_.layouts[s.op].set)
@@ -210,7 +227,7 @@ class layer_planner {
         const std::size_t es = model_.element_size, values = s.step.bytes / es;
         s.step.bytes = (values + n - 1) / n * n * es;
       }
-      if (dist_.shard == shard_state::gradients) s.step.kind = collective::reduce_scatter;
+      if (dist_.shard >= shard_state::gradients) s.step.kind = collective::reduce_scatter;
       s.step.wire_bytes = detail::wire_bytes(s.step.kind, s.step.bytes, n);
       return push(s);
     }

@@ -92,13 +92,15 @@ struct bucketed_gradient {
 // neither place is free, above every bucket placed, and the window grows. The window starts as
 // the largest span of buckets over two consecutive layers. `window` is 0 when the window and
 // this process's parts of the sums (1/`parts` of every gradient) would not take less than all
-// the buckets: the buckets are then one buffer, reduced in place.
+// the buckets: the buckets are then one buffer, reduced in place; unless `always` (the split
+// weights, shard_state::weights, whose whole values exist only in such a window).
 struct gradient_window_layout {
   std::size_t window = 0, buckets = 0;
   std::array<std::size_t, max_variables> at{}, size{};  // each bucket's place and values
 };
 constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std::size_t n,
-                                                 std::size_t cap, std::size_t parts) noexcept {
+                                                 std::size_t cap, std::size_t parts,
+                                                 bool always = false) noexcept {
   gradient_window_layout w{};
   if (n == 0 || parts <= 1 || n > max_variables) return w;
   // Each bucket's values and its first and last layer (a layer: a run of gradients of one op).
@@ -137,7 +139,7 @@ constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std
     top = std::max(top, w.at[b] + w.size[b]);
     w.window = std::max(w.window, top);
   }
-  if (total / parts + w.window >= total) w.window = 0;
+  if (!always && total / parts + w.window >= total) w.window = 0;
   return w;
 }
 
@@ -171,15 +173,22 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
   // the window the buckets take turns in, where the two take less than all the buckets
   // (gradient_window). The gradients are those the buckets take, in the order backward
   // completes them.
-  if (split && d.shard == shard_state::gradients) {
+  // Split weights (shard_state::weights): this process's parts of the trainable variables, and
+  // the same window, in which each layer's weights are all-gathered before it runs.
+  if (split && d.shard >= shard_state::gradients) {
     std::array<bucketed_gradient, max_variables> g{};
-    std::size_t count = 0;
+    std::size_t count = 0, trainable = 0;
     for (const planned_step& s : p)
       if (s.when == phase::backward && is_gradient_of_variable(s.role) &&
           s.step.kind == collective::reduce_scatter && count < max_variables)
         g[count++] = {s.op, padded(p.variables[s.index])};
     const gradient_window_layout w = gradient_window(g.data(), count, bucket_elements, n);
     if (w.window > 0) m.gradients = (m.gradients / es / n + w.window) * es;
+    if (d.shard == shard_state::weights) {
+      for (std::size_t i = 0; i < count; ++i) trainable += g[i].size;
+      const gradient_window_layout all = gradient_window(g.data(), count, bucket_elements, n, true);
+      m.weights = m.weights - trainable * es + (trainable / n + all.window) * es;
+    }
   }
   for (std::size_t a = 0; a < p.activation_count; ++a) {
     const activation_plan& act = p.activations[a];
@@ -201,7 +210,8 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
   for (const planned_step& s : p) {
     if (s.step.bytes == unknown_bytes) continue;
     if (s.role == step_role::variable_gradient || s.role == step_role::loss ||
-        s.role == step_role::statistic || s.runner == step_runner::after_update)
+        s.role == step_role::statistic || s.runner == step_runner::after_update ||
+        s.runner == step_runner::split_weights)
       continue;
     switch (s.step.kind) {
       case collective::all_gather:

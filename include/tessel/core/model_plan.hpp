@@ -198,6 +198,8 @@ enum class step_runner : std::uint8_t {
   gradient_buckets,  // the trainer's gradient buckets (data parallelism)
   after_update,      // the trainer after the update: central storage's broadcast of the
                      // variables, a split state's all-gather of the updated parts
+  split_weights,     // the trainer before a layer's forward and backward: the all-gather of its
+                     // weights' parts (shard_state::weights)
 };
 
 struct planned_step {

@@ -94,6 +94,10 @@ class executor_core {
     }
   };
 
+  // Called before each op's forward that has variables, with them (a state split over the
+  // batch axis gathers the weights there, shard_state::weights); none by default.
+  void set_before_forward(variables_ready r) noexcept { before_forward_ = r; }
+
   // The layouts the plan chose for each op, and this device's mesh coordinates (under a
   // distribution that reshards); none: every op runs on its blocks as they come.
   template <class Resharder>
@@ -290,6 +294,7 @@ class executor_core {
   std::vector<tensor> grads_;
   std::vector<bool> grad_set_, own_;
   std::vector<matrix> sum_stores_;
+  variables_ready before_forward_{};
 };
 }  // namespace TESSEL_LIMITS_NAMESPACE
 
@@ -394,6 +399,8 @@ class executor : public executor_core<B> {
   template <std::size_t I, class Op, class Resharder>
   void forward_op(Op& op, const pass_context& c, Resharder& reshard) {
     auto& s = slots_[I];
+    if (this->before_forward_.call != nullptr && !vars_[I].empty())
+      this->before_forward_(std::span<variable<B>* const>(vars_[I]));
     this->bring_arguments(I, reshard);
     const tensor& result = op.forward(s.args, c, reshard);
     if (s.args.whole) {

@@ -648,6 +648,11 @@ class graph_model<B, DistArg, layers::input<InputDims...>, Graph, Layers...> {
     pass_.training = training;
     return exec_.forward(layers_, input_, pass_, reshard_);
   }
+  // Before each layer's forward that has variables, `call(target, variables)` (a trainer whose
+  // weights are split over the batch axis gathers them there); a null `call`: nothing.
+  void set_before_forward(void* target, void (*call)(void*, std::span<variable<B>* const>)) {
+    exec_.set_before_forward({target, call, nullptr});
+  }
   // Backward pass from the gradient of the output, last layer first. After each layer's
   // backward, `on_layer` receives that layer's variables, whose gradients are then final (the
   // trainer starts their reduction there, overlapping the rest of the backward pass).

@@ -233,7 +233,7 @@ class gradient_buckets {
   // consecutive layers' buckets) take less memory than all the buckets (gradient_window, the
   // memory plan's rule).
   static gradient_window_layout window_of(const std::vector<entry>& entries, std::size_t parts,
-                                          std::size_t cap) {
+                                          std::size_t cap, bool always = false) {
     if (parts <= 1 || entries.empty() ||
         !std::all_of(entries.begin(), entries.end(), [](const entry& e) {
           return e.steps.count == 1 && e.steps.first().kind == collective::reduce_scatter;
@@ -241,7 +241,12 @@ class gradient_buckets {
       return {};
     std::vector<bucketed_gradient> g;
     for (const auto& e : entries) g.push_back({e.op, padded_size(*e.var, parts)});
-    return gradient_window(g.data(), g.size(), cap, parts);
+    return gradient_window(g.data(), g.size(), cap, parts, always);
+  }
+  // The same layout for the weights split over the processes (shard_state::weights), which take
+  // turns in such a window whether or not it takes less memory than the whole weights.
+  [[nodiscard]] gradient_window_layout weights_window() const {
+    return window_of(entries_, parts_, options_.cap_elements(), true);
   }
 
   [[nodiscard]] bool empty() const noexcept { return buckets_.empty(); }

@@ -10,6 +10,16 @@
 // The optimizer as the model and its checkpoints know it (one set of slots per variable, in
 // Keras's names) is the trainer's: gather() fills it from the parts before its state is read,
 // scatter() takes the parts from it after its state was written.
+//
+// With the weights split too (shard_state::weights: ZeRO-3, FSDP's FULL_SHARD) a process keeps
+// its parts of the weights alone, in a buffer of their own, and the whole weights exist only in a
+// window laid out as the gradients' (gradient_window: two consecutive layers' buckets): before a
+// layer's forward, and again before its backward, its buckets are all-gathered into their places
+// there (gather_layer), and the next layer's are started without waiting (FSDP's prefetch). The
+// update leaves the parts updated, and nothing is gathered after it. Outside a training step the
+// model's weights are read and written whole: materialize() gathers them into one buffer per
+// bucket (FSDP's summon_full_params), and release() takes each process's parts back from them at
+// the next step.
 #pragma once
 
 #include <algorithm>
@@ -39,8 +49,11 @@ class sharded_state {
   // through their buffer (laid out alike), so that the old and the new weights are never held at
   // once.
   // The all-gathers are recorded in `log` under mesh axis `axis` (the batch axis).
+  // `split_weights`: each process keeps its parts of the weights alone (shard_state::weights);
+  // the variables' values are whole (not a window's) when it is called.
   void build(const gradient_buckets<B, C>& buckets, const C& group, int axis,
-             const optimizer_spec& spec, collective_log* log, bool gradients_free = false) {
+             const optimizer_spec& spec, collective_log* log, bool gradients_free = false,
+             bool split_weights = false) {
     group_ = &group;
     axis_ = axis;
     log_ = log;
@@ -52,6 +65,9 @@ class sharded_state {
     const auto me = static_cast<std::size_t>(group.rank());
     const std::size_t total = total_values();
     weights_.clear();
+    split_weights_ = split_weights;
+    whole_ = false;
+    if (split_weights_) return build_split_weights(buckets);
     // (Transient buckets have no buffer to pass through: the values move run by run, each
     // released once moved, so that the old and the new weights overlap by one run at most.)
     const bool staged = gradients_free && total && !buckets.transient();
@@ -77,22 +93,108 @@ class sharded_state {
   }
 
   [[nodiscard]] bool empty() const noexcept { return !opt_.has_value(); }
+  // (Under split weights, the variables must be whole first: materialize().)
   void clear() {
+    finish_prefetches();
     opt_.reset();
     parts_.clear();
     runs_.clear();
     places_.clear();
+    split_weights_ = whole_ = false;
+    window_ = part_values_ = matrix();
+  }
+  // Whether each process keeps its parts of the weights alone (shard_state::weights).
+  [[nodiscard]] bool splits_weights() const noexcept { return split_weights_; }
+
+  // ---- the split weights (shard_state::weights) ---------------------------------------------
+  // The whole weights, for a reader or writer outside a training step: each bucket's parts
+  // all-gathered into a buffer of its own, the variables' values views of it. A collective: every
+  // process of the group calls it. Nothing moves when the weights are whole already.
+  void materialize() {
+    if (!split_weights_ || whole_) return;
+    finish_prefetches();
+    for (std::size_t b = 0; b < runs_.size(); ++b) {
+      weights_.push_back(B::make_zeros("sharded_weights", 1, runs_[b].size));
+      const std::span<float> run = B::comm_span(weights_.back());
+      const std::span<const float> part = B::comm_span(parts_[b].value.local());
+      group_->all_gather(part, run);
+      record(part.size());
+    }
+    for (std::size_t i = 0; i < places_.size(); ++i) {
+      const std::size_t b = place_bucket_[i];
+      view_values(i, weights_[b], places_[i].offset - runs_[b].offset);
+    }
+    whole_ = true;
+  }
+  // Back to the parts, before a training step: each process's part of every bucket taken from the
+  // whole weights (a reader may have written them), which are released; the variables' values are
+  // views of their places in the window again, holding nothing until gathered.
+  void release() {
+    if (!split_weights_ || !whole_) return;
+    for (std::size_t b = 0; b < runs_.size(); ++b) {
+      const matrix own = parts_[b].value.local();
+      const std::size_t part = B::cols(own);
+      B::copy(B::alias(weights_[b], group_rank() * part, 1, part), own);
+    }
+    point_at_window();
+    weights_.clear();
+    whole_ = false;
+  }
+  // Before a pass (a training step's forward, an evaluation's or a prediction's batch): nothing
+  // is taken as gathered, so that every layer gathers its weights as the plan lists.
+  void begin_pass() {
+    if (!split_weights_ || whole_) return;
+    finish_prefetches();
+    std::fill(resident_.begin(), resident_.end(), false);
+  }
+  // Before backward: only the last layer's weights are taken as gathered (forward gathered them
+  // last); every other layer gathers its weights again.
+  void begin_backward() {
+    if (!split_weights_ || whole_ || ops_.empty()) return;
+    finish_prefetches();
+    for (std::size_t b = 0; b < resident_.size(); ++b)
+      if (!of_op(b, ops_.back())) resident_[b] = false;
+  }
+  // Before a layer's forward (`forward`) or backward, with its variables: its buckets gathered
+  // into the window (waiting for a prefetch started before), then the next layer's started (in
+  // forward's order or backward's).
+  void gather_layer(std::span<variable<B>* const> vars, bool forward) {
+    if (!split_weights_ || whole_) return;
+    std::size_t k = ops_.size();
+    for (const variable<B>* v : vars)
+      for (std::size_t i = 0; i < places_.size() && k == ops_.size(); ++i)
+        if (places_[i].var == v) k = op_index(place_op_[i]);
+    if (k == ops_.size()) return;
+    const std::size_t op = ops_[k];
+    for (std::size_t b = 0; b < runs_.size(); ++b)
+      if (of_op(b, op)) bring(b, op, false);
+    const std::size_t next = forward ? k + 1 : k - 1;  // (k - 1 wraps past 0: none)
+    if (next < ops_.size())
+      for (std::size_t b = 0; b < runs_.size(); ++b)
+        if (of_op(b, ops_[next])) bring(b, op, true);
   }
   // The parts' optimizer (its slots are this process's share of the state).
   [[nodiscard]] const optimizer<B>& parts_optimizer() const { return *opt_; }
 
   // One step: this process's parts updated at the iteration and learning rate of `full` (whose
   // count advances with them), then every bucket's parts all-gathered in place.
+  // Under split weights the parts are the weights: nothing is gathered (but into the whole
+  // weights, when a reader made them whole between the gradients and the update).
   void apply(optimizer<B>& full) {
     opt_->set_counters(full.iterations(), full.learning_rate());
+    finish_prefetches();
     opt_->apply(variables());
     full.set_counters(opt_->iterations(), full.learning_rate());
     ahead_ = true;
+    if (split_weights_) {
+      std::fill(resident_.begin(), resident_.end(), false);
+      for (std::size_t b = 0; b < runs_.size() && whole_; ++b) {
+        const std::span<const float> part = B::comm_span(parts_[b].value.local());
+        group_->all_gather(part, B::comm_span(weights_[b]));
+        record(part.size());
+      }
+      return;
+    }
     for (std::size_t b = 0; b < runs_.size(); ++b)
       gather(B::comm_span(weights_[b]), B::cols(parts_[b].value.local()));
   }
@@ -148,6 +250,121 @@ class sharded_state {
   }
 
  private:
+  // Split weights: each process's parts in one buffer (bucket b's at its run's offset / N), the
+  // whole values moved out run by run (so that at most one run is held twice), and the variables'
+  // values views of their places in the window.
+  void build_split_weights(const gradient_buckets<B, C>& buckets) {
+    const auto n = static_cast<std::size_t>(group_->size());
+    const gradient_window_layout layout = buckets.weights_window();
+    if (layout.buckets != runs_.size())
+      throw runtime_error("tessel: the split weights' window differs from the gradient buckets (" +
+                          std::to_string(layout.buckets) + " and " +
+                          std::to_string(runs_.size()) + " buckets)");
+    at_.assign(layout.at.begin(), layout.at.begin() + static_cast<std::ptrdiff_t>(runs_.size()));
+    resident_.assign(runs_.size(), false);
+    pending_.clear();
+    pending_.resize(runs_.size());
+    place_bucket_.clear();
+    place_op_.clear();
+    ops_.clear();
+    for (std::size_t i = 0; i < places_.size(); ++i) {
+      std::size_t b = 0;
+      while (b + 1 < runs_.size() && places_[i].offset >= runs_[b + 1].offset) ++b;
+      place_bucket_.push_back(b);
+      place_op_.push_back(buckets.entry_at(i).op);
+      ops_.push_back(buckets.entry_at(i).op);
+    }
+    std::sort(ops_.begin(), ops_.end());
+    ops_.erase(std::unique(ops_.begin(), ops_.end()), ops_.end());
+    part_values_ = B::make_zeros("sharded_weight_parts", 1, total_values() / n);
+    window_ = B::make_zeros("weight_window", 1, layout.window);
+    for (std::size_t b = 0; b < runs_.size(); ++b) {
+      const std::size_t part = runs_[b].size / n;
+      const matrix own = B::alias(part_values_, runs_[b].offset / n, 1, part);
+      const matrix staging = B::make_zeros("sharded_weights", 1, runs_[b].size);
+      move_values_to(staging, runs_[b].offset, runs_[b].size);
+      B::copy(B::alias(staging, group_rank() * part, 1, part), own);
+      variable<B>& x = parts_.emplace_back();
+      x.path = "part_" + std::to_string(b);
+      x.shape = {part};
+      x.value = basic_dtensor<B>(shape_value{part}, layout_value::replicated(1), mesh_value{}, {},
+                                 x.path)
+                    .like(own);
+      x.gradient = buckets.part_gradient(runs_[b].offset, part);
+      // (The run's values leave the staging buffer for the window, which holds nothing yet.)
+      point_at_window(b);
+    }
+    opt_->build(variables());
+    ahead_ = true;
+  }
+  // Every variable's value (of bucket `only`'s alone, if given) a view of its place in the
+  // window, which holds nothing gathered.
+  void point_at_window(std::size_t only = static_cast<std::size_t>(-1)) {
+    for (std::size_t i = 0; i < places_.size(); ++i) {
+      const std::size_t b = place_bucket_[i];
+      if (only == b || only == static_cast<std::size_t>(-1))
+        view_values(i, window_, at_[b] + places_[i].offset - runs_[b].offset);
+    }
+    std::fill(resident_.begin(), resident_.end(), false);
+  }
+  // Place i's variable's value made a view of `buffer` from `at`.
+  void view_values(std::size_t i, const matrix& buffer, std::size_t at) {
+    variable<B>& v = *places_[i].var;
+    const matrix old = v.value.local();
+    v.value = v.value.like(B::alias(buffer, at, B::rows(old), B::cols(old)));
+  }
+  [[nodiscard]] bool of_op(std::size_t b, std::size_t op) const {
+    for (std::size_t i = 0; i < places_.size(); ++i)
+      if (place_bucket_[i] == b && place_op_[i] == op) return true;
+    return false;
+  }
+  [[nodiscard]] std::size_t op_index(std::size_t op) const {
+    return static_cast<std::size_t>(std::lower_bound(ops_.begin(), ops_.end(), op) -
+                                    ops_.begin());
+  }
+  [[nodiscard]] bool overlap(std::size_t a, std::size_t b) const {
+    return at_[a] < at_[b] + runs_[b].size && at_[b] < at_[a] + runs_[a].size;
+  }
+  // Bucket b gathered into its place in the window (nothing when it is there), for layer `op`:
+  // now, or (`ahead`) started without waiting, unless its place holds a bucket of `op` itself.
+  // The buckets whose place it takes are no longer there.
+  void bring(std::size_t b, std::size_t op, bool ahead) {
+    if (resident_[b]) return;
+    if (pending_[b].pending()) {
+      if (!ahead) pending_[b].wait();
+      if (!ahead) resident_[b] = true;
+      return;
+    }
+    for (std::size_t j = 0; j < runs_.size(); ++j) {
+      if (j == b || !overlap(j, b)) continue;
+      if (ahead && (resident_[j] || pending_[j].pending()) && of_op(j, op)) return;
+      pending_[j].wait();
+      resident_[j] = false;
+    }
+    const std::span<float> place = B::comm_span(window_).subspan(at_[b], runs_[b].size);
+    const std::span<const float> part = B::comm_span(parts_[b].value.local());
+    if (ahead) {
+      pending_[b] = group_->iall_gather(part, place);
+    } else {
+      group_->all_gather(part, place);
+      resident_[b] = true;
+    }
+    record(part.size());
+  }
+  // Waits for every gather started ahead; what they brought is in place.
+  void finish_prefetches() {
+    for (std::size_t b = 0; b < pending_.size(); ++b)
+      if (pending_[b].pending()) {
+        pending_[b].wait();
+        resident_[b] = true;
+      }
+  }
+  void record(std::size_t part) {
+    if (log_ != nullptr)
+      log_->add(
+          {collective::all_gather, static_cast<std::uint8_t>(axis_), 0, 0, part * sizeof(float)});
+  }
+
   // The value of each variable whose place lies in [first, first + size) of the buckets' layout
   // copied to its place in `buffer` (which holds that run), and made a view of it (its own
   // memory released, unless something else holds it).
@@ -185,9 +402,7 @@ class sharded_state {
   void gather(std::span<float> run, std::size_t part) {
     const std::span<float> block = run.subspan(part * group_rank(), part);
     group_->all_gather(std::span<const float>(block), run);
-    if (log_ != nullptr)
-      log_->add(
-          {collective::all_gather, static_cast<std::uint8_t>(axis_), 0, 0, part * sizeof(float)});
+    record(part);
   }
 
   const C* group_ = nullptr;
@@ -198,7 +413,17 @@ class sharded_state {
   std::deque<variable<B>> parts_;
   std::vector<typename gradient_buckets<B, C>::run> runs_;
   std::vector<typename gradient_buckets<B, C>::place> places_;
-  std::vector<matrix> weights_;  // each bucket's run of the weights
+  std::vector<matrix> weights_;  // each bucket's run of the weights (split weights: when whole)
+  // ---- split weights (shard_state::weights)
+  bool split_weights_ = false;
+  bool whole_ = false;        // the weights are whole (weights_), not the window's
+  matrix part_values_;        // this process's parts of every bucket
+  matrix window_;             // the buckets' places (at_), two consecutive layers' at least
+  std::vector<std::size_t> at_;
+  std::vector<bool> resident_;                    // bucket b's values are in its place
+  std::vector<typename C::request> pending_;      // a gather started ahead
+  std::vector<std::size_t> place_bucket_, place_op_;  // each place's bucket and layer
+  std::vector<std::size_t> ops_;                  // the layers with places, in forward order
 };
 
 }  // namespace tessel

@@ -88,6 +88,7 @@ class trainer : public Model,
   template <class... Args>
   explicit trainer(Args&&... args) : Model(std::forward<Args>(args)...), core(facts()) {
     this->attach(this->mesh(), this->resharding());
+    this->set_before_forward(static_cast<core*>(this), &core::before_forward);
   }
   trainer(const trainer&) = delete;
   trainer& operator=(const trainer&) = delete;
@@ -100,9 +101,53 @@ class trainer : public Model,
     if (this->mesh().is_chief()) std::cout << summary_text() << std::flush;
   }
 
-  // ---- the model's state, for callbacks (model_base) ------------------------------------------
-  std::vector<array<float>> get_weights() const override { return Model::get_weights(); }
-  void set_weights(const std::vector<array<float>>& w) override { Model::set_weights(w); }
+  // ---- the model's state (the model's own accessors; for callbacks, model_base) ---------------
+  // Under split weights (shard_state::weights) each reads or writes the whole weights, which the
+  // first one after a training step gathers: on a distributed model every process calls it.
+  std::vector<array<float>> get_weights() const override {
+    const_cast<trainer*>(this)->whole_weights();
+    return Model::get_weights();
+  }
+  void set_weights(const std::vector<array<float>>& w) override {
+    this->whole_weights();
+    Model::set_weights(w);
+  }
+  std::vector<variable<B>*> variables() {
+    this->whole_weights();
+    return Model::variables();
+  }
+  std::vector<variable<B>*> trainable_variables() {
+    this->whole_weights();
+    return Model::trainable_variables();
+  }
+  std::vector<variable<B>*> non_trainable_variables() {
+    this->whole_weights();
+    return Model::non_trainable_variables();
+  }
+  variable<B>& get_variable(std::string_view path) {
+    this->whole_weights();
+    return Model::get_variable(path);
+  }
+  state_list<B> trainable_state() const {
+    const_cast<trainer*>(this)->whole_weights();
+    return Model::trainable_state();
+  }
+  state_list<B> non_trainable_state() const { return Model::non_trainable_state(); }
+  state_list<B> trainable_state_view() const {
+    const_cast<trainer*>(this)->whole_weights();
+    return Model::trainable_state_view();
+  }
+  void assign_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
+                    std::string_view where = "set_state_tree") {
+    this->whole_weights();
+    Model::assign_state(trainable, non_trainable, where);
+  }
+  template <class F>
+  decltype(auto) with_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
+                            std::string_view where, F&& f) {
+    this->whole_weights();
+    return Model::with_state(trainable, non_trainable, where, std::forward<F>(f));
+  }
   bool is_chief() const override { return Model::is_chief(); }
   void save_checkpoint(const std::string& dir, const std::string& metadata_json,
                        bool background = false) override {
@@ -179,22 +224,24 @@ class trainer : public Model,
     this->backward(dy, on_layer);
   }
   std::vector<variable<B>*> model_trainable_variables() override {
-    return this->trainable_variables();
+    return Model::trainable_variables();
   }
-  variable<B>& model_variable(std::string_view path) override { return this->get_variable(path); }
+  variable<B>& model_variable(std::string_view path) override {
+    return Model::get_variable(path);
+  }
   std::uint64_t model_training_step() const override { return this->training_step(); }
   void model_set_training_step(std::uint64_t step) override { this->set_training_step(step); }
   state_list<B> model_state(bool trainable, bool copy) const override {
-    if (trainable) return copy ? this->trainable_state() : this->trainable_state_view();
-    return copy ? this->non_trainable_state() : this->non_trainable_state_view();
+    if (trainable) return copy ? Model::trainable_state() : Model::trainable_state_view();
+    return copy ? Model::non_trainable_state() : Model::non_trainable_state_view();
   }
   void model_assign_state(const state_list<B>& trainable,
                           const state_list<B>& non_trainable) override {
-    this->assign_state(trainable, non_trainable);
+    Model::assign_state(trainable, non_trainable);
   }
   void model_with_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
                         std::string_view where, const std::function<void()>& f) override {
-    this->with_state(trainable, non_trainable, where, f);
+    Model::with_state(trainable, non_trainable, where, f);
   }
 
   std::unique_ptr<async_checkpointer<trainer>> async_;  // the save in the background, if any

@@ -277,6 +277,15 @@ class trainer_core : public model_base {
   // processes' check reads is current, and each process takes its parts of the loaded state.
   optimizer<B>* optimizer_to_load();
   void gather_shards();
+  // Under split weights (shard_state::weights), before the model's variables are read or written
+  // outside a training step: the weights gathered whole (a collective: every process calls it;
+  // nothing moves when they are whole already). They stay whole until the next training step.
+  void whole_weights();
+  // What the model calls before each layer's forward (model.set_before_forward): under split
+  // weights, the layer's weights gathered (`self` is the trainer_core).
+  static void before_forward(void* self, std::span<variable<B>* const> v) {
+    static_cast<trainer_core*>(self)->shards_.gather_layer(v, true);
+  }
   void optimizer_state_written();
   // What compile() gave, as a .keras archive records it (nullopt before compile()).
   std::optional<saving::compile_info> compiled_info() const;

@@ -169,10 +169,13 @@ double trainer_core<B, C>::loss_and_gradients(const array<float>& x, const array
   const shard s = replica ? replica_shard(x.rows()) : shard_of(x.rows());
   last_global_batch_ = s.global;
   buckets_for(s.global);
+  shards_.release();  // (split weights: the parts, taken back from whole weights a reader made)
   const std::size_t global = forward_and_loss(x, y, s, replica ? 0 : s.first, training);
   buckets_.begin();
+  shards_.begin_backward();
   model_backward(loss_grad_,
                  {[this](std::span<variable<B>* const> layer_variables) {
+                    shards_.gather_layer(layer_variables, false);
                     for (const variable<B>* v : layer_variables) buckets_.open(v);
                   },
                   [this](std::span<variable<B>* const> layer_variables) {
@@ -261,6 +264,11 @@ void trainer_core<B, C>::gather_shards() {
 }
 
 template <class B, class C>
+void trainer_core<B, C>::whole_weights() {
+  shards_.materialize();
+}
+
+template <class B, class C>
 void trainer_core<B, C>::optimizer_state_written() {
   if (!shards_.empty() && optimizer_state_ && optimizer_state_->built())
     shards_.scatter_from(*optimizer_state_, model_trainable_variables());
@@ -306,6 +314,7 @@ void trainer_core<B, C>::assign_state_tree(const state_tree<B>& t) {
   if ((optimizer || metrics) && !loss_)
     throw value_error("set_state_tree: the state has optimizer or metric variables, but the "
                       "model is not compiled; call compile() as for the state's model first.");
+  whole_weights();
   detail::on_every_process(pm(), "set_state_tree", [&] {
     if (optimizer) {
       optimizer_state_->build(model_trainable_variables());
@@ -339,6 +348,7 @@ typename trainer_core<B, C>::stateless_call_result trainer_core<B, C>::stateless
     throw value_error("stateless_call: x has no samples (shape " + shape_to_string(x.shape) +
                       "); pass at least one.");
   model_check_input_shape(x);
+  whole_weights();
   stateless_call_result r;
   model_with_state(trainable, non_trainable, "stateless_call", [&] {
     const shard s = shard_of(x.rows());
@@ -356,11 +366,13 @@ typename trainer_core<B, C>::value_and_grad_result trainer_core<B, C>::value_and
     const state_list<B>& trainable, const state_list<B>& non_trainable, const array<float>& x,
     const array<Y>& y, bool training) {
   require_compiled("value_and_grad");
-  if (buckets_.transient())
+  if (buckets_.transient() || shards_.splits_weights())
     throw value_error(
-        "value_and_grad: under shard_state::gradients each process keeps only its part of the "
-        "summed gradients (reduce-scattered), so there are no whole gradients to return; use "
-        "shard_state::optimizer or shard_state::none for value_and_grad");
+        std::string("value_and_grad: under shard_state::") +
+        (shards_.splits_weights() ? "weights" : "gradients") +
+        " each process keeps only its part of the summed gradients (reduce-scattered), so there "
+        "are no whole gradients to return; use shard_state::optimizer or shard_state::none for "
+        "value_and_grad");
   // What the call changes of the model is put back: the metrics, and the gradients that
   // compute_loss_and_gradients left for apply_gradients (value_and_grad computes in the same
   // buffers).
@@ -576,6 +588,7 @@ array<float> trainer_core<B, C>::predict(const array<float>& x, std::int64_t bat
     const std::size_t begin = b * rows_per_batch,
                       end = begin + std::min(n - begin, rows_per_batch);
     const shard s = shard_of(end - begin);
+    shards_.begin_pass();
     const basic_dtensor<B>* y =
         &model_forward_rows(x, begin + s.first, s.first, s.local, s.global, false);
     basic_dtensor<B> whole_rows;
@@ -597,6 +610,7 @@ array<float> trainer_core<B, C>::predict(const array<float>& x, std::int64_t bat
 // The state tree, its tensors copies (get_state_tree) or the model's own (state_tree_view).
 template <class B, class C>
 state_tree<B> trainer_core<B, C>::state_tree_of(bool copy) {
+  whole_weights();
   state_tree<B> t{model_state(true, copy), model_state(false, copy), {}, {}};
   if (!loss_) return t;
   gather_shards();
@@ -736,6 +750,7 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   const auto& group = pm().axis(facts_.batch_axis);
   const std::size_t parts = sharded() ? static_cast<std::size_t>(group.size()) : 1;
   buckets_.require_keepable(entries, parts, grad_options_, gradients_pending_);
+  whole_weights();  // (split weights: the variables' values whole, for the buckets' new layout)
   bucket_batch_ = batch;
   for (variable<B>* v : model_trainable_variables()) v->reduced_in_bucket = false;
   for (const auto& e : entries) e.var->reduced_in_bucket = true;
@@ -767,7 +782,8 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
         "as the kernel before it), or use shard_state::none for this model");
   }
   shards_.build(buckets_, group, static_cast<int>(facts_.batch_axis), optimizer_state_->spec(),
-                &reshard_->log(), !gradients_pending_);
+                &reshard_->log(), !gradients_pending_,
+                facts_.distribution.shard == shard_state::weights);
   if (keep) optimizer_state_written();
 }
 
@@ -1117,6 +1133,7 @@ std::size_t trainer_core<B, C>::forward_and_loss(const array<float>& x, const ar
                       shape_to_string(x.shape));
   model_check_input_shape(x);
   upload_targets(y, x.rows(), x_row, s.local);
+  shards_.begin_pass();
   const basic_dtensor<B>& output =
       model_forward_rows(x, x_row, s.first, s.local, s.global, training);
   const matrix& out = output.local();
