@@ -1,11 +1,14 @@
 // Data parallelism with the optimizer state split over the processes (shard_state::optimizer,
-// ZeRO-1) and with the gradients reduce-scattered too (shard_state::gradients, ZeRO-2), on 1, 2,
-// 4 and 8 processes:
+// ZeRO-1), with the gradients reduce-scattered too (shard_state::gradients, ZeRO-2) and with the
+// weights split and gathered per layer (shard_state::weights, ZeRO-3), on 1, 2, 4 and 8
+// processes:
 //   - each equals one device (compare_models.hpp: 20 steps with adam, sgd and rmsprop; the
 //     collectives run are the plan's, its reduce_scatters and all_gathers with their bytes; an
 //     uneven global batch; fit with the optimizer state read back);
 //   - each process keeps its part of the optimizer state only (1/N of the padded variables);
 //   - a change of buckets keeps the state;
+//   - split weights read and written outside a step (get_weights between the gradients and the
+//     update, set_weights, get_variable, predict, evaluate) are one device's;
 //   - explain() prints the steps; a checkpoint and a .weights.h5 saved under one option restore
 //     under another option, another process count's plain data_parallel and one device, and
 //     training goes on as one device's.

@@ -29,6 +29,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../core/planner.hpp"
@@ -250,11 +251,13 @@ class sharded_state {
   }
 
  private:
-  // Split weights: each process's parts in one buffer (bucket b's at its run's offset / N), the
-  // whole values moved out run by run (so that at most one run is held twice), and the variables'
-  // values views of their places in the window.
+  // Split weights: each process's parts in one buffer (bucket b's at its run's offset / N),
+  // copied from each variable's whole value, which is released at once (so that the whole
+  // weights and the parts are held together only while they are copied); then the window, the
+  // variables' values views of their places in it.
   void build_split_weights(const gradient_buckets<B, C>& buckets) {
     const auto n = static_cast<std::size_t>(group_->size());
+    const std::size_t me = group_rank();
     const gradient_window_layout layout = buckets.weights_window();
     if (layout.buckets != runs_.size())
       throw runtime_error("tessel: the split weights' window differs from the gradient buckets (" +
@@ -266,6 +269,7 @@ class sharded_state {
     pending_.resize(runs_.size());
     place_bucket_.clear();
     place_op_.clear();
+    shapes_.clear();
     ops_.clear();
     for (std::size_t i = 0; i < places_.size(); ++i) {
       std::size_t b = 0;
@@ -273,27 +277,35 @@ class sharded_state {
       place_bucket_.push_back(b);
       place_op_.push_back(buckets.entry_at(i).op);
       ops_.push_back(buckets.entry_at(i).op);
+      const matrix& value = places_[i].var->value.local();
+      shapes_.emplace_back(B::rows(value), B::cols(value));
     }
     std::sort(ops_.begin(), ops_.end());
     ops_.erase(std::unique(ops_.begin(), ops_.end()), ops_.end());
     part_values_ = B::make_zeros("sharded_weight_parts", 1, total_values() / n);
-    window_ = B::make_zeros("weight_window", 1, layout.window);
     for (std::size_t b = 0; b < runs_.size(); ++b) {
       const std::size_t part = runs_[b].size / n;
-      const matrix own = B::alias(part_values_, runs_[b].offset / n, 1, part);
-      const matrix staging = B::make_zeros("sharded_weights", 1, runs_[b].size);
-      move_values_to(staging, runs_[b].offset, runs_[b].size);
-      B::copy(B::alias(staging, group_rank() * part, 1, part), own);
       variable<B>& x = parts_.emplace_back();
       x.path = "part_" + std::to_string(b);
       x.shape = {part};
       x.value = basic_dtensor<B>(shape_value{part}, layout_value::replicated(1), mesh_value{}, {},
                                  x.path)
-                    .like(own);
+                    .like(B::alias(part_values_, runs_[b].offset / n, 1, part));
       x.gradient = buckets.part_gradient(runs_[b].offset, part);
-      // (The run's values leave the staging buffer for the window, which holds nothing yet.)
-      point_at_window(b);
     }
+    // Each variable's values that fall in this process's part of its bucket.
+    for (std::size_t i = 0; i < places_.size(); ++i) {
+      const std::size_t b = place_bucket_[i], part = runs_[b].size / n;
+      const std::size_t off = places_[i].offset - runs_[b].offset, size = places_[i].size;
+      const std::size_t lo = std::max(off, me * part), hi = std::min(off + size, (me + 1) * part);
+      variable<B>& v = *places_[i].var;
+      if (lo < hi)
+        B::copy(B::alias(v.value.local(), lo - off, 1, hi - lo),
+                B::alias(part_values_, runs_[b].offset / n + lo - me * part, 1, hi - lo));
+      v.value = v.value.like(matrix());
+    }
+    window_ = B::make_zeros("weight_window", 1, layout.window);
+    point_at_window();
     opt_->build(variables());
     ahead_ = true;
   }
@@ -310,8 +322,7 @@ class sharded_state {
   // Place i's variable's value made a view of `buffer` from `at`.
   void view_values(std::size_t i, const matrix& buffer, std::size_t at) {
     variable<B>& v = *places_[i].var;
-    const matrix old = v.value.local();
-    v.value = v.value.like(B::alias(buffer, at, B::rows(old), B::cols(old)));
+    v.value = v.value.like(B::alias(buffer, at, shapes_[i].first, shapes_[i].second));
   }
   [[nodiscard]] bool of_op(std::size_t b, std::size_t op) const {
     for (std::size_t i = 0; i < places_.size(); ++i)
@@ -423,6 +434,7 @@ class sharded_state {
   std::vector<bool> resident_;                    // bucket b's values are in its place
   std::vector<typename C::request> pending_;      // a gather started ahead
   std::vector<std::size_t> place_bucket_, place_op_;  // each place's bucket and layer
+  std::vector<std::pair<std::size_t, std::size_t>> shapes_;  // each place's rows and columns
   std::vector<std::size_t> ops_;                  // the layers with places, in forward order
 };
 
