@@ -2,10 +2,12 @@
 // found by the memory plan when the program compiles and then trained. The MLP is the
 // benchmarks' (input W -> 3 x dense W relu -> dense 10, Adam, global batch 256), its width W a
 // multiple of 256; `--model deep` takes 12 hidden layers instead, deep enough that under
-// shard_state::gradients the whole gradients take turns in a window of two layers. For each
+// shard_state::gradients the whole gradients take turns in a window of two layers, and under
+// shard_state::weights the whole weights too (each process keeps its parts). For each
 // option the compiler takes the widest W whose plan fits the budget; at run time each chosen
 // model trains 2 steps on 2 processes and the host backend's high-water mark is compared with
-// the plan and the budget.
+// the plan and the budget (the peak from before the model is built: under shard_state::weights
+// building it holds the whole initial weights once, before compile() splits them).
 //
 //   mpiexec -n 2 largest_model_bench [--model wide|deep]
 #include <array>
@@ -105,6 +107,7 @@ void run_all() {
   const double none = train<M, shard_state::none>("none", 0);
   train<M, shard_state::optimizer>("optimizer", none);
   train<M, shard_state::gradients>("gradients", none);
+  train<M, shard_state::weights>("weights", none);
 }
 }  // namespace
 

@@ -1,13 +1,15 @@
 // Data parallelism with the optimizer state split over the processes, side by side in one run:
 // data_parallel_bench's compute-bound MLP (input 4096 -> 3 x dense 4096 relu -> dense 10,
 // sparse categorical crossentropy from logits, Adam) on a fixed global batch, trained under
-// shard_state::none (every process updates the whole model), shard_state::optimizer (ZeRO-1) and
-// shard_state::gradients (ZeRO-2). Rounds interleave the three models; each round times --block
-// steps of each (a step starts after an MPI_Barrier; its time is the slowest process's).
-// Reports the median ms/step and samples/s of each, the optimizer state each process keeps and
-// the gradients' memory (the memory plan's, which the tests hold to the measured peak).
+// shard_state::none (every process updates the whole model), shard_state::optimizer (ZeRO-1),
+// shard_state::gradients (ZeRO-2) and shard_state::weights (ZeRO-3). Rounds interleave the four
+// models; each round times --block steps of each (a step starts after an MPI_Barrier; its time is
+// the slowest process's). Reports the median ms/step and samples/s of each, the optimizer state
+// each process keeps and the gradients' and weights' memory (the memory plan's, which the tests
+// hold to the measured peak).
 // `--model deep`: input 2048 -> 6 x dense 2048 relu -> dense 10 instead, deep enough that under
-// shard_state::gradients the buckets take turns in a window of two layers' gradients.
+// shard_state::gradients the buckets take turns in a window of two layers' gradients, and under
+// shard_state::weights the weights in a window of two layers' weights.
 // benchmarks/compare_sharded.sh runs it on 1 and 2 processes and prints the speedups.
 //
 //   mpiexec -n P sharded_state_bench [--model wide|deep] [--batch 256] [--rounds 3] [--block 2]
@@ -80,18 +82,22 @@ void run_all(std::size_t batch, int rounds, int block, int warmup) {
   contender<M, tessel::shard_state::none> plain("none");
   contender<M, tessel::shard_state::optimizer> zero1("optimizer");
   contender<M, tessel::shard_state::gradients> zero2("gradients");
+  contender<M, tessel::shard_state::weights> zero3("weights");
   zero1.model.set_weights(plain.model.get_weights());
   zero2.model.set_weights(plain.model.get_weights());
+  zero3.model.set_weights(plain.model.get_weights());
   for (int i = 0; i < warmup; ++i) {
     plain.run(x, y, 1);
     zero1.run(x, y, 1);
     zero2.run(x, y, 1);
+    zero3.run(x, y, 1);
   }
-  plain.steps.clear(), zero1.steps.clear(), zero2.steps.clear();
+  plain.steps.clear(), zero1.steps.clear(), zero2.steps.clear(), zero3.steps.clear();
   for (int r = 0; r < rounds; ++r) {
     plain.run(x, y, block);
     zero1.run(x, y, block);
     zero2.run(x, y, block);
+    zero3.run(x, y, block);
   }
   const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
   if (tessel::process_id() == 0) {
@@ -103,19 +109,22 @@ void run_all(std::size_t batch, int rounds, int block, int warmup) {
     auto report = [&](const auto& c) {
       const double t = median(c.steps);
       const double state = static_cast<double>(c.model.optimizer_state_values()) * 4 / 1e6;
-      const double grads = static_cast<double>(c.model.memory(batch).gradients) / 1e6;
+      const tessel::memory_plan m = c.model.memory(batch);
+      const double grads = static_cast<double>(m.gradients) / 1e6;
+      const double weights = static_cast<double>(m.weights) / 1e6;
       std::printf(
           "  shard_state::%-9s %8.1f ms/step %8.1f samples/s, optimizer state %.1f MB, "
-          "gradients %.1f MB per process\n",
-          c.name, t * 1e3, static_cast<double>(batch) / t, state, grads);
+          "gradients %.1f MB, weights %.1f MB per process\n",
+          c.name, t * 1e3, static_cast<double>(batch) / t, state, grads, weights);
       std::printf(
           "RESULT sharded procs=%d shard=%s ms_per_step=%.2f samples_per_s=%.2f "
-          "optimizer_mb=%.1f gradients_mb=%.1f\n",
-          procs, c.name, t * 1e3, static_cast<double>(batch) / t, state, grads);
+          "optimizer_mb=%.1f gradients_mb=%.1f weights_mb=%.1f\n",
+          procs, c.name, t * 1e3, static_cast<double>(batch) / t, state, grads, weights);
     };
     report(plain);
     report(zero1);
     report(zero2);
+    report(zero3);
   }
 }
 
