@@ -64,6 +64,34 @@ static_assert(deep1.gradients == deep_params * 4);
 static_assert(deep2.gradients >= (deep_params / 2 + 2 * layer) * 4 &&
               deep2.gradients <= (deep_params / 2 + 2 * layer + head) * 4);
 static_assert(deep2.peak() < deep1.peak());
+// ZeRO-3: the weights as the gradients, half of them and a window of two layers', and the
+// same gradients; with buckets of 1 GB the window is every layer (one bucket), kept even so:
+// the parts and the window then take more than the whole weights.
+constexpr memory_plan deep3 =
+    memory_plan_v<data_parallel<mesh2, shard_state::weights>, deep, batch, 2>;
+static_assert(deep3.weights == deep2.gradients && deep3.gradients == deep2.gradients);
+static_assert(deep3.optimizer_state == deep2.optimizer_state && deep2.weights == deep_params * 4);
+static_assert(deep3.peak() == deep2.peak() - deep2.weights + deep3.weights);
+static_assert(plan_memory(model_plan_v<data_parallel<mesh2, shard_state::weights>, deep, batch>,
+                          data_parallel<mesh2, shard_state::weights>::value, 2, 4,
+                          1'000'000'000 / 4)
+                  .weights == (deep_params / 2 + deep_params) * 4);
+// The 4096-wide MLP's window is two of its four large layers: the parts and the window take more
+// than its whole weights.
+constexpr memory_plan zero3 =
+    memory_plan_v<data_parallel<mesh2, shard_state::weights>, wide, batch, 2>;
+static_assert(zero3.weights > zero2.weights && zero3.gradients == zero2.gradients);
+// The plan lists the gathers: each trainable variable's before its layer's forward, and before
+// its backward but for the last layer's (d7's kernel and bias).
+// (Under shard_state::gradients the same 14 all-gathers run after the update, in backward's list.)
+constexpr model_plan deep2_steps =
+    model_plan_v<data_parallel<mesh2, shard_state::gradients>, deep, batch>;
+constexpr model_plan deep3_steps =
+    model_plan_v<data_parallel<mesh2, shard_state::weights>, deep, batch>;
+static_assert(deep3_steps.collectives(phase::forward) ==
+                  deep2_steps.collectives(phase::forward) + 14 &&
+              deep3_steps.collectives(phase::backward) ==
+                  deep2_steps.collectives(phase::backward) - 2);
 // With buckets of 1 GB the layers share one bucket: nothing to gain, the whole buffer is kept.
 static_assert(plan_memory(model_plan_v<data_parallel<mesh2, shard_state::gradients>, deep, batch>,
                           data_parallel<mesh2, shard_state::gradients>::value, 2, 4,
