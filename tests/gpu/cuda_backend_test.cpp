@@ -477,6 +477,34 @@ TEST_CASE("cuda: an MLP with dropout trains on the GPU as on the host: losses, w
   }
 }
 
+TEST_CASE("cuda: the memory plan against the pool's peak (get_memory_info(\"GPU:0\"))", "[gpu]") {
+  using namespace tessel::layers;
+  const D::matrix started = D::make_zeros("context", 1, 1);  // (the GPU's counters in use)
+  const tessel::memory_info before = tessel::get_memory_info("GPU:0");
+  tessel::reset_memory_stats("GPU:0");
+  tessel::memory_plan plan{};
+  double measured = 0;
+  {
+    tessel::basic_sequential<D, tessel::one_device, input<784>, dense<256, {.activation = "relu"}>,
+                             dense<256, {.activation = "relu"}>, dense<10>>
+        m;
+    m.compile(tessel::optimizers::adam{},
+              tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
+    tessel::array<float> x({64, 784}, random_values(64 * 784, 71));
+    std::vector<std::int32_t> labels(64);
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 10);
+    const tessel::array<std::int32_t> y({64}, labels);
+    for (int step = 0; step < 3; ++step) m.train_on_batch(x, y);
+    plan = m.memory(64);
+    measured = static_cast<double>(tessel::get_memory_info("GPU:0").peak - before.current);
+  }
+  const double diff = (static_cast<double>(plan.peak()) - measured) / measured;
+  INFO("plan " << plan.peak() << " B, the pool's peak " << measured << " B, " << diff * 100
+               << "%");
+  CHECK(std::fabs(diff) <= 0.10);
+  CHECK(tessel::get_memory_info("GPU:0").current == before.current);
+}
+
 TEST_CASE("cuda: a planned step's copies on GPU memory go through cuda_communicator", "[gpu]") {
   // An all_reduce into another buffer and a slice, as runtime/collectives.hpp runs them on a
   // group of one: the copies are the communicator's (on the GPU), never the host's memmove.

@@ -225,6 +225,14 @@ void explained(const char* what, const char* gradient_step) {
   mlp<Dist> m;
   m.compile({.optimizer = "adam", .loss = "mse"});
   const std::string text = m.explain(16);
+  // (Split weights: the parts each process keeps, 1/N of the padded trainable variables.)
+  const std::size_t n = static_cast<std::size_t>(num_processes());
+  auto padded = [&](std::size_t v) { return (v + n - 1) / n * n; };
+  const std::size_t parts = (padded(192) + padded(16) + padded(64) + padded(4)) / n * 4;
+  check(Dist::value.shard != shard_state::weights || n == 1 ||
+            has(text, "1/" + std::to_string(n) + " of the trainable, " +
+                          detail::bytes_text(parts) + ", on each process, gathered per layer"),
+        std::string(what) + ": explain() prints the weights' parts");
   check(num_processes() == 1
             ? !has(text, "all_gather") && !has(text, "split over")
             : has(text, gradient_step) && has(text, "all_gather('batch'") &&

@@ -4,7 +4,8 @@
 // bucket lies inside the window, never over a bucket that holds gradients of its own first layer
 // or of the layer before (backward still fills those, or reduces them while it computes this
 // layer), the buckets follow the cap rule, and the window is used only where it and the parts of
-// the sums take less than all the buckets.
+// the sums take less than all the buckets. With `always` (the split weights' window, which a
+// layer's forward and backward gather into) it is used in every model, the buckets placed alike.
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <random>
@@ -38,15 +39,23 @@ bucket_oracle buckets_of(const std::vector<bucketed_gradient>& g, std::size_t ca
   return o;
 }
 
-void check_layout(const std::vector<bucketed_gradient>& g, std::size_t cap, std::size_t parts) {
-  const gradient_window_layout w = gradient_window(g.data(), g.size(), cap, parts);
+void check_layout(const std::vector<bucketed_gradient>& g, std::size_t cap, std::size_t parts,
+                  bool always = false) {
+  const gradient_window_layout w = gradient_window(g.data(), g.size(), cap, parts, always);
   const bucket_oracle o = buckets_of(g, cap);
   std::size_t total = 0;
   for (const auto& x : g) total += x.size;
   REQUIRE(w.buckets == o.size.size());
   for (std::size_t b = 0; b < o.size.size(); ++b) REQUIRE(w.size[b] == o.size[b]);
+  if (always) {
+    // The same places as the gradients' layout, where that one is used.
+    REQUIRE(w.window > 0);
+    const gradient_window_layout saving = gradient_window(g.data(), g.size(), cap, parts);
+    for (std::size_t b = 0; b < w.buckets && saving.window > 0; ++b)
+      REQUIRE(w.at[b] == saving.at[b]);
+  }
   if (w.window == 0) return;
-  REQUIRE(total / parts + w.window < total);
+  if (!always) REQUIRE(total / parts + w.window < total);
   for (std::size_t b = 0; b < w.buckets; ++b) {
     REQUIRE(w.at[b] + w.size[b] <= w.window);
     for (std::size_t j = 0; j < b; ++j) {
@@ -72,6 +81,7 @@ TEST_CASE("gradient_window keeps the buckets backward fills and reduces apart", 
     }
     const std::size_t cap = 1 + rng() % 3000, parts = 2 + rng() % 7;
     check_layout(g, cap, parts);
+    check_layout(g, cap, parts, true);
     used += gradient_window(g.data(), g.size(), cap, parts).window > 0;
   }
   // (Most random models gain from the window: the property is checked where it is used.)

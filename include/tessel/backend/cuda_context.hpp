@@ -17,6 +17,7 @@
 
 #include "../core/errors.hpp"
 #include "gemm_plans.hpp"
+#include "memory_counters.hpp"
 
 namespace tessel::backend {
 
@@ -299,13 +300,19 @@ inline void free_device(void* p) noexcept {
   else
     cudaFree(p);
 }
+// Counted in device_memory_counters (get_memory_info("GPU:0")): the bytes asked of the pool.
 template <class T>
 std::shared_ptr<T> allocate(std::size_t n) {
   if (n == 0) return {};
   context& c = ctx();
   void* p = nullptr;
   check(cudaMallocAsync(&p, n * sizeof(T), c.stream), "cudaMallocAsync");
-  return std::shared_ptr<T>(static_cast<T*>(p), [](T* q) { free_device(q); });
+  device_memory_counted().store(true, std::memory_order_relaxed);
+  device_memory_counters().add(n * sizeof(T));
+  return std::shared_ptr<T>(static_cast<T*>(p), [n](T* q) {
+    device_memory_counters().remove(n * sizeof(T));
+    free_device(q);
+  });
 }
 // The process's stream: every kernel, copy and GEMM of the backend is queued on it.
 inline cudaStream_t stream() { return ctx().stream; }

@@ -26,11 +26,13 @@
 
 #include "../core/activations.hpp"
 #include "../core/compilation.hpp"
+#include "../core/errors.hpp"
 #include "../random/philox.hpp"
 #include "batch_normalization_bodies.hpp"
 #include "convolution_bodies.hpp"
 #include "interface.hpp"
 #include "kernel_bodies.hpp"
+#include "memory_counters.hpp"
 #include "strided_matrix.hpp"
 #include "thread_pool.hpp"
 
@@ -469,14 +471,15 @@ namespace tessel {
 // TensorFlow's tf.config.experimental.get_memory_info(device): the bytes of the host backend's
 // buffers (weights, gradients, optimizer slots, activations, communication buffers) allocated
 // now, and the most at once since the program started or since reset_memory_stats().
-struct memory_info {
-  std::size_t current = 0;
-  std::size_t peak = 0;
-};
 TESSEL_INLINE memory_info get_memory_info() noexcept;
 // tf.config.experimental.reset_memory_stats(device): the peak starts again from what is
 // allocated now.
 TESSEL_INLINE void reset_memory_stats() noexcept;
+// The same for a device by TensorFlow's name: "CPU:0" (the host backend's buffers, as above) or
+// "GPU:0" (this process's GPU: the device memory the CUDA backend holds from CUDA's pool). A
+// name of no device this process has is a value_error saying which it has.
+TESSEL_INLINE memory_info get_memory_info(std::string_view device);
+TESSEL_INLINE void reset_memory_stats(std::string_view device);
 }  // namespace tessel
 
 // Definitions (compiled once in tessel::tessel; see core/compilation.hpp). Kokkos, the BLAS,
@@ -512,15 +515,6 @@ inline Kokkos::View<double, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unma
 
 // The bytes of the backend's buffers now allocated, and the most since the last reset (what
 // get_memory_info reports).
-struct memory_counters {
-  std::atomic<std::size_t> current{0}, peak{0};
-  void add(std::size_t bytes) noexcept {
-    const std::size_t now = current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    std::size_t seen = peak.load(std::memory_order_relaxed);
-    while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-    }
-  }
-};
 inline memory_counters& counters() noexcept {
   static memory_counters c;
   return c;
@@ -536,7 +530,7 @@ strided_matrix<T, true> allocate(std::size_t rows, std::size_t cols) {
   T* p = static_cast<T*>(::operator new(n * sizeof(T), alignment));
   counters().add(n * sizeof(T));
   std::shared_ptr<T> owner(p, [n](T* q) {
-    counters().current.fetch_sub(n * sizeof(T), std::memory_order_relaxed);
+    counters().remove(n * sizeof(T));
     ::operator delete(q, alignment);
   });
   return strided_matrix<T, true>(std::move(owner), p, rows, cols, cols);
@@ -1638,12 +1632,29 @@ TESSEL_INLINE void host::rmsprop_update(updates u, float lr, float rho, float mo
 
 namespace tessel {
 TESSEL_INLINE memory_info get_memory_info() noexcept {
-  auto& c = backend::host_detail::counters();
-  return {c.current.load(std::memory_order_relaxed), c.peak.load(std::memory_order_relaxed)};
+  return backend::host_detail::counters().info();
 }
-TESSEL_INLINE void reset_memory_stats() noexcept {
-  auto& c = backend::host_detail::counters();
-  c.peak.store(c.current.load(std::memory_order_relaxed), std::memory_order_relaxed);
+TESSEL_INLINE void reset_memory_stats() noexcept { backend::host_detail::counters().reset_peak(); }
+namespace detail {
+// The counters of the device TensorFlow names `device` ("CPU:0", "GPU:0"; "CPU" and "GPU" alone
+// are device 0), or a value_error naming the devices this process has.
+inline backend::memory_counters& counters_of(std::string_view device, const char* what) {
+  const bool gpu = backend::device_memory_counted().load(std::memory_order_relaxed);
+  if (device == "CPU" || device == "CPU:0") return backend::host_detail::counters();
+  if (gpu && (device == "GPU" || device == "GPU:0")) return backend::device_memory_counters();
+  throw value_error(std::string(what) + ": no device '" + std::string(device) +
+                    "' in this process, which has " +
+                    (gpu ? "'CPU:0' (the host backend's buffers) and 'GPU:0' (its GPU: one "
+                           "device per process)"
+                         : "'CPU:0' (the host backend's buffers) only: 'GPU:0' needs the CUDA "
+                           "backend (link tessel::cuda) and a model or tensor built on it"));
+}
+}  // namespace detail
+TESSEL_INLINE memory_info get_memory_info(std::string_view device) {
+  return detail::counters_of(device, "get_memory_info").info();
+}
+TESSEL_INLINE void reset_memory_stats(std::string_view device) {
+  detail::counters_of(device, "reset_memory_stats").reset_peak();
 }
 }  // namespace tessel
 #endif  // TESSEL_DEFINITIONS

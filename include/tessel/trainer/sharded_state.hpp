@@ -104,8 +104,12 @@ class sharded_state {
     split_weights_ = whole_ = false;
     window_ = part_values_ = matrix();
   }
-  // Whether each process keeps its parts of the weights alone (shard_state::weights).
+  // Whether each process keeps its parts of the weights alone (shard_state::weights), and how
+  // many values they hold (0 when it does not).
   [[nodiscard]] bool splits_weights() const noexcept { return split_weights_; }
+  [[nodiscard]] std::size_t weight_part_values() const noexcept {
+    return split_weights_ ? B::rows(part_values_) * B::cols(part_values_) : 0;
+  }
 
   // ---- the split weights (shard_state::weights) ---------------------------------------------
   // The whole weights, for a reader or writer outside a training step: each bucket's parts

@@ -72,6 +72,11 @@ std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
     text += "layouts chosen by auto_layout, as Keras code:\n" +
             layout_map_code(facts_.distribution);
   text += "memory per process: variables " + detail::bytes_text(variables);
+  if (shards_.splits_weights())
+    text += ", split over '" + std::string(pm().shape().names[facts_.batch_axis].view()) +
+            "': 1/" + std::to_string(pm().axis(facts_.batch_axis).size()) + " of the trainable, " +
+            detail::bytes_text(shards_.weight_part_values() * sizeof(float)) +
+            ", on each process, gathered per layer";
   if (!optimizer_state_) return text + "; optimizer state: not compiled\n";
   const std::size_t slots = optimizer_state_->slots_per_variable();
   const std::string state = detail::bytes_text(slots * trainable) + " (" +
