@@ -105,13 +105,37 @@ void split_weights_reads(const testing::data_set& d) {
   a.apply_gradients();
   b.apply_gradients();
   const double after = testing::worst_weights(a.get_weights(), b.get_weights());
-  // A write: the next step trains from the weights written.
+  // A write: the next step trains from the weights written; and a write between the gradients
+  // and the update is where the update starts.
   std::vector<array<float>> w = b.get_weights();
   for (float& v : w[0].values) v *= 0.5f;
   a.set_weights(w);
   b.set_weights(w);
   testing::train_both(a, b, d, 3, 2);
   const double written = testing::worst_weights(a.get_weights(), b.get_weights());
+  a.compute_loss_and_gradients(x, y);
+  b.compute_loss_and_gradients(x, y);
+  for (float& v : w[1].values) v += 0.25f;
+  a.set_weights(w);
+  b.set_weights(w);
+  a.apply_gradients();
+  b.apply_gradients();
+  const double updated = testing::worst_weights(a.get_weights(), b.get_weights());
+  // stateless_call with the caller's state after a step: the caller's tensors, nothing gathered.
+  const auto ta = a.trainable_state(), na = a.non_trainable_state();
+  const auto tb = b.trainable_state(), nb = b.non_trainable_state();
+  testing::train_both(a, b, d, 5, 1);
+  a.clear_collectives();
+  const auto ya = a.stateless_call(ta, na, xs).y_pred, yb = b.stateless_call(tb, nb, xs).y_pred;
+  std::size_t gathers = 0;
+  for (const auto& r : a.collectives().records) gathers += r.kind == collective::all_gather;
+  // (This process's block of the rows, against the same rows of one device's.)
+  const std::size_t first = ya.shard().offset[0], rows = ya.shard().extent[0];
+  array<float> pa({rows, 4}), pb({yb.shard().extent[0], 4});
+  backend::host::download(ya.local(), std::span<float>(pa.values));
+  backend::host::download(yb.local(), std::span<float>(pb.values));
+  const double called =
+      rows == 0 ? 0.0 : testing::worst_weights({pa}, {data::slice_rows(pb, first, first + rows)});
   // A variable read by its path.
   auto values_of = [](auto& m) {
     const auto& v = m.get_variable("dense_1/kernel").value.local();
@@ -129,12 +153,19 @@ void split_weights_reads(const testing::data_set& d) {
   check(written <= testing::adam_weight_tolerance && kernel <= testing::adam_weight_tolerance,
         "split weights: set_weights is trained from, get_variable reads the whole kernel (" +
             std::to_string(written) + ", " + std::to_string(kernel) + ")");
+  check(updated <= testing::adam_weight_tolerance,
+        "split weights: a write between the gradients and the update is updated (" +
+            std::to_string(updated) + ")");
+  check(called <= 1e-5 && gathers == 0,
+        "split weights: stateless_call runs on the caller's state, gathering nothing (" +
+            std::to_string(called) + ", " + std::to_string(gathers) + " all-gathers)");
   if (process_id() == 0)
     std::printf(
         "shard_state::weights: reads and writes outside a step, worst relative difference from "
         "one device: predict %.2e, evaluate %.2e, between the gradients and the update %.2e, "
-        "after %.2e, after set_weights %.2e, get_variable %.2e\n",
-        predicted, evaluated, between, after, written, kernel);
+        "after %.2e, after set_weights %.2e, get_variable %.2e, set_weights between the "
+        "gradients and the update %.2e, stateless_call %.2e\n",
+        predicted, evaluated, between, after, written, kernel, updated, called);
 }
 
 // The state each process keeps, its bucket rebuilt, read back, saved and restored elsewhere.

@@ -441,7 +441,9 @@ class layer_planner {
     }
   }
   constexpr void push(const planned_step& s) noexcept {
-    if (plan_.count == max_planned_steps) return fail("the plan has too many steps");
+    if (plan_.count == max_planned_steps)
+      return fail("the plan has too many steps for TESSEL_MAX_OPS (5 steps per op); define "
+                  "TESSEL_MAX_OPS larger");
     plan_.steps[plan_.count++] = s;
   }
   // Ends the current layer's group of backward steps (kept in execution order within the

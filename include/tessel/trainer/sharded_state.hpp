@@ -136,11 +136,7 @@ class sharded_state {
   // views of their places in the window again, holding nothing until gathered.
   void release() {
     if (!split_weights_ || !whole_) return;
-    for (std::size_t b = 0; b < runs_.size(); ++b) {
-      const matrix own = parts_[b].value.local();
-      const std::size_t part = B::cols(own);
-      B::copy(B::alias(weights_[b], group_rank() * part, 1, part), own);
-    }
+    take_parts();
     point_at_window();
     weights_.clear();
     whole_ = false;
@@ -184,10 +180,12 @@ class sharded_state {
   // One step: this process's parts updated at the iteration and learning rate of `full` (whose
   // count advances with them), then every bucket's parts all-gathered in place.
   // Under split weights the parts are the weights: nothing is gathered (but into the whole
-  // weights, when a reader made them whole between the gradients and the update).
+  // weights, when a reader made them whole between the gradients and the update: the update then
+  // starts from them, a writer's values included).
   void apply(optimizer<B>& full) {
     opt_->set_counters(full.iterations(), full.learning_rate());
     finish_prefetches();
+    if (split_weights_ && whole_) take_parts();
     opt_->apply(variables());
     full.set_counters(opt_->iterations(), full.learning_rate());
     ahead_ = true;
@@ -255,6 +253,14 @@ class sharded_state {
   }
 
  private:
+  // Each process's part of every bucket taken from the whole weights.
+  void take_parts() {
+    for (std::size_t b = 0; b < runs_.size(); ++b) {
+      const matrix own = parts_[b].value.local();
+      const std::size_t part = B::cols(own);
+      B::copy(B::alias(weights_[b], group_rank() * part, 1, part), own);
+    }
+  }
   // Split weights: each process's parts in one buffer (bucket b's at its run's offset / N),
   // copied from each variable's whole value, which is released at once (so that the whole
   // weights and the parts are held together only while they are copied); then the window, the

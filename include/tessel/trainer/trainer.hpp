@@ -120,10 +120,7 @@ class trainer : public Model,
     this->whole_weights();
     return Model::trainable_variables();
   }
-  std::vector<variable<B>*> non_trainable_variables() {
-    this->whole_weights();
-    return Model::non_trainable_variables();
-  }
+  std::vector<variable<B>*> non_trainable_variables() { return Model::non_trainable_variables(); }
   variable<B>& get_variable(std::string_view path) {
     this->whole_weights();
     return Model::get_variable(path);
@@ -142,11 +139,19 @@ class trainer : public Model,
     this->whole_weights();
     Model::assign_state(trainable, non_trainable, where);
   }
+  // (The caller's tensors stand for the variables: split weights are neither gathered nor
+  // released while f runs.)
   template <class F>
   decltype(auto) with_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
                             std::string_view where, F&& f) {
-    this->whole_weights();
+    const typename core::callers_state guard(this);
     return Model::with_state(trainable, non_trainable, where, std::forward<F>(f));
+  }
+  // The forward pass on this process alone (graph_model::call): under split weights, on the
+  // whole weights, which the first read after a step gathers (every process calls it then).
+  const matrix& call(const array<float>& x, bool training = false) {
+    this->whole_weights();
+    return Model::call(x, training);
   }
   bool is_chief() const override { return Model::is_chief(); }
   void save_checkpoint(const std::string& dir, const std::string& metadata_json,
@@ -241,6 +246,7 @@ class trainer : public Model,
   }
   void model_with_state(const state_list<B>& trainable, const state_list<B>& non_trainable,
                         std::string_view where, const std::function<void()>& f) override {
+    const typename core::callers_state guard(this);
     Model::with_state(trainable, non_trainable, where, f);
   }
 

@@ -284,8 +284,18 @@ class trainer_core : public model_base {
   // What the model calls before each layer's forward (model.set_before_forward): under split
   // weights, the layer's weights gathered (`self` is the trainer_core).
   static void before_forward(void* self, std::span<variable<B>* const> v) {
-    static_cast<trainer_core*>(self)->shards_.gather_layer(v, true);
+    auto* t = static_cast<trainer_core*>(self);
+    if (t->callers_state_ == 0) t->shards_.gather_layer(v, true);
   }
+  // While the model runs with a caller's state (with_state: stateless_call, value_and_grad), its
+  // variables are the caller's tensors: split weights are neither gathered nor released.
+  struct callers_state {
+    trainer_core* t;
+    explicit callers_state(trainer_core* core) : t(core) { ++t->callers_state_; }
+    ~callers_state() { --t->callers_state_; }
+    callers_state(const callers_state&) = delete;
+    callers_state& operator=(const callers_state&) = delete;
+  };
   void optimizer_state_written();
   // What compile() gave, as a .keras archive records it (nullopt before compile()).
   std::optional<saving::compile_info> compiled_info() const;
@@ -393,6 +403,7 @@ class trainer_core : public model_base {
   training_position position_{};
   std::vector<fact> train_facts_;  // the training data of the fit in progress (dataset::facts())
   bool gradients_pending_ = false;  // compute_loss_and_gradients' gradients, not yet applied
+  int callers_state_ = 0;           // runs with a caller's state (callers_state) under way
   std::optional<training_position> resume_;
   matrix loss_grad_store_, loss_grad_, targets_store_, targets_;
   typename B::index_vector labels_;

@@ -174,13 +174,15 @@ double trainer_core<B, C>::loss_and_gradients(const array<float>& x, const array
   const shard s = replica ? replica_shard(x.rows()) : shard_of(x.rows());
   last_global_batch_ = s.global;
   buckets_for(s.global);
-  shards_.release();  // (split weights: the parts, taken back from whole weights a reader made)
+  // (Split weights: the parts, taken back from whole weights a reader made; not while the model
+  // runs with a caller's state, whose tensors its variables are.)
+  if (callers_state_ == 0) shards_.release();
   const std::size_t global = forward_and_loss(x, y, s, replica ? 0 : s.first, training);
   buckets_.begin();
   shards_.begin_backward();
   model_backward(loss_grad_,
                  {[this](std::span<variable<B>* const> layer_variables) {
-                    shards_.gather_layer(layer_variables, false);
+                    if (callers_state_ == 0) shards_.gather_layer(layer_variables, false);
                     for (const variable<B>* v : layer_variables) buckets_.open(v);
                   },
                   [this](std::span<variable<B>* const> layer_variables) {
@@ -353,7 +355,6 @@ typename trainer_core<B, C>::stateless_call_result trainer_core<B, C>::stateless
     throw value_error("stateless_call: x has no samples (shape " + shape_to_string(x.shape) +
                       "); pass at least one.");
   model_check_input_shape(x);
-  whole_weights();
   stateless_call_result r;
   model_with_state(trainable, non_trainable, "stateless_call", [&] {
     const shard s = shard_of(x.rows());
