@@ -5,8 +5,9 @@
 // reduced) and, on 1 and 2 processes, the 4096-wide MLP of the benchmarks, and the Megatron pair
 // under model_parallel on 2x1 (2 processes) and 2x2 (4), alone and followed by four layers in
 // buckets of one gradient each, each trained with Adam under
-// shard_state none, optimizer, gradients and weights. The peak measured from before the model is built
-// to the end of its third step is within 1% of the plan's; the plan's parts match what the model
+// shard_state none, optimizer, gradients and weights. The peak measured from before the model is
+// built to the end of its third step (under weights, from the end of compile: building holds the
+// whole initial weights once) is within 1% of the plan's; the plan's parts match what the model
 // keeps (its weights, its optimizer's slots).
 #include <cmath>
 #include <cstdio>
