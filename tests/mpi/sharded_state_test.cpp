@@ -168,6 +168,58 @@ void split_weights_reads(const testing::data_set& d) {
         predicted, evaluated, between, after, written, kernel, updated, called);
 }
 
+// Split weights under fit's callbacks, which read and write the weights between steps: the best
+// weights saved (model_checkpoint), backups written beside training (backup_and_restore), the
+// best weights restored at the end (early_stopping). The same as one device's with the same
+// callbacks: the losses, the final weights and the saved file.
+void split_weights_callbacks(const testing::data_set& d) {
+  deep<zero3> a;
+  deep<one_device> b;
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_gradient_options({.bucket_cap_mb = one_gradient_each});
+  a.set_weights(b.get_weights());
+  const std::filesystem::path dir = shared_dir("tessel_split_weights_callbacks");
+  const array<float> x = data::slice_rows(d.x, 0, 160), y = data::slice_rows(d.y, 0, 160);
+  auto run = [&](auto& m, const std::string& name) {
+    callbacks::model_checkpoint best({.filepath = (dir / (name + ".weights.h5")).string(),
+                                      .monitor = "loss",
+                                      .save_best_only = true,
+                                      .save_weights_only = true});
+    callbacks::early_stopping stop(
+        {.monitor = "loss", .patience = 10, .restore_best_weights = true});
+    callbacks::backup_and_restore backups(
+        {.backup_dir = (dir / (name + "_backup")).string(), .save_on_background = true});
+    return m.fit(x, y, {.batch_size = 16, .epochs = 3, .verbose = 0,
+                        .callbacks = {best, stop, backups}, .shuffle = false});
+  };
+  // (One device's model runs on every process: each writes files of its own.)
+  const std::string one = "one_" + std::to_string(process_id());
+  const history ha = run(a, "split"), hb = run(b, one);
+  double losses = 0;
+  for (std::size_t e = 0; e < 3; ++e)
+    losses = std::max(losses, rel(ha.history.at("loss")[e], hb.history.at("loss")[e]));
+  const double weights = testing::worst_weights(a.get_weights(), b.get_weights());
+  deep<one_device> fa, fb;
+  fa.load_weights((dir / "split.weights.h5").string());
+  fb.load_weights((dir / (one + ".weights.h5")).string());
+  const double saved = testing::worst_weights(fa.get_weights(), fb.get_weights());
+  check(losses <= 1e-5 && weights <= testing::adam_weight_tolerance &&
+            saved <= testing::adam_weight_tolerance,
+        "split weights under fit's callbacks equal one device (losses " + std::to_string(losses) +
+            ", weights " + std::to_string(weights) + ", the best weights saved " +
+            std::to_string(saved) + ")");
+  runtime::world().barrier();
+  if (process_id() == 0) {
+    std::printf(
+        "shard_state::weights: fit with model_checkpoint, early_stopping and "
+        "backup_and_restore, worst relative difference from one device: losses %.2e, weights "
+        "%.2e, saved weights %.2e\n",
+        losses, weights, saved);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 // The state each process keeps, its bucket rebuilt, read back, saved and restored elsewhere.
 template <class Dist, class Other>
 void state(const char* what, const testing::data_set& d) {
@@ -298,6 +350,7 @@ int main(int argc, char** argv) {
     }
     transient_refusals(d);
     split_weights_reads(d);
+    split_weights_callbacks(d);
     testing::uneven<zero1>("shard_state::optimizer", d);
     testing::uneven<zero2>("shard_state::gradients", d);
     testing::uneven<zero3>("shard_state::weights", d);
