@@ -76,11 +76,14 @@ static_assert(plan_memory(model_plan_v<data_parallel<mesh2, shard_state::weights
                           data_parallel<mesh2, shard_state::weights>::value, 2, 4,
                           1'000'000'000 / 4)
                   .weights == (deep_params / 2 + deep_params) * 4);
-// The 4096-wide MLP's window is two of its four large layers: the parts and the window take more
-// than its whole weights.
+// The 4096-wide MLP: two of its three large layers and half the weights would take more than its
+// whole weights, so its window holds one layer (d2's kernel, the largest bucket): half the weights
+// and one layer.
 constexpr memory_plan zero3 =
     memory_plan_v<data_parallel<mesh2, shard_state::weights>, wide, batch, 2>;
-static_assert(zero3.weights > zero2.weights && zero3.gradients == zero2.gradients);
+static_assert(zero3.weights < zero2.weights && zero3.gradients == zero2.gradients);
+static_assert(zero3.weights >= (params / 2 + 4096 * 4096) * 4 &&
+              zero3.weights <= (params / 2 + 4096 * 4096 + 2 * 4096 + 4096 * 10) * 4);
 // The plan lists the gathers: each trainable variable's before its layer's forward, and before
 // its backward but for the last layer's (d7's kernel and bias).
 // (Under shard_state::gradients the same 14 all-gathers run after the update, in backward's list.)

@@ -5,8 +5,11 @@
 // or of the layer before (backward still fills those, or reduces them while it computes this
 // layer), the buckets follow the cap rule, and the window is used only where it and the parts of
 // the sums take less than all the buckets. With `always` (the split weights' window, which a
-// layer's forward and backward gather into) it is used in every model, the buckets placed alike.
+// layer's forward and backward gather into) it is used in every model, the buckets placed alike;
+// kept apart from their own layer's buckets only (one layer at a time), the same properties hold;
+// weights_window takes the two layers' window where it saves, else the smaller of the two.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstddef>
 #include <random>
 #include <vector>
@@ -40,14 +43,15 @@ bucket_oracle buckets_of(const std::vector<bucketed_gradient>& g, std::size_t ca
 }
 
 void check_layout(const std::vector<bucketed_gradient>& g, std::size_t cap, std::size_t parts,
-                  bool always = false) {
-  const gradient_window_layout w = gradient_window(g.data(), g.size(), cap, parts, always);
+                  bool always = false, bool adjacent = true) {
+  const gradient_window_layout w =
+      gradient_window(g.data(), g.size(), cap, parts, always, adjacent);
   const bucket_oracle o = buckets_of(g, cap);
   std::size_t total = 0;
   for (const auto& x : g) total += x.size;
   REQUIRE(w.buckets == o.size.size());
   for (std::size_t b = 0; b < o.size.size(); ++b) REQUIRE(w.size[b] == o.size[b]);
-  if (always) {
+  if (always && adjacent) {
     // The same places as the gradients' layout, where that one is used.
     REQUIRE(w.window > 0);
     const gradient_window_layout saving = gradient_window(g.data(), g.size(), cap, parts);
@@ -59,7 +63,7 @@ void check_layout(const std::vector<bucketed_gradient>& g, std::size_t cap, std:
   for (std::size_t b = 0; b < w.buckets; ++b) {
     REQUIRE(w.at[b] + w.size[b] <= w.window);
     for (std::size_t j = 0; j < b; ++j) {
-      const bool held = o.last_layer[j] + 1 >= o.first_layer[b];
+      const bool held = o.last_layer[j] + (adjacent ? 1 : 0) >= o.first_layer[b];
       const bool overlap = w.at[j] < w.at[b] + w.size[b] && w.at[b] < w.at[j] + w.size[j];
       INFO("bucket " << j << " and bucket " << b);
       REQUIRE(!(held && overlap));
@@ -82,6 +86,16 @@ TEST_CASE("gradient_window keeps the buckets backward fills and reduces apart", 
     const std::size_t cap = 1 + rng() % 3000, parts = 2 + rng() % 7;
     check_layout(g, cap, parts);
     check_layout(g, cap, parts, true);
+    check_layout(g, cap, parts, true, false);
+    // The split weights' window: the two layers' where it saves, else the smaller.
+    const auto two = gradient_window(g.data(), g.size(), cap, parts, true);
+    const auto one = gradient_window(g.data(), g.size(), cap, parts, true, false);
+    const auto chosen = tessel::weights_window(g.data(), g.size(), cap, parts);
+    std::size_t total = 0;
+    for (const auto& x : g) total += x.size;
+    REQUIRE(chosen.window == (total / parts + two.window < total
+                                  ? two.window
+                                  : std::min(one.window, two.window)));
     used += gradient_window(g.data(), g.size(), cap, parts).window > 0;
   }
   // (Most random models gain from the window: the property is checked where it is used.)

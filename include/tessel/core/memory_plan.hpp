@@ -98,9 +98,13 @@ struct gradient_window_layout {
   std::size_t window = 0, buckets = 0;
   std::array<std::size_t, max_variables> at{}, size{};  // each bucket's place and values
 };
+// With `adjacent` false a bucket is kept apart from its own first layer's buckets only, and the
+// window starts as the largest span of one layer's buckets (the split weights' smaller window,
+// which holds one layer at a time).
 constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std::size_t n,
                                                  std::size_t cap, std::size_t parts,
-                                                 bool always = false) noexcept {
+                                                 bool always = false,
+                                                 bool adjacent = true) noexcept {
   gradient_window_layout w{};
   if (n == 0 || parts <= 1 || n > max_variables) return w;
   // Each bucket's values and its first and last layer (a layer: a run of gradients of one op).
@@ -120,7 +124,7 @@ constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std
   for (std::size_t b = 0; b < w.buckets; ++b) {
     std::size_t held = 0;
     for (std::size_t j = 0; j < w.buckets; ++j)
-      if (last_layer[j] + 1 >= first_layer[b] && first_layer[j] <= first_layer[b])
+      if (last_layer[j] + (adjacent ? 1 : 0) >= first_layer[b] && first_layer[j] <= first_layer[b])
         held += w.size[j];
     w.window = std::max(w.window, held);
   }
@@ -129,7 +133,7 @@ constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std
     auto free_at = [&](std::size_t at) {
       if (at + w.size[b] > w.window) return false;
       for (std::size_t j = 0; j < b; ++j)
-        if (last_layer[j] + 1 >= first_layer[b] && w.at[j] < at + w.size[b] &&
+        if (last_layer[j] + (adjacent ? 1 : 0) >= first_layer[b] && w.at[j] < at + w.size[b] &&
             at < w.at[j] + w.size[j])
           return false;
       return true;
@@ -141,6 +145,20 @@ constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std
   }
   if (!always && total / parts + w.window >= total) w.window = 0;
   return w;
+}
+
+// The window the split weights take turns in (shard_state::weights): the gradients' layout, two
+// consecutive layers' buckets, so that the next layer's gathers start while a layer runs; or,
+// where that window and the parts would take no less than the whole weights, a window of one
+// layer's buckets, smaller, in which a layer's gathers wait for the layer before to end.
+constexpr gradient_window_layout weights_window(const bucketed_gradient* g, std::size_t n,
+                                                std::size_t cap, std::size_t parts) noexcept {
+  const gradient_window_layout two = gradient_window(g, n, cap, parts, true);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) total += g[i].size;
+  if (parts <= 1 || total / parts + two.window < total) return two;
+  const gradient_window_layout one = gradient_window(g, n, cap, parts, true, false);
+  return one.window < two.window ? one : two;
 }
 
 // The memory of a training step planned as `p` (plan_model of a global batch) under `d`, with an
@@ -186,7 +204,7 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
     if (w.window > 0) m.gradients = (m.gradients / es / n + w.window) * es;
     if (d.shard == shard_state::weights) {
       for (std::size_t i = 0; i < count; ++i) trainable += g[i].size;
-      const gradient_window_layout all = gradient_window(g.data(), count, bucket_elements, n, true);
+      const gradient_window_layout all = weights_window(g.data(), count, bucket_elements, n);
       m.weights = m.weights - trainable * es + (trainable / n + all.window) * es;
     }
   }

@@ -243,10 +243,13 @@ class gradient_buckets {
     for (const auto& e : entries) g.push_back({e.op, padded_size(*e.var, parts)});
     return gradient_window(g.data(), g.size(), cap, parts, always);
   }
-  // The same layout for the weights split over the processes (shard_state::weights), which take
-  // turns in such a window whether or not it takes less memory than the whole weights.
+  // The window the weights split over the processes take turns in (shard_state::weights,
+  // weights_window: the memory plan's rule), used whether or not it takes less memory than the
+  // whole weights.
   [[nodiscard]] gradient_window_layout weights_window() const {
-    return window_of(entries_, parts_, options_.cap_elements(), true);
+    std::vector<bucketed_gradient> g;
+    for (const auto& e : entries_) g.push_back({e.op, padded_size(*e.var, parts_)});
+    return tessel::weights_window(g.data(), g.size(), options_.cap_elements(), parts_);
   }
 
   [[nodiscard]] bool empty() const noexcept { return buckets_.empty(); }
