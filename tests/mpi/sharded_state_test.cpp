@@ -74,6 +74,15 @@ void transient_refusals(const testing::data_set& d) {
         "after apply_gradients the buckets change and training goes on");
 }
 
+// A split-weights model and its one-device twin, compiled alike from the same weights; the split
+// one in buckets of one gradient each, so that its weights take turns in a window of two layers.
+void twins(deep<zero3>& a, deep<one_device>& b) {
+  a.compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  a.set_gradient_options({.bucket_cap_mb = one_gradient_each});
+  a.set_weights(b.get_weights());
+}
+
 // Split weights (shard_state::weights): the model's weights read and written outside a step are
 // whole (gathered from the parts, which a write changes), between the gradients and the update
 // too; predict and evaluate gather each layer's weights as a step does; value_and_grad is
@@ -81,10 +90,7 @@ void transient_refusals(const testing::data_set& d) {
 void split_weights_reads(const testing::data_set& d) {
   deep<zero3> a;
   deep<one_device> b;
-  a.compile({.optimizer = "adam", .loss = "mse"});
-  b.compile({.optimizer = "adam", .loss = "mse"});
-  a.set_gradient_options({.bucket_cap_mb = one_gradient_each});
-  a.set_weights(b.get_weights());
+  twins(a, b);
   const bool split = num_processes() > 1;
   const array<float> x = data::slice_rows(d.x, 0, 16), y = data::slice_rows(d.y, 0, 16);
   const std::string grads = testing::error_of([&] {
@@ -175,10 +181,7 @@ void split_weights_reads(const testing::data_set& d) {
 void split_weights_callbacks(const testing::data_set& d) {
   deep<zero3> a;
   deep<one_device> b;
-  a.compile({.optimizer = "adam", .loss = "mse"});
-  b.compile({.optimizer = "adam", .loss = "mse"});
-  a.set_gradient_options({.bucket_cap_mb = one_gradient_each});
-  a.set_weights(b.get_weights());
+  twins(a, b);
   const std::filesystem::path dir = shared_dir("tessel_split_weights_callbacks");
   const array<float> x = data::slice_rows(d.x, 0, 160), y = data::slice_rows(d.y, 0, 160);
   auto run = [&](auto& m, const std::string& name) {

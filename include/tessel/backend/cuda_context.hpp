@@ -257,6 +257,7 @@ struct context {
     std::uint64_t keep = UINT64_MAX;
     check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
           "cudaMemPoolSetAttribute");
+    device_memory_counted().store(true, std::memory_order_relaxed);  // get_memory_info("GPU:0")
     check(cublasCreate(&blas), "cublasCreate");
     check(cublasSetStream(blas, stream), "cublasSetStream");
     check(cublasSetMathMode(blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
@@ -307,7 +308,6 @@ std::shared_ptr<T> allocate(std::size_t n) {
   context& c = ctx();
   void* p = nullptr;
   check(cudaMallocAsync(&p, n * sizeof(T), c.stream), "cudaMallocAsync");
-  device_memory_counted().store(true, std::memory_order_relaxed);
   device_memory_counters().add(n * sizeof(T));
   return std::shared_ptr<T>(static_cast<T*>(p), [n](T* q) {
     device_memory_counters().remove(n * sizeof(T));

@@ -233,23 +233,28 @@ class gradient_buckets {
   // consecutive layers' buckets) take less memory than all the buckets (gradient_window, the
   // memory plan's rule).
   static gradient_window_layout window_of(const std::vector<entry>& entries, std::size_t parts,
-                                          std::size_t cap, bool always = false) {
+                                          std::size_t cap) {
     if (parts <= 1 || entries.empty() ||
         !std::all_of(entries.begin(), entries.end(), [](const entry& e) {
           return e.steps.count == 1 && e.steps.first().kind == collective::reduce_scatter;
         }))
       return {};
-    std::vector<bucketed_gradient> g;
-    for (const auto& e : entries) g.push_back({e.op, padded_size(*e.var, parts)});
-    return gradient_window(g.data(), g.size(), cap, parts, always);
+    const std::vector<bucketed_gradient> g = bucketed(entries, parts);
+    return gradient_window(g.data(), g.size(), cap, parts);
   }
   // The window the weights split over the processes take turns in (shard_state::weights,
   // weights_window: the memory plan's rule), used whether or not it takes less memory than the
   // whole weights.
   [[nodiscard]] gradient_window_layout weights_window() const {
-    std::vector<bucketed_gradient> g;
-    for (const auto& e : entries_) g.push_back({e.op, padded_size(*e.var, parts_)});
+    const std::vector<bucketed_gradient> g = bucketed(entries_, parts_);
     return tessel::weights_window(g.data(), g.size(), options_.cap_elements(), parts_);
+  }
+  // Each entry as the window's rule takes it: its layer and its padded values.
+  static std::vector<bucketed_gradient> bucketed(const std::vector<entry>& entries,
+                                                 std::size_t parts) {
+    std::vector<bucketed_gradient> g;
+    for (const auto& e : entries) g.push_back({e.op, padded_size(*e.var, parts)});
+    return g;
   }
 
   [[nodiscard]] bool empty() const noexcept { return buckets_.empty(); }

@@ -13,7 +13,8 @@
 //
 // With the weights split too (shard_state::weights: ZeRO-3, FSDP's FULL_SHARD) a process keeps
 // its parts of the weights alone, in a buffer of their own, and the whole weights exist only in a
-// window laid out as the gradients' (gradient_window: two consecutive layers' buckets): before a
+// window (weights_window: two consecutive layers' buckets, or one layer's where two would not
+// save memory): before a
 // layer's forward, and again before its backward, its buckets are all-gathered into their places
 // there (gather_layer), and the next layer's are started without waiting (FSDP's prefetch). The
 // update leaves the parts updated, and nothing is gathered after it. Outside a training step the
@@ -120,10 +121,7 @@ class sharded_state {
     finish_prefetches();
     for (std::size_t b = 0; b < runs_.size(); ++b) {
       weights_.push_back(B::make_zeros("sharded_weights", 1, runs_[b].size));
-      const std::span<float> run = B::comm_span(weights_.back());
-      const std::span<const float> part = B::comm_span(parts_[b].value.local());
-      group_->all_gather(part, run);
-      record(part.size());
+      gather_part(b, B::comm_span(weights_.back()));
     }
     for (std::size_t i = 0; i < places_.size(); ++i) {
       const std::size_t b = place_bucket_[i];
@@ -191,11 +189,8 @@ class sharded_state {
     ahead_ = true;
     if (split_weights_) {
       std::fill(resident_.begin(), resident_.end(), false);
-      for (std::size_t b = 0; b < runs_.size() && whole_; ++b) {
-        const std::span<const float> part = B::comm_span(parts_[b].value.local());
-        group_->all_gather(part, B::comm_span(weights_[b]));
-        record(part.size());
-      }
+      for (std::size_t b = 0; b < runs_.size() && whole_; ++b)
+        gather_part(b, B::comm_span(weights_[b]));
       return;
     }
     for (std::size_t b = 0; b < runs_.size(); ++b)
@@ -319,13 +314,11 @@ class sharded_state {
     opt_->build(variables());
     ahead_ = true;
   }
-  // Every variable's value (of bucket `only`'s alone, if given) a view of its place in the
-  // window, which holds nothing gathered.
-  void point_at_window(std::size_t only = static_cast<std::size_t>(-1)) {
+  // Every variable's value a view of its place in the window, which holds nothing gathered.
+  void point_at_window() {
     for (std::size_t i = 0; i < places_.size(); ++i) {
       const std::size_t b = place_bucket_[i];
-      if (only == b || only == static_cast<std::size_t>(-1))
-        view_values(i, window_, at_[b] + places_[i].offset - runs_[b].offset);
+      view_values(i, window_, at_[b] + places_[i].offset - runs_[b].offset);
     }
     std::fill(resident_.begin(), resident_.end(), false);
   }
@@ -352,8 +345,10 @@ class sharded_state {
   void bring(std::size_t b, std::size_t op, bool ahead) {
     if (resident_[b]) return;
     if (pending_[b].pending()) {
-      if (!ahead) pending_[b].wait();
-      if (!ahead) resident_[b] = true;
+      if (!ahead) {
+        pending_[b].wait();
+        resident_[b] = true;
+      }
       return;
     }
     for (std::size_t j = 0; j < runs_.size(); ++j) {
@@ -363,13 +358,19 @@ class sharded_state {
       resident_[j] = false;
     }
     const std::span<float> place = B::comm_span(window_).subspan(at_[b], runs_[b].size);
-    const std::span<const float> part = B::comm_span(parts_[b].value.local());
-    if (ahead) {
-      pending_[b] = group_->iall_gather(part, place);
-    } else {
-      group_->all_gather(part, place);
+    if (!ahead) {
+      gather_part(b, place);
       resident_[b] = true;
+      return;
     }
+    const std::span<const float> part = B::comm_span(parts_[b].value.local());
+    pending_[b] = group_->iall_gather(part, place);
+    record(part.size());
+  }
+  // Bucket b's parts (this process's, a buffer of its own) all-gathered into `run`, its values.
+  void gather_part(std::size_t b, std::span<float> run) {
+    const std::span<const float> part = B::comm_span(parts_[b].value.local());
+    group_->all_gather(part, run);
     record(part.size());
   }
   // Waits for every gather started ahead; what they brought is in place.
@@ -439,7 +440,7 @@ class sharded_state {
   bool split_weights_ = false;
   bool whole_ = false;        // the weights are whole (weights_), not the window's
   matrix part_values_;        // this process's parts of every bucket
-  matrix window_;             // the buckets' places (at_), two consecutive layers' at least
+  matrix window_;             // the buckets' places (at_): weights_window's
   std::vector<std::size_t> at_;
   std::vector<bool> resident_;                    // bucket b's values are in its place
   std::vector<typename C::request> pending_;      // a gather started ahead
