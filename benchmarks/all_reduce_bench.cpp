@@ -14,7 +14,13 @@
 // reduce-scatter + allgather, unless it is already set; the header prints it). Setting it to 0
 // before the run shows Open MPI's own choice.
 //
-//   mpiexec -n 2 all_reduce_bench [--max-mib M] [--iters N] [--warmup W]
+// `--reduce-scatter` times reduce-scatters (float, sum, in place: the part at the start of the
+// buffer) the same way: tessel's `comm::reduce_scatter<"batch">` and `ireduce_scatter(...).wait()`
+// against raw `MPI_Reduce_scatter_block` and `MPI_Ireduce_scatter_block` + `MPI_Wait`. tessel's
+// sums of floats run in its own ring (comm/ring.hpp; all-reduces from 1 MiB), MPI's in Open MPI's
+// algorithms; TESSEL_RING=0 gives tessel's side to MPI too.
+//
+//   mpiexec -n 2 all_reduce_bench [--max-mib M] [--iters N] [--warmup W] [--reduce-scatter]
 //
 // Sizes: 1, 2, 4, ... MiB up to --max-mib (default 256). --iters (default 20) is the number of
 // timed iterations of each form at 64 MiB and above; smaller sizes run N * 64 / size of them,
@@ -47,9 +53,17 @@ enum form : int {
   raw_mpi_nonblocking = 3,  // MPI_Iallreduce + MPI_Wait: what tessel's non-blocking form calls
   forms = 4
 };
-constexpr std::array<const char*, forms> form_name{"tessel all_reduce", "raw MPI_Allreduce",
-                                                   "tessel iall_reduce+wait",
-                                                   "raw MPI_Iallreduce+MPI_Wait"};
+// --reduce-scatter: the same four forms of a reduce-scatter.
+bool scatter = false;
+constexpr std::array<const char*, forms> all_reduce_name{
+    "tessel all_reduce", "raw MPI_Allreduce", "tessel iall_reduce+wait",
+    "raw MPI_Iallreduce+MPI_Wait"};
+constexpr std::array<const char*, forms> reduce_scatter_name{
+    "tessel reduce_scatter", "raw MPI_Reduce_scatter_block", "tessel ireduce_scatter+wait",
+    "raw MPI_Ireduce_scatter_block+MPI_Wait"};
+const char* form_name_of(int f) {
+  return (scatter ? reduce_scatter_name : all_reduce_name)[static_cast<std::size_t>(f)];
+}
 
 // The order of the forms in successive iterations: a balanced Latin square (Williams design),
 // in which every form precedes every other form equally often. A plain rotation (0123, 1230,
@@ -98,8 +112,38 @@ long parse_flag(int argc, char** argv, const char* name, long fallback) {
   return fallback;
 }
 
+// One reduce-scatter of `data` in the given form, its part at the start.
+void run_scatter_form(int f, const pmesh_t& pm, MPI_Comm raw, std::span<float> data) {
+  int n = 1;
+  MPI_Comm_size(raw, &n);
+  const std::size_t part = data.size() / static_cast<std::size_t>(n);
+  const std::span<const float> in(data);
+  switch (f) {
+    case tessel_blocking:
+      tessel::comm::reduce_scatter<"batch">(pm, in, data.first(part));
+      break;
+    case raw_mpi:
+      MPI_Reduce_scatter_block(MPI_IN_PLACE, data.data(), static_cast<int>(part), MPI_FLOAT,
+                               MPI_SUM, raw);
+      break;
+    case tessel_nonblocking:
+      tessel::comm::ireduce_scatter<"batch">(pm, in, data.first(part)).wait();
+      break;
+    case raw_mpi_nonblocking: {
+      MPI_Request r{};
+      MPI_Ireduce_scatter_block(MPI_IN_PLACE, data.data(), static_cast<int>(part), MPI_FLOAT,
+                                MPI_SUM, raw, &r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
 // One all_reduce of `data` in the given form.
 void run_form(int f, const pmesh_t& pm, MPI_Comm raw, std::span<float> data) {
+  if (scatter) return run_scatter_form(f, pm, raw, data);
   switch (f) {
     case tessel_blocking:
       tessel::comm::all_reduce<"batch">(pm, data);
@@ -130,6 +174,7 @@ int main(int argc, char** argv) {
   const long max_mib = parse_flag(argc, argv, "--max-mib", 256);
   const int iters = static_cast<int>(parse_flag(argc, argv, "--iters", 20));
   const int warmup = static_cast<int>(parse_flag(argc, argv, "--warmup", 3));
+  for (int i = 1; i < argc; ++i) scatter = scatter || std::strcmp(argv[i], "--reduce-scatter") == 0;
   const int n = tessel::num_processes();
   const int rank = tessel::process_id();
   if (n < 2) {
@@ -168,14 +213,14 @@ int main(int argc, char** argv) {
     if (const auto nl = v.find('\n'); nl != std::string::npos) v.resize(nl);
     while (!v.empty() && (v.back() == ',' || v.back() == ' ')) v.pop_back();
     std::printf(
-        "all_reduce (float, sum, in place) over %d processes along mesh axis \"batch\"\n"
+        "%s (float, sum, in place) over %d processes along mesh axis \"batch\"\n"
         "%s\ntessel's axis communicator against raw MPI's: %s\n"
         "OMPI_MCA_coll_libnbc_iallreduce_algorithm (Open MPI's non-blocking all-reduce, for "
         "both sides; tessel::initialize sets 3 unless it is set): %s\n"
         "median of %d iterations (more below 64 MiB: the iters column) after %d "
         "warm-up; each call's time is the slowest rank's; the four forms "
         "interleaved\n\n",
-        n, v.c_str(),
+        scatter ? "reduce_scatter" : "all_reduce", n, v.c_str(),
         same == MPI_CONGRUENT ? "congruent (same processes, same order)"
                               : "NOT congruent (the comparison is not like for like)",
         nbc_algorithm != nullptr ? nbc_algorithm : "unset", iters, warmup);
@@ -193,13 +238,14 @@ int main(int argc, char** argv) {
     for (int f = 0; f < forms; ++f) {
       std::fill(data.begin(), data.end(), static_cast<float>(rank + 1));
       run_form(f, pm, raw, data);
-      const auto bad =
-          std::find_if(data.begin(), data.end(), [&](float x) { return x != expected; });
-      if (bad != data.end()) {
+      // A reduce-scatter's result is its part, at the start.
+      const auto end = scatter ? data.begin() + static_cast<std::ptrdiff_t>(count / n) : data.end();
+      const auto bad = std::find_if(data.begin(), end, [&](float x) { return x != expected; });
+      if (bad != end) {
         std::fprintf(stderr,
                      "all_reduce_bench: %s of %zu MiB on process %d: element %td is %g, "
                      "expected %g\n",
-                     form_name[static_cast<std::size_t>(f)], mib, rank, bad - data.begin(),
+                     form_name_of(f), mib, rank, bad - data.begin(),
                      static_cast<double>(*bad), static_cast<double>(expected));
         wrong = 1;
       }
@@ -227,7 +273,8 @@ int main(int argc, char** argv) {
       for (int k = 0; k < forms; ++k) {
         const int f =
             order[static_cast<std::size_t>((it + warmup) % forms)][static_cast<std::size_t>(k)];
-        if (value * n > 1e30) {
+        // A reduce-scatter leaves the rest of the buffer undefined: it is refilled every call.
+        if (value * n > 1e30 || scatter) {
           std::fill(data.begin(), data.end(), 1.0f);
           value = 1.0;
         }
@@ -270,10 +317,13 @@ int main(int argc, char** argv) {
         "median over iterations of the ratio of the two calls of one iteration, which a load "
         "change lasting longer than an iteration touches alike); of the best (fastest) "
         "calls. i+wait = the non-blocking form started and waited for at once.\n\n"
-        "| size MiB | iters | tessel | raw MPI_Allreduce | **tessel/raw** | paired | best | "
-        "tessel i+wait | raw MPI_Iallreduce+Wait | i+wait tessel/raw | paired | tessel "
-        "i+wait/raw MPI_Allreduce |\n"
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        "| size MiB | iters | tessel | raw %s | **tessel/raw** | paired | best | "
+        "tessel i+wait | raw %s+Wait | i+wait tessel/raw | paired | tessel "
+        "i+wait/raw %s |\n"
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        scatter ? "MPI_Reduce_scatter_block" : "MPI_Allreduce",
+        scatter ? "MPI_Ireduce_scatter_block" : "MPI_Iallreduce",
+        scatter ? "MPI_Reduce_scatter_block" : "MPI_Allreduce");
     range med_r, paired_r, best_r, nb_med_r, nb_paired_r, nb_vs_blocking_r;
     for (const row& r : rows) {
       const auto& t = r.seconds;

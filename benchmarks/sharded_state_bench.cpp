@@ -13,8 +13,10 @@
 // benchmarks/compare_sharded.sh runs it on 1 and 2 processes and prints the speedups.
 //
 //   mpiexec -n P sharded_state_bench [--model wide|deep] [--batch 256] [--rounds 3] [--block 2]
-//                                    [--warmup 1]
+//                                    [--warmup 1] [--only none|optimizer|gradients|weights]
+// (--only times one option, for a profiler; the others are still built.)
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -53,11 +55,19 @@ double max_over_ranks(double v) {
   return v;
 }
 
+// The process's minor page faults so far: memory touched for the first time (a step that
+// allocates fresh buffers pays the kernel's zeroing of each page).
+double minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_minflt);
+}
+
 template <class M, tessel::shard_state S>
 struct contender {
   const char* name;
   typename M::template model<S> model;
-  std::vector<double> steps;
+  std::vector<double> steps, faults;  // each step's time and minor page faults
   explicit contender(const char* n) : name(n) {
     model.compile(tessel::optimizer_spec(tessel::optimizers::adam{}),
                   tessel::losses::sparse_categorical_crossentropy{.from_logits = true});
@@ -66,15 +76,19 @@ struct contender {
   void run(const X& x, const Y& y, int block) {
     for (int i = 0; i < block; ++i) {
       MPI_Barrier(MPI_COMM_WORLD);
-      const double t0 = now();
+      const double f0 = minor_faults(), t0 = now();
       model.train_on_batch(x, y);
       steps.push_back(max_over_ranks(now() - t0));
+      faults.push_back(max_over_ranks(minor_faults() - f0));
     }
   }
 };
 
+// Whether --only (empty: every option) names the option.
+bool runs(const std::string& only, const char* option) { return only.empty() || only == option; }
+
 template <class M>
-void run_all(std::size_t batch, int rounds, int block, int warmup) {
+void run_all(std::size_t batch, int rounds, int block, int warmup, const std::string& only) {
   constexpr std::size_t width = M::width;
   const int procs = tessel::num_processes();
   const auto [x, y] = bench::random_batch(batch, width, classes);
@@ -92,12 +106,14 @@ void run_all(std::size_t batch, int rounds, int block, int warmup) {
     zero2.run(x, y, 1);
     zero3.run(x, y, 1);
   }
-  plain.steps.clear(), zero1.steps.clear(), zero2.steps.clear(), zero3.steps.clear();
+  for (auto* v : {&plain.steps, &zero1.steps, &zero2.steps, &zero3.steps, &plain.faults,
+                  &zero1.faults, &zero2.faults, &zero3.faults})
+    v->clear();
   for (int r = 0; r < rounds; ++r) {
-    plain.run(x, y, block);
-    zero1.run(x, y, block);
-    zero2.run(x, y, block);
-    zero3.run(x, y, block);
+    if (runs(only, "none")) plain.run(x, y, block);
+    if (runs(only, "optimizer")) zero1.run(x, y, block);
+    if (runs(only, "gradients")) zero2.run(x, y, block);
+    if (runs(only, "weights")) zero3.run(x, y, block);
   }
   const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
   if (tessel::process_id() == 0) {
@@ -114,17 +130,18 @@ void run_all(std::size_t batch, int rounds, int block, int warmup) {
       const double weights = static_cast<double>(m.weights) / 1e6;
       std::printf(
           "  shard_state::%-9s %8.1f ms/step %8.1f samples/s, optimizer state %.1f MB, "
-          "gradients %.1f MB, weights %.1f MB per process\n",
-          c.name, t * 1e3, static_cast<double>(batch) / t, state, grads, weights);
+          "gradients %.1f MB, weights %.1f MB per process, %.0f page faults per step\n",
+          c.name, t * 1e3, static_cast<double>(batch) / t, state, grads, weights,
+          median(c.faults));
       std::printf(
           "RESULT sharded procs=%d shard=%s ms_per_step=%.2f samples_per_s=%.2f "
           "optimizer_mb=%.1f gradients_mb=%.1f weights_mb=%.1f\n",
           procs, c.name, t * 1e3, static_cast<double>(batch) / t, state, grads, weights);
     };
-    report(plain);
-    report(zero1);
-    report(zero2);
-    report(zero3);
+    if (runs(only, "none")) report(plain);
+    if (runs(only, "optimizer")) report(zero1);
+    if (runs(only, "gradients")) report(zero2);
+    if (runs(only, "weights")) report(zero3);
   }
 }
 
@@ -135,7 +152,7 @@ int main(int argc, char** argv) {
   try {
     std::size_t batch = 256;
     int rounds = 3, block = 2, warmup = 1;
-    std::string model = "wide";
+    std::string model = "wide", only;
     for (int i = 1; i < argc; ++i) {
       const bool has_value = i + 1 < argc;
       if (std::strcmp(argv[i], "--batch") == 0 && has_value)
@@ -148,6 +165,8 @@ int main(int argc, char** argv) {
         warmup = std::atoi(argv[++i]);
       else if (std::strcmp(argv[i], "--model") == 0 && has_value)
         model = argv[++i];
+      else if (std::strcmp(argv[i], "--only") == 0 && has_value)
+        only = argv[++i];
       else
         throw tessel::value_error(std::string("sharded_state_bench: unknown argument ") + argv[i]);
     }
@@ -156,9 +175,9 @@ int main(int argc, char** argv) {
           "sharded_state_bench: --batch, --rounds and --block must be "
           "positive");
     if (model == "wide")
-      run_all<wide>(batch, rounds, block, warmup);
+      run_all<wide>(batch, rounds, block, warmup, only);
     else if (model == "deep")
-      run_all<deep>(batch, rounds, block, warmup);
+      run_all<deep>(batch, rounds, block, warmup, only);
     else
       throw tessel::value_error("sharded_state_bench: --model is wide or deep, not " + model);
   } catch (const std::exception& e) {

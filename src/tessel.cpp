@@ -11,6 +11,7 @@
 #include <tessel/backend/thread_pool.hpp>
 #include <tessel/comm/communicator.hpp>
 #include <tessel/comm/dimension.hpp>
+#include <tessel/comm/ring.hpp>
 #include <tessel/comm/stall.hpp>
 #include <tessel/comm/watchdog.hpp>
 #include <tessel/core/auto_layout.hpp>

@@ -10,17 +10,21 @@
 // it failed; at the end the processes sum their failures, rank 0 prints the count of checks
 // passed, and every process exits non-zero if any check failed anywhere.
 #include <mpi.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <numeric>
 #include <span>
 #include <string>
 #include <tessel/runtime/collectives.hpp>
 #include <tessel/core/device_mesh.hpp>
+#include <tessel/core/environment.hpp>
 #include <tessel/core/errors.hpp>
 #include <tessel/runtime/initialize.hpp>
 #include <tessel/runtime/process_mesh.hpp>
@@ -204,6 +208,126 @@ void check_all_reduce(const PM& pm, std::size_t count, const char* type) {
   CHECK_EQUAL_VECTORS(v, want, std::string("iall_reduce<") + type + "> + test()");
 }
 
+// tessel's ring (comm/ring.hpp): reduce-scatters of floats and doubles and all-reduces from
+// 1 MiB. Large blocks in and out of place; several collectives in flight at once (each has its
+// own message tag, and they complete in any order); the same bits on every process for sums
+// that round, within rounding of MPI's own all-reduce.
+void test_ring() {
+  using mesh = device_mesh<axis<"data">>;
+  const auto pm = process_mesh<mesh>::bind();
+  const int n = world_size(), r = world_rank();
+  const auto un = static_cast<std::size_t>(n);
+  const std::size_t block = 100003;
+  auto in_of = [&](int rank, std::size_t salt) {
+    std::vector<float> v(block * un);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = value_at<float>(rank, i + salt);
+    return v;
+  };
+  auto part_of = [&](std::size_t salt) {
+    std::vector<float> want(block, 0.0f);
+    for (std::size_t j = 0; j < block; ++j)
+      for (int q = 0; q < n; ++q)
+        want[j] += value_at<float>(q, static_cast<std::size_t>(r) * block + j + salt);
+    return want;
+  };
+
+  // Out of place and in place (the part at the start of the input), blocking and not.
+  for (bool in_place : {false, true})
+    for (bool blocking : {true, false}) {
+      std::vector<float> in = in_of(r, 0), out(block, -1.0f);
+      const std::span<float> dst = in_place ? std::span<float>(in).first(block) : mspan(out);
+      if (blocking) {
+        comm::reduce_scatter<"data">(pm, cspan(in), dst);
+      } else {
+        auto req = comm::ireduce_scatter<"data">(pm, cspan(in), dst);
+        while (!req.test()) {
+        }
+      }
+      const std::vector<float> got(dst.begin(), dst.end());
+      CHECK_EQUAL_VECTORS(got, part_of(0), std::string("ring reduce_scatter, ") +
+                                               (in_place ? "in place" : "out of place") +
+                                               (blocking ? ", blocking" : ", test()"));
+    }
+
+  // Five collectives in flight, waited for in reverse order, then five polled together.
+  for (bool poll : {false, true}) {
+    std::vector<std::vector<float>> ins, outs, sums;
+    std::vector<comm::request> reqs;
+    for (std::size_t c = 0; c < 3; ++c) {
+      ins.push_back(in_of(r, 7 * c));
+      outs.emplace_back(block, -1.0f);
+    }
+    const std::size_t big = (std::size_t{1} << 18) + 11;
+    for (std::size_t c = 0; c < 2; ++c) {
+      sums.emplace_back(big);
+      for (std::size_t i = 0; i < big; ++i) sums[c][i] = value_at<float>(r, i + 3 * c);
+    }
+    for (std::size_t c = 0; c < 5; ++c)
+      reqs.push_back(c % 2 == 0 ? comm::ireduce_scatter<"data">(pm, cspan(ins[c / 2]),
+                                                                  mspan(outs[c / 2]))
+                                : comm::iall_reduce<"data">(pm, mspan(sums[c / 2])));
+    if (poll) {
+      for (bool all = false; !all;) {
+        all = true;
+        for (auto& q : reqs) all = q.test() && all;
+      }
+    } else {
+      for (std::size_t c = reqs.size(); c-- > 0;) reqs[c].wait();
+    }
+    for (std::size_t c = 0; c < 3; ++c)
+      CHECK_EQUAL_VECTORS(outs[c], part_of(7 * c),
+                          "reduce_scatter " + std::to_string(c) + " of 3 in flight");
+    for (std::size_t c = 0; c < 2; ++c) {
+      std::vector<float> want(big, 0.0f);
+      for (std::size_t i = 0; i < big; ++i)
+        for (int q = 0; q < n; ++q) want[i] += value_at<float>(q, i + 3 * c);
+      CHECK_EQUAL_VECTORS(sums[c], want, "all_reduce " + std::to_string(c) + " of 2 in flight");
+    }
+  }
+
+  // The scratch blocks a ring receives into are kept for the next collective: a second in-place
+  // reduce-scatter and all-reduce of 4 MB blocks take no fresh pages (1024 per block if they did).
+  if (tessel::environment::ring().value_or(true)) {
+    auto faults = [] {
+      rusage u{};
+      getrusage(RUSAGE_SELF, &u);
+      return static_cast<long>(u.ru_minflt);
+    };
+    std::vector<float> big((std::size_t{1} << 20) * un);
+    long fresh = 0;
+    for (int round = 0; round < 2; ++round) {
+      for (std::size_t i = 0; i < big.size(); ++i) big[i] = value_at<float>(r, i);
+      const long before = faults();
+      comm::reduce_scatter<"data">(pm, cspan(big), std::span<float>(big).first(big.size() / un));
+      comm::all_reduce<"data">(pm, mspan(big));
+      fresh = faults() - before;
+    }
+    CHECK(fresh < 256, "a second ring reduce-scatter and all-reduce took " +
+                           std::to_string(fresh) + " fresh pages");
+  }
+
+  // Sums that round: every process holds the same bits, within rounding of MPI_Allreduce.
+  {
+    const std::size_t count = (std::size_t{1} << 19) + 1;
+    std::vector<float> v(count), mpi(count);
+    for (std::size_t i = 0; i < count; ++i)
+      v[i] = mpi[i] = std::sin(0.001f * static_cast<float>(i) * static_cast<float>(r + 1)) / 3.0f;
+    comm::all_reduce<"data">(pm, mspan(v));
+    if (n > 1)
+      MPI_Allreduce(MPI_IN_PLACE, mpi.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+    std::vector<float> first = v;
+    if (n > 1) MPI_Bcast(first.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    CHECK(std::memcmp(first.data(), v.data(), count * sizeof(float)) == 0,
+          "the ring's all_reduce left other bits than process 0's");
+    double worst = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      worst = std::max(worst, static_cast<double>(std::fabs(v[i] - mpi[i])));
+    CHECK(worst <= 1e-6, "the ring's all_reduce differs from MPI_Allreduce by " +
+                              std::to_string(worst));
+  }
+}
+
 // Every collective on the 1-D run-time-sized mesh that holds every process.
 void test_1d_mesh() {
   using mesh = device_mesh<axis<"data">>;
@@ -228,6 +352,9 @@ void test_1d_mesh() {
   check_all_reduce<float>(pm, 37, "float");
   check_all_reduce<float>(pm, 100003, "float");
   check_all_reduce<double>(pm, 1001, "double");
+  // From 1 MiB the sums run in tessel's ring (comm/ring.hpp), in blocks that need not divide.
+  check_all_reduce<float>(pm, (std::size_t{1} << 18) + 5, "float");
+  check_all_reduce<double>(pm, (std::size_t{1} << 17) + 3, "double");
   check_all_reduce<std::int32_t>(pm, 513, "int32");
   check_all_reduce<std::int64_t>(pm, 7, "int64");
   check_all_reduce<float>(pm, 0, "float");
@@ -637,6 +764,7 @@ int main(int argc, char** argv) {
   try {
     test_world();
     test_1d_mesh();
+    test_ring();
     test_multi_axis_meshes();
     test_steps();
     test_errors();

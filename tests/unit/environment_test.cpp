@@ -56,24 +56,33 @@ TEST_CASE("environment: each variable's values, and messages naming the variable
   CHECK_THAT(message_of([] { env::parse_nccl("yes"); }),
              Contains("TESSEL_NCCL='yes' is neither 0 nor 1; set it to 0 to run the collectives "
                       "between GPUs through MPI on host copies"));
+  CHECK(env::parse_ring("0") == false);
+  CHECK(env::parse_ring("1") == true);
+  CHECK_THAT(message_of([] { env::parse_ring("off"); }),
+             Contains("TESSEL_RING='off' is neither 0 nor 1; set it to 0 to reduce through MPI's "
+                      "own reduce-scatter and all-reduce"));
   CHECK(env::parse_collective_timeout("2.5") == 2.5);
 }
 
 TEST_CASE("environment: unset is nothing; problems() lists every bad value at once",
           "[environment]") {
   const scoped_env a("TESSEL_NUM_THREADS", nullptr), b("TESSEL_FLUSH_DENORMALS", nullptr),
-      c("TESSEL_COLLECTIVE_TIMEOUT", nullptr), d("TESSEL_NCCL", nullptr);
+      c("TESSEL_COLLECTIVE_TIMEOUT", nullptr), d("TESSEL_NCCL", nullptr),
+      e("TESSEL_RING", nullptr);
   CHECK_FALSE(env::num_threads().has_value());
   CHECK_FALSE(env::flush_denormals().has_value());
   CHECK_FALSE(env::collective_timeout().has_value());
   CHECK_FALSE(env::nccl().has_value());
+  CHECK_FALSE(env::ring().has_value());
   CHECK(env::problems().empty());
   {
-    const scoped_env x("TESSEL_NUM_THREADS", "abc"), y("TESSEL_NCCL", "on");
+    const scoped_env x("TESSEL_NUM_THREADS", "abc"), y("TESSEL_NCCL", "on"),
+        z("TESSEL_RING", "2");
     const auto p = env::problems();
-    REQUIRE(p.size() == 2);
+    REQUIRE(p.size() == 3);
     CHECK_THAT(p[0], Contains("TESSEL_NUM_THREADS='abc'"));
     CHECK_THAT(p[1], Contains("TESSEL_NCCL='on'"));
+    CHECK_THAT(p[2], Contains("TESSEL_RING='2'"));
   }
   const scoped_env x("TESSEL_NUM_THREADS", "4");
   CHECK(env::num_threads() == 4u);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "concept.hpp"
+#include "ring.hpp"
 #include "watchdog.hpp"
 
 namespace tessel::comm {
@@ -66,18 +68,22 @@ void copy(std::span<const T> in, std::span<T> out) {
 }
 }  // namespace detail
 
-// A non-blocking collective in flight. wait() completes it; a request is waited for when it is
-// destroyed, so that no buffer is released while MPI still writes to it. A wait longer than the
-// collective timeout aborts the job (watchdog.hpp).
+// A non-blocking collective in flight: MPI's, or tessel's own ring (ring.hpp). wait() completes
+// it; a request is waited for when it is destroyed, so that no buffer is released while MPI
+// still writes to it. A wait longer than the collective timeout aborts the job (watchdog.hpp).
 class request {
  public:
   request() = default;
   explicit request(MPI_Request r, collective_tag tag = {}) : r_(r), tag_(tag) {}
-  request(request&& o) noexcept : r_(std::exchange(o.r_, MPI_REQUEST_NULL)), tag_(o.tag_) {}
+  explicit request(std::unique_ptr<detail::schedule> s, collective_tag tag = {})
+      : s_(std::move(s)), tag_(tag) {}
+  request(request&& o) noexcept
+      : r_(std::exchange(o.r_, MPI_REQUEST_NULL)), s_(std::move(o.s_)), tag_(o.tag_) {}
   request& operator=(request&& o) noexcept {
     if (this != &o) {
       wait_quietly();
       r_ = std::exchange(o.r_, MPI_REQUEST_NULL);
+      s_ = std::move(o.s_);
       tag_ = o.tag_;
     }
     return *this;
@@ -88,26 +94,43 @@ class request {
 
   // Blocks until the collective is complete.
   void wait() {
-    if (r_ == MPI_REQUEST_NULL) return;
+    if (!pending()) return;
     const watched_wait watch(tag_);
+    if (s_) {
+      s_->advance(true);
+      s_.reset();
+      return;
+    }
     detail::check(MPI_Wait(&r_, MPI_STATUS_IGNORE), "MPI_Wait");
   }
-  // Lets MPI progress the collective; true once it is complete.
+  // Lets the collective progress; true once it is complete.
   bool test() {
+    if (s_) {
+      if (s_->advance(false)) s_.reset();
+      return !s_;
+    }
     if (r_ == MPI_REQUEST_NULL) return true;
     int done = 0;
     detail::check(MPI_Test(&r_, &done, MPI_STATUS_IGNORE), "MPI_Test");
     return done != 0;
   }
-  [[nodiscard]] bool pending() const noexcept { return r_ != MPI_REQUEST_NULL; }
+  [[nodiscard]] bool pending() const noexcept { return r_ != MPI_REQUEST_NULL || s_ != nullptr; }
 
  private:
   void wait_quietly() noexcept {
-    if (r_ == MPI_REQUEST_NULL) return;
+    if (!pending()) return;
     const watched_wait watch(tag_);
-    MPI_Wait(&r_, MPI_STATUS_IGNORE);
+    if (s_) {
+      try {
+        s_->advance(true);
+      } catch (...) {
+      }
+      s_.reset();
+    }
+    if (r_ != MPI_REQUEST_NULL) MPI_Wait(&r_, MPI_STATUS_IGNORE);
   }
   MPI_Request r_ = MPI_REQUEST_NULL;
+  std::unique_ptr<detail::schedule> s_;
   collective_tag tag_;
 };
 
@@ -126,7 +149,8 @@ class communicator {
         owned_(std::exchange(o.owned_, false)),
         rank_(o.rank_),
         size_(o.size_),
-        channel_(o.channel_) {}
+        channel_(o.channel_),
+        ring_seq_(o.ring_seq_) {}
   communicator& operator=(communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -135,6 +159,7 @@ class communicator {
       rank_ = o.rank_;
       size_ = o.size_;
       channel_ = o.channel_;
+      ring_seq_ = o.ring_seq_;
     }
     return *this;
   }
@@ -292,6 +317,16 @@ class communicator {
   int rank_ = 0;
   int size_ = 1;
   int channel_ = -1;  // the watchdog's
+  // The ring's collectives started on this group, which give each its own message tag.
+  mutable unsigned ring_seq_ = 0;
+  [[nodiscard]] int ring_tag() const noexcept {
+    return detail::ring_first_tag + static_cast<int>(ring_seq_++ % detail::ring_tags);
+  }
+  [[nodiscard]] bool ring_all_reduces(std::size_t n, MPI_Datatype type, std::size_t element_size,
+                                      reduce_op op) const {
+    return op == reduce_op::sum && detail::ring_sums(type) &&
+           n * element_size >= detail::ring_all_reduce_min_bytes && n >= std::size_t(size_);
+  }
 };
 
 static_assert(communicator_like<communicator>);
@@ -357,6 +392,11 @@ TESSEL_INLINE void communicator::all_reduce_erased(void* data, std::size_t n, MP
                                                    std::size_t element_size, reduce_op op) const {
   if (!uses_mpi() || n == 0) return;
   const watched_wait watch(tag("all_reduce", n * element_size, -1, op == reduce_op::max));
+  if (ring_all_reduces(n, type, element_size, op)) {
+    (void)detail::count_of(n);
+    detail::start_ring_all_reduce(comm_, ring_tag(), data, n, type, element_size)->advance(true);
+    return;
+  }
   detail::check(MPI_Allreduce(MPI_IN_PLACE, data, detail::count_of(n), type,
                               op == reduce_op::max ? MPI_MAX : MPI_SUM, comm_),
                 "MPI_Allreduce");
@@ -373,6 +413,13 @@ TESSEL_INLINE void communicator::reduce_scatter_erased(const buffers& b) const {
   check_blocks("reduce_scatter", b.in_count, b.out_count);
   if (!uses_mpi()) return b.copy();
   const watched_wait watch(tag("reduce_scatter", b.in_count * b.element_size));
+  if (detail::ring_sums(b.type)) {
+    (void)detail::count_of(b.out_count);
+    detail::start_ring_reduce_scatter(comm_, ring_tag(), b.in, b.out, b.out_count, b.type,
+                                      b.element_size)
+        ->advance(true);
+    return;
+  }
   detail::check(MPI_Reduce_scatter_block(b.in == b.out ? MPI_IN_PLACE : b.in, b.out,
                                          detail::count_of(b.out_count), b.type, MPI_SUM, comm_),
                 "MPI_Reduce_scatter_block");
@@ -404,6 +451,12 @@ TESSEL_INLINE request communicator::iall_reduce_erased(void* data, std::size_t n
                                                        MPI_Datatype type,
                                                        std::size_t element_size) const {
   if (!uses_mpi() || n == 0) return {};
+  if (ring_all_reduces(n, type, element_size, reduce_op::sum)) {
+    (void)detail::count_of(n);
+    const collective_tag t = tag("all_reduce", n * element_size);
+    return request(detail::start_ring_all_reduce(comm_, ring_tag(), data, n, type, element_size),
+                   t);
+  }
   MPI_Request r{};
   detail::check(MPI_Iallreduce(MPI_IN_PLACE, data, detail::count_of(n), type, MPI_SUM, comm_, &r),
                 "MPI_Iallreduce");
@@ -421,6 +474,13 @@ TESSEL_INLINE request communicator::iall_gather_erased(const buffers& b) const {
 TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) const {
   check_blocks("reduce_scatter", b.in_count, b.out_count);
   if (!uses_mpi()) return b.copy(), request{};
+  if (detail::ring_sums(b.type)) {
+    (void)detail::count_of(b.out_count);
+    const collective_tag t = tag("reduce_scatter", b.in_count * b.element_size);
+    return request(detail::start_ring_reduce_scatter(comm_, ring_tag(), b.in, b.out, b.out_count,
+                                                     b.type, b.element_size),
+                   t);
+  }
   MPI_Request r{};
   detail::check(MPI_Ireduce_scatter_block(b.in == b.out ? MPI_IN_PLACE : b.in, b.out,
                                           detail::count_of(b.out_count), b.type, MPI_SUM, comm_,

@@ -8,6 +8,9 @@
 //   TESSEL_FLUSH_DENORMALS     0 or 1: denormal floats flushed to zero (default 1, as XLA)
 //   TESSEL_COLLECTIVE_TIMEOUT  seconds a collective may wait, >= 0 (0: forever; default 600)
 //   TESSEL_NCCL                0 or 1: NCCL between GPUs where it can run (default 1)
+//   TESSEL_RING                0 or 1: sums of floats reduce-scattered (and all-reduced from
+//                              1 MiB) in tessel's ring over MPI's messages (default 1), or by
+//                              MPI's own collectives
 //   TESSEL_FASHION_MNIST_DIR   where datasets::fashion_mnist::load_data reads (a directory)
 //
 // OMP_NUM_THREADS and OPENBLAS_NUM_THREADS belong to OpenMP and OpenBLAS, whose own syntax
@@ -35,6 +38,7 @@ inline constexpr const char* num_threads_variable = "TESSEL_NUM_THREADS";
 inline constexpr const char* flush_denormals_variable = "TESSEL_FLUSH_DENORMALS";
 inline constexpr const char* collective_timeout_variable = "TESSEL_COLLECTIVE_TIMEOUT";
 inline constexpr const char* nccl_variable = "TESSEL_NCCL";
+inline constexpr const char* ring_variable = "TESSEL_RING";
 inline constexpr std::size_t max_threads = 1024;
 
 namespace detail {
@@ -65,6 +69,13 @@ inline bool parse_nccl(std::string_view text) {
                              "its own, or unset it");
 }
 
+inline bool parse_ring(std::string_view text) {
+  return detail::zero_or_one(ring_variable, text,
+                             "set it to 0 to reduce through MPI's own reduce-scatter and "
+                             "all-reduce (a cluster's tuned MPI may do better), 1 (the default) "
+                             "to use tessel's ring over MPI's messages, or unset it");
+}
+
 // ---- the readers: the setting from the environment, nothing when unset -------------------------
 
 inline std::optional<std::size_t> num_threads() {
@@ -82,6 +93,10 @@ inline std::optional<double> collective_timeout() {
 inline std::optional<bool> nccl() {
   const char* v = detail::get(nccl_variable);
   return v ? std::optional(parse_nccl(v)) : std::nullopt;
+}
+inline std::optional<bool> ring() {
+  const char* v = detail::get(ring_variable);
+  return v ? std::optional(parse_ring(v)) : std::nullopt;
 }
 // OMP_NUM_THREADS, else OPENBLAS_NUM_THREADS, where one is an integer from 1 to max_threads (what
 // a job script sets for the BLAS, as torchrun sets OMP_NUM_THREADS); other values are theirs.
@@ -159,6 +174,7 @@ TESSEL_INLINE std::vector<std::string> problems() {
   check(flush_denormals);
   check(collective_timeout);
   check(nccl);
+  check(ring);
   return out;
 }
 #endif
