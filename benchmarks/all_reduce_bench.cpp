@@ -5,9 +5,9 @@
 // loop (in an order balanced over iterations) so that a change in the machine's load touches
 // them alike. Each call is timed after a barrier with MPI_Wtime; a call's time is the slowest
 // rank's (MPI_Reduce MAX); the figure is the median over iterations. Bandwidths as nccl-tests
-// defines them: algbw = bytes / time, busbw = algbw * 2(n-1)/n. Before the timings of each size,
-// every form is checked once on buffers filled with rank + 1 (each element must end as n(n+1)/2 on
-// every rank); a wrong sum ends the run with exit code 1.
+// defines them: algbw = bytes / time, busbw = algbw * 2(n-1)/n (reduce-scatter: (n-1)/n).
+// Before the timings of each size, every form is checked once on buffers filled with rank + 1
+// (each element must end as n(n+1)/2 on every rank); a wrong sum ends the run with exit code 1.
 //
 // Both non-blocking forms run in the same process, so under Open MPI both use the libnbc
 // algorithm that OMPI_MCA_coll_libnbc_iallreduce_algorithm names (tessel::initialize sets 3,
@@ -202,7 +202,9 @@ int main(int argc, char** argv) {
   for (std::size_t m = 1; m <= static_cast<std::size_t>(max_mib); m *= 2) sizes_mib.push_back(m);
   // One buffer of the largest size; each size uses its beginning.
   std::vector<float> buffer(sizes_mib.back() * (1u << 20) / sizeof(float), 1.0f);
-  const double bus_factor = 2.0 * (n - 1) / n;
+  // nccl-tests' bus bandwidth: an all-reduce moves 2(n-1)/n of the buffer, a reduce-scatter
+  // (n-1)/n.
+  const double bus_factor = (scatter ? 1.0 : 2.0) * (n - 1) / n;
 
   if (rank == 0) {
     const char* nbc_algorithm = std::getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
@@ -346,7 +348,7 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "\nBandwidths (GB/s, 1e9 B/s, from the medians), as nccl-tests: algbw = bytes / time, "
-        "busbw = algbw * 2(n-1)/n = algbw * %.3f:\n\n"
+        "busbw = algbw * 2(n-1)/n (reduce-scatter: (n-1)/n) = algbw * %.3f:\n\n"
         "| size MiB | algbw tessel | algbw raw | algbw tessel i+wait | algbw raw i+wait | "
         "busbw tessel | busbw raw | busbw tessel i+wait | busbw raw i+wait |\n"
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
@@ -362,18 +364,20 @@ int main(int argc, char** argv) {
                   alg[raw_mpi_nonblocking] * bus_factor);
     }
     std::printf(
-        "\ntessel all_reduce / raw MPI_Allreduce over the sizes (goal: within 5%%): medians "
-        "%.3f .. %.3f, paired %.3f .. %.3f, best %.3f .. %.3f\n"
-        "tessel iall_reduce+wait / raw MPI_Iallreduce+MPI_Wait: medians %.3f .. %.3f, paired "
-        "%.3f .. %.3f\n"
-        "tessel iall_reduce+wait / raw MPI_Allreduce (the non-blocking collective's own cost): "
-        "%.3f .. %.3f\n",
-        med_r.lo, med_r.hi, paired_r.lo, paired_r.hi, best_r.lo, best_r.hi, nb_med_r.lo,
-        nb_med_r.hi, nb_paired_r.lo, nb_paired_r.hi, nb_vs_blocking_r.lo, nb_vs_blocking_r.hi);
+        "\n%s / raw %s over the sizes: medians %.3f .. %.3f, paired %.3f .. %.3f, best %.3f .. "
+        "%.3f\n"
+        "%s / raw %s: medians %.3f .. %.3f, paired %.3f .. %.3f\n"
+        "%s / raw %s (the non-blocking collective's own cost): %.3f .. %.3f\n",
+        form_name_of(tessel_blocking), form_name_of(raw_mpi) + 4, med_r.lo, med_r.hi,
+        paired_r.lo, paired_r.hi, best_r.lo, best_r.hi, form_name_of(tessel_nonblocking),
+        form_name_of(raw_mpi_nonblocking) + 4, nb_med_r.lo, nb_med_r.hi, nb_paired_r.lo,
+        nb_paired_r.hi, form_name_of(tessel_nonblocking), form_name_of(raw_mpi) + 4,
+        nb_vs_blocking_r.lo, nb_vs_blocking_r.hi);
     std::printf(
-        "RESULT all_reduce processes=%d ratio_min=%.3f ratio_max=%.3f paired_min=%.3f "
+        "RESULT %s processes=%d ratio_min=%.3f ratio_max=%.3f paired_min=%.3f "
         "paired_max=%.3f nb_paired_min=%.3f nb_paired_max=%.3f\n",
-        n, med_r.lo, med_r.hi, paired_r.lo, paired_r.hi, nb_paired_r.lo, nb_paired_r.hi);
+        scatter ? "reduce_scatter" : "all_reduce", n, med_r.lo, med_r.hi, paired_r.lo,
+        paired_r.hi, nb_paired_r.lo, nb_paired_r.hi);
   }
   MPI_Comm_free(&raw);
   return 0;
