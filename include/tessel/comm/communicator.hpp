@@ -19,6 +19,7 @@
 #include "../core/compilation.hpp"
 #include "../core/errors.hpp"
 #include "concept.hpp"
+#include "mpi_errors.hpp"
 #include "ring.hpp"
 #include "watchdog.hpp"
 
@@ -34,25 +35,6 @@ MPI_Datatype datatype() {
   else if constexpr (std::is_same_v<T, std::uint64_t>) return MPI_UINT64_T;
   else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
   else static_assert(std::is_same_v<T, float>, "tessel::comm: unsupported element type");
-}
-
-// MPI's default error handler (MPI_ERRORS_ARE_FATAL) ends the whole job on an MPI error, which is
-// what a job whose processes wait on each other needs; tessel checks its arguments before
-// calling MPI so that a mistake is a value_error instead. Where a handler returns errors, they
-// become runtime_error here.
-inline void check(int code, const char* what) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING]{};
-  int n = 0;
-  MPI_Error_string(code, text, &n);
-  throw runtime_error(std::string("tessel: ") + what + " failed: " + std::string(text, n));
-}
-
-inline int count_of(std::size_t n) {
-  if (n > static_cast<std::size_t>(INT32_MAX))
-    throw value_error("tessel: a collective of " + std::to_string(n) +
-                      " elements exceeds MPI's int count; split the buffer");
-  return static_cast<int>(n);
 }
 
 // A communicator's copy (out = in) needs spans of one size; called where they differ.
@@ -150,7 +132,7 @@ class communicator {
         rank_(o.rank_),
         size_(o.size_),
         channel_(o.channel_),
-        ring_seq_(o.ring_seq_) {}
+        ring_(std::move(o.ring_)) {}
   communicator& operator=(communicator&& o) noexcept {
     if (this != &o) {
       release();
@@ -159,7 +141,7 @@ class communicator {
       rank_ = o.rank_;
       size_ = o.size_;
       channel_ = o.channel_;
-      ring_seq_ = o.ring_seq_;
+      ring_ = std::move(o.ring_);
     }
     return *this;
   }
@@ -307,6 +289,7 @@ class communicator {
   void release() noexcept {
     int finalized = 0;
     MPI_Finalized(&finalized);
+    ring_.reset();  // (freed when the last collective in flight on it ends)
     if (owned_ && comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
     comm_ = MPI_COMM_NULL;
     owned_ = false;
@@ -317,11 +300,8 @@ class communicator {
   int rank_ = 0;
   int size_ = 1;
   int channel_ = -1;  // the watchdog's
-  // The ring's collectives started on this group, which give each its own message tag.
-  mutable unsigned ring_seq_ = 0;
-  [[nodiscard]] int ring_tag() const noexcept {
-    return detail::ring_first_tag + static_cast<int>(ring_seq_++ % detail::ring_tags);
-  }
+  // The ring's private channel (a duplicate of comm_), on a group of several processes.
+  std::shared_ptr<detail::ring_channel> ring_;
   [[nodiscard]] bool ring_all_reduces(std::size_t n, MPI_Datatype type, std::size_t element_size,
                                       reduce_op op) const {
     return op == reduce_op::sum && detail::ring_sums(type) &&
@@ -353,6 +333,7 @@ TESSEL_INLINE communicator::communicator(MPI_Comm c, bool owned, std::string_vie
     MPI_Comm_rank(c, &rank_);
     MPI_Comm_size(c, &size_);
     if (size_ > 1) channel_ = watchdog::instance().register_channel(c, std::string(label));
+    if (size_ > 1) ring_ = std::make_shared<detail::ring_channel>(c);
   }
 }
 TESSEL_INLINE void communicator::check_root(int root) const {
@@ -394,7 +375,7 @@ TESSEL_INLINE void communicator::all_reduce_erased(void* data, std::size_t n, MP
   const watched_wait watch(tag("all_reduce", n * element_size, -1, op == reduce_op::max));
   if (ring_all_reduces(n, type, element_size, op)) {
     (void)detail::count_of(n);
-    detail::start_ring_all_reduce(comm_, ring_tag(), data, n, type, element_size)->advance(true);
+    detail::start_ring_all_reduce(ring_, data, n, type, element_size)->advance(true);
     return;
   }
   detail::check(MPI_Allreduce(MPI_IN_PLACE, data, detail::count_of(n), type,
@@ -415,8 +396,7 @@ TESSEL_INLINE void communicator::reduce_scatter_erased(const buffers& b) const {
   const watched_wait watch(tag("reduce_scatter", b.in_count * b.element_size));
   if (detail::ring_sums(b.type)) {
     (void)detail::count_of(b.out_count);
-    detail::start_ring_reduce_scatter(comm_, ring_tag(), b.in, b.out, b.out_count, b.type,
-                                      b.element_size)
+    detail::start_ring_reduce_scatter(ring_, b.in, b.out, b.out_count, b.type, b.element_size)
         ->advance(true);
     return;
   }
@@ -454,8 +434,7 @@ TESSEL_INLINE request communicator::iall_reduce_erased(void* data, std::size_t n
   if (ring_all_reduces(n, type, element_size, reduce_op::sum)) {
     (void)detail::count_of(n);
     const collective_tag t = tag("all_reduce", n * element_size);
-    return request(detail::start_ring_all_reduce(comm_, ring_tag(), data, n, type, element_size),
-                   t);
+    return request(detail::start_ring_all_reduce(ring_, data, n, type, element_size), t);
   }
   MPI_Request r{};
   detail::check(MPI_Iallreduce(MPI_IN_PLACE, data, detail::count_of(n), type, MPI_SUM, comm_, &r),
@@ -477,8 +456,8 @@ TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) con
   if (detail::ring_sums(b.type)) {
     (void)detail::count_of(b.out_count);
     const collective_tag t = tag("reduce_scatter", b.in_count * b.element_size);
-    return request(detail::start_ring_reduce_scatter(comm_, ring_tag(), b.in, b.out, b.out_count,
-                                                     b.type, b.element_size),
+    return request(detail::start_ring_reduce_scatter(ring_, b.in, b.out, b.out_count, b.type,
+                                                     b.element_size),
                    t);
   }
   MPI_Request r{};

@@ -10,7 +10,7 @@
 //   TESSEL_NCCL                0 or 1: NCCL between GPUs where it can run (default 1)
 //   TESSEL_RING                0 or 1: sums of floats reduce-scattered (and all-reduced from
 //                              1 MiB) in tessel's ring over MPI's messages (default 1), or by
-//                              MPI's own collectives
+//                              MPI's own collectives (0 on any process: on every process)
 //   TESSEL_FASHION_MNIST_DIR   where datasets::fashion_mnist::load_data reads (a directory)
 //
 // OMP_NUM_THREADS and OPENBLAS_NUM_THREADS belong to OpenMP and OpenBLAS, whose own syntax

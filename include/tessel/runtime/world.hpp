@@ -18,6 +18,7 @@
 #include "../comm/communicator.hpp"
 #include "../comm/watchdog.hpp"
 #include "../core/compilation.hpp"
+#include "../core/environment.hpp"
 #include "../core/errors.hpp"
 #include "../random/shared_seed.hpp"
 #if defined(TESSEL_HAVE_CUDA)
@@ -202,6 +203,13 @@ TESSEL_INLINE void start_collectives() {
   comm::watchdog::instance().read_environment();
   if (w.size > 1) {
     comm::watchdog::instance().start();
+    // The ring runs on every process or on none (a process that ran MPI's reduce-scatter
+    // against a neighbour's ring would wait for it forever): TESSEL_RING=0 on any process
+    // leaves the sums to MPI on all.
+    int ring = environment::ring().value_or(true) ? 1 : 0;
+    comm::detail::check(MPI_Allreduce(MPI_IN_PLACE, &ring, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD),
+                        "MPI_Allreduce");
+    comm::detail::set_ring(ring != 0);
     MPI_Comm all{};
     comm::detail::check(MPI_Comm_dup(MPI_COMM_WORLD, &all), "MPI_Comm_dup");
     world() = comm::communicator(all, true, "every process of the job");
