@@ -20,8 +20,8 @@
 // its calls), so processes may complete rings in different orders. A ring does not progress
 // inside MPI's own calls: a process must not block in an MPI call that waits for another
 // process while that process waits in a ring for it (tessel's own code never does).
-// TESSEL_RING=0 (the same on every process: `agree_ring` takes the job's minimum) leaves the
-// sums to MPI's own collectives.
+// TESSEL_RING=0 (the same on every process: runtime::start_collectives takes the job's minimum
+// and calls `set_ring`) leaves the sums to MPI's own collectives.
 #pragma once
 
 #include <mpi.h>
@@ -207,9 +207,9 @@ class ring_schedule : public schedule {
   }
 
  protected:
-  ring_schedule(std::shared_ptr<ring_channel> channel, int steps, MPI_Datatype type,
-                std::size_t element_size)
-      : channel_(std::move(channel)), type_(type), esize_(element_size), steps_(steps) {
+  // (Each ring sets steps_ from size_, known once its communicator is read here.)
+  ring_schedule(std::shared_ptr<ring_channel> channel, MPI_Datatype type, std::size_t element_size)
+      : channel_(std::move(channel)), type_(type), esize_(element_size) {
     comm_ = channel_->comm();
     tag_ = channel_->next_tag();
     MPI_Comm_rank(comm_, &rank_);
@@ -284,7 +284,7 @@ class reduce_scatter_ring final : public ring_schedule {
  public:
   reduce_scatter_ring(std::shared_ptr<ring_channel> channel, const void* in, void* out,
                       std::size_t block, MPI_Datatype type, std::size_t element_size)
-      : ring_schedule(std::move(channel), 0, type, element_size),
+      : ring_schedule(std::move(channel), type, element_size),
         in_(static_cast<std::byte*>(const_cast<void*>(in))),
         out_(static_cast<std::byte*>(out)),
         block_(block),
@@ -336,7 +336,7 @@ class all_reduce_ring final : public ring_schedule {
  public:
   all_reduce_ring(std::shared_ptr<ring_channel> channel, void* data, std::size_t n,
                   MPI_Datatype type, std::size_t element_size)
-      : ring_schedule(std::move(channel), 0, type, element_size),
+      : ring_schedule(std::move(channel), type, element_size),
         data_(static_cast<std::byte*>(data)),
         n_(n) {
     steps_ = 2 * (size_ - 1);
