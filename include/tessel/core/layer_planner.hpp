@@ -1,7 +1,9 @@
 // layer_planner: the planner of a model's training step. It walks the model's graph in
 // topological order and calls each layer's rule (the layer's own sharding rule, as DTensor's
-// per-op strategies), which reads its inputs' layouts, adds its variables and steps, and leaves
-// its output; the planner keeps the algebra a rule builds on. plan_model at run time,
+// per-op strategies), which reads its inputs' layouts, adds its variables, records the layouts
+// it computes with and the statistics it reduces, and leaves its output; the planner derives
+// every reshard from the layouts (model_plan.hpp's edges, which the executor runs) and keeps the
+// algebra a rule builds on. plan_model at run time,
 // model_plan_v when the program compiles (a plan that fails is a diagnostic naming the layer).
 #pragma once
 
@@ -21,9 +23,10 @@ namespace tessel {
 // The planner: walks the model's graph in topological order and calls each layer's rule. A rule
 // sees its inputs (input(k)), the layout it transforms (`layout()`/`shape()`, input 0's when it
 // starts, the layer's output when it returns) and whether that tensor needs a gradient
-// (`needs_grad()`), and adds the layer's variables and steps. The planner keeps the generic
-// algebra a rule builds on: variable layouts from the layout_map, divisibility, resharding
-// with its backward transpose, the loss, and the order of the backward groups.
+// (`needs_grad()`), and adds the layer's variables, layouts and statistics. The planner keeps
+// the generic algebra a rule builds on: variable layouts from the layout_map, divisibility, the
+// reshards around each op (forward and backward), the loss, and the order of the backward
+// groups.
 class layer_planner {
  public:
   struct node {
@@ -68,7 +71,10 @@ class layer_planner {
       used_ = op_layouts{};
       for (std::size_t k = 0; k < input_count_; ++k) used_.operands[k] = nodes_[inputs_[k]].layout;
       output_set_ = false;
+      derive_backward_ = false;
       op.rule->plan(*this, op);
+      if (!plan_.ok) break;
+      if (derive_backward_) add_backward_edges();
       if (!plan_.ok) break;
       if (!output_set_ && plan_.layouts[op_].set) {
         // The rule recorded its layouts but left the layout_map's "<layer>/output" to the
@@ -290,26 +296,38 @@ class layer_planner {
       }
     }
   }
-  // Reshards `layout` (a tensor of `shape`) to `to`: the forward steps, and, when the tensor needs
-  // its gradient, the transposed steps in backward. `role` is operand (operand `index`, whose
-  // layout as used is recorded for the runtime) or output.
+  // The collectives of one edge of the layer (model_plan.hpp), a tensor of `shape`, as steps.
+  constexpr void add_edge(phase p, step_role role, const op_edge& e, const shape_value& shape,
+                          std::size_t index = 0) noexcept {
+    add(p, role, plan_reshard(e.from, e.to, plan_.mesh, shape, model_.element_size), index);
+  }
+  // Reshards `layout` (a tensor of `shape`) to `to`, for a layer without layouts of its own: the
+  // forward steps, and, when the tensor needs its gradient, the backward ones, the edges the
+  // executor runs. `role` is operand (operand `index`, whose layout as used is recorded for the
+  // runtime) or output (the layer's result to the layout_map's "<layer>/output").
   // An output's backward steps run first in the layer's backward (they bring the output's
   // gradient back to what the layer produced), so they go to the front of the layer's group.
   constexpr void reshard_forward(step_role role, layout_value& layout, const layout_value& to,
                                  const shape_value& shape, bool needs_grad,
                                  std::size_t index = 0) noexcept {
-    add(phase::forward, role, plan_reshard(layout, to, plan_.mesh, shape, model_.element_size),
-        index);
-    if (needs_grad) {
-      const std::size_t before = bw_count_;
-      add(phase::backward,
-          role == step_role::output ? step_role::output_gradient : step_role::operand_gradient,
-          plan_reshard_backward(layout, to.without_partial(), plan_.mesh, shape,
-                                model_.element_size),
-          index);
-      if (role == step_role::output) rotate_to_group_front(before);
+    op_layouts l{};
+    if (role == step_role::operand && index < max_op_inputs) {
+      used_.operands[index] = to;
+      l.operands[index] = to;
+      add_edge(phase::forward, role, operand_edge(l, layout, index), shape, index);
+      if (needs_grad)
+        for (const op_edge& e : operand_gradient_edges(l, layout, index))
+          add_edge(phase::backward, step_role::operand_gradient, e, shape, index);
+    } else if (role == step_role::output) {
+      l.result = layout;
+      l.output = to;
+      add_edge(phase::forward, role, output_edge(l), shape);
+      if (needs_grad) {
+        const std::size_t before = bw_count_;
+        add_edge(phase::backward, step_role::output_gradient, output_gradient_edge(l), shape);
+        rotate_to_group_front(before);
+      }
     }
-    if (role == step_role::operand && index < max_op_inputs) used_.operands[index] = to;
     layout = to;
   }
   constexpr bool check_divides(const layout_value& l, const shape_value& s,
@@ -371,10 +389,25 @@ class layer_planner {
   [[nodiscard]] constexpr std::size_t last_variable() const noexcept {
     return plan_.variable_count - 1;
   }
-  // The layouts this layer computes with (op_layouts), for the runtime.
-  constexpr void record_layouts(const op_layouts& l) noexcept {
+  // The layouts this layer computes with (op_layouts), for the runtime, and its output's shape.
+  // The planner derives the layer's reshards from them, as the executor runs them
+  // (model_plan.hpp's edges): the forward steps now, before the statistics the rule reduces
+  // after its product; the backward steps when the rule returns, after the statistics its
+  // backward reduces first.
+  constexpr void record_layouts(const op_layouts& l, const shape_value& output_shape) noexcept {
     plan_.layouts[op_] = l;
     plan_.layouts[op_].set = true;
+    output_shape_ = output_shape;
+    derive_backward_ = true;
+    const op_layouts& r = plan_.layouts[op_];
+    for (std::size_t k = 0; k < input_count_; ++k)
+      add_edge(phase::forward, step_role::operand, operand_edge(r, input(k).layout, k),
+               input(k).shape, k);
+    for (std::size_t i = 0, v = 0; i < plan_.variable_count; ++i)
+      if (plan_.variables[i].op == op_)
+        add_edge(phase::forward, step_role::variable,
+                 variable_edge(r, plan_.variables[i].layout, v++), plan_.variables[i].shape, i);
+    add_edge(phase::forward, step_role::output, output_edge(r), output_shape);
   }
   // The layer's output is its input's memory, not a buffer of its own (flatten): the memory
   // plan does not count it.
@@ -431,6 +464,25 @@ class layer_planner {
       ++plan_.activations[inputs_[k]].uses;
     }
     return true;
+  }
+  // The backward steps of a layer that recorded its layouts, in the order the executor runs
+  // them: its output's gradient, its trainable variables' gradients, the gradients of the
+  // operands that need one.
+  constexpr void add_backward_edges() noexcept {
+    const op_layouts& r = plan_.layouts[op_];
+    add_edge(phase::backward, step_role::output_gradient, output_gradient_edge(r), output_shape_);
+    for (std::size_t i = 0, v = 0; i < plan_.variable_count; ++i) {
+      const variable_plan& var = plan_.variables[i];
+      if (var.op != op_) continue;
+      if (var.trainable)
+        for (const op_edge& e : variable_gradient_edges(r, var.layout, v))
+          add_edge(phase::backward, step_role::variable_gradient, e, var.shape, i);
+      ++v;
+    }
+    for (std::size_t k = 0; k < input_count_; ++k)
+      if (input(k).needs_grad)
+        for (const op_edge& e : operand_gradient_edges(r, input(k).layout, k))
+          add_edge(phase::backward, step_role::operand_gradient, e, input(k).shape, k);
   }
   // Moves the backward steps added since `from` to the front of the current layer's group.
   constexpr void rotate_to_group_front(std::size_t from) noexcept {
@@ -492,6 +544,8 @@ class layer_planner {
   std::array<std::uint8_t, max_op_inputs> inputs_{};
   std::size_t input_count_ = 0;
   bool output_set_ = false;
+  bool derive_backward_ = false;  // the layer recorded its layouts: add_backward_edges
+  shape_value output_shape_{};    // the output's shape, as the layer recorded it
   bool output_view_ = false;  // the current layer's output is its input's memory
   op_layouts used_{};  // the layouts the current op computes with
   std::array<planned_step, max_backward> backward_{};

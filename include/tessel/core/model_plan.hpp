@@ -257,7 +257,9 @@ inline constexpr std::size_t max_op_variables = 4;
 // result (partial where it sums a contraction split across devices) and its output after the
 // reshard to the layout_map's "<layer>/output" (or the result made whole). Backward, the layout
 // each variable's gradient is computed in, and whether it goes to the variable's layout through
-// the layout the op used the variable in (bit v of `gradients_through_variables`) or directly.
+// the layout the op used the variable in (bit v of `gradients_through_variables`) or directly;
+// and the layout each operand's gradient is computed in (partial where the op's contraction
+// leaves it so; rank 0: the operand's layout as used).
 struct op_layouts {
   bool set = false;
   std::array<layout_value, max_op_inputs> operands{};
@@ -265,7 +267,55 @@ struct op_layouts {
   layout_value result{}, output{};
   std::array<layout_value, max_op_variables> variable_gradients{};
   std::uint8_t gradients_through_variables = 0;
+  std::array<layout_value, max_op_inputs> operand_gradients{};
 };
+
+// ---------------------------------------------------------------------------------------------
+// The reshards around an op, as edges from the layout a tensor arrives in to the one it leaves
+// in. The planner lists each edge's collectives (plan_reshard) as the op's steps; the executor
+// runs the same edges, taken from the same functions: what explain() prints is what runs.
+struct op_edge {
+  layout_value from{}, to{};
+};
+// At most two edges (a gradient on its way back through the layout its tensor was used in).
+struct op_edges {
+  std::array<op_edge, 2> edge{};
+  std::size_t count = 0;
+  [[nodiscard]] constexpr const op_edge* begin() const noexcept { return edge.data(); }
+  [[nodiscard]] constexpr const op_edge* end() const noexcept { return edge.data() + count; }
+};
+
+// Forward, in the order they run: operand k (arriving laid out as `input`) and variable v
+// (stored as `stored`) to the layouts the op computes with, then its result to its output.
+constexpr op_edge operand_edge(const op_layouts& l, const layout_value& input,
+                               std::size_t k) noexcept {
+  return {input, l.operands[k]};
+}
+constexpr op_edge variable_edge(const op_layouts& l, const layout_value& stored,
+                                std::size_t v) noexcept {
+  return {stored, l.variables[v]};
+}
+constexpr op_edge output_edge(const op_layouts& l) noexcept { return {l.result, l.output}; }
+
+// Backward, in the order they run: the output's gradient back to the result's layout (whole),
+// each variable's gradient to the variable's layout (through the layout the op used it in when
+// the op says so), each operand's gradient to the layout the op used it in, then to its input's.
+constexpr op_edge output_gradient_edge(const op_layouts& l) noexcept {
+  return {l.output, l.result.without_partial()};
+}
+constexpr op_edges variable_gradient_edges(const op_layouts& l, const layout_value& stored,
+                                           std::size_t v) noexcept {
+  if ((l.gradients_through_variables >> v) & 1u)
+    return {{op_edge{l.variable_gradients[v], l.variables[v]}, op_edge{l.variables[v], stored}},
+            2};
+  return {{op_edge{l.variable_gradients[v], stored}}, 1};
+}
+constexpr op_edges operand_gradient_edges(const op_layouts& l, const layout_value& input,
+                                          std::size_t k) noexcept {
+  const layout_value& computed =
+      l.operand_gradients[k].rank != 0 ? l.operand_gradients[k] : l.operands[k];
+  return {{op_edge{computed, l.operands[k]}, op_edge{l.operands[k], input.without_partial()}}, 2};
+}
 
 // Five steps per op (160 at the default TESSEL_MAX_OPS): a plan that needs more is refused.
 inline constexpr std::size_t max_planned_steps = 5 * max_ops;

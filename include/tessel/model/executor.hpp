@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -121,16 +123,11 @@ class executor_core {
       // A variable's gradient computed where nothing moves it after is written in place.
       for (std::size_t v = 0; v < vars_[i].size() && v < max_op_variables; ++v) {
         const variable<B>& var = *vars_[i][v];
-        const layout_value& computed = s.layouts.variable_gradients[v];
-        const bool through = (s.layouts.gradients_through_variables >> v) & 1u;
         const shape_value& g = var.value.global_shape();
-        s.in_place[v] =
-            computed.rank == g.rank &&
-            (through
-                 ? plan_reshard(computed, s.layouts.variables[v], reshard.mesh(), g).empty() &&
-                       plan_reshard(s.layouts.variables[v], var.value.layout(), reshard.mesh(), g)
-                           .empty()
-                 : plan_reshard(computed, var.value.layout(), reshard.mesh(), g).empty());
+        bool moves = s.layouts.variable_gradients[v].rank != g.rank;
+        for (const op_edge& e : variable_gradient_edges(s.layouts, var.value.layout(), v))
+          moves = moves || !plan_reshard(e.from, e.to, reshard.mesh(), g).empty();
+        s.in_place[v] = !moves;
       }
     }
   }
@@ -168,6 +165,20 @@ class executor_core {
     matrix output_store, result_gradient_store;
   };
 
+  // `t` along the edge `e` of op i (model_plan.hpp's edges, whose collectives the planner listed
+  // as the op's steps), into `store`. A tensor that arrives in another layout than the edge's is
+  // a fault of the op, not of the program that uses it.
+  template <class Resharder>
+  static tensor follow(Resharder& reshard, std::size_t i, const tensor& t, const op_edge& e,
+                       matrix& store, const char* label) {
+    if (!(t.layout() == e.from))
+      throw std::logic_error("tessel: layer " + std::to_string(i) + "'s " + label +
+                             " arrives laid out as " + to_string(t.layout(), reshard.mesh()) +
+                             ", where the plan has " + to_string(e.from, reshard.mesh()) +
+                             ": the layer's op and its planning rule disagree");
+    return reshard(t, e.to, store, label);
+  }
+
   // Op i's operands and variables, resharded to the layouts it computes with (or as they are).
   template <class Resharder>
   void bring_arguments(std::size_t i, Resharder& reshard) {
@@ -178,7 +189,8 @@ class executor_core {
         s.args.operands[k] = &in;
         continue;
       }
-      s.operands[k] = reshard(in, s.layouts.operands[k], s.operand_stores[k], "operand");
+      s.operands[k] = follow(reshard, i, in, operand_edge(s.layouts, in.layout(), k),
+                             s.operand_stores[k], "operand");
       s.args.operands[k] = &s.operands[k];
     }
     for (std::size_t v = 0; v < vars_[i].size() && v < max_op_variables; ++v) {
@@ -187,7 +199,8 @@ class executor_core {
         s.args.variables[v] = &value;
         continue;
       }
-      s.variables[v] = reshard(value, s.layouts.variables[v], s.variable_stores[v], "variable");
+      s.variables[v] = follow(reshard, i, value, variable_edge(s.layouts, value.layout(), v),
+                              s.variable_stores[v], "variable");
       s.args.variables[v] = &s.variables[v];
     }
   }
@@ -224,12 +237,16 @@ class executor_core {
     for (std::size_t v = 0; planned_ && v < nv; ++v) {
       variable<B>& var = *vars_[i][v];
       if (!var.trainable || var.reduced_in_bucket || s.in_place[v]) continue;
+      // Through the layout the op used the variable in (when the op says so), to the variable's.
       tensor t = s.variable_gradients[v];
-      if ((s.layouts.gradients_through_variables >> v) & 1u)
-        t = reshard(t, s.layouts.variables[v], s.gradient_var_stores[v], "variable_gradient_used");
-      B::copy(
-          reshard(t, var.value.layout(), s.gradient_copy_stores[v], "variable_gradient").local(),
-          var.gradient);
+      const op_edges edges = variable_gradient_edges(s.layouts, var.value.layout(), v);
+      if (edges.count == 2)
+        t = follow(reshard, i, t, edges.edge[0], s.gradient_var_stores[v],
+                   "variable_gradient_used");
+      B::copy(follow(reshard, i, t, edges.edge[edges.count - 1], s.gradient_copy_stores[v],
+                     "variable_gradient")
+                  .local(),
+              var.gradient);
     }
     on_op(std::span<variable<B>* const>(vars_[i]));
     for (std::size_t k = 0; k < count_[i]; ++k) {
@@ -238,9 +255,10 @@ class executor_core {
         continue;
       tensor dx = d.operands[k];
       if (planned_) {
-        dx = reshard(dx, s.layouts.operands[k], s.gradient_used_stores[k], "operand_gradient_used");
-        dx = reshard(dx, nodes_[n]->layout().without_partial(), s.gradient_in_stores[k],
-                     "operand_gradient");
+        const op_edges edges = operand_gradient_edges(s.layouts, nodes_[n]->layout(), k);
+        dx = follow(reshard, i, dx, edges.edge[0], s.gradient_used_stores[k],
+                    "operand_gradient_used");
+        dx = follow(reshard, i, dx, edges.edge[1], s.gradient_in_stores[k], "operand_gradient");
       }
       // The same memory given to two operands (an add passes its gradient to each): every
       // copy but the first gets its own, since a reader may change its gradient in place.
@@ -407,7 +425,7 @@ class executor : public executor_core<B> {
       nodes_[I + 1] = &result;
       return;
     }
-    s.output = reshard(result, s.layouts.output, s.output_store, "output");
+    s.output = this->follow(reshard, I, result, output_edge(s.layouts), s.output_store, "output");
     if constexpr (requires { op.finish(s.output, c, reshard); }) op.finish(s.output, c, reshard);
     nodes_[I + 1] = &s.output;
   }
@@ -422,8 +440,9 @@ class executor : public executor_core<B> {
       if (planned_ && !s.args.whole) {
         if constexpr (requires { op.finish_backward(s.output, dy, c, reshard); })
           op.finish_backward(s.output, dy, c, reshard);
-        s.result_gradient = reshard(s.output.like(dy), s.layouts.result.without_partial(),
-                                    s.result_gradient_store, "output_gradient");
+        s.result_gradient = this->follow(reshard, I, s.output.like(dy),
+                                         output_gradient_edge(s.layouts),
+                                         s.result_gradient_store, "output_gradient");
         dy = s.result_gradient.local();
       }
       on_op.starting(std::span<variable<B>* const>(this->vars_[I]));

@@ -31,21 +31,15 @@ constexpr void plan_batch_normalization(layer_planner& p, const op_desc& op,
   const std::size_t channels = shape.extents[shape.rank - 1];
   const shape_value vs{channels};
   const layout_value rep = layout_value::replicated(1);
-  std::size_t gamma = 0, beta = 0;
-  layout_value gamma_layout = rep, beta_layout = rep;
-  auto variable = [&](std::string_view leaf, layout_value& l, std::size_t& index,
-                      bool trainable = true) {
-    l = p.add_variable(op.name, leaf, vs, trainable);
-    index = p.last_variable();
+  auto variable = [&](std::string_view leaf, bool trainable = true) {
+    const layout_value l = p.add_variable(op.name, leaf, vs, trainable);
     if (p.ok() && l.dims[0].count != 0)
       p.fail("batch_normalization: its variables are replicated", make_path(op.name, leaf));
   };
-  if (P.scale) variable("gamma", gamma_layout, gamma);
-  if (P.center) variable("beta", beta_layout, beta);
-  layout_value moving = rep;
-  std::size_t unused = 0;
-  variable("moving_mean", moving, unused, false);
-  variable("moving_variance", moving, unused, false);
+  if (P.scale) variable("gamma");
+  if (P.center) variable("beta");
+  variable("moving_mean", false);
+  variable("moving_variance", false);
   if (!p.ok()) return;
 
   const layout_value used_x = batch_only(layout);
@@ -61,25 +55,13 @@ constexpr void plan_batch_normalization(layer_planner& p, const op_desc& op,
   used.variables[v++] = rep;
   used.result = used_x;
   used.output = used_x;
-  p.record_layouts(used);
-
-  const auto& m = p.mesh();
-  const std::size_t es = p.element_size();
-  p.add(phase::forward, step_role::operand, plan_reshard(layout, used_x, m, shape, es));
+  // The planner derives the reshards around the op from these layouts; the rule adds the batch's
+  // sums, reduced forward after the input's reshard and backward before the gradients'.
+  p.record_layouts(used, shape);
   p.batch_reduction(batch_axes, phase::forward, "batch mean", channels);
   p.batch_reduction(batch_axes, phase::forward, "batch variance", channels);
-  // backward, in execution order
   if (needs_grad)  // the input's gradient needs the batch's sums
     p.batch_reduction(batch_axes, phase::backward, "batch gradient sums", 2 * channels);
-  if (P.scale)
-    p.add(phase::backward, step_role::variable_gradient,
-          plan_reshard(partial, gamma_layout, m, vs, es), gamma);
-  if (P.center)
-    p.add(phase::backward, step_role::variable_gradient,
-          plan_reshard(partial, beta_layout, m, vs, es), beta);
-  if (needs_grad)
-    p.add(phase::backward, step_role::operand_gradient,
-          plan_reshard_backward(layout, used_x, m, shape, es));
   layout = used_x;
   p.needs_grad() = true;
 }

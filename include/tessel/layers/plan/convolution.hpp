@@ -59,13 +59,11 @@ struct conv2d_params {
 constexpr void plan_conv2d(layer_planner& p, const op_desc& op, const conv2d_params& P) noexcept {
   layout_value& layout = p.layout();
   shape_value& shape = p.shape();  // (N, H, W, C)
-  const bool needs_grad = p.needs_grad();
   if (shape.rank != 4) return p.fail("conv2d takes (height, width, channels) samples");
   if (splits_spatial(layout)) return p.fail("conv2d: its input is split over height or width");
   const shape_value ks{P.window.kh, P.window.kw, shape.extents[3], P.filters};
   const shape_value bs{P.filters};
   const layout_value kernel_layout = p.add_variable(op.name, "kernel", ks, true, variable_use::weight);
-  const std::size_t kernel = p.last_variable();
   if (!p.ok()) return;
   if (kernel_layout.dims[0].count != 0 || kernel_layout.dims[1].count != 0)
     return p.fail("conv2d: the kernel is split over its height or width",
@@ -75,11 +73,8 @@ constexpr void plan_conv2d(layer_planner& p, const op_desc& op, const conv2d_par
   // with the input's channels split as the kernel's (each device's partial sums, reduced over
   // Sc: row parallel) and gives its filters split as the kernel's (column parallel).
   const dim_sharding in_channels = kernel_layout.dims[2], filters = kernel_layout.dims[3];
-  layout_value bias_layout = layout_value::replicated(1);
-  std::size_t bias = 0;
   if (P.use_bias) {
-    bias_layout = p.add_variable(op.name, "bias", bs, true, variable_use::bias);
-    bias = p.last_variable();
+    p.add_variable(op.name, "bias", bs, true, variable_use::bias);
     if (!p.ok()) return;
   }
   // The input as used: its batch dimension as it comes, less the axes the kernel uses; the
@@ -115,28 +110,9 @@ constexpr void plan_conv2d(layer_planner& p, const op_desc& op, const conv2d_par
   if (P.use_bias) used.variables[1] = want_bias, used.variable_gradients[1] = bias_gradient;
   used.result = result;
   used.output = out;
-  p.record_layouts(used);
-
-  const auto& m = p.mesh();
-  const std::size_t es = p.element_size();
-  p.add(phase::forward, step_role::operand, plan_reshard(layout, used_x, m, shape, es));
-  if (P.use_bias)
-    p.add(phase::forward, step_role::variable, plan_reshard(bias_layout, want_bias, m, bs, es),
-          bias);
-  p.add(phase::forward, step_role::output, plan_reshard(result, out, m, out_shape, es));
-  // backward, in execution order
-  p.add(phase::backward, step_role::output_gradient,
-        plan_reshard(out, result.without_partial(), m, out_shape, es));
-  p.add(phase::backward, step_role::variable_gradient,
-        plan_reshard(kernel_gradient, kernel_layout, m, ks, es), kernel);
-  if (P.use_bias)
-    p.add(phase::backward, step_role::variable_gradient,
-          plan_reshard(bias_gradient, bias_layout, m, bs, es), bias);
-  if (needs_grad) {
-    p.add(phase::backward, step_role::operand_gradient, plan_reshard(dx, used_x, m, shape, es));
-    p.add(phase::backward, step_role::operand_gradient,
-          plan_reshard_backward(layout, used_x, m, shape, es));
-  }
+  used.operand_gradients[0] = dx;
+  // The planner derives every reshard around the product from these layouts.
+  p.record_layouts(used, out_shape);
   layout = out;
   shape = out_shape;
   p.needs_grad() = true;

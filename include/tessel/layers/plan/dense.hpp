@@ -1,7 +1,8 @@
 // Planning rule of dense (Keras's Dense): y = x @ kernel + bias under the kernel's and bias's
 // layouts. It chooses, by the bytes each moves, between resharding the input to the kernel
 // (column-parallel and data-parallel layers) and slicing the kernel to the input (row-parallel:
-// partial output, then reduced), and lists every collective of its forward and backward.
+// partial output, then reduced), and records the layouts it computes with: the planner derives
+// every collective of its forward and backward from them.
 #pragma once
 
 #include <optional>
@@ -96,10 +97,7 @@ constexpr void plan_dense(layer_planner& p, const op_desc& op,
   const shape_value ws{shape.extents[1], units};
   const shape_value ys{shape.extents[0], units};
   const layout_value w = p.add_variable(op.name, "kernel", ws, true, variable_use::weight);
-  const std::size_t kernel = p.last_variable();
-  layout_value b = layout_value::replicated(1);
-  if (use_bias) b = p.add_variable(op.name, "bias", shape_value{units}, true, variable_use::bias);
-  const std::size_t bias = p.last_variable();
+  if (use_bias) p.add_variable(op.name, "bias", shape_value{units}, true, variable_use::bias);
   if (!p.ok()) return;
   const key_string out_path = make_path(op.name, "output");
   const std::optional<layout_value> forced = p.find_layout(out_path);
@@ -126,8 +124,6 @@ constexpr void plan_dense(layer_planner& p, const op_desc& op,
   }
   if (!best.ok) return p.fail("no layout of the input fits the kernel's layout");
 
-  const auto& m = p.mesh();
-  const std::size_t es = p.element_size();
   layout_value want_b = layout_value::replicated(1);
   want_b.dims[0] = best.out.dims[1];
   const layout_value g = best.y.without_partial();
@@ -144,38 +140,17 @@ constexpr void plan_dense(layer_planner& p, const op_desc& op,
   used.variable_gradients[0] = dw.out;
   used.variable_gradients[1] = db.out;
   used.gradients_through_variables = 1u;
-  p.record_layouts(used);
-  // forward
-  p.add(phase::forward, step_role::operand, plan_reshard(layout, best.x, m, shape, es));
-  p.add(phase::forward, step_role::variable, plan_reshard(w, best.w, m, ws, es), kernel);
-  if (use_bias)
-    p.add(phase::forward, step_role::variable,
-          plan_reshard(b, want_b, m, shape_value{units}, es), bias);
-  p.add(phase::forward, step_role::output, plan_reshard(best.y, best.out, m, ys, es));
-  if (!p.ok()) return;
-  // A softmax activation over classes split across devices: its row reductions forward, and
-  // backward its row sum first (the activation's gradient comes before the product's).
-  if (params.activation == activation_kind::softmax) {
-    softmax(p, best.out, ys);
-    if (!p.ok()) return;
-  }
-  // backward, in execution order
-  p.add(phase::backward, step_role::output_gradient, plan_reshard(best.out, g, m, ys, es));
-  p.add(phase::backward, step_role::variable_gradient, plan_reshard(dw.out, best.w, m, ws, es),
-        kernel);
-  p.add(phase::backward, step_role::variable_gradient, plan_reshard(best.w, w, m, ws, es), kernel);
-  if (use_bias) {
-    p.add(phase::backward, step_role::variable_gradient,
-          plan_reshard(db.out, b, m, shape_value{units}, es), bias);
-  }
   if (needs_grad) {
     const auto dx = propagate_matmul(g, swap2(best.w));
     if (!dx.ok) return p.fail(dx.error);
-    p.add(phase::backward, step_role::operand_gradient,
-          plan_reshard(dx.out, best.x, m, shape, es));
-    p.add(phase::backward, step_role::operand_gradient,
-          plan_reshard_backward(layout, best.x, m, shape, es));
+    used.operand_gradients[0] = dx.out;
   }
+  // The planner derives every reshard around the product from these layouts.
+  p.record_layouts(used, ys);
+  if (!p.ok()) return;
+  // A softmax activation over classes split across devices: its row reductions forward, and
+  // backward its row sum first (the activation's gradient comes before the product's).
+  if (params.activation == activation_kind::softmax) softmax(p, best.out, ys);
   layout = best.out;
   shape = ys;
   p.needs_grad() = true;

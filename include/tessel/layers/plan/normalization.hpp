@@ -23,20 +23,11 @@ template <layer_normalization_params P>
 constexpr void layer_normalization(layer_planner& p, const op_desc& op) noexcept {
   layout_value& layout = p.layout();
   const shape_value shape = p.shape();
-  const bool needs_grad = p.needs_grad();
   const std::size_t last = shape.rank - 1;
   const shape_value vs{shape.extents[last]};
   const layout_value rep = layout_value::replicated(1);
-  layout_value gamma_layout = rep, beta_layout = rep;
-  std::size_t gamma = 0, beta = 0;
-  if (P.scale) {
-    gamma_layout = p.add_variable(op.name, "gamma", vs);
-    gamma = p.last_variable();
-  }
-  if (P.center) {
-    beta_layout = p.add_variable(op.name, "beta", vs);
-    beta = p.last_variable();
-  }
+  if (P.scale) p.add_variable(op.name, "gamma", vs);
+  if (P.center) p.add_variable(op.name, "beta", vs);
   if (!p.ok()) return;
   const key_string out_path = make_path(op.name, "output");
   const std::optional<layout_value> forced = p.find_layout(out_path);
@@ -57,27 +48,8 @@ constexpr void layer_normalization(layer_planner& p, const op_desc& op) noexcept
   if (P.center) used.variables[v] = rep, used.variable_gradients[v++] = partial;
   used.result = used_x;
   used.output = out;
-  p.record_layouts(used);
-
-  const auto& m = p.mesh();
-  const std::size_t es = p.element_size();
-  p.add(phase::forward, step_role::operand, plan_reshard(layout, used_x, m, shape, es));
-  if (P.scale)
-    p.add(phase::forward, step_role::variable, plan_reshard(gamma_layout, rep, m, vs, es), gamma);
-  if (P.center)
-    p.add(phase::forward, step_role::variable, plan_reshard(beta_layout, rep, m, vs, es), beta);
-  p.add(phase::forward, step_role::output, plan_reshard(used_x, out, m, shape, es));
-  // backward, in execution order
-  p.add(phase::backward, step_role::output_gradient, plan_reshard(out, used_x, m, shape, es));
-  if (P.scale)
-    p.add(phase::backward, step_role::variable_gradient,
-          plan_reshard(partial, gamma_layout, m, vs, es), gamma);
-  if (P.center)
-    p.add(phase::backward, step_role::variable_gradient,
-          plan_reshard(partial, beta_layout, m, vs, es), beta);
-  if (needs_grad)
-    p.add(phase::backward, step_role::operand_gradient,
-          plan_reshard_backward(layout, used_x, m, shape, es));
+  // The planner derives every reshard around the op from these layouts.
+  p.record_layouts(used, shape);
   layout = out;
   p.needs_grad() = true;
 }
