@@ -9,7 +9,13 @@ set(system_includes "")
 foreach(dir IN LISTS SYSTEM_INCLUDES)
   list(APPEND system_includes -isystem ${dir})
 endforeach()
-execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} ${system_includes} ${SOURCE}
+# PCH: a header precompiled with these flags (tests/CMakeLists.txt), included first.
+set(precompiled "")
+if(PCH)
+  set(precompiled -include ${PCH} -Winvalid-pch)
+endif()
+execute_process(COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE} ${system_includes}
+                        ${precompiled} ${SOURCE}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(rc EQUAL 0)
   message(FATAL_ERROR "${SOURCE} compiled, but it must not")
