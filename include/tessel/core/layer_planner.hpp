@@ -310,15 +310,15 @@ class layer_planner {
   constexpr void reshard_forward(step_role role, layout_value& layout, const layout_value& to,
                                  const shape_value& shape, bool needs_grad,
                                  std::size_t index = 0) noexcept {
-    op_layouts l{};
     if (role == step_role::operand && index < max_op_inputs) {
       used_.operands[index] = to;
-      l.operands[index] = to;
-      add_edge(phase::forward, role, operand_edge(l, layout, index), shape, index);
+      add_edge(phase::forward, role, operand_edge(used_, layout, index), shape, index);
       if (needs_grad)
-        for (const op_edge& e : operand_gradient_edges(l, layout, index))
+        for (const op_edge& e : operand_gradient_edges(used_, layout, index))
           add_edge(phase::backward, step_role::operand_gradient, e, shape, index);
     } else if (role == step_role::output) {
+      // (The planner records the op's result and output once the rule returns.)
+      op_layouts l{};
       l.result = layout;
       l.output = to;
       add_edge(phase::forward, role, output_edge(l), shape);
