@@ -3,8 +3,9 @@
 // benchmarks' (input W -> 3 x dense W relu -> dense 10, Adam, global batch 256), its width W a
 // multiple of 256; `--model deep` takes 12 hidden layers instead, deep enough that under
 // shard_state::gradients the whole gradients take turns in a window of two layers, and under
-// shard_state::weights the whole weights too (each process keeps its parts). For each
-// option the compiler takes the widest W whose plan fits the budget; at run time each chosen
+// shard_state::weights the whole weights too (each process keeps its parts); the last row takes
+// shard_state::weights without overlap, whose windows hold one layer. For each option the
+// compiler takes the widest W whose plan fits the budget; at run time each chosen
 // model trains 2 steps on 2 processes and the host backend's high-water mark is compared with
 // the plan and the budget (the peak from before the model is built: under shard_state::weights
 // building it holds the whole initial weights once, before compile() splits them).
@@ -37,24 +38,25 @@ struct mlp {
     ops[Depth] = dense_op<{.units = 10}>("head");
     return describe_model(shape_value{W}, ops);
   }();
-  // Whether candidate I's plan fits the budget.
-  template <shard_state S, std::size_t I>
+  // Whether candidate I's plan fits the budget, its gradients reduced as O says.
+  template <shard_state S, gradient_options O, std::size_t I>
   static constexpr bool fits =
-      memory_plan_v<data_parallel<mesh2, S>, desc<(First + I) * step>, batch, 2>.peak() <= budget;
+      memory_plan_v<data_parallel<mesh2, S>, desc<(First + I) * step>, batch, 2, O>.peak() <=
+      budget;
   // The widest candidate in [Lo, Hi) whose plan fits the budget (0: none), by bisection (a plan's
   // peak grows with the width): the compiler plans 5 of the 24 candidates, not all of them.
-  template <shard_state S, std::size_t Lo, std::size_t Hi>
+  template <shard_state S, gradient_options O, std::size_t Lo, std::size_t Hi>
   static constexpr std::size_t widest_in() {
     if constexpr (Hi - Lo == 1) {
-      return fits<S, Lo> ? (First + Lo) * step : 0;
+      return fits<S, O, Lo> ? (First + Lo) * step : 0;
     } else {
       constexpr std::size_t mid = Lo + (Hi - Lo) / 2;
-      if constexpr (fits<S, mid>) return widest_in<S, mid, Hi>();
-      else return widest_in<S, Lo, mid>();
+      if constexpr (fits<S, O, mid>) return widest_in<S, O, mid, Hi>();
+      else return widest_in<S, O, Lo, mid>();
     }
   }
-  template <shard_state S>
-  static constexpr std::size_t widest = widest_in<S, 0, count>();
+  template <shard_state S, gradient_options O>
+  static constexpr std::size_t widest = widest_in<S, O, 0, count>();
   template <std::size_t, class T>
   using same = T;
   template <shard_state S, std::size_t W, std::size_t... I>
@@ -67,12 +69,12 @@ struct mlp {
 using three = mlp<3, 16>;   // widths 4096 .. 9984
 using twelve = mlp<12, 8>;  // widths 2048 .. 7936
 
-template <class M, shard_state S>
+template <class M, shard_state S, gradient_options O = gradient_options{}>
 double train(const char* name, double baseline_params) {
-  constexpr std::size_t W = M::template widest<S>;
+  constexpr std::size_t W = M::template widest<S, O>;
   static_assert(W > 0, "largest_model_bench: no candidate width fits the budget");
   constexpr memory_plan plan =
-      memory_plan_v<data_parallel<mesh2, S>, M::template desc<W>, batch, 2>;
+      memory_plan_v<data_parallel<mesh2, S>, M::template desc<W>, batch, 2, O>;
   array<float> x({batch, W});
   array<std::int32_t> y({batch});
   for (std::size_t i = 0; i < x.size(); ++i) x.values[i] = static_cast<float>(i % 13) / 13.0f;
@@ -82,6 +84,7 @@ double train(const char* name, double baseline_params) {
   double params = 0, loss = 0;
   {
     typename M::template model<S, W> m;
+    m.set_gradient_options(O);
     m.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
     for (int i = 0; i < 2; ++i) loss = m.train_on_batch(x, y).front().second;
     params = static_cast<double>(m.count_params());
@@ -89,15 +92,15 @@ double train(const char* name, double baseline_params) {
   const double measured = static_cast<double>(get_memory_info().peak - before);
   if (process_id() == 0) {
     std::printf(
-        "  shard_state::%-9s width %5zu: %6.1f M parameters (%.2fx), plan %7.1f MiB "
+        "  shard_state::%-20s width %5zu: %6.1f M parameters (%.2fx), plan %7.1f MiB "
         "(gradients %6.1f MiB), measured peak %7.1f MiB of %zu MiB, loss %.3f\n",
         name, W, params / 1e6, baseline_params > 0 ? params / baseline_params : 1.0,
         static_cast<double>(plan.peak()) / (1 << 20),
         static_cast<double>(plan.gradients) / (1 << 20), measured / (1 << 20), budget >> 20, loss);
     std::printf(
-        "RESULT largest depth=%zu shard=%s width=%zu params=%.0f plan_bytes=%zu "
+        "RESULT largest depth=%zu shard=%s overlap=%d width=%zu params=%.0f plan_bytes=%zu "
         "peak_bytes=%.0f\n",
-        M::depth, name, W, params, plan.peak(), measured);
+        M::depth, name, O.overlap ? 1 : 0, W, params, plan.peak(), measured);
   }
   if (measured > static_cast<double>(budget))
     throw runtime_error("largest_model_bench: the measured peak is over the budget");
@@ -115,6 +118,8 @@ void run_all() {
   train<M, shard_state::optimizer>("optimizer", none);
   train<M, shard_state::gradients>("gradients", none);
   train<M, shard_state::weights>("weights", none);
+  // Without overlap the windows hold one layer, not two (gradient_options::overlap).
+  train<M, shard_state::weights, gradient_options{.overlap = false}>("weights, no overlap", none);
 }
 }  // namespace
 

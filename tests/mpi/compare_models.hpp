@@ -49,17 +49,18 @@ inline array<std::int32_t> argmax_labels(const array<float>& y) {
   return labels;
 }
 
-// `loss`: a Keras name, one of the library's losses, or a user's loss type. `bucket_cap_mb`: the
+// `loss`: a Keras name, one of the library's losses, or a user's loss type. `options`: the
 // sharded model's gradient buckets.
 template <class Sharded, class Single, class Y, class Loss = loss_spec>
 void compare(const char* what, const array<float>& x_all, const array<Y>& y_all,
-             const char* optimizer = "rmsprop", Loss given = "mse", double bucket_cap_mb = 25.0) {
+             const char* optimizer = "rmsprop", Loss given = "mse",
+             gradient_options options = {}) {
   const loss_function<typename Single::backend> loss(given);
   Sharded sharded;
   Single single;
   sharded.compile({.optimizer = optimizer, .loss = loss, .metrics = {"accuracy"}});
   single.compile({.optimizer = optimizer, .loss = loss, .metrics = {"accuracy"}});
-  sharded.set_gradient_options({.bucket_cap_mb = bucket_cap_mb});
+  sharded.set_gradient_options(options);
   std::string name(what);
   check(sharded.get_weights() == single.get_weights(), name + ": the same initial weights");
   double worst_loss = 0, worst_metric = 0;
@@ -93,7 +94,7 @@ void compare(const char* what, const array<float>& x_all, const array<Y>& y_all,
   // One more step, its collectives against the plan's with their bytes (in buckets of one
   // gradient each, so that each gradient's all_reduce is one collective as planned; the buckets
   // start as the backward pass reaches them, so the order differs), and counted by kind and axis.
-  sharded.set_gradient_options({.bucket_cap_mb = 1e-6});
+  sharded.set_gradient_options({.bucket_cap_mb = 1e-6, .overlap = options.overlap});
   sharded.clear_collectives();
   sharded.reset_communication_stats();
   sharded.train_on_batch(data::slice_rows(x_all, 0, batch), data::slice_rows(y_all, 0, batch));

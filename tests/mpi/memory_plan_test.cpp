@@ -8,7 +8,9 @@
 // shard_state none, optimizer, gradients and weights. The peak measured from before the model is
 // built to the end of its third step (under weights, from the end of compile: building holds the
 // whole initial weights once) is within 1% of the plan's; the plan's parts match what the model
-// keeps (its weights, its optimizer's slots).
+// keeps (its weights, its optimizer's slots). The models in buckets of one gradient each are
+// measured again under gradients and weights without overlap (gradient_options::overlap false),
+// whose windows hold one layer, not two.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -75,7 +77,7 @@ constexpr const char* name_of(shard_state s) {
 
 template <template <shard_state> class M, shard_state S>
 memory_plan measure(const char* model, std::vector<std::size_t> shape, double tolerance,
-                    double bucket_cap_mb = 25.0) {
+                    gradient_options options = {}) {
   const std::size_t batch = shape[0];
   array<float> x(shape);
   array<std::int32_t> y({batch});
@@ -89,7 +91,7 @@ memory_plan measure(const char* model, std::vector<std::size_t> shape, double to
   {
     M<S> m;
     // (Before compile: a change of buckets after it gathers a split state whole once.)
-    m.set_gradient_options({.bucket_cap_mb = bucket_cap_mb});
+    m.set_gradient_options(options);
     m.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
     built = static_cast<double>(get_memory_info().peak - before.current);
     reset_memory_stats();
@@ -136,13 +138,11 @@ memory_plan measure(const char* model, std::vector<std::size_t> shape, double to
 template <template <shard_state> class M>
 void each(const char* model, const std::vector<std::size_t>& shape, double tolerance,
           double bucket_cap_mb = 25.0) {
-  measure<M, shard_state::none>(model, shape, tolerance, bucket_cap_mb);
-  const memory_plan one =
-      measure<M, shard_state::optimizer>(model, shape, tolerance, bucket_cap_mb);
-  const memory_plan two =
-      measure<M, shard_state::gradients>(model, shape, tolerance, bucket_cap_mb);
-  const memory_plan three =
-      measure<M, shard_state::weights>(model, shape, tolerance, bucket_cap_mb);
+  const gradient_options o{.bucket_cap_mb = bucket_cap_mb};
+  measure<M, shard_state::none>(model, shape, tolerance, o);
+  const memory_plan one = measure<M, shard_state::optimizer>(model, shape, tolerance, o);
+  const memory_plan two = measure<M, shard_state::gradients>(model, shape, tolerance, o);
+  const memory_plan three = measure<M, shard_state::weights>(model, shape, tolerance, o);
   // Split weights in a window of two layers take less than the whole weights where the parts and
   // the window are less: in the deeper models.
   if (num_processes() > 1 && bucket_cap_mb < 1)
@@ -157,6 +157,22 @@ void each(const char* model, const std::vector<std::size_t>& shape, double toler
           std::string(model) + ": shard_state::gradients holds less gradient memory (" +
               std::to_string(two.gradients) + " B) than shard_state::optimizer (" +
               std::to_string(one.gradients) + " B)");
+  if (bucket_cap_mb >= 1) return;
+  // Without overlap the windows hold one layer at a time, not two: less again.
+  const std::string serial = std::string(model) + ", no overlap";
+  const gradient_options none{.bucket_cap_mb = bucket_cap_mb, .overlap = false};
+  const memory_plan two_serial =
+      measure<M, shard_state::gradients>(serial.c_str(), shape, tolerance, none);
+  const memory_plan three_serial =
+      measure<M, shard_state::weights>(serial.c_str(), shape, tolerance, none);
+  if (num_processes() > 1)
+    check(two_serial.gradients < two.gradients && three_serial.weights < three.weights &&
+              three_serial.peak() < three.peak(),
+          serial + ": the windows of one layer hold less (gradients " +
+              std::to_string(two_serial.gradients) + " B against " +
+              std::to_string(two.gradients) + ", weights " +
+              std::to_string(three_serial.weights) + " B against " +
+              std::to_string(three.weights) + ")");
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ using deep_block = sequential<Dist, input<12>, dense<32, {.activation = "relu", 
                               dense<16, {.activation = "tanh"}>, dense<16, {.activation = "tanh"}>,
                               dense<16, {.activation = "tanh"}>, dense<16, {.activation = "tanh"}>,
                               dense<4, {.activation = "softmax", .name = "head"}>>;
-constexpr double one_gradient_each = 1e-6;  // bucket_cap_mb
+constexpr gradient_options one_gradient_each{.bucket_cap_mb = 1e-6};
 
 template <std::size_t Model>
 using mesh_t = device_mesh<axis<"data", 2>, axis<"model", Model>>;
@@ -177,7 +177,7 @@ void run(const testing::data_set& d) {
     // (The buckets take turns in the window: no whole gradients for value_and_grad.)
     deep_block<megatron<Model, shard_state::gradients>> t;
     compile(t);
-    t.set_gradient_options({.bucket_cap_mb = one_gradient_each});
+    t.set_gradient_options(one_gradient_each);
     const std::string e = testing::error_of(
         [&] { t.value_and_grad(t.trainable_state(), t.non_trainable_state(), d.x, d.y); });
     check(

@@ -4,7 +4,8 @@
 // processes:
 //   - each equals one device (compare_models.hpp: 20 steps with adam, sgd and rmsprop; the
 //     collectives run are the plan's, its reduce_scatters and all_gathers with their bytes; an
-//     uneven global batch; fit with the optimizer state read back);
+//     uneven global batch; fit with the optimizer state read back), with overlap and without
+//     (gradient_options::overlap, whose windows hold one layer);
 //   - each process keeps its part of the optimizer state only (1/N of the padded variables);
 //   - a change of buckets keeps the state;
 //   - split weights read and written outside a step (get_weights between the gradients and the
@@ -45,14 +46,15 @@ using deep = sequential<
     layers::dense<32, {.activation = "relu"}>, layers::dense<32, {.activation = "relu"}>,
     layers::dense<32, {.activation = "relu"}>, layers::dense<32, {.activation = "relu"}>,
     layers::dense<32, {.activation = "relu"}>, layers::dense<4>>;
-constexpr double one_gradient_each = 1e-6;  // bucket_cap_mb
+constexpr gradient_options one_gradient_each{.bucket_cap_mb = 1e-6};
+constexpr gradient_options serial{.bucket_cap_mb = 1e-6, .overlap = false};
 
 // With transient buckets, what needs whole gradients after the step is refused with the reason:
 // value_and_grad, and a change of buckets while compute_loss_and_gradients' gradients wait.
 void transient_refusals(const testing::data_set& d) {
   deep<zero2> m;
   m.compile({.optimizer = "adam", .loss = "mse"});
-  m.set_gradient_options({.bucket_cap_mb = one_gradient_each});
+  m.set_gradient_options(one_gradient_each);
   const array<float> x = data::slice_rows(d.x, 0, 16);
   const array<float> y = data::slice_rows(d.y, 0, 16);
   const bool split = num_processes() > 1;
@@ -79,7 +81,7 @@ void transient_refusals(const testing::data_set& d) {
 void twins(deep<zero3>& a, deep<one_device>& b) {
   a.compile({.optimizer = "adam", .loss = "mse"});
   b.compile({.optimizer = "adam", .loss = "mse"});
-  a.set_gradient_options({.bucket_cap_mb = one_gradient_each});
+  a.set_gradient_options(one_gradient_each);
   a.set_weights(b.get_weights());
 }
 
@@ -350,6 +352,13 @@ int main(int argc, char** argv) {
       testing::compare<deep<zero3>, deep<one_device>>(
           (std::string("shard_state::weights, transient buckets, ") + opt).c_str(), d.x, d.y,
           opt, loss, one_gradient_each);
+      // Without overlap: windows of one layer, each bucket reduced before the next is computed.
+      testing::compare<deep<zero2>, deep<one_device>>(
+          (std::string("shard_state::gradients, no overlap, ") + opt).c_str(), d.x, d.y, opt,
+          loss, serial);
+      testing::compare<deep<zero3>, deep<one_device>>(
+          (std::string("shard_state::weights, no overlap, ") + opt).c_str(), d.x, d.y, opt, loss,
+          serial);
     }
     transient_refusals(d);
     split_weights_reads(d);

@@ -74,7 +74,7 @@ static_assert(deep3.optimizer_state == deep2.optimizer_state && deep2.weights ==
 static_assert(deep3.peak() == deep2.peak() - deep2.weights + deep3.weights);
 static_assert(plan_memory(model_plan_v<data_parallel<mesh2, shard_state::weights>, deep, batch>,
                           data_parallel<mesh2, shard_state::weights>::value, 2, 4,
-                          1'000'000'000 / 4)
+                          {.bucket_cap_mb = 1000})
                   .weights == (deep_params / 2 + deep_params) * 4);
 // The 4096-wide MLP: two of its three large layers and half the weights would take more than its
 // whole weights, so its window holds one layer (d2's kernel, the largest bucket): half the weights
@@ -98,8 +98,31 @@ static_assert(deep3_steps.collectives(phase::forward) ==
 // With buckets of 1 GB the layers share one bucket: nothing to gain, the whole buffer is kept.
 static_assert(plan_memory(model_plan_v<data_parallel<mesh2, shard_state::gradients>, deep, batch>,
                           data_parallel<mesh2, shard_state::gradients>::value, 2, 4,
-                          1'000'000'000 / 4)
+                          {.bucket_cap_mb = 1000})
                   .gradients == deep_params * 4);
+
+// Without overlap (gradient_options::overlap false) the windows hold one layer at a time: a
+// layer's gradients are reduce-scattered, and its weights released, before the next layer's
+// backward. The six layers keep half their gradients and weights and one layer's of each; the
+// 4096-wide MLP too (half and one layer take less than the whole buffer, where two did not).
+constexpr gradient_options serial{.overlap = false};
+constexpr memory_plan deep2_serial =
+    memory_plan_v<data_parallel<mesh2, shard_state::gradients>, deep, batch, 2, serial>;
+constexpr memory_plan deep3_serial =
+    memory_plan_v<data_parallel<mesh2, shard_state::weights>, deep, batch, 2, serial>;
+static_assert(deep2_serial.gradients >= (deep_params / 2 + layer) * 4 &&
+              deep2_serial.gradients <= (deep_params / 2 + layer + head) * 4);
+static_assert(deep2_serial.gradients < deep2.gradients && deep2_serial.weights == deep2.weights);
+static_assert(deep3_serial.weights == deep2_serial.gradients &&
+              deep3_serial.gradients == deep2_serial.gradients);
+static_assert(deep3_serial.peak() < deep3.peak());
+constexpr memory_plan zero2_serial =
+    memory_plan_v<data_parallel<mesh2, shard_state::gradients>, wide, batch, 2, serial>;
+static_assert(zero2_serial.gradients >= (params / 2 + 4096 * 4096) * 4 &&
+              zero2_serial.gradients <= (params / 2 + 4096 * 4096 + 2 * 4096 + 4096 * 10) * 4);
+// (Without a split state the option changes nothing the plan counts.)
+static_assert(memory_plan_v<data_parallel<mesh2, shard_state::optimizer>, wide, batch, 2, serial>
+                  .peak() == zero1.peak());
 
 // A budget: 1 GB fits each, 700 MB only the split states.
 static_assert(fits_in_memory<data_parallel<mesh2>, wide, batch, 2, 1'000'000'000>);

@@ -77,6 +77,23 @@ constexpr std::size_t local_elements(const shape_value& shape, const layout_valu
 // The gradient buckets' size by default: 25 MB (DDP's bucket_cap_mb), in elements of 4 bytes.
 inline constexpr std::size_t default_bucket_elements = 25'000'000 / 4;
 
+// How gradients are reduced: the bucket size, and whether communication overlaps computation.
+// With `overlap` (the default), a bucket's collective starts as soon as its last gradient is
+// computed, while backward goes on; under a split state (shard_state::gradients and weights)
+// the whole gradients and weights then take turns in a window of two consecutive layers, one
+// being computed while the other's reduce-scatter or the next layer's gather runs. Without it,
+// the collectives start after the backward pass, or under a split state when backward needs
+// their place, and the windows hold one layer at a time: less memory, no communication hidden
+// behind computation (DeepSpeed's overlap_comm, FSDP's prefetching off).
+struct gradient_options {
+  double bucket_cap_mb = 25.0;  // MB of 10^6 bytes, as DDP's bucket_cap_mb
+  bool overlap = true;
+  // The cap in gradient values (4 bytes each).
+  [[nodiscard]] constexpr std::size_t cap_elements() const noexcept {
+    return static_cast<std::size_t>(bucket_cap_mb * 1e6 / 4);
+  }
+};
+
 // A gradient reduce-scattered in the buckets: the layer whose backward computes it, and its
 // values padded to a multiple of the processes.
 struct bucketed_gradient {
@@ -100,7 +117,7 @@ struct gradient_window_layout {
 };
 // With `adjacent` false a bucket is kept apart from its own first layer's buckets only, and the
 // window starts as the largest span of one layer's buckets (the split weights' smaller window,
-// which holds one layer at a time).
+// and both windows without gradient_options::overlap, which hold one layer at a time).
 constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std::size_t n,
                                                  std::size_t cap, std::size_t parts,
                                                  bool always = false,
@@ -149,25 +166,29 @@ constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std
 
 // The window the split weights take turns in (shard_state::weights): the gradients' layout, two
 // consecutive layers' buckets, so that the next layer's gathers start while a layer runs; or,
-// where that window and the parts would take no less than the whole weights, a window of one
-// layer's buckets, smaller, in which a layer's gathers wait for the layer before to end.
+// where that window and the parts would take no less than the whole weights, or without
+// `overlap`, a window of one layer's buckets, smaller, in which a layer's gathers wait for the
+// layer before to end.
 constexpr gradient_window_layout weights_window(const bucketed_gradient* g, std::size_t n,
-                                                std::size_t cap, std::size_t parts) noexcept {
+                                                std::size_t cap, std::size_t parts,
+                                                bool overlap = true) noexcept {
   const gradient_window_layout two = gradient_window(g, n, cap, parts, true);
   std::size_t total = 0;
   for (std::size_t i = 0; i < n; ++i) total += g[i].size;
-  if (parts <= 1 || total / parts + two.window < total) return two;
+  if (parts <= 1 || (overlap && total / parts + two.window < total)) return two;
   const gradient_window_layout one = gradient_window(g, n, cap, parts, true, false);
   return one.window < two.window ? one : two;
 }
 
 // The memory of a training step planned as `p` (plan_model of a global batch) under `d`, with an
 // optimizer of `slots` slots per trainable variable (SGD 0, or 1 with momentum; Adam 2; RMSprop 1
-// to 3), elements of `element_size` bytes and gradient buckets of `bucket_elements` elements.
+// to 3), elements of `element_size` bytes and the gradients reduced as `o` says (its buckets'
+// size, and whether the windows of a split state hold two layers or one).
 constexpr memory_plan plan_memory(const model_plan& p, const distribution_value& d,
                                   std::size_t slots, std::size_t element_size = 4,
-                                  std::size_t bucket_elements = default_bucket_elements) noexcept {
+                                  gradient_options o = {}) noexcept {
   memory_plan m{};
+  const std::size_t bucket_elements = o.cap_elements();
   const std::size_t es = element_size;
   // Every trainable variable's gradient (under model_parallel, its shard's) is reduced over the
   // batch axis in the buckets, each padded to a multiple of the processes when the state is split
@@ -200,11 +221,13 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
       if (s.when == phase::backward && is_gradient_of_variable(s.role) &&
           s.step.kind == collective::reduce_scatter && count < max_variables)
         g[count++] = {s.op, padded(p.variables[s.index])};
-    const gradient_window_layout w = gradient_window(g.data(), count, bucket_elements, n);
+    const gradient_window_layout w =
+        gradient_window(g.data(), count, bucket_elements, n, false, o.overlap);
     if (w.window > 0) m.gradients = (m.gradients / es / n + w.window) * es;
     if (d.shard == shard_state::weights) {
       for (std::size_t i = 0; i < count; ++i) trainable += g[i].size;
-      const gradient_window_layout all = weights_window(g.data(), count, bucket_elements, n);
+      const gradient_window_layout all =
+          weights_window(g.data(), count, bucket_elements, n, o.overlap);
       m.weights = m.weights - trainable * es + (trainable / n + all.window) * es;
     }
   }
@@ -246,10 +269,12 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
 }
 
 // The memory plan when the program compiles (a static mesh): of a model described as `Model`
-// (model_desc) under `Dist` for a global batch, with `Slots` optimizer slots per variable.
-template <class Dist, model_desc Model, std::size_t GlobalBatch, std::size_t Slots>
-inline constexpr memory_plan memory_plan_v = plan_memory(model_plan_v<Dist, Model, GlobalBatch>,
-                                                         Dist::value, Slots);
+// (model_desc) under `Dist` for a global batch, with `Slots` optimizer slots per variable and
+// the gradients reduced as `Options` says (memory_plan_v<D, M, 256, 2, {.overlap = false}>).
+template <class Dist, model_desc Model, std::size_t GlobalBatch, std::size_t Slots,
+          gradient_options Options = gradient_options{}>
+inline constexpr memory_plan memory_plan_v =
+    plan_memory(model_plan_v<Dist, Model, GlobalBatch>, Dist::value, Slots, 4, Options);
 
 namespace detail {
 template <class Dist, model_desc Model, std::size_t GlobalBatch, std::size_t Slots,

@@ -10,8 +10,9 @@
 // (gradient_window, the memory plan's rule), each bucket placed after the one before it and at
 // the window's start when it does not fit. A bucket opens when backward reaches its first
 // gradient, once the buckets whose place it takes have been reduced. So one layer's buckets are
-// reduced while backward computes the next layer's, and the memory of the whole gradients is the
-// window's, beside this process's parts of the sums (DeepSpeed's partitioned gradients and
+// reduced while backward computes the next layer's (without gradient_options::overlap the
+// window holds one layer's, reduced before the next layer's gradients are computed), and the
+// memory of the whole gradients is the window's, beside this process's parts of the sums (DeepSpeed's partitioned gradients and
 // reduction buckets; FSDP's reduce-scatter per layer); no step allocates.
 #pragma once
 
@@ -33,16 +34,8 @@
 
 namespace tessel {
 
-// How gradients are reduced: the bucket size, and whether a bucket's collective starts as soon
-// as its last gradient is computed (overlap) or all start after the backward pass.
-struct gradient_options {
-  double bucket_cap_mb = 25.0;  // MB of 10^6 bytes, as DDP's bucket_cap_mb
-  bool overlap = true;
-  // The cap in gradient values (4 bytes each).
-  [[nodiscard]] std::size_t cap_elements() const noexcept {
-    return static_cast<std::size_t>(bucket_cap_mb * 1e6 / sizeof(float));
-  }
-};
+// (gradient_options, how gradients are reduced: core/memory_plan.hpp, whose windows the buckets
+// take.)
 
 // The communication of the training steps since the last reset: where the time of the gradient
 // reduction went, and every collective run, by kind and mesh axis.
@@ -114,7 +107,7 @@ class gradient_buckets {
   void build(const bound_mesh<C>& pm, std::vector<entry> entries, gradient_options o,
              collective_log* log = nullptr, std::size_t parts = 1, bool keep = true) {
     require_keepable(entries, parts, o, keep);
-    const gradient_window_layout layout = window_of(entries, parts, o.cap_elements());
+    const gradient_window_layout layout = window_of(entries, parts, o);
     const std::size_t window = layout.window;
     const bool transient = window > 0;
     pm_ = &pm;
@@ -220,7 +213,7 @@ class gradient_buckets {
   // changes anything.)
   void require_keepable(const std::vector<entry>& entries, std::size_t parts,
                         const gradient_options& o, bool keep) const {
-    if (keep && (transient_ || window_of(entries, parts, o.cap_elements()).window > 0))
+    if (keep && (transient_ || window_of(entries, parts, o).window > 0))
       throw value_error(
           "tessel: the gradient buckets would change (new gradient options, a second compile or "
           "another global batch's plan) while the gradients of compute_loss_and_gradients wait "
@@ -230,24 +223,25 @@ class gradient_buckets {
   }
   // The window and each bucket's place in it (window 0: the buckets do not take turns in one):
   // where every gradient is reduce-scattered, and the parts of the sums with the window (two
-  // consecutive layers' buckets) take less memory than all the buckets (gradient_window, the
-  // memory plan's rule).
+  // consecutive layers' buckets, or one layer's without `o.overlap`) take less memory than all
+  // the buckets (gradient_window, the memory plan's rule).
   static gradient_window_layout window_of(const std::vector<entry>& entries, std::size_t parts,
-                                          std::size_t cap) {
+                                          const gradient_options& o) {
     if (parts <= 1 || entries.empty() ||
         !std::all_of(entries.begin(), entries.end(), [](const entry& e) {
           return e.steps.count == 1 && e.steps.first().kind == collective::reduce_scatter;
         }))
       return {};
     const std::vector<bucketed_gradient> g = bucketed(entries, parts);
-    return gradient_window(g.data(), g.size(), cap, parts);
+    return gradient_window(g.data(), g.size(), o.cap_elements(), parts, false, o.overlap);
   }
   // The window the weights split over the processes take turns in (shard_state::weights,
   // weights_window: the memory plan's rule), used whether or not it takes less memory than the
   // whole weights.
   [[nodiscard]] gradient_window_layout weights_window() const {
     const std::vector<bucketed_gradient> g = bucketed(entries_, parts_);
-    return tessel::weights_window(g.data(), g.size(), options_.cap_elements(), parts_);
+    return tessel::weights_window(g.data(), g.size(), options_.cap_elements(), parts_,
+                                  options_.overlap);
   }
   // Each entry as the window's rule takes it: its layer and its padded values.
   static std::vector<bucketed_gradient> bucketed(const std::vector<entry>& entries,
@@ -436,7 +430,8 @@ class gradient_buckets {
           transient_ ? data_of(buckets_[i]) : B::comm_span(flat_).subspan(buckets_[i].offset, size);
       comm::run_step(*pm_, step, std::span<const float>(data), output(buckets_[i], step, data));
       record(step, size);
-      i = j;
+      // (Their first step has run: release() must not start it again.)
+      for (; i < j; ++i) buckets_[i].started = true;
     }
   }
   void start(bucket& b) {

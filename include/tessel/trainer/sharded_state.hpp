@@ -14,9 +14,9 @@
 // With the weights split too (shard_state::weights: ZeRO-3, FSDP's FULL_SHARD) a process keeps
 // its parts of the weights alone, in a buffer of their own, and the whole weights exist only in a
 // window (weights_window: two consecutive layers' buckets, or one layer's where two would not
-// save memory): before a layer's forward, and again before its backward, its buckets are
-// all-gathered into their places there (gather_layer), and the next layer's are started without
-// waiting (FSDP's prefetch). The
+// save memory or without gradient_options::overlap): before a layer's forward, and again before
+// its backward, its buckets are all-gathered into their places there (gather_layer), and the
+// next layer's are started without waiting where the window has room (FSDP's prefetch). The
 // update leaves the parts updated, and nothing is gathered after it. Outside a training step the
 // model's weights are read and written whole: materialize() gathers them into one buffer per
 // bucket (FSDP's summon_full_params), and release() takes each process's parts back from them at

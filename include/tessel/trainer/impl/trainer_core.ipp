@@ -824,7 +824,7 @@ template <class B, class C>
 memory_plan trainer_core<B, C>::memory_of(const model_plan& p) const {
   return plan_memory(p, facts_.distribution,
                      optimizer_state_ ? optimizer_state_->slots_per_variable() : 0, sizeof(float),
-                     grad_options_.cap_elements());
+                     grad_options_);
 }
 
 template <class B, class C>
