@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs sharded_state_bench (the 4096-wide MLP with Adam under shard_state none, optimizer,
-# gradients and weights, interleaved in one run) on 1 and 2 processes, one core each, and prints each
+# gradients and weights, and the last two without overlap, interleaved in one run) on 1 and 2 processes, one core each, and prints each
 # option's speedup on 2 processes over 1 process. Builds nothing: build the target first, e.g.
 #   ninja -C build sharded_state_bench
 #
@@ -31,7 +31,7 @@ one=$(field "$out/p1.txt" none)
 echo
 echo "| shard_state | 2 processes, samples/s | over 1 process ($one samples/s) |"
 echo "| --- | ---: | ---: |"
-for s in none optimizer gradients weights; do
+for s in none optimizer gradients weights gradients_no_overlap weights_no_overlap; do
   two=$(field "$out/p2.txt" "$s")
   echo "| $s | $two | $(awk -v a="$two" -v b="$one" 'BEGIN { printf "%.2fx", a / b }') |"
 done

@@ -2,8 +2,9 @@
 // data_parallel_bench's compute-bound MLP (input 4096 -> 3 x dense 4096 relu -> dense 10,
 // sparse categorical crossentropy from logits, Adam) on a fixed global batch, trained under
 // shard_state::none (every process updates the whole model), shard_state::optimizer (ZeRO-1),
-// shard_state::gradients (ZeRO-2) and shard_state::weights (ZeRO-3). Rounds interleave the four
-// models; each round times --block steps of each (a step starts after an MPI_Barrier; its time is
+// shard_state::gradients (ZeRO-2) and shard_state::weights (ZeRO-3), and the last two without
+// overlap (gradient_options::overlap false: windows of one layer, no communication behind
+// computation). Rounds interleave the six models; each round times --block steps of each (a step starts after an MPI_Barrier; its time is
 // the slowest process's). Reports the median ms/step and samples/s of each, the optimizer state
 // each process keeps and the gradients' and weights' memory (the memory plan's, which the tests
 // hold to the measured peak).
@@ -13,7 +14,8 @@
 // benchmarks/compare_sharded.sh runs it on 1 and 2 processes and prints the speedups.
 //
 //   mpiexec -n P sharded_state_bench [--model wide|deep] [--batch 256] [--rounds 3] [--block 2]
-//                                    [--warmup 1] [--only none|optimizer|gradients|weights]
+//                                    [--warmup 1] [--only none|optimizer|gradients|weights|
+//                                                         gradients_no_overlap|weights_no_overlap]
 // (--only times one option, for a profiler; the others are still built.)
 #include <mpi.h>
 #include <sys/resource.h>
@@ -97,23 +99,35 @@ void run_all(std::size_t batch, int rounds, int block, int warmup, const std::st
   contender<M, tessel::shard_state::optimizer> zero1("optimizer");
   contender<M, tessel::shard_state::gradients> zero2("gradients");
   contender<M, tessel::shard_state::weights> zero3("weights");
+  // The last two without overlap (gradient_options::overlap): windows of one layer.
+  contender<M, tessel::shard_state::gradients> zero2s("gradients_no_overlap");
+  contender<M, tessel::shard_state::weights> zero3s("weights_no_overlap");
+  zero2s.model.set_gradient_options({.overlap = false});
+  zero3s.model.set_gradient_options({.overlap = false});
   zero1.model.set_weights(plain.model.get_weights());
   zero2.model.set_weights(plain.model.get_weights());
   zero3.model.set_weights(plain.model.get_weights());
+  zero2s.model.set_weights(plain.model.get_weights());
+  zero3s.model.set_weights(plain.model.get_weights());
   for (int i = 0; i < warmup; ++i) {
     plain.run(x, y, 1);
     zero1.run(x, y, 1);
     zero2.run(x, y, 1);
     zero3.run(x, y, 1);
+    zero2s.run(x, y, 1);
+    zero3s.run(x, y, 1);
   }
-  for (auto* v : {&plain.steps, &zero1.steps, &zero2.steps, &zero3.steps, &plain.faults,
-                  &zero1.faults, &zero2.faults, &zero3.faults})
+  for (auto* v : {&plain.steps, &zero1.steps, &zero2.steps, &zero3.steps, &zero2s.steps,
+                  &zero3s.steps, &plain.faults, &zero1.faults, &zero2.faults, &zero3.faults,
+                  &zero2s.faults, &zero3s.faults})
     v->clear();
   for (int r = 0; r < rounds; ++r) {
     if (runs(only, "none")) plain.run(x, y, block);
     if (runs(only, "optimizer")) zero1.run(x, y, block);
     if (runs(only, "gradients")) zero2.run(x, y, block);
     if (runs(only, "weights")) zero3.run(x, y, block);
+    if (runs(only, "gradients_no_overlap")) zero2s.run(x, y, block);
+    if (runs(only, "weights_no_overlap")) zero3s.run(x, y, block);
   }
   const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
   if (tessel::process_id() == 0) {
@@ -129,7 +143,7 @@ void run_all(std::size_t batch, int rounds, int block, int warmup, const std::st
       const double grads = static_cast<double>(m.gradients) / 1e6;
       const double weights = static_cast<double>(m.weights) / 1e6;
       std::printf(
-          "  shard_state::%-9s %8.1f ms/step %8.1f samples/s, optimizer state %.1f MB, "
+          "  shard_state::%-20s %8.1f ms/step %8.1f samples/s, optimizer state %.1f MB, "
           "gradients %.1f MB, weights %.1f MB per process, %.0f page faults per step\n",
           c.name, t * 1e3, static_cast<double>(batch) / t, state, grads, weights,
           median(c.faults));
@@ -142,6 +156,8 @@ void run_all(std::size_t batch, int rounds, int block, int warmup, const std::st
     if (runs(only, "optimizer")) report(zero1);
     if (runs(only, "gradients")) report(zero2);
     if (runs(only, "weights")) report(zero3);
+    if (runs(only, "gradients_no_overlap")) report(zero2s);
+    if (runs(only, "weights_no_overlap")) report(zero3s);
   }
 }
 
