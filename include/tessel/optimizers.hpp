@@ -107,6 +107,14 @@ class optimizer {
   // Creates the slots for these variables (Keras's optimizer.build); apply() calls it when needed.
   void build(const std::vector<variable<B>*>& vars);
   [[nodiscard]] bool built() const noexcept { return !slots_.empty(); }
+  // Gives the slots' memory back (their variables go; the counters stay): built() is false
+  // until the next build(). A split state (shard_state) releases the whole state a read
+  // gathered at the next step, when the parts alone are current.
+  void release() noexcept {
+    slots_.clear();
+    tensors_.clear();
+    state_.clear();
+  }
   // Sets the iteration count and the learning rate (a state's counters, without its slots).
   void set_counters(std::size_t iterations, double learning_rate) noexcept {
     iterations_ = iterations;

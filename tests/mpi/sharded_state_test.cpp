@@ -7,7 +7,8 @@
 //     uneven global batch; fit with the optimizer state read back), with overlap and without
 //     (gradient_options::overlap, whose windows hold one layer);
 //   - each process keeps its part of the optimizer state only (1/N of the padded variables);
-//   - a change of buckets keeps the state;
+//   - a change of buckets keeps the state; the whole state a read gathers is released at the
+//     next step;
 //   - split weights read and written outside a step (get_weights between the gradients and the
 //     update, set_weights, get_variable, predict, evaluate) are one device's;
 //   - explain() prints the steps; a checkpoint and a .weights.h5 saved under one option restore
@@ -298,6 +299,20 @@ void state(const char* what, const testing::data_set& d) {
             ": a .weights.h5 loads into the split state, which trains on as one device "
             "(weights " +
             std::to_string(wf) + ", optimizer state " + std::to_string(sf) + ")");
+  // The whole state a read gathers is given back at the next step: each process then holds its
+  // parts alone again (the model's optimizer shows no slots until the next read).
+  if (n > 1) {
+    (void)a.get_state_tree();
+    const bool gathered = !a.get_optimizer().variables().empty();
+    const std::size_t held = get_memory_info().current;
+    a.train_on_batch(data::slice_rows(d.x, 0, 16), data::slice_rows(d.y, 0, 16));
+    const std::size_t after = get_memory_info().current;
+    const std::size_t whole_slots = 2 * (192 + 16 + 64 + 4) * sizeof(float);
+    check(gathered && a.get_optimizer().variables().empty() && held >= after + whole_slots,
+          name + ": the whole state a read gathered (" + std::to_string(whole_slots) +
+              " B) is released at the next step (" + std::to_string(held) + " B held before it, " +
+              std::to_string(after) + " B after)");
+  }
   runtime::world().barrier();
   if (process_id() == 0) {
     std::printf(

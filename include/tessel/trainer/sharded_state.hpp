@@ -176,12 +176,15 @@ class sharded_state {
   [[nodiscard]] const optimizer<B>& parts_optimizer() const { return *opt_; }
 
   // One step: this process's parts updated at the iteration and learning rate of `full` (whose
-  // count advances with them), then every bucket's parts all-gathered in place.
+  // count advances with them; its slots, gathered whole by a read, are released), then every
+  // bucket's parts all-gathered in place.
   // Under split weights the parts are the weights: nothing is gathered (but into the whole
   // weights, when a reader made them whole between the gradients and the update: the update then
   // starts from them, a writer's values included).
   void apply(optimizer<B>& full) {
     opt_->set_counters(full.iterations(), full.learning_rate());
+    // (The whole state a read gathered is stale from here: its memory goes back.)
+    full.release();
     finish_prefetches();
     if (split_weights_ && whole_) take_parts();
     opt_->apply(variables());
