@@ -7,7 +7,8 @@
 // the sums take less than all the buckets. With `always` (the split weights' window, which a
 // layer's forward and backward gather into) it is used in every model, the buckets placed alike;
 // kept apart from their own layer's buckets only (one layer at a time), the same properties hold;
-// weights_window takes the two layers' window where it saves, else the smaller of the two.
+// so they do with buckets of one layer at most; weights_window (whose buckets are so) takes the
+// two layers' window where it saves, else the smaller of the two.
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cstddef>
@@ -25,13 +26,16 @@ struct bucket_oracle {
   std::vector<std::size_t> size, first_layer, last_layer;
 };
 
-// The buckets by the cap rule, and each one's first and last layer, written out plainly.
-bucket_oracle buckets_of(const std::vector<bucketed_gradient>& g, std::size_t cap) {
+// The buckets by the cap rule (and with `per_layer`, one layer's at most), and each one's first
+// and last layer, written out plainly.
+bucket_oracle buckets_of(const std::vector<bucketed_gradient>& g, std::size_t cap,
+                         bool per_layer) {
   bucket_oracle o;
   std::size_t layer = 0;
   for (std::size_t i = 0; i < g.size(); ++i) {
-    if (i > 0 && g[i].op != g[i - 1].op) ++layer;
-    if (o.size.empty() || o.size.back() + g[i].size > cap) {
+    const bool new_layer = i > 0 && g[i].op != g[i - 1].op;
+    if (new_layer) ++layer;
+    if (o.size.empty() || o.size.back() + g[i].size > cap || (per_layer && new_layer)) {
       o.size.push_back(0);
       o.first_layer.push_back(layer);
       o.last_layer.push_back(layer);
@@ -43,10 +47,10 @@ bucket_oracle buckets_of(const std::vector<bucketed_gradient>& g, std::size_t ca
 }
 
 void check_layout(const std::vector<bucketed_gradient>& g, std::size_t cap, std::size_t parts,
-                  bool always = false, bool adjacent = true) {
+                  bool always = false, bool adjacent = true, bool per_layer = false) {
   const gradient_window_layout w =
-      gradient_window(g.data(), g.size(), cap, parts, always, adjacent);
-  const bucket_oracle o = buckets_of(g, cap);
+      gradient_window(g.data(), g.size(), cap, parts, always, adjacent, per_layer);
+  const bucket_oracle o = buckets_of(g, cap, per_layer);
   std::size_t total = 0;
   for (const auto& x : g) total += x.size;
   REQUIRE(w.buckets == o.size.size());
@@ -54,7 +58,8 @@ void check_layout(const std::vector<bucketed_gradient>& g, std::size_t cap, std:
   if (always && adjacent) {
     // The same places as the gradients' layout, where that one is used.
     REQUIRE(w.window > 0);
-    const gradient_window_layout saving = gradient_window(g.data(), g.size(), cap, parts);
+    const gradient_window_layout saving =
+        gradient_window(g.data(), g.size(), cap, parts, false, true, per_layer);
     for (std::size_t b = 0; b < w.buckets && saving.window > 0; ++b)
       REQUIRE(w.at[b] == saving.at[b]);
   }
@@ -87,9 +92,13 @@ TEST_CASE("gradient_window keeps the buckets backward fills and reduces apart", 
     check_layout(g, cap, parts);
     check_layout(g, cap, parts, true);
     check_layout(g, cap, parts, true, false);
-    // The split weights' window: the two layers' where it saves, else the smaller.
-    const auto two = gradient_window(g.data(), g.size(), cap, parts, true);
-    const auto one = gradient_window(g.data(), g.size(), cap, parts, true, false);
+    check_layout(g, cap, parts, false, true, true);
+    check_layout(g, cap, parts, true, true, true);
+    check_layout(g, cap, parts, true, false, true);
+    // The split weights' window, its buckets one layer's at most: the two layers' where it
+    // saves, else the smaller.
+    const auto two = gradient_window(g.data(), g.size(), cap, parts, true, true, true);
+    const auto one = gradient_window(g.data(), g.size(), cap, parts, true, false, true);
     const auto chosen = tessel::weights_window(g.data(), g.size(), cap, parts);
     std::size_t total = 0;
     for (const auto& x : g) total += x.size;

@@ -117,11 +117,13 @@ struct gradient_window_layout {
 };
 // With `adjacent` false a bucket is kept apart from its own first layer's buckets only, and the
 // window starts as the largest span of one layer's buckets (the split weights' smaller window,
-// and both windows without gradient_options::overlap, which hold one layer at a time).
+// and both windows without gradient_options::overlap, which hold one layer at a time). With
+// `per_layer` a bucket holds one layer's gradients at most (shard_state::weights, whose
+// weights are gathered a bucket at a time: FSDP's unit of one layer), however small.
 constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std::size_t n,
                                                  std::size_t cap, std::size_t parts,
-                                                 bool always = false,
-                                                 bool adjacent = true) noexcept {
+                                                 bool always = false, bool adjacent = true,
+                                                 bool per_layer = false) noexcept {
   gradient_window_layout w{};
   if (n == 0 || parts <= 1 || n > max_variables) return w;
   // Each bucket's values and its first and last layer (a layer: a run of gradients of one op).
@@ -130,7 +132,8 @@ constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std
   for (std::size_t i = 0; i < n; ++i) {
     if (i > 0 && g[i].op != g[i - 1].op) ++layer;
     const std::size_t b = w.buckets;
-    if (i == 0 || (w.size[b - 1] > 0 && w.size[b - 1] + g[i].size > cap)) {
+    if (i == 0 || (w.size[b - 1] > 0 && w.size[b - 1] + g[i].size > cap) ||
+        (per_layer && g[i].op != g[i - 1].op)) {
       first_layer[b] = layer;
       ++w.buckets;
     }
@@ -165,18 +168,18 @@ constexpr gradient_window_layout gradient_window(const bucketed_gradient* g, std
 }
 
 // The window the split weights take turns in (shard_state::weights): the gradients' layout, two
-// consecutive layers' buckets, so that the next layer's gathers start while a layer runs; or,
-// where that window and the parts would take no less than the whole weights, or without
-// `overlap`, a window of one layer's buckets, smaller, in which a layer's gathers wait for the
-// layer before to end.
+// consecutive layers' buckets (one layer's at most each), so that the next layer's gathers
+// start while a layer runs; or, where that window and the parts would take no less than the
+// whole weights, or without `overlap`, a window of one layer's buckets, smaller, in which a
+// layer's gathers wait for the layer before to end.
 constexpr gradient_window_layout weights_window(const bucketed_gradient* g, std::size_t n,
                                                 std::size_t cap, std::size_t parts,
                                                 bool overlap = true) noexcept {
-  const gradient_window_layout two = gradient_window(g, n, cap, parts, true);
+  const gradient_window_layout two = gradient_window(g, n, cap, parts, true, true, true);
   std::size_t total = 0;
   for (std::size_t i = 0; i < n; ++i) total += g[i].size;
   if (parts <= 1 || (overlap && total / parts + two.window < total)) return two;
-  const gradient_window_layout one = gradient_window(g, n, cap, parts, true, false);
+  const gradient_window_layout one = gradient_window(g, n, cap, parts, true, false, true);
   return one.window < two.window ? one : two;
 }
 
@@ -221,8 +224,9 @@ constexpr memory_plan plan_memory(const model_plan& p, const distribution_value&
       if (s.when == phase::backward && is_gradient_of_variable(s.role) &&
           s.step.kind == collective::reduce_scatter && count < max_variables)
         g[count++] = {s.op, padded(p.variables[s.index])};
-    const gradient_window_layout w =
-        gradient_window(g.data(), count, bucket_elements, n, false, o.overlap);
+    // (Under shard_state::weights a bucket holds one layer at most.)
+    const gradient_window_layout w = gradient_window(g.data(), count, bucket_elements, n, false,
+                                                     o.overlap, d.shard == shard_state::weights);
     if (w.window > 0) m.gradients = (m.gradients / es / n + w.window) * es;
     if (d.shard == shard_state::weights) {
       for (std::size_t i = 0; i < count; ++i) trainable += g[i].size;

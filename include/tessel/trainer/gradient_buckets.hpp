@@ -104,10 +104,13 @@ class gradient_buckets {
   // `keep` false: the gradients hold nothing to keep (none computed since the last update), and
   // each one's own buffer is released before the buckets' buffer is allocated, so that the two
   // are never held at once.
+  // `per_layer`: a bucket holds one layer's gradients at most (shard_state::weights, whose
+  // weights are gathered a bucket at a time).
   void build(const bound_mesh<C>& pm, std::vector<entry> entries, gradient_options o,
-             collective_log* log = nullptr, std::size_t parts = 1, bool keep = true) {
-    require_keepable(entries, parts, o, keep);
-    const gradient_window_layout layout = window_of(entries, parts, o);
+             collective_log* log = nullptr, std::size_t parts = 1, bool keep = true,
+             bool per_layer = false) {
+    require_keepable(entries, parts, o, keep, per_layer);
+    const gradient_window_layout layout = window_of(entries, parts, o, per_layer);
     const std::size_t window = layout.window;
     const bool transient = window > 0;
     pm_ = &pm;
@@ -162,7 +165,7 @@ class gradient_buckets {
       window_ = B::make_zeros("gradient_window", 1, window);
     if (parts > 1 && scattered && !in_place())
       part_gradients_ = B::make_zeros("gradient_parts", 1, total / parts);
-    const std::vector<bool> starts = bucket_starts(entries, parts, o.cap_elements());
+    const std::vector<bool> starts = bucket_starts(entries, parts, o.cap_elements(), per_layer);
     std::size_t offset = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const entry& e = entries[i];
@@ -193,15 +196,16 @@ class gradient_buckets {
   }
 
   // Which of `entries` start a bucket: consecutive entries with the same steps share one until
-  // the next would take it past `cap` values (each padded to a multiple of `parts`).
+  // the next would take it past `cap` values (each padded to a multiple of `parts`), or (with
+  // `per_layer`) belongs to another layer.
   static std::vector<bool> bucket_starts(const std::vector<entry>& entries, std::size_t parts,
-                                         std::size_t cap) {
+                                         std::size_t cap, bool per_layer = false) {
     std::vector<bool> starts(entries.size());
     std::size_t size = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
       const std::size_t n = padded_size(*entries[i].var, parts);
-      starts[i] =
-          i == 0 || !alike(entries[i - 1].steps, entries[i].steps) || (size > 0 && size + n > cap);
+      starts[i] = i == 0 || !alike(entries[i - 1].steps, entries[i].steps) ||
+                  (size > 0 && size + n > cap) || (per_layer && entries[i].op != entries[i - 1].op);
       size = (starts[i] ? 0 : size) + n;
     }
     return starts;
@@ -212,8 +216,8 @@ class gradient_buckets {
   // then holds only its part of their sums, laid out by the buckets. (Called before a rebuild
   // changes anything.)
   void require_keepable(const std::vector<entry>& entries, std::size_t parts,
-                        const gradient_options& o, bool keep) const {
-    if (keep && (transient_ || window_of(entries, parts, o).window > 0))
+                        const gradient_options& o, bool keep, bool per_layer = false) const {
+    if (keep && (transient_ || window_of(entries, parts, o, per_layer).window > 0))
       throw value_error(
           "tessel: the gradient buckets would change (new gradient options, a second compile or "
           "another global batch's plan) while the gradients of compute_loss_and_gradients wait "
@@ -226,14 +230,15 @@ class gradient_buckets {
   // consecutive layers' buckets, or one layer's without `o.overlap`) take less memory than all
   // the buckets (gradient_window, the memory plan's rule).
   static gradient_window_layout window_of(const std::vector<entry>& entries, std::size_t parts,
-                                          const gradient_options& o) {
+                                          const gradient_options& o, bool per_layer) {
     if (parts <= 1 || entries.empty() ||
         !std::all_of(entries.begin(), entries.end(), [](const entry& e) {
           return e.steps.count == 1 && e.steps.first().kind == collective::reduce_scatter;
         }))
       return {};
     const std::vector<bucketed_gradient> g = bucketed(entries, parts);
-    return gradient_window(g.data(), g.size(), o.cap_elements(), parts, false, o.overlap);
+    return gradient_window(g.data(), g.size(), o.cap_elements(), parts, false, o.overlap,
+                           per_layer);
   }
   // The window the weights split over the processes take turns in (shard_state::weights,
   // weights_window: the memory plan's rule), used whether or not it takes less memory than the

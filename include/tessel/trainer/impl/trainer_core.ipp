@@ -755,7 +755,9 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
           : bucket_entries(plan_);
   const auto& group = pm().axis(facts_.batch_axis);
   const std::size_t parts = sharded() ? static_cast<std::size_t>(group.size()) : 1;
-  buckets_.require_keepable(entries, parts, grad_options_, gradients_pending_);
+  // (Split weights are gathered a bucket at a time: a bucket holds one layer at most.)
+  const bool per_layer = facts_.distribution.shard == shard_state::weights;
+  buckets_.require_keepable(entries, parts, grad_options_, gradients_pending_, per_layer);
   whole_weights();  // (split weights: the variables' values whole, for the buckets' new layout)
   bucket_batch_ = batch;
   for (variable<B>* v : model_trainable_variables()) v->reduced_in_bucket = false;
@@ -765,7 +767,7 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   const bool keep = !shards_.empty() && optimizer_state_;
   if (keep) gather_shards();
   buckets_.build(pm(), std::move(entries), grad_options_, &reshard_->log(), parts,
-                 gradients_pending_);
+                 gradients_pending_, per_layer);
   shards_.clear();
   // (On one process nothing is split: the optimizer updates the whole model.)
   if (!sharded() || !optimizer_state_ || group.size() == 1) return;
