@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs sharded_state_bench (the 4096-wide MLP with Adam under shard_state none, optimizer,
-# gradients and weights, and the last two without overlap, interleaved in one run) on 1 and 2 processes, one core each, and prints each
-# option's speedup on 2 processes over 1 process. Builds nothing: build the target first, e.g.
+# gradients and weights, and the last two without overlap, interleaved in one run) on 1 and 2
+# processes, one core each, and prints each option's speedup on 2 processes over 1 process.
+# Builds nothing: build the target first, e.g.
 #   ninja -C build sharded_state_bench
 #
 #   benchmarks/compare_sharded.sh [build-dir] [bench flags...]

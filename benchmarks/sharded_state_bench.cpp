@@ -4,8 +4,8 @@
 // shard_state::none (every process updates the whole model), shard_state::optimizer (ZeRO-1),
 // shard_state::gradients (ZeRO-2) and shard_state::weights (ZeRO-3), and the last two without
 // overlap (gradient_options::overlap false: windows of one layer, no communication behind
-// computation). Rounds interleave the six models; each round times --block steps of each (a step starts after an MPI_Barrier; its time is
-// the slowest process's). Reports the median ms/step and samples/s of each, the optimizer state
+// computation). Rounds interleave the six models; each round times --block steps of each (a
+// step starts after an MPI_Barrier; its time is the slowest process's). Reports the median ms/step and samples/s of each, the optimizer state
 // each process keeps and the gradients' and weights' memory (the memory plan's, which the tests
 // hold to the measured peak).
 // `--model deep`: input 2048 -> 6 x dense 2048 relu -> dense 10 instead, deep enough that under

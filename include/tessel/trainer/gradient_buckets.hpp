@@ -12,8 +12,9 @@
 // gradient, once the buckets whose place it takes have been reduced. So one layer's buckets are
 // reduced while backward computes the next layer's (without gradient_options::overlap the
 // window holds one layer's, reduced before the next layer's gradients are computed), and the
-// memory of the whole gradients is the window's, beside this process's parts of the sums (DeepSpeed's partitioned gradients and
-// reduction buckets; FSDP's reduce-scatter per layer); no step allocates.
+// memory of the whole gradients is the window's, beside this process's parts of the sums
+// (DeepSpeed's partitioned gradients and reduction buckets; FSDP's reduce-scatter per layer);
+// no step allocates.
 #pragma once
 
 #include <algorithm>
