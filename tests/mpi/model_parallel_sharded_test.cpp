@@ -4,7 +4,8 @@
 //   - each equals one device (compare_models.hpp: 20 steps with adam, sgd and rmsprop, losses,
 //     accuracy, weights, predictions and evaluate; a further step's collectives are the plan's,
 //     its reduce_scatters and all_gathers over "data" with their bytes), and so does the pair
-//     followed by six replicated layers, whose reduce-scattered gradients take turns in a window;
+//     followed by six replicated layers, whose reduce-scattered gradients take turns in a window
+//     (of two layers, and with adam of one without overlap);
 //   - each process keeps its part of its shards' optimizer state only (1/2 over "data");
 //   - explain() prints the steps and the split;
 //   - a checkpoint saved under one option restores under the other, under plain model_parallel
@@ -43,6 +44,7 @@ using deep_block = sequential<Dist, input<12>, dense<32, {.activation = "relu", 
                               dense<16, {.activation = "tanh"}>, dense<16, {.activation = "tanh"}>,
                               dense<4, {.activation = "softmax", .name = "head"}>>;
 constexpr gradient_options one_gradient_each{.bucket_cap_mb = 1e-6};
+constexpr gradient_options serial{.bucket_cap_mb = 1e-6, .overlap = false};
 
 template <std::size_t Model>
 using mesh_t = device_mesh<axis<"data", 2>, axis<"model", Model>>;
@@ -159,6 +161,15 @@ void run(const testing::data_set& d) {
       testing::compare<deep_block<megatron<Model, shard_state::weights>>, deep_block<one_device>>(
           ("model_parallel " + mesh + ", shard_state::weights, transient buckets, " + opt).c_str(),
           d.x, d.y, opt, loss, one_gradient_each);
+    // Without overlap: windows of one layer.
+    if (std::string(opt) == "adam") {
+      testing::compare<deep_block<megatron<Model, shard_state::gradients>>, deep_block<one_device>>(
+          ("model_parallel " + mesh + ", shard_state::gradients, no overlap, " + opt).c_str(),
+          d.x, d.y, opt, loss, serial);
+      testing::compare<deep_block<megatron<Model, shard_state::weights>>, deep_block<one_device>>(
+          ("model_parallel " + mesh + ", shard_state::weights, no overlap, " + opt).c_str(), d.x,
+          d.y, opt, loss, serial);
+    }
   }
   if constexpr (Model > 1) {
     // A split state refused, naming the variable: col's kernel split over "model" and its bias
