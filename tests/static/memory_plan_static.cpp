@@ -85,7 +85,8 @@ static_assert(zero3.weights < zero2.weights && zero3.gradients == zero2.gradient
 static_assert(zero3.weights >= (params / 2 + 4096 * 4096) * 4 &&
               zero3.weights <= (params / 2 + 4096 * 4096 + 2 * 4096 + 4096 * 10) * 4);
 // The plan lists the gathers: each trainable variable's before its layer's forward, and before
-// its backward but for the last layer's (d7's kernel and bias).
+// its backward but for the last layer's (d7's kernel and bias) and the first's (d1's: its
+// backward needs no input gradient, and dense reads its kernel only for that).
 // (Under shard_state::gradients the same 14 all-gathers run after the update, in backward's list.)
 constexpr model_plan deep2_steps =
     model_plan_v<data_parallel<mesh2, shard_state::gradients>, deep, batch>;
@@ -94,7 +95,7 @@ constexpr model_plan deep3_steps =
 static_assert(deep3_steps.collectives(phase::forward) ==
                   deep2_steps.collectives(phase::forward) + 14 &&
               deep3_steps.collectives(phase::backward) ==
-                  deep2_steps.collectives(phase::backward) - 2);
+                  deep2_steps.collectives(phase::backward) - 4);
 // With buckets of 1 GB the layers share one bucket: nothing to gain, the whole buffer is kept.
 static_assert(plan_memory(model_plan_v<data_parallel<mesh2, shard_state::gradients>, deep, batch>,
                           data_parallel<mesh2, shard_state::gradients>::value, 2, 4,

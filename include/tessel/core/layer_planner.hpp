@@ -68,6 +68,8 @@ class layer_planner {
         break;
       }
       cur_ = nodes_[inputs_[0]];
+      for (std::size_t k = 0; k < input_count_; ++k)
+        inputs_need_grad_[i] = inputs_need_grad_[i] || nodes_[inputs_[k]].needs_grad;
       used_ = op_layouts{};
       for (std::size_t k = 0; k < input_count_; ++k) used_.operands[k] = nodes_[inputs_[k]].layout;
       output_set_ = false;
@@ -131,7 +133,9 @@ class layer_planner {
     // variable whose gradient was reduced over the axis are all-gathered. Under
     // shard_state::weights they are instead all-gathered before the variable's layer runs
     // forward, and again before its backward, but for the last layer's (forward's last gather,
-    // still held when backward starts; FSDP keeps the root's weights the same way).
+    // still held when backward starts; FSDP keeps the root's weights the same way) and for a
+    // layer whose backward reads its variables only for input gradients none of its inputs needs
+    // (plan_rule::variables_only_for_input_gradients: a dense first layer).
     std::array<bool, max_variables> gathered{};
     const auto is_part_step = [&](const planned_step& s) {
       return s.role == step_role::variable_gradient &&
@@ -159,6 +163,9 @@ class layer_planner {
             f.when = phase::forward;
             push(f);
             if (b.op == last_op) continue;
+            if (b.op < model_.count && !inputs_need_grad_[b.op] &&
+                model_.ops[b.op].rule->variables_only_for_input_gradients)
+              continue;
           }
           push(b);
         }
@@ -540,6 +547,7 @@ class layer_planner {
   model_plan plan_{};
   std::uint8_t op_ = 0;
   std::array<node, max_ops + 1> nodes_{};
+  std::array<bool, max_ops> inputs_need_grad_{};  // whether any input of op i needs its gradient
   node cur_{};
   std::array<std::uint8_t, max_op_inputs> inputs_{};
   std::size_t input_count_ = 0;

@@ -60,6 +60,10 @@ inline constexpr loss_rule no_loss{&detail::plan_no_loss, "none", false};
 struct plan_rule {
   void (*plan)(layer_planner&, const op_desc&) = nullptr;
   std::string_view type{};  // the layer type, as `explain` may name it ("dense")
+  // The layer's backward reads its variables only for its inputs' gradients (dense: dx = dy
+  // kernel^T; the kernel's own gradient is x^T dy): where no input needs a gradient (the
+  // model's first layer), split weights (shard_state::weights) are not gathered again for it.
+  bool variables_only_for_input_gradients = false;
 };
 namespace detail {
 constexpr void plan_without_rule(layer_planner&, const op_desc&) noexcept {}

@@ -52,10 +52,13 @@ class sharded_state {
   // once.
   // The all-gathers are recorded in `log` under mesh axis `axis` (the batch axis).
   // `split_weights`: each process keeps its parts of the weights alone (shard_state::weights);
-  // the variables' values are whole (not a window's) when it is called.
+  // the variables' values are whole (not a window's) when it is called. `backward_gathers`:
+  // the layers whose weights the plan gathers again before their backward (not the last layer,
+  // whose forward gather backward finds in place, nor a first layer that needs none).
   void build(const gradient_buckets<B, C>& buckets, const C& group, int axis,
              const optimizer_spec& spec, collective_log* log, bool gradients_free = false,
-             bool split_weights = false) {
+             bool split_weights = false, std::vector<std::size_t> backward_gathers = {}) {
+    backward_gathers_ = std::move(backward_gathers);
     group_ = &group;
     axis_ = axis;
     log_ = log;
@@ -165,10 +168,11 @@ class sharded_state {
         if (places_[i].var == v) k = op_index(place_op_[i]);
     if (k == ops_.size()) return;
     const std::size_t op = ops_[k];
+    if (!forward && !gathers_backward(op)) return;
     for (std::size_t b = 0; b < runs_.size(); ++b)
       if (of_op(b, op)) bring(b, op, false);
     const std::size_t next = forward ? k + 1 : k - 1;  // (k - 1 wraps past 0: none)
-    if (next < ops_.size())
+    if (next < ops_.size() && (forward || gathers_backward(ops_[next])))
       for (std::size_t b = 0; b < runs_.size(); ++b)
         if (of_op(b, ops_[next])) bring(b, op, true);
   }
@@ -330,6 +334,13 @@ class sharded_state {
     variable<B>& v = *places_[i].var;
     v.value = v.value.like(B::alias(buffer, at, shapes_[i].first, shapes_[i].second));
   }
+  // Whether layer `op`'s weights are gathered before its backward (the plan's list; the last
+  // layer's are in place already).
+  [[nodiscard]] bool gathers_backward(std::size_t op) const {
+    return (!ops_.empty() && op == ops_.back()) ||
+           std::find(backward_gathers_.begin(), backward_gathers_.end(), op) !=
+               backward_gathers_.end();
+  }
   [[nodiscard]] bool of_op(std::size_t b, std::size_t op) const {
     for (std::size_t i = 0; i < places_.size(); ++i)
       if (place_bucket_[i] == b && place_op_[i] == op) return true;
@@ -444,6 +455,7 @@ class sharded_state {
   bool whole_ = false;        // the weights are whole (weights_), not the window's
   matrix part_values_;        // this process's parts of every bucket
   matrix window_;             // the buckets' places (at_): weights_window's
+  std::vector<std::size_t> backward_gathers_;  // the layers gathered again before backward
   std::vector<std::size_t> at_;
   std::vector<bool> resident_;                    // bucket b's values are in its place
   std::vector<typename C::request> pending_;      // a gather started ahead

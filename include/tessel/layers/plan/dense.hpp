@@ -170,7 +170,7 @@ constexpr void dense(layer_planner& p, const op_desc& op) noexcept {
 }
 
 template <dense_params P>
-inline constexpr plan_rule dense_rule{&dense<P>, "dense"};
+inline constexpr plan_rule dense_rule{&dense<P>, "dense", true};
 
 }  // namespace layer_rules
 

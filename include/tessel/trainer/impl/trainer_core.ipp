@@ -749,10 +749,18 @@ auto trainer_core<B, C>::bucket_entries(const model_plan& p) -> std::vector<buck
 
 template <class B, class C>
 void trainer_core<B, C>::build_buckets(std::size_t batch) {
+  // (Split weights: the layers the plan gathers again before backward.)
+  std::vector<std::size_t> backward_gathers;
+  const auto entries_of = [&](const model_plan& p) {
+    for (const planned_step& s : p)
+      if (s.runner == step_runner::split_weights && s.when == phase::backward)
+        backward_gathers.push_back(s.op);
+    return bucket_entries(p);
+  };
   std::vector<bucket_entry> entries =
       batch != dynamic_extent
-          ? bucket_entries(plan_model(facts_.distribution, pm().shape(), described(), batch))
-          : bucket_entries(plan_);
+          ? entries_of(plan_model(facts_.distribution, pm().shape(), described(), batch))
+          : entries_of(plan_);
   const auto& group = pm().axis(facts_.batch_axis);
   const std::size_t parts = sharded() ? static_cast<std::size_t>(group.size()) : 1;
   // (Split weights are gathered a bucket at a time: a bucket holds one layer at most.)
@@ -791,7 +799,7 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   }
   shards_.build(buckets_, group, static_cast<int>(facts_.batch_axis), optimizer_state_->spec(),
                 &reshard_->log(), !gradients_pending_,
-                facts_.distribution.shard == shard_state::weights);
+                facts_.distribution.shard == shard_state::weights, backward_gathers);
   if (keep) optimizer_state_written();
 }
 
