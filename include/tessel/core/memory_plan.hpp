@@ -74,9 +74,6 @@ constexpr std::size_t local_elements(const shape_value& shape, const layout_valu
 }
 }  // namespace detail
 
-// The gradient buckets' size by default: 25 MB (DDP's bucket_cap_mb), in elements of 4 bytes.
-inline constexpr std::size_t default_bucket_elements = 25'000'000 / 4;
-
 // How gradients are reduced: the bucket size, and whether communication overlaps computation.
 // With `overlap` (the default), a bucket's collective starts as soon as its last gradient is
 // computed, while backward goes on; under a split state (shard_state::gradients and weights)
