@@ -5,9 +5,9 @@
 // shard_state::gradients (ZeRO-2) and shard_state::weights (ZeRO-3), and the last two without
 // overlap (gradient_options::overlap false: windows of one layer, no communication behind
 // computation). Rounds interleave the six models; each round times --block steps of each (a
-// step starts after an MPI_Barrier; its time is the slowest process's). Reports the median ms/step and samples/s of each, the optimizer state
-// each process keeps and the gradients' and weights' memory (the memory plan's, which the tests
-// hold to the measured peak).
+// step starts after an MPI_Barrier; its time is the slowest process's). Reports the median
+// ms/step and samples/s of each, the optimizer state each process keeps and the gradients' and
+// weights' memory (the memory plan's, which the tests hold to the measured peak).
 // `--model deep`: input 2048 -> 6 x dense 2048 relu -> dense 10 instead, deep enough that under
 // shard_state::gradients the buckets take turns in a window of two layers' gradients, and under
 // shard_state::weights the weights in a window of two layers' weights.
@@ -104,31 +104,26 @@ void run_all(std::size_t batch, int rounds, int block, int warmup, const std::st
   contender<M, tessel::shard_state::weights> zero3s("weights_no_overlap");
   zero2s.model.set_gradient_options({.overlap = false});
   zero3s.model.set_gradient_options({.overlap = false});
-  zero1.model.set_weights(plain.model.get_weights());
-  zero2.model.set_weights(plain.model.get_weights());
-  zero3.model.set_weights(plain.model.get_weights());
-  zero2s.model.set_weights(plain.model.get_weights());
-  zero3s.model.set_weights(plain.model.get_weights());
-  for (int i = 0; i < warmup; ++i) {
-    plain.run(x, y, 1);
-    zero1.run(x, y, 1);
-    zero2.run(x, y, 1);
-    zero3.run(x, y, 1);
-    zero2s.run(x, y, 1);
-    zero3s.run(x, y, 1);
-  }
-  for (auto* v : {&plain.steps, &zero1.steps, &zero2.steps, &zero3.steps, &zero2s.steps,
-                  &zero3s.steps, &plain.faults, &zero1.faults, &zero2.faults, &zero3.faults,
-                  &zero2s.faults, &zero3s.faults})
-    v->clear();
-  for (int r = 0; r < rounds; ++r) {
-    if (runs(only, "none")) plain.run(x, y, block);
-    if (runs(only, "optimizer")) zero1.run(x, y, block);
-    if (runs(only, "gradients")) zero2.run(x, y, block);
-    if (runs(only, "weights")) zero3.run(x, y, block);
-    if (runs(only, "gradients_no_overlap")) zero2s.run(x, y, block);
-    if (runs(only, "weights_no_overlap")) zero3s.run(x, y, block);
-  }
+  // `f` on each contender, in this order.
+  const auto each = [&](auto&& f) {
+    f(plain);
+    f(zero1);
+    f(zero2);
+    f(zero3);
+    f(zero2s);
+    f(zero3s);
+  };
+  const auto initial = plain.model.get_weights();
+  each([&](auto& c) { c.model.set_weights(initial); });
+  for (int i = 0; i < warmup; ++i) each([&](auto& c) { c.run(x, y, 1); });
+  each([](auto& c) {
+    c.steps.clear();
+    c.faults.clear();
+  });
+  for (int r = 0; r < rounds; ++r)
+    each([&](auto& c) {
+      if (runs(only, c.name)) c.run(x, y, block);
+    });
   const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
   if (tessel::process_id() == 0) {
     std::printf(
@@ -152,12 +147,9 @@ void run_all(std::size_t batch, int rounds, int block, int warmup, const std::st
           "optimizer_mb=%.1f gradients_mb=%.1f weights_mb=%.1f\n",
           procs, c.name, t * 1e3, static_cast<double>(batch) / t, state, grads, weights);
     };
-    if (runs(only, "none")) report(plain);
-    if (runs(only, "optimizer")) report(zero1);
-    if (runs(only, "gradients")) report(zero2);
-    if (runs(only, "weights")) report(zero3);
-    if (runs(only, "gradients_no_overlap")) report(zero2s);
-    if (runs(only, "weights_no_overlap")) report(zero3s);
+    each([&](const auto& c) {
+      if (runs(only, c.name)) report(c);
+    });
   }
 }
 
