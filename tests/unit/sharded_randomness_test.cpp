@@ -3,6 +3,10 @@
 // whichever dimensions the layout splits and over how many devices.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
 #include <tessel/tessel.hpp>
 
 namespace {
@@ -74,6 +78,44 @@ TEST_CASE("randomness: an initializer draws a shard's exact slice of the unshard
   const shape_value off{11, 0}, ext{2, 3};
   CHECK_THROWS_AS(initializers::fill_block("zeros", s, dims(g), dims(off), dims(ext), c),
                   tessel::value_error);
+}
+
+TEST_CASE("randomness: uniform draws take each philox block's four words at once, as element by "
+          "element",
+          "[random]") {
+  const random::stream s(11, 5, 3);
+  // Runs starting on and off a block's first word, shorter than a block, spanning many.
+  for (std::uint64_t first : {0, 1, 2, 3, 4, 7, 1021})
+    for (std::size_t n : {0, 1, 2, 3, 5, 8, 13, 600}) {
+      std::vector<std::uint32_t> words(n);
+      s.fill_bits(first, words);
+      bool same = true;
+      for (std::size_t k = 0; k < n; ++k) same = same && words[k] == s.bits(first + k);
+      INFO("words " << first << " to " << first + n);
+      CHECK(same);
+      // fill at an offset: element k is the uniform value at first + k, scaled to the limit.
+      std::vector<float> v(n);
+      initializers::fill("glorot_uniform", s, 6, 10, 2, v, first);
+      const double limit = std::sqrt(6.0 / 16.0);
+      for (std::size_t k = 0; k < n; ++k)
+        same = same && v[k] == static_cast<float>((2.0 * s.uniform(first + k) - 1.0) * limit);
+      CHECK(same);
+    }
+  // A block of a rank-3 variable (rows of 3 that start inside philox's blocks of four): each
+  // element is the value at its global row-major index.
+  const shape_value g{4, 5, 7}, off{1, 2, 3}, ext{2, 3, 3};
+  std::vector<float> b(2 * 3 * 3);
+  initializers::fill_block("he_uniform", s, dims(g), dims(off), dims(ext), b);
+  const double limit = std::sqrt(6.0 / (5.0 * 4.0));  // fan_in: receptive field 4 times 5
+  std::size_t k = 0;
+  bool same = true;
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 3; ++j)
+      for (std::size_t l = 0; l < 3; ++l, ++k) {
+        const std::uint64_t at = ((1 + i) * 5 + 2 + j) * 7 + 3 + l;
+        same = same && b[k] == static_cast<float>((2.0 * s.uniform(at) - 1.0) * limit);
+      }
+  CHECK(same);
 }
 
 TEST_CASE(

@@ -2,6 +2,8 @@
 // counter-based streams so that element (i, j) of a variable has one value on any mesh.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -38,24 +40,37 @@ inline fans compute_fans(std::span<const std::size_t> shape) {
 TESSEL_INLINE bool is_known(std::string_view name);
 
 namespace detail {
-// Element k of `out` takes the stream's values at global index `index(k)`: the one code path of
-// fill (a contiguous range) and fill_block (a block of a rank-N tensor).
-template <class Index>
+// Element at + j of `out` takes the stream's value at global index g + j, for each run (g, at, n)
+// that `runs` visits: the one code path of fill (one run) and fill_block (a run per row of the
+// block). Uniform draws take their words four at a time, as philox gives them.
+template <class Runs>
 void draw(std::string_view name, const random::stream& s, const fans& f, std::span<float> out,
-          Index index) {
+          Runs runs) {
   auto uniform = [&](double limit) {
-    for (std::size_t k = 0; k < out.size(); ++k)
-      out[k] = static_cast<float>((2.0 * s.uniform(index(k)) - 1.0) * limit);
+    std::array<std::uint32_t, 512> words;
+    runs([&](std::uint64_t g, std::size_t at, std::size_t n) {
+      for (std::size_t done = 0; done < n; done += words.size()) {
+        const std::size_t m = std::min(words.size(), n - done);
+        s.fill_bits(g + done, std::span(words.data(), m));
+        for (std::size_t j = 0; j < m; ++j)
+          out[at + done + j] =
+              static_cast<float>((2.0 * random::stream::to_uniform(words[j]) - 1.0) * limit);
+      }
+    });
+  };
+  auto each = [&](auto value) {
+    runs([&](std::uint64_t g, std::size_t at, std::size_t n) {
+      for (std::size_t j = 0; j < n; ++j) out[at + j] = value(g + j);
+    });
   };
   // Keras's VarianceScaling with a truncated normal: redraw beyond two standard deviations, and
   // divide by .8796... so that the truncated distribution has the requested variance.
   auto truncated = [&](double stddev) {
-    for (std::size_t k = 0; k < out.size(); ++k) {
-      const std::uint64_t i = index(k);
+    each([&](std::uint64_t i) {
       float z = s.normal(i);
       for (std::uint32_t attempt = 1; std::fabs(z) > 2.0f; ++attempt) z = s.normal(i, attempt);
-      out[k] = static_cast<float>(z * stddev / 0.87962566103423978);
-    }
+      return static_cast<float>(z * stddev / 0.87962566103423978);
+    });
   };
   if (name == "zeros" || name == "ones") {
     for (float& v : out) v = name == "ones" ? 1.0f : 0.0f;
@@ -72,7 +87,7 @@ void draw(std::string_view name, const random::stream& s, const fans& f, std::sp
   } else if (name == "lecun_uniform") {
     uniform(std::sqrt(3.0 / f.fan_in));
   } else if (name == "random_normal") {  // RandomNormal(mean=0.0, stddev=0.05)
-    for (std::size_t k = 0; k < out.size(); ++k) out[k] = 0.05f * s.normal(index(k));
+    each([&](std::uint64_t i) { return 0.05f * s.normal(i); });
   } else if (name == "random_uniform") {  // RandomUniform(minval=-0.05, maxval=0.05)
     uniform(0.05);
   } else {
@@ -114,7 +129,7 @@ TESSEL_INLINE void fill(std::string_view name, const random::stream& s, std::siz
                         std::size_t cols, std::size_t rank, std::span<float> out,
                         std::uint64_t first) {
   detail::draw(name, s, compute_fans(rows, cols, rank), out,
-               [first](std::size_t k) { return first + k; });
+               [&](auto run) { run(first, 0, out.size()); });
 }
 
 TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
@@ -132,22 +147,24 @@ TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
     throw value_error("fill_block: the block does not lie inside the variable's global shape, or "
                       "its size differs from the output's " + std::to_string(out.size()) +
                       " values");
-  // Global row-major strides, and the block's local multi-index stepped like an odometer.
+  // Global row-major strides; the block's rows (its last dimension, contiguous in the variable)
+  // visited with an odometer over the other dimensions.
   std::vector<std::uint64_t> stride(rank, 1);
   for (std::size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * global[d];
-  std::vector<std::uint64_t> index_of(out.size());
-  std::vector<std::size_t> at(rank, 0);
-  for (std::size_t k = 0; k < out.size(); ++k) {
-    std::uint64_t g = 0;
-    for (std::size_t d = 0; d < rank; ++d) g += (offset[d] + at[d]) * stride[d];
-    index_of[k] = g;
-    for (std::size_t d = rank; d-- > 0;) {
-      if (++at[d] < extent[d]) break;
-      at[d] = 0;
+  const std::size_t row = rank == 0 ? 1 : extent[rank - 1];
+  detail::draw(name, s, compute_fans(global), out, [&](auto run) {
+    if (row == 0) return;
+    std::vector<std::size_t> at(rank, 0);
+    for (std::size_t k = 0; k < out.size(); k += row) {
+      std::uint64_t g = 0;
+      for (std::size_t d = 0; d < rank; ++d) g += (offset[d] + at[d]) * stride[d];
+      run(g, k, row);
+      for (std::size_t d = rank; d-- > 1;) {
+        if (++at[d - 1] < extent[d - 1]) break;
+        at[d - 1] = 0;
+      }
     }
-  }
-  detail::draw(name, s, compute_fans(global), out,
-               [&](std::size_t k) { return index_of[k]; });
+  });
 }
 
 #endif
