@@ -27,6 +27,11 @@
 #include "../core/model_plan.hpp"
 #include "../layers/layer.hpp"
 #include "../layers/op.hpp"
+#if TESSEL_EXTERN_TEMPLATES && TESSEL_DEFAULT_LIMITS
+// The declarations at the end name members of executor_core<backend::host>, which instantiates
+// the class: the backend must be complete, not only declared as core/compilation.hpp declares it.
+#include "../backend/host.hpp"
+#endif
 
 namespace tessel {
 
