@@ -8,6 +8,11 @@
 // step starts after an MPI_Barrier; its time is the slowest process's). Reports the median
 // ms/step and samples/s of each, the optimizer state each process keeps and the gradients' and
 // weights' memory (the memory plan's, which the tests hold to the measured peak).
+// Each round also times the step's GEMMs alone (forward, kernel gradients and input gradients at
+// this process's part of the batch) through raw OpenBLAS sgemm on one thread, timed the same
+// way: what the processes gain on them is the most a GEMM-bound step can gain on this machine's
+// cores (on one core each they share the chip's caches, memory and, on a virtual machine,
+// perhaps a physical core).
 // `--model deep`: input 2048 -> 6 x dense 2048 relu -> dense 10 instead, deep enough that under
 // shard_state::gradients the buckets take turns in a window of two layers' gradients, and under
 // shard_state::weights the weights in a window of two layers' weights.
@@ -15,19 +20,23 @@
 //
 //   mpiexec -n P sharded_state_bench [--model wide|deep] [--batch 256] [--rounds 3] [--block 2]
 //                                    [--warmup 1] [--only none|optimizer|gradients|weights|
-//                                                         gradients_no_overlap|weights_no_overlap]
+//                                                         gradients_no_overlap|weights_no_overlap|
+//                                                         sgemm]
 // (--only times one option, for a profiler; the others are still built.)
 #include <mpi.h>
 #include <sys/resource.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <tessel/tessel.hpp>
+#include <utility>
 #include <vector>
 
 #include "bench_common.hpp"
+#include "raw_sgemm.hpp"
 
 namespace {
 
@@ -37,6 +46,7 @@ template <tessel::shard_state S>
 using dist = tessel::data_parallel<tessel::device_mesh<tessel::axis<"batch">>, S>;
 struct wide {
   static constexpr std::size_t width = 4096;
+  static constexpr std::array<int, 5> dims{4096, 4096, 4096, 4096, classes};  // input, layers
   template <tessel::shard_state S>
   using model = tessel::sequential<dist<S>, input<width>, dense<width, {.activation = "relu"}>,
                                    dense<width, {.activation = "relu"}>,
@@ -44,6 +54,7 @@ struct wide {
 };
 struct deep {
   static constexpr std::size_t width = 2048;
+  static constexpr std::array<int, 8> dims{2048, 2048, 2048, 2048, 2048, 2048, 2048, classes};
   using hidden = dense<width, {.activation = "relu"}>;
   template <tessel::shard_state S>
   using model = tessel::sequential<dist<S>, input<width>, hidden, hidden, hidden, hidden, hidden,
@@ -86,6 +97,49 @@ struct contender {
   }
 };
 
+// The GEMMs of one step of the model whose input and layer widths are `dims`, through raw
+// OpenBLAS at `rows` rows (this process's part of the batch): per layer a forward (x W), a kernel
+// gradient (x^T dy) and, but for the first layer, an input gradient (dy W^T).
+struct raw_gemms {
+  const char* name = "sgemm";
+  int rows;
+  std::vector<int> dims;
+  std::vector<std::vector<float>> kernels, kernel_grads, outputs, input_grads;
+  std::vector<double> steps;
+  raw_gemms(std::vector<int> d, int r) : rows(r), dims(std::move(d)) {
+    for (std::size_t l = 0; l + 1 < dims.size(); ++l) {
+      const auto n = static_cast<std::size_t>(dims[l]) * static_cast<std::size_t>(dims[l + 1]);
+      kernels.emplace_back(n, 0.01f);
+      kernel_grads.emplace_back(n);
+    }
+    for (const int w : dims) {
+      outputs.emplace_back(static_cast<std::size_t>(rows) * static_cast<std::size_t>(w), 0.5f);
+      input_grads.emplace_back(static_cast<std::size_t>(rows) * static_cast<std::size_t>(w), 0.5f);
+    }
+  }
+  void step() {
+    const std::size_t layers = kernels.size();
+    for (std::size_t l = 0; l < layers; ++l)
+      bench::row_major_sgemm(false, false, rows, dims[l + 1], dims[l], outputs[l].data(),
+                             kernels[l].data(), outputs[l + 1].data());
+    for (std::size_t l = layers; l-- > 0;) {
+      bench::row_major_sgemm(true, false, dims[l], dims[l + 1], rows, outputs[l].data(),
+                             input_grads[l + 1].data(), kernel_grads[l].data());
+      if (l > 0)
+        bench::row_major_sgemm(false, true, rows, dims[l], dims[l + 1], input_grads[l + 1].data(),
+                               kernels[l].data(), input_grads[l].data());
+    }
+  }
+  void run(int block) {
+    for (int i = 0; i < block; ++i) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = now();
+      step();
+      steps.push_back(max_over_ranks(now() - t0));
+    }
+  }
+};
+
 // Whether --only (empty: every option) names the option.
 bool runs(const std::string& only, const char* option) { return only.empty() || only == option; }
 
@@ -113,17 +167,26 @@ void run_all(std::size_t batch, int rounds, int block, int warmup, const std::st
     f(zero2s);
     f(zero3s);
   };
+  openblas_set_num_threads(1);
+  raw_gemms gemms(std::vector<int>(M::dims.begin(), M::dims.end()),
+                  static_cast<int>(batch) / procs);
   const auto initial = plain.model.get_weights();
   each([&](auto& c) { c.model.set_weights(initial); });
-  for (int i = 0; i < warmup; ++i) each([&](auto& c) { c.run(x, y, 1); });
+  for (int i = 0; i < warmup; ++i) {
+    each([&](auto& c) { c.run(x, y, 1); });
+    gemms.run(1);
+  }
   each([](auto& c) {
     c.steps.clear();
     c.faults.clear();
   });
-  for (int r = 0; r < rounds; ++r)
+  gemms.steps.clear();
+  for (int r = 0; r < rounds; ++r) {
     each([&](auto& c) {
       if (runs(only, c.name)) c.run(x, y, block);
     });
+    if (runs(only, gemms.name)) gemms.run(block);
+  }
   const char* blas = std::getenv("OPENBLAS_NUM_THREADS");
   if (tessel::process_id() == 0) {
     std::printf(
@@ -150,6 +213,14 @@ void run_all(std::size_t batch, int rounds, int block, int warmup, const std::st
     each([&](const auto& c) {
       if (runs(only, c.name)) report(c);
     });
+    if (runs(only, gemms.name)) {
+      const double t = median(gemms.steps);
+      std::printf("  the step's GEMMs alone (OpenBLAS, %d rows a process) %8.1f ms/step %8.1f "
+                  "samples/s\n",
+                  gemms.rows, t * 1e3, static_cast<double>(batch) / t);
+      std::printf("RESULT sharded procs=%d shard=sgemm ms_per_step=%.2f samples_per_s=%.2f\n",
+                  procs, t * 1e3, static_cast<double>(batch) / t);
+    }
   }
 }
 
