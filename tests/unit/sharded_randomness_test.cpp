@@ -3,6 +3,7 @@
 // whichever dimensions the layout splits and over how many devices.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -116,6 +117,40 @@ TEST_CASE("randomness: uniform draws take each philox block's four words at once
         same = same && b[k] == static_cast<float>((2.0 * s.uniform(at) - 1.0) * limit);
       }
   CHECK(same);
+}
+
+TEST_CASE("initializers: any range of a block's values is drawn as the whole block has them",
+          "[random][sharding]") {
+  const random::stream s(5, 17);
+  // A rank-3 block inside its variable, a rank-2 whole variable, a rank-1 bias, a scalar.
+  struct blk {
+    shape_value global, offset, extent;
+  };
+  const blk blocks[] = {{{4, 5, 7}, {1, 2, 3}, {2, 3, 3}},
+                        {{6, 10}, {0, 0}, {6, 10}},
+                        {{9}, {3}, {5}},
+                        {{}, {}, {}}};
+  for (const char* init : {"glorot_uniform", "he_normal", "random_normal", "ones"})
+    for (const blk& b : blocks) {
+      std::vector<float> whole(b.extent.elements());
+      initializers::fill_block(init, s, dims(b.global), dims(b.offset), dims(b.extent), whole);
+      bool same = true;
+      for (std::size_t first = 0; first <= whole.size(); ++first)
+        for (std::size_t n = 0; first + n <= whole.size(); ++n) {
+          std::vector<float> part(n, -7.0f);
+          initializers::fill_block_range(init, s, dims(b.global), dims(b.offset),
+                                         dims(b.extent), first, part);
+          same = same && std::equal(part.begin(), part.end(), whole.begin() + first);
+        }
+      INFO(init << ", a block of " << whole.size() << " values");
+      CHECK(same);
+    }
+  // Values past the block's end are refused.
+  const shape_value g{6, 10}, zero{0, 0};
+  std::vector<float> three(3);
+  CHECK_THROWS_AS(
+      initializers::fill_block_range("zeros", s, dims(g), dims(zero), dims(g), 58, three),
+      tessel::value_error);
 }
 
 TEST_CASE(

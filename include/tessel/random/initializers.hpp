@@ -113,6 +113,14 @@ TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
                               std::span<const std::size_t> global,
                               std::span<const std::size_t> offset,
                               std::span<const std::size_t> extent, std::span<float> out);
+// The values [first, first + out.size()) of that block (row-major within it), and no others: the
+// part of a variable a process keeps when the weights are split over the processes, drawn
+// without the rest (each value the one fill_block gives at its place).
+TESSEL_INLINE void fill_block_range(std::string_view name, const random::stream& s,
+                                    std::span<const std::size_t> global,
+                                    std::span<const std::size_t> offset,
+                                    std::span<const std::size_t> extent, std::size_t first,
+                                    std::span<float> out);
 
 // Definitions (compiled once in tessel::tessel; see core/compilation.hpp).
 #if TESSEL_DEFINITIONS
@@ -136,6 +144,19 @@ TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
                               std::span<const std::size_t> global,
                               std::span<const std::size_t> offset,
                               std::span<const std::size_t> extent, std::span<float> out) {
+  std::size_t count = extent.size() == global.size() ? 1 : 0;
+  for (const std::size_t e : extent) count *= e;
+  if (count != out.size())
+    throw value_error("fill_block: the block has " + std::to_string(count) +
+                      " values; its output has " + std::to_string(out.size()));
+  fill_block_range(name, s, global, offset, extent, 0, out);
+}
+
+TESSEL_INLINE void fill_block_range(std::string_view name, const random::stream& s,
+                                    std::span<const std::size_t> global,
+                                    std::span<const std::size_t> offset,
+                                    std::span<const std::size_t> extent, std::size_t first,
+                                    std::span<float> out) {
   const std::size_t rank = global.size();
   std::size_t count = 1;
   bool inside = offset.size() == rank && extent.size() == rank;
@@ -143,22 +164,31 @@ TESSEL_INLINE void fill_block(std::string_view name, const random::stream& s,
     inside = offset[d] + extent[d] <= global[d];
     count *= extent[d];
   }
-  if (!inside || count != out.size())
+  if (!inside || first > count || out.size() > count - first)
     throw value_error("fill_block: the block does not lie inside the variable's global shape, or "
-                      "its size differs from the output's " + std::to_string(out.size()) +
-                      " values");
+                      "the values [" + std::to_string(first) + ", " +
+                      std::to_string(first + out.size()) + ") asked of it exceed its " +
+                      std::to_string(inside ? count : 0) + " values");
   // Global row-major strides; the block's rows (its last dimension, contiguous in the variable)
-  // visited with an odometer over the other dimensions.
+  // from the one that holds value `first`, visited with an odometer over the other dimensions,
+  // the first and the last cut to the values asked for.
   std::vector<std::uint64_t> stride(rank, 1);
   for (std::size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * global[d];
   const std::size_t row = rank == 0 ? 1 : extent[rank - 1];
   detail::draw(name, s, compute_fans(global), out, [&](auto run) {
-    if (row == 0) return;
+    if (row == 0 || out.empty()) return;
     std::vector<std::size_t> at(rank, 0);
-    for (std::size_t k = 0; k < out.size(); k += row) {
+    std::size_t r = first / row;  // the block's row that holds value `first`
+    for (std::size_t d = rank; d-- > 1;) {
+      at[d - 1] = r % extent[d - 1];
+      r /= extent[d - 1];
+    }
+    const std::size_t end = first + out.size();
+    for (std::size_t k = first / row * row; k < end; k += row) {
       std::uint64_t g = 0;
       for (std::size_t d = 0; d < rank; ++d) g += (offset[d] + at[d]) * stride[d];
-      run(g, k, row);
+      const std::size_t lo = std::max(k, first), hi = std::min(k + row, end);
+      run(g + (lo - k), lo - first, hi - lo);
       for (std::size_t d = rank; d-- > 1;) {
         if (++at[d - 1] < extent[d - 1]) break;
         at[d - 1] = 0;
