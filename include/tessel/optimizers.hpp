@@ -204,8 +204,7 @@ void optimizer<B>::build(const std::vector<variable<B>*>& vars) {
       x.initializer = "zeros";
       x.trainable = false;
       // On the same shards as the variable: the block's shape, zeroed.
-      x.value = v->value.like(
-          B::make_zeros(x.path, B::rows(v->value.local()), B::cols(v->value.local())));
+      x.value = v->value.like(B::make_zeros(x.path, v->value.block_rows(), v->value.block_cols()));
       s[k] = &x;
     }
     slots_.push_back(s);

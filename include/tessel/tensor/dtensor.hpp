@@ -54,6 +54,18 @@ class basic_dtensor {
   basic_dtensor(const shape_value& global, const layout_value& layout, const block& b,
                 const matrix& storage)
       : global_(global), layout_(layout), block_(b), local_(storage) {}
+  // The block the device at `coords` holds, as the first constructor gives it, holding no storage
+  // (`like` gives it some): a variable whose values are drawn later, in parts (layers/layer.hpp,
+  // variable_store::defer).
+  [[nodiscard]] static basic_dtensor unallocated(
+      const shape_value& global, const layout_value& layout, const mesh_value& m,
+      const std::array<std::size_t, max_mesh_rank>& coords) {
+    return basic_dtensor(checked(global, layout), layout, shard_block(layout, m, global, coords),
+                         matrix());
+  }
+  // The (rows, cols) the block is stored as, whether or not it holds storage.
+  [[nodiscard]] std::size_t block_rows() const noexcept { return rows(); }
+  [[nodiscard]] std::size_t block_cols() const noexcept { return inner(); }
   // The same tensor (shape, layout, block) over other storage of the block's size: a view of a
   // buffer that holds several tensors (the gradient buckets), or a zeroed copy for optimizer
   // state that lives on the same shards as its variable.

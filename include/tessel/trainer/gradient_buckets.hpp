@@ -124,7 +124,7 @@ class gradient_buckets {
     std::size_t total = 0;
     std::vector<std::pair<std::size_t, std::size_t>> shapes;
     for (const auto& e : entries) {
-      shapes.emplace_back(B::rows(e.var->value.local()), B::cols(e.var->value.local()));
+      shapes.emplace_back(e.var->value.block_rows(), e.var->value.block_cols());
       total += padded_size(*e.var, parts);
     }
     const bool scattered = std::any_of(entries.begin(), entries.end(), [](const entry& e) {
@@ -139,14 +139,12 @@ class gradient_buckets {
       bool stays = false;
       for (const auto& e : entries) stays = stays || e.var == old.var;
       if (stays) continue;
-      const typename B::matrix& value = old.var->value.local();
+      const std::size_t rows = old.var->value.block_rows(), cols = old.var->value.block_cols();
       if (transient_) {  // (its gradient was the bucket's while backward ran)
-        old.var->gradient =
-            B::make_zeros(old.var->path + "/gradient", B::rows(value), B::cols(value));
+        old.var->gradient = B::make_zeros(old.var->path + "/gradient", rows, cols);
         continue;
       }
-      const typename B::matrix own =
-          B::make_matrix(old.var->path + "/gradient", B::rows(value), B::cols(value));
+      const typename B::matrix own = B::make_matrix(old.var->path + "/gradient", rows, cols);
       B::copy(old.var->gradient, own);
       old.var->gradient = own;
     }
@@ -383,7 +381,7 @@ class gradient_buckets {
   static constexpr std::size_t npos = static_cast<std::size_t>(-1);
   // A gradient's values in the buckets: its block's, padded to a multiple of `parts`.
   static std::size_t padded_size(const variable<B>& v, std::size_t parts) {
-    const std::size_t n = B::rows(v.value.local()) * B::cols(v.value.local());
+    const std::size_t n = v.value.block_rows() * v.value.block_cols();
     return (n + parts - 1) / parts * parts;
   }
   std::size_t bucket_of(const variable<B>* v) const noexcept {
