@@ -7,8 +7,8 @@
 // shard_state::weights without overlap, whose windows hold one layer. For each option the
 // compiler takes the widest W whose plan fits the budget; at run time each chosen
 // model trains 2 steps on 2 processes and the host backend's high-water mark is compared with
-// the plan and the budget (the peak from before the model is built: under shard_state::weights
-// building it holds the whole initial weights once, before compile() splits them).
+// the plan and the budget (the peak from before the model is built, which under
+// shard_state::weights holds no whole weights: each process draws its parts alone).
 //
 //   mpiexec -n 2 largest_model_bench [--model wide|deep]
 #include <array>

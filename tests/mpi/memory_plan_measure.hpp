@@ -47,10 +47,9 @@ memory_plan measure(const char* model, std::vector<std::size_t> shape, double to
     reset_memory_stats();
     for (int step = 0; step < 2; ++step) m.train_on_batch(x, y);
     plan = m.memory(batch);
-    // The training steps' peak; and under split weights that alone: building the model holds its
-    // whole initial weights once, before compile() splits them (docs/memory.md).
-    measured = static_cast<double>(get_memory_info().peak - before.current);
-    if (S != shard_state::weights) measured = std::max(measured, built);
+    // The peak from before the model is built: under split weights too, where each process
+    // draws its parts of the initial weights alone (the whole weights are never held).
+    measured = std::max(built, static_cast<double>(get_memory_info().peak - before.current));
     // (Under split weights this read gathers them whole: after the measurement.)
     planned = static_cast<double>(plan.peak());
     for (const auto& w : m.trainable_state()) weights += w.is_tensor() ? w.tensor().size() : 0;
@@ -75,13 +74,10 @@ memory_plan measure(const char* model, std::vector<std::size_t> shape, double to
     std::printf(
         "%s, batch %zu: plan %.2f MB (weights %.2f, gradients %.2f, optimizer state "
         "%.2f, activations %.2f, activation gradients %.2f, communication %.2f); "
-        "measured peak %.2f MB; %+.3f%%%s\n",
+        "measured peak %.2f MB (building and compiling it %.2f MB); %+.3f%%\n",
         what.c_str(), batch, planned / 1e6, plan.weights / 1e6, plan.gradients / 1e6,
         plan.optimizer_state / 1e6, plan.activations / 1e6, plan.activation_gradients / 1e6,
-        plan.communication / 1e6, measured / 1e6, diff * 100,
-        S == shard_state::weights
-            ? ("; building it, before the split: " + std::to_string(built / 1e6) + " MB").c_str()
-            : "");
+        plan.communication / 1e6, measured / 1e6, built / 1e6, diff * 100);
   return plan;
 }
 

@@ -9,6 +9,8 @@
 //   - each process keeps its part of the optimizer state only (1/N of the padded variables);
 //   - a change of buckets keeps the state; the whole state a read gathers is released at the
 //     next step;
+//   - under split weights building holds no weights: compile draws each process's parts alone,
+//     one device's values, and a read before compile draws them whole;
 //   - split weights read and written outside a step (get_weights between the gradients and the
 //     update, set_weights, get_variable, predict, evaluate) are one device's;
 //   - explain() prints the steps; a checkpoint and a .weights.h5 saved under one option restore
@@ -75,6 +77,49 @@ void transient_refusals(const testing::data_set& d) {
   check(testing::error_of([&] { m.set_gradient_options({}); }).empty() &&
             std::isfinite(*find_log(m.train_on_batch(x, y), "loss")),
         "after apply_gradients the buckets change and training goes on");
+}
+
+// Under split weights on more than one process, building the model holds none of its weights:
+// compile draws each process's parts alone, the values one device draws (the same seed and
+// paths). A read before compile (get_weights, predict) draws them whole, the same values, and
+// compile then keeps their parts.
+void drawn_in_parts(const testing::data_set& d) {
+  const std::size_t before = get_memory_info().current;
+  deep<zero3> a;
+  const std::size_t built = get_memory_info().current - before;
+  deep<one_device> b;
+  const std::size_t weights = b.count_params() * sizeof(float);
+  const bool split = num_processes() > 1;
+  // (Built: the gradient buffer, and on one process the weights too.)
+  check(split ? built < weights * 3 / 2 : built >= 2 * weights,
+        std::string("building under shard_state::weights holds ") + std::to_string(built) +
+            " B: " + (split ? "less than the weights and gradients" : "the weights") + " (" +
+            std::to_string(weights) + " B of weights)");
+  const array<float> x = data::slice_rows(d.x, 0, 16);
+  deep<zero3> early, predicted;
+  const double read = testing::worst_weights(early.get_weights(), b.get_weights());
+  const double ran = testing::worst_weights({predicted.predict(x)}, {b.predict(x)});
+  for (auto* m : {&a, &early, &predicted}) m->compile({.optimizer = "adam", .loss = "mse"});
+  b.compile({.optimizer = "adam", .loss = "mse"});
+  const double drawn = testing::worst_weights(a.get_weights(), b.get_weights());
+  const double kept = testing::worst_weights(early.get_weights(), b.get_weights());
+  testing::train_both(a, early, d, 0, 2);
+  testing::train_both(predicted, b, d, 0, 2);
+  const double trained = testing::worst_weights(a.get_weights(), early.get_weights());
+  const double twin = testing::worst_weights(predicted.get_weights(), b.get_weights());
+  // (Predictions against one device within 1e-5, each process multiplying its own rows; Adam's
+  // weights within its tolerance, compare_models.hpp.)
+  check(read == 0 && ran < 1e-5 && drawn == 0 && kept == 0 && trained == 0 &&
+            twin < testing::adam_weight_tolerance,
+        "split weights drawn in parts are one device's: read before compile " +
+            std::to_string(read) + ", predicted before compile " + std::to_string(ran) +
+            ", drawn at compile " + std::to_string(drawn) + ", kept from a read " +
+            std::to_string(kept) + "; after 2 steps, drawn and kept " + std::to_string(trained) +
+            ", against one device " + std::to_string(twin));
+  if (process_id() == 0)
+    std::printf("split weights drawn in parts: building holds %zu B (weights %zu B); read %.2e, "
+                "predicted %.2e, drawn %.2e, kept %.2e, trained %.2e, one device %.2e\n",
+                built, weights, read, ran, drawn, kept, trained, twin);
 }
 
 // A split-weights model and its one-device twin, compiled alike from the same weights; the split
@@ -376,6 +421,7 @@ int main(int argc, char** argv) {
           serial);
     }
     transient_refusals(d);
+    drawn_in_parts(d);
     split_weights_reads(d);
     split_weights_callbacks(d);
     testing::uneven<zero1>("shard_state::optimizer", d);

@@ -35,6 +35,12 @@ struct variable {
   // gradient bucket runs, overlapped with the rest of the backward pass (DDP's reducer): the
   // layer then leaves its partial sum in `gradient` instead of reducing it itself.
   bool reduced_in_bucket = false;
+  // The seed its initializer draws with, and whether its values are still to be drawn: a
+  // variable added to a store with `defer` holds no storage (`value` has its shape, layout and
+  // block only; `gradient` is empty) until draw_values draws the block whole, or the split
+  // weights (trainer/sharded_state.hpp) draw this process's part of it alone.
+  std::uint64_t seed = 0;
+  bool deferred = false;
 
   // The global number of values.
   std::size_t size() const {
@@ -66,15 +72,54 @@ struct variable_placement {
 };
 
 // Variables live in a deque so that layers may keep pointers to them while more are added. The
-// store knows where each new variable is placed (the model sets `place` from its plan).
+// store knows where each new variable is placed (the model sets `place` from its plan), and
+// whether its trainable variables are drawn when added or later (`defer`: under split weights,
+// where each process keeps a part of each and draws that part alone, FSDP's meta-device
+// initialization).
 template <class B>
 struct variable_store : std::deque<variable<B>> {
   std::function<variable_placement(std::string_view path, std::size_t rank)> place;
+  bool defer = false;
 };
+
+// Values [first, first + out's size) of this device's block of `v` (row-major), drawn as
+// draw_values draws the whole block, into `out` (a row of the backend's memory), a bounded
+// number at a time.
+template <class B>
+void draw_initial_values(const variable<B>& v, std::size_t first, const typename B::matrix& out) {
+  const shape_value& global = v.value.global_shape();
+  const block& b = v.value.shard();
+  const std::size_t count = B::rows(out) * B::cols(out);
+  std::vector<float> host(std::min<std::size_t>(count, std::size_t{1} << 16));
+  for (std::size_t done = 0; done < count; done += host.size()) {
+    const std::size_t n = std::min(host.size(), count - done);
+    initializers::fill_block_range(
+        v.initializer, random::stream(v.seed, random::hash_name(v.path)),
+        std::span<const std::size_t>(global.extents.data(), global.rank),
+        std::span<const std::size_t>(b.offset.extents.data(), global.rank),
+        std::span<const std::size_t>(b.extent.extents.data(), global.rank), first + done,
+        std::span<float>(host.data(), n));
+    B::upload(std::span<const float>(host.data(), n), B::alias(out, done, 1, n));
+  }
+}
+
+// A deferred variable's block allocated and drawn whole, and its gradient allocated where it has
+// none: the variable add_variable makes without `defer`.
+template <class B>
+void draw_values(variable<B>& v) {
+  if (!v.deferred) return;
+  const std::size_t rows = v.value.block_rows(), cols = v.value.block_cols();
+  v.value = v.value.like(B::make_matrix(v.path, rows, cols));
+  if (B::rows(v.gradient) * B::cols(v.gradient) == 0)
+    v.gradient = B::make_zeros(v.path + "/gradient", rows, cols);
+  draw_initial_values(v, 0, B::alias(v.value.local(), 0, 1, rows * cols));
+  v.deferred = false;
+}
 
 // A variable of global `shape`, holding the block its placement gives this device, initialized
 // by drawing exactly that block of the values one device would hold (keyed by the seed, the
-// path and each element's global index).
+// path and each element's global index); under the store's `defer`, a trainable one is drawn
+// later (draw_values).
 template <class B>
 variable<B>& add_variable(variable_store<B>& store, std::string path,
                           std::vector<std::size_t> shape, std::string initializer,
@@ -89,17 +134,14 @@ variable<B>& add_variable(variable_store<B>& store, std::string path,
   v.shape = std::move(shape);
   v.initializer = std::move(initializer);
   v.trainable = trainable;
-  v.value = basic_dtensor<B>(global, p.layout, p.mesh, p.coords, v.path);
-  v.gradient = B::make_zeros(v.path + "/gradient", B::rows(v.value.local()),
-                             B::cols(v.value.local()));
-  const block& b = v.value.shard();
-  std::vector<float> host(v.value.size());
-  initializers::fill_block(v.initializer, random::stream(seed, random::hash_name(v.path)),
-                           std::span<const std::size_t>(global.extents.data(), global.rank),
-                           std::span<const std::size_t>(b.offset.extents.data(), global.rank),
-                           std::span<const std::size_t>(b.extent.extents.data(), global.rank),
-                           host);
-  B::upload(host, v.value.local());
+  v.seed = seed;
+  v.value = basic_dtensor<B>::unallocated(global, p.layout, p.mesh, p.coords);
+  v.deferred = true;
+  if (!store.defer || !trainable)
+    draw_values(v);
+  else if (!initializers::is_known(v.initializer))  // refused now, with drawing's message
+    initializers::fill(v.initializer, random::stream(seed, random::hash_name(v.path)), 0, 0, 0,
+                       {});
   return v;
 }
 
@@ -156,10 +198,11 @@ constexpr name_string auto_name(std::string_view base, std::size_t count) {
 }  // namespace detail
 
 // Compiled once for the host backend, in tessel::tessel (core/compilation.hpp).
-#define TESSEL_LAYER_TEMPLATES(prefix, B)                                               \
-  prefix template variable<B>& add_variable<B>(variable_store<B>&, std::string,       \
-                                               std::vector<std::size_t>, std::string, \
-                                               std::uint64_t, bool);
+#define TESSEL_LAYER_TEMPLATES(prefix, B)                                                    \
+  prefix template variable<B>& add_variable<B>(variable_store<B>&, std::string,            \
+                                               std::vector<std::size_t>, std::string,      \
+                                               std::uint64_t, bool);                       \
+  prefix template void draw_values<B>(variable<B>&);
 #if TESSEL_EXTERN_TEMPLATES
 TESSEL_LAYER_TEMPLATES(extern, backend::host)
 #endif

@@ -679,10 +679,16 @@ class graph_model<B, DistArg, layers::input<InputDims...>, Graph, Layers...> {
     return s;
   }
   // A store that places each variable as the plan lays it out on the bound mesh (replicated
-  // under data parallelism), this device holding its block.
+  // under data parallelism), this device holding its block. Under split weights over more than
+  // one process the trainable variables are drawn later: each process draws its parts alone
+  // when the model is compiled, or the whole values when they are read first.
   static variable_store<B> placed_store(const mesh_binding& pm) {
-    return detail::placed_variables<B, communicator_type>(
+    variable_store<B> store = detail::placed_variables<B, communicator_type>(
         plan_model(Dist::value, pm.shape(), describe(), dynamic_extent), pm);
+    const std::size_t batch = Dist::value.batch_axis;
+    store.defer = Dist::value.shard == shard_state::weights && batch < pm.shape().rank &&
+                  pm.shape().sizes[batch] > 1;
+    return store;
   }
   // ---- layers -----------------------------------------------------------------------------------
   template <std::size_t... I>

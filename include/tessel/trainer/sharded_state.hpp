@@ -265,7 +265,8 @@ class sharded_state {
   }
   // Split weights: each process's parts in one buffer (bucket b's at its run's offset / N),
   // copied from each variable's whole value, which is released at once (so that the whole
-  // weights and the parts are held together only while they are copied); then the window, the
+  // weights and the parts are held together only while they are copied), or drawn alone from a
+  // variable not drawn yet (so that the whole weights are never held); then the window, the
   // variables' values views of their places in it.
   void build_split_weights(const gradient_buckets<B, C>& buckets) {
     const auto n = static_cast<std::size_t>(group_->size());
@@ -289,8 +290,8 @@ class sharded_state {
       place_bucket_.push_back(b);
       place_op_.push_back(buckets.entry_at(i).op);
       ops_.push_back(buckets.entry_at(i).op);
-      const matrix& value = places_[i].var->value.local();
-      shapes_.emplace_back(B::rows(value), B::cols(value));
+      const basic_dtensor<B>& value = places_[i].var->value;
+      shapes_.emplace_back(value.block_rows(), value.block_cols());
     }
     std::sort(ops_.begin(), ops_.end());
     ops_.erase(std::unique(ops_.begin(), ops_.end()), ops_.end());
@@ -305,16 +306,22 @@ class sharded_state {
                     .like(B::alias(part_values_, runs_[b].offset / n, 1, part));
       x.gradient = buckets.part_gradient(runs_[b].offset, part);
     }
-    // Each variable's values that fall in this process's part of its bucket.
+    // Each variable's values that fall in this process's part of its bucket: copied, or drawn
+    // alone where the variable has not been drawn (variable_store::defer).
     for (std::size_t i = 0; i < places_.size(); ++i) {
       const std::size_t b = place_bucket_[i], part = runs_[b].size / n;
       const std::size_t off = places_[i].offset - runs_[b].offset, size = places_[i].size;
       const std::size_t lo = std::max(off, me * part), hi = std::min(off + size, (me + 1) * part);
       variable<B>& v = *places_[i].var;
-      if (lo < hi)
-        B::copy(B::alias(v.value.local(), lo - off, 1, hi - lo),
-                B::alias(part_values_, runs_[b].offset / n + lo - me * part, 1, hi - lo));
+      const matrix mine =
+          lo < hi ? B::alias(part_values_, runs_[b].offset / n + lo - me * part, 1, hi - lo)
+                  : matrix();
+      if (lo < hi && v.deferred)
+        draw_initial_values(v, lo - off, mine);
+      else if (lo < hi)
+        B::copy(B::alias(v.value.local(), lo - off, 1, hi - lo), mine);
       v.value = v.value.like(matrix());
+      v.deferred = false;
     }
     window_ = B::make_zeros("weight_window", 1, layout.window);
     point_at_window();

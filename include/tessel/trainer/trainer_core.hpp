@@ -279,13 +279,18 @@ class trainer_core : public model_base {
   void gather_shards();
   // Under split weights (shard_state::weights), before the model's variables are read or written
   // outside a training step: the weights gathered whole (a collective: every process calls it;
-  // nothing moves when they are whole already). They stay whole until the next training step.
+  // nothing moves when they are whole already), or drawn whole where they have not been drawn
+  // (variable_store::defer; each process draws alone). They stay whole until the next training
+  // step.
   void whole_weights();
   // What the model calls before each layer's forward (model.set_before_forward): under split
-  // weights, the layer's weights gathered (`self` is the trainer_core).
+  // weights, the layer's weights gathered (`self` is the trainer_core); weights not drawn yet
+  // drawn whole first (a pass before compile).
   static void before_forward(void* self, std::span<variable<B>* const> v) {
     auto* t = static_cast<trainer_core*>(self);
-    if (t->callers_state_ == 0) t->shards_.gather_layer(v, true);
+    if (t->callers_state_ != 0) return;
+    t->draw_deferred();
+    t->shards_.gather_layer(v, true);
   }
   // While the model runs with a caller's state (with_state: stateless_call, value_and_grad), its
   // variables are the caller's tensors: split weights are neither gathered nor released.
@@ -343,6 +348,9 @@ class trainer_core : public model_base {
   using bucket_entry = typename gradient_buckets<B, C>::entry;
   std::vector<bucket_entry> bucket_entries(const model_plan& p);
   void build_buckets(std::size_t batch = dynamic_extent);
+  // Every trainable variable not drawn yet drawn whole (layers/layer.hpp, draw_values): on each
+  // process alone, no collective.
+  void draw_deferred();
   void buckets_for(std::size_t batch);
   // Central storage (distribution_value::variable_device): the variables and the optimizer
   // state on one process of the batch axis.
@@ -404,6 +412,9 @@ class trainer_core : public model_base {
   std::vector<fact> train_facts_;  // the training data of the fit in progress (dataset::facts())
   bool gradients_pending_ = false;  // compute_loss_and_gradients' gradients, not yet applied
   int callers_state_ = 0;           // runs with a caller's state (callers_state) under way
+  // Whether a trainable variable may still be undrawn (variable_store::defer): until the split
+  // weights draw their parts (compile), or draw_deferred draws them whole.
+  bool deferred_ = true;
   std::optional<training_position> resume_;
   matrix loss_grad_store_, loss_grad_, targets_store_, targets_;
   typename B::index_vector labels_;

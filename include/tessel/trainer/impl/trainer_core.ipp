@@ -272,7 +272,15 @@ void trainer_core<B, C>::gather_shards() {
 
 template <class B, class C>
 void trainer_core<B, C>::whole_weights() {
+  draw_deferred();
   shards_.materialize();
+}
+
+template <class B, class C>
+void trainer_core<B, C>::draw_deferred() {
+  if (!deferred_) return;
+  for (variable<B>* v : model_trainable_variables()) draw_values(*v);
+  deferred_ = false;
 }
 
 template <class B, class C>
@@ -766,7 +774,9 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   // (Split weights are gathered a bucket at a time: a bucket holds one layer at most.)
   const bool per_layer = facts_.distribution.shard == shard_state::weights;
   buckets_.require_keepable(entries, parts, grad_options_, gradients_pending_, per_layer);
-  whole_weights();  // (split weights: the variables' values whole, for the buckets' new layout)
+  // (Split weights: the variables' values whole, for the buckets' new layout; those not drawn yet
+  // (variable_store::defer) stay so, for the split to draw each process's parts alone.)
+  shards_.materialize();
   bucket_batch_ = batch;
   for (variable<B>* v : model_trainable_variables()) v->reduced_in_bucket = false;
   for (const auto& e : entries) e.var->reduced_in_bucket = true;
