@@ -116,6 +116,12 @@ void drawn_in_parts(const testing::data_set& d) {
             ", drawn at compile " + std::to_string(drawn) + ", kept from a read " +
             std::to_string(kept) + "; after 2 steps, drawn and kept " + std::to_string(trained) +
             ", against one device " + std::to_string(twin));
+  // An unknown initializer is refused when the variable is added, as when it is drawn at once.
+  using unknown = sequential<zero3, layers::input<12>,
+                             layers::dense<4, {.kernel_initializer = "glorot"}>>;
+  const std::string refused = testing::error_of([] { unknown m; });
+  check(has(refused, "Could not interpret initializer identifier: 'glorot'"),
+        "an unknown initializer under split weights: " + refused);
   if (process_id() == 0)
     std::printf("split weights drawn in parts: building holds %zu B (weights %zu B); read %.2e, "
                 "predicted %.2e, drawn %.2e, kept %.2e, trained %.2e, one device %.2e\n",

@@ -86,6 +86,14 @@ TEST_CASE("errors: fit before compile, unknown optimizer, loss and metric names"
   CHECK_NOTHROW(model.fit(ds, {.verbose = 0}));
 }
 
+TEST_CASE("errors: an unknown initializer name is refused when the model is built", "[errors]") {
+  using model_t = tessel::sequential<tessel::layers::input<4>,
+                                     tessel::layers::dense<3, {.kernel_initializer = "glorot"}>>;
+  REQUIRE_THROWS_WITH([] { model_t m; }(),
+                      Contains("Could not interpret initializer identifier: 'glorot'") &&
+                          Contains("Use one of zeros, ones, glorot_uniform"));
+}
+
 TEST_CASE("errors: set_weights with the wrong count or size", "[errors]") {
   blob_model model;
   auto w = model.get_weights();

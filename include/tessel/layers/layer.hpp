@@ -137,11 +137,8 @@ variable<B>& add_variable(variable_store<B>& store, std::string path,
   v.seed = seed;
   v.value = basic_dtensor<B>::unallocated(global, p.layout, p.mesh, p.coords);
   v.deferred = true;
-  if (!store.defer || !trainable)
-    draw_values(v);
-  else if (!initializers::is_known(v.initializer))  // refused now, with drawing's message
-    initializers::fill(v.initializer, random::stream(seed, random::hash_name(v.path)), 0, 0, 0,
-                       {});
+  initializers::require_known(v.initializer);  // (refused when added, drawn now or later)
+  if (!store.defer || !trainable) draw_values(v);
   return v;
 }
 

@@ -38,6 +38,8 @@ inline fans compute_fans(std::span<const std::size_t> shape) {
 }
 
 TESSEL_INLINE bool is_known(std::string_view name);
+// Refuses a name that is not one of them, with Keras's message naming the known ones.
+TESSEL_INLINE void require_known(std::string_view name);
 
 namespace detail {
 // Element at + j of `out` takes the stream's value at global index g + j, for each run (g, at, n)
@@ -91,9 +93,7 @@ void draw(std::string_view name, const random::stream& s, const fans& f, std::sp
   } else if (name == "random_uniform") {  // RandomUniform(minval=-0.05, maxval=0.05)
     uniform(0.05);
   } else {
-    throw value_error("Could not interpret initializer identifier: '" + std::string(name) +
-                      "'. Use one of zeros, ones, glorot_uniform, glorot_normal, he_normal, "
-                      "he_uniform, lecun_normal, lecun_uniform, random_normal, random_uniform.");
+    require_known(name);  // (throws: every known name is drawn above)
   }
 }
 }  // namespace detail
@@ -131,6 +131,13 @@ TESSEL_INLINE bool is_known(std::string_view name) {
                              "lecun_uniform"})
     if (name == k) return true;
   return false;
+}
+
+TESSEL_INLINE void require_known(std::string_view name) {
+  if (!is_known(name))
+    throw value_error("Could not interpret initializer identifier: '" + std::string(name) +
+                      "'. Use one of zeros, ones, glorot_uniform, glorot_normal, he_normal, "
+                      "he_uniform, lecun_normal, lecun_uniform, random_normal, random_uniform.");
 }
 
 TESSEL_INLINE void fill(std::string_view name, const random::stream& s, std::size_t rows,
