@@ -22,6 +22,11 @@
 //             own within chief_timeout (10 s), saying why (checked by the CMake script).
 //   unreachable  run as a worker whose ps tasks do not exist: it gives up after 1 s, naming
 //             the ps and its address.
+//   nan       1 worker, 1 ps: batch 5 holds a NaN; the worker pushes nothing for it and the
+//             chief ends fit after that epoch with TerminateOnNaN's message; the variables stay
+//             finite.
+//   other_model  2 workers, 1 ps: worker 1 is built with another model; the chief refuses it when
+//             it joins, naming the variable that differs, and worker 0 trains every batch.
 #include <signal.h>
 #include <unistd.h>
 
@@ -31,6 +36,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <string>
 #include <tessel/ps.hpp>
 #include <tessel/tessel.hpp>
@@ -50,8 +57,9 @@ void check(bool ok, const std::string& what) {
   if (!ok) ++failures;
 }
 
-// 512 samples of 12 features and a label from 4 classes, the same on every task.
-dataset_t make_dataset() {
+// 512 samples of 12 features and a label from 4 classes, the same on every task; with
+// `nan_batch`, not shuffled and one sample of that batch NaN.
+dataset_t make_dataset(std::optional<std::size_t> nan_batch = std::nullopt) {
   array<float> x({512, 12});
   array<std::int32_t> y({512});
   for (std::size_t i = 0; i < 512; ++i) {
@@ -63,7 +71,23 @@ dataset_t make_dataset() {
     }
     y.values[i] = static_cast<std::int32_t>(static_cast<int>(std::fabs(s) * 3.0f) % 4);
   }
+  if (nan_batch) {
+    x.values[*nan_batch * 16 * 12 + 3] = std::numeric_limits<float>::quiet_NaN();
+    return from_tensor_slices(std::move(x), std::move(y)).batch(16);
+  }
   return from_tensor_slices(std::move(x), std::move(y)).shuffle(512, 7).batch(16);
+}
+
+// Worker 1 of the other_model mode: built with another model (a narrower hidden layer); the
+// chief refuses it when it joins, and serve() throws the chief's reason.
+int serve_other_model(ps::parameter_server_strategy& strategy) {
+  using other_t = sequential<one_device, input<12>, dense<16, {.activation = "relu"}>,
+                             dense<4, {.activation = "softmax"}>>;
+  other_t other;
+  other.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+  ps::cluster_coordinator<other_t, dataset_t> coord(strategy, other);
+  coord.create_per_worker_dataset([] { return make_dataset(); });
+  return coord.serve();
 }
 
 double worst_difference(const std::vector<array<float>>& a, const std::vector<array<float>>& b) {
@@ -122,8 +146,14 @@ int main(int argc, char** argv) {
     model_t model;
     model.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
     const std::vector<array<float>> initial = model.get_weights();
+    if (mode == "other_model" && strategy.task_type() == ps::role::worker &&
+        strategy.task_index() == 1)
+      return serve_other_model(strategy);
     ps::cluster_coordinator<model_t, dataset_t> coord(strategy, model);
-    coord.create_per_worker_dataset(make_dataset);
+    if (mode == "nan")
+      coord.create_per_worker_dataset([] { return make_dataset(5); });
+    else
+      coord.create_per_worker_dataset([] { return make_dataset(); });
     // A function of the user's, defined on every task: the loss of its batch with the variables
     // the ps tasks hold now, nothing pushed.
     const std::size_t batch_loss = coord.define([](auto& ctx) {
@@ -265,6 +295,25 @@ int main(int argc, char** argv) {
         ::raise(SIGKILL);
       }).detach();
       (void)coord.fit({.epochs = 1000, .steps_per_epoch = 32, .verbose = 0});
+    } else if (mode == "nan") {
+      // Batch 5 of the first epoch holds a NaN: the worker pushes nothing for it, and the chief
+      // ends fit as Keras's TerminateOnNaN does, after that epoch.
+      const history h = coord.fit({.epochs = 3, .steps_per_epoch = 32, .verbose = 0});
+      check(h.history.at("loss").size() == 1 && std::isnan(h.history.at("loss")[0]),
+            "fit ends after the epoch whose batch gave a NaN loss (" +
+                std::to_string(h.history.at("loss").size()) + " epochs)");
+      bool finite = true;
+      for (const auto& w : model.get_weights())
+        for (const float v : w.values) finite = finite && std::isfinite(v);
+      check(finite, "the ps tasks' variables stay finite: the NaN batch was not pushed");
+      const ps::coordinator_stats& s = coord.stats();
+      check(s.ps_applied[0] >= 5 && s.ps_applied[0] <= 7,
+            "the ps applied the 5 batches before it and at most those in flight (" +
+                std::to_string(s.ps_applied[0]) + ")");
+    } else if (mode == "other_model") {
+      // Worker 1 was built with another model: refused when it joins; worker 0 trains alone.
+      (void)coord.fit({.epochs = 1, .steps_per_epoch = 32, .verbose = 0});
+      exactly_once(coord, 32);
     } else if (mode == "ps_lost") {
       (void)coord.fit({.epochs = 1000, .steps_per_epoch = 32, .verbose = 0});
       check(false, "the job ends when a ps is lost");

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <tessel/ps/backup_position.hpp>
 #include <tessel/ps/cluster.hpp>
 #include <tessel/ps/partitioner.hpp>
 #include <vector>
@@ -60,6 +61,32 @@ TEST_CASE("ps TF_CONFIG: every malformed or inconsistent field is named", "[ps][
              Contains("holds \"w:70000\""));
   CHECK_THAT(error(config(R"({"chief": ["c:1"], "worker": ["w:1"], "ps": ["w:1"]})", task)),
              Contains("the address 'w:1' is listed twice"));
+  // Hosts ZeroMQ would refuse with "Invalid argument", named when TF_CONFIG is read.
+  CHECK_THAT(error(config(R"({"chief": ["c:1"], "worker": ["my host:1"], "ps": ["p:1"]})", task)),
+             Contains("'cluster.worker' holds \"my host:1\", which is not an address "
+                      "\"host:port\": the host 'my host' is not a host name"));
+  CHECK_THAT(error(config(R"({"chief": ["c:1"], "worker": ["caf\u00e9:1"], "ps": ["p:1"]})", task)),
+             Contains("is not a host name"));
+  CHECK_THAT(error(config(R"({"chief": ["c:1"], "worker": ["-w:1"], "ps": ["p:1"]})", task)),
+             Contains("the host '-w' is not a host name"));
+  CHECK_THAT(error(config(R"({"chief": ["c:1"], "worker": ["::1:1"], "ps": ["p:1"]})", task)),
+             Contains("an IPv6 address is written in brackets, as \"[::1]:2222\""));
+  CHECK_THAT(error(config(R"({"chief": ["c:1"], "worker": ["[::g]:1"], "ps": ["p:1"]})", task)),
+             Contains("'::g' in brackets is not an IPv6 address"));
+  CHECK_THAT(error(config(R"({"chief": ["c:1"], "worker": ["w:0"], "ps": ["p:1"]})", task)),
+             Contains("the port '0' is not a number from 1 to 65535"));
+  // IPv6 addresses in brackets are taken (the tasks bind and connect over IPv6).
+  CHECK(ps::parse_cluster(config(R"({"chief": ["[::1]:1"], "worker": ["[::1]:2"], "ps": ["[::1]:3"]})",
+                                 R"({"type": "ps", "index": 0})"))
+            .address() == "[::1]:3");
+  // Two spellings of one port of this machine: named before any task tries to listen there.
+  CHECK_THAT(error(config(R"({"chief": ["c:1"], "worker": ["localhost:2345"], "ps": ["127.0.0.1:2345"]})",
+                          task)),
+             Contains("worker 0 (\"localhost:2345\") and ps 0 (\"127.0.0.1:2345\") are both port "
+                      "2345 of this machine"));
+  CHECK_THAT(error(config(R"({"chief": ["[::1]:2346"], "worker": ["w:1"], "ps": ["localhost:2346"]})",
+                          task)),
+             Contains("chief 0 (\"[::1]:2346\") and ps 0 (\"localhost:2346\") are both port 2346"));
   CHECK_THAT(error(config(R"({"worker": ["w:1"], "ps": ["p:1"]})", task)),
              Contains("'cluster.chief' lists 0 addresses; the cluster needs exactly one chief"));
   CHECK_THAT(error(config(R"({"chief": ["c:1", "d:1"], "worker": ["w:1"], "ps": ["p:1"]})", task)),
@@ -159,4 +186,41 @@ TEST_CASE("ps placement: balanced by bytes, equal shards round-robin, printed", 
   CHECK_THAT(text, Contains("shard 3 rows 588-784 (196, 256)"));
   CHECK_THAT(text, Contains("ps 1 holds"));
   CHECK_THAT(message_of([] { (void)ps::place({{4}}, {"v"}, {}, 0); }), Contains("needs a ps task"));
+}
+
+TEST_CASE("ps backup position: every field checked, a bad one named with its file", "[ps][error]") {
+  const ps::backup_point good{2, 32, 64, 1234, 0xdeadbeef};
+  const std::string text = ps::position_text(good);
+  const ps::backup_point read = ps::parse_position(text, "/b/position.json", 32, 3);
+  CHECK(read.epochs_done == 2);
+  CHECK(read.next_index == 64);
+  CHECK(read.weights_bytes == 1234);
+  CHECK(read.weights_crc32 == 0xdeadbeef);
+  // A field replaced in the written text, and the words the refusal must hold.
+  const auto refused = [&](const std::string& from, const std::string& to, std::uint64_t epochs,
+                           const std::string& words) {
+    std::string t = text;
+    const auto at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    t.replace(at, from.size(), to);
+    const std::string why = message_of([&] { (void)ps::parse_position(t, "/b/position.json", 32, epochs); });
+    CHECK_THAT(why, Contains("BackupAndRestore: /b/position.json: ") && Contains(words) &&
+                        Contains("The backup is kept as it is"));
+  };
+  refused("\"epochs_done\":2", "\"epochs_done\":-1", 3, "'epochs_done' is -1, not a whole number");
+  refused("\"epochs_done\":2", "\"epochs_done\":2.5", 3, "'epochs_done' is 2.5, not a whole number");
+  refused("\"steps_per_epoch\":32", "\"steps_per_epoch\":\"256\"", 3,
+          "'steps_per_epoch' is \"256\", not a whole number");
+  refused("\"steps_per_epoch\":32", "\"steps_per_epoch\":16", 3,
+          "'steps_per_epoch' is 16, this fit has 32 steps per epoch");
+  refused("\"epochs_done\":2", "\"epochs_done\":18446744073709551615", 3,
+          "'epochs_done' is 18446744073709551615, more than this fit's 3 epochs");
+  refused("\"next_index\":64", "\"next_index\":63", 3, "'next_index' is 63, before the 64 batches");
+  refused("\"next_index\":64", "\"next_ix\":64", 3, "'next_index' is missing");
+  refused("\"crc32\":3735928559", "\"crc32\":4294967296", 3, "'weights.crc32' is 4294967296, more than 32 bits");
+  refused("\"weights\":", "\"weight\":", 3, "'weights' is missing");
+  CHECK_THAT(message_of([&] { (void)ps::parse_position("[1]", "/b/position.json", 32, 3); }),
+             Contains("not a JSON object"));
+  // A backup of as many epochs as the fit has is a fit that ended before its files were removed.
+  CHECK(ps::parse_position(text, "/b/position.json", 32, 2).epochs_done == 2);
 }

@@ -50,7 +50,16 @@ TEST_CASE("TF_CONFIG: every malformed field is named, and so is a disagreement w
   CHECK_THAT(error(R"({"cluster": {"worker": "a:1"}, "task": {}})"),
              Contains("'cluster.worker' is not a list of addresses"));
   CHECK_THAT(error(R"({"cluster": {"worker": ["a:1", 7]}, "task": {}})"),
-             Contains("'cluster.worker' holds an entry that is not an address"));
+             Contains("'cluster.worker' holds 7, which is not an address \"host:port\""));
+  // The same address rules as the parameter servers' reader: ports from 1 to 65535, hosts a
+  // resolver takes.
+  CHECK_THAT(error(R"({"cluster": {"worker": ["a:0"]}, "task": {}})"),
+             Contains("'cluster.worker' holds \"a:0\", which is not an address \"host:port\": the "
+                      "port '0' is not a number from 1 to 65535"));
+  CHECK_THAT(error(R"({"cluster": {"worker": ["a:70000"]}, "task": {}})"),
+             Contains("the port '70000' is not a number from 1 to 65535"));
+  CHECK_THAT(error(R"({"cluster": {"worker": ["my host:1"]}, "task": {}})"),
+             Contains("the host 'my host' is not a host name"));
   CHECK_THAT(error(R"({"cluster": {"worker": ["a:1", "a:1"]}, "task": {}})"),
              Contains("the address 'a:1' is listed twice"));
   CHECK_THAT(error(R"({"cluster": {"chief": ["a:1", "b:1"]}, "task": {}})"),

@@ -8,11 +8,13 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "../core/errors.hpp"
+#include "../runtime/address.hpp"
 #include "compilation.hpp"
 
 namespace tessel::ps {
@@ -46,21 +48,6 @@ struct cluster_spec {
   [[nodiscard]] int num_ps() const noexcept { return static_cast<int>(ps.size()); }
 };
 
-namespace detail {
-// The port of "host:port" (0 when the address has none, or it is not 1..65535).
-inline int port_of(std::string_view address) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) return 0;
-  int port = 0;
-  for (char c : address.substr(colon + 1)) {
-    if (c < '0' || c > '9') return 0;
-    port = port * 10 + (c - '0');
-    if (port > 65535) return 0;
-  }
-  return port;
-}
-}  // namespace detail
-
 // TF_CONFIG's value parsed and checked: a value_error naming the field that is wrong.
 TESSEL_PS_INLINE cluster_spec parse_cluster(std::string_view text);
 
@@ -90,16 +77,23 @@ TESSEL_PS_INLINE cluster_spec parse_cluster(std::string_view text) {
     if (!addresses.is_array()) fail("'cluster." + name + "' is not a list of addresses");
     auto& list = name == "chief" ? c.chief : name == "worker" ? c.worker : c.ps;
     for (const auto& a : addresses) {
-      if (!a.is_string() || detail::port_of(a.get<std::string>()) == 0)
-        fail("'cluster." + name + "' holds " + a.dump() +
-             ", which is not an address \"host:port\" with a port from 1 to 65535");
+      if (!a.is_string())
+        fail("'cluster." + name + "' holds " + a.dump() + ", which is not an address \"host:port\"");
       const std::string address = a.get<std::string>();
+      if (const auto [parsed, why] = runtime::parse_address(address); !parsed)
+        fail("'cluster." + name + "' holds \"" + address + "\", which is not an address " +
+             "\"host:port\": " + why);
       for (const std::string& s : seen)
         if (s == address) fail("the address '" + address + "' is listed twice");
       seen.push_back(address);
       list.push_back(address);
     }
   }
+  std::vector<std::pair<std::string, std::string>> entries;
+  for (const role r : {role::chief, role::worker, role::ps})
+    for (std::size_t i = 0; i < c.job(r).size(); ++i)
+      entries.emplace_back(cluster_spec::task_name(r, i), c.job(r)[i]);
+  if (const auto clash = runtime::local_port_clash(entries)) fail(*clash);
   if (c.chief.size() != 1)
     fail("'cluster.chief' lists " + std::to_string(c.chief.size()) +
          " addresses; the cluster needs exactly one chief, the coordinator");

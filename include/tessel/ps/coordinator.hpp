@@ -23,6 +23,7 @@
 // What does not depend on the model (scheduling, failures, the transfers) is coordinator_core,
 // compiled once in the tessel::ps library.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -110,11 +111,14 @@ class cluster_coordinator : public coordinator_core {
                         "mirrored_strategy or multi_worker_mirrored_strategy");
     // The training step: train_on_batch's loss and gradients (compute_loss_and_gradients), then
     // the gradients to the ps tasks instead of the model's own optimizer.
+    // A batch whose loss is not finite pushes nothing (its gradient would be refused by the ps
+    // tasks): the chief ends fit on its loss, as Keras's TerminateOnNaN does. Loss scaling would
+    // test the gradients here too, skip the push and lower its scale.
     define([](worker_context<Model, Dataset>& ctx) {
       ctx.pull();
       auto& m = ctx.model();
       const double loss = m.compute_loss_and_gradients(ctx.batch().first, ctx.batch().second);
-      ctx.push_gradients(gradients_of(m));
+      if (std::isfinite(loss)) ctx.push_gradients(gradients_of(m));
       return loss;
     });
     if (strategy_.is_chief()) start_chief(model_.get_weights(), optimizer_json());
@@ -172,7 +176,7 @@ class cluster_coordinator : public coordinator_core {
         return out;
       };
     hooks.save_state = [&](const std::filesystem::path& dir) { save_state(dir); };
-    hooks.restore_state = [&](const std::filesystem::path& dir) { return restore_state(dir); };
+    hooks.restore_state = [&](const std::filesystem::path& dir) { restore_state(dir); };
     history h = fit_loop(hooks);
     pull_into_model();
     return h;
@@ -227,9 +231,8 @@ class cluster_coordinator : public coordinator_core {
     model_.save_weights(backup_weights(dir).string());
   }
   // A backup's variables and optimizer state, read into the chief's model and given to the ps
-  // tasks; false when `dir` holds no backup.
-  bool restore_state(const std::filesystem::path& dir) {
-    if (!std::filesystem::exists(backup_position(dir))) return false;
+  // tasks.
+  void restore_state(const std::filesystem::path& dir) {
     model_.load_weights(backup_weights(dir).string());
     auto& o = model_.get_optimizer();
     o.build(model_.trainable_variables());
@@ -237,7 +240,6 @@ class cluster_coordinator : public coordinator_core {
     full_state st{model_.get_weights(), {}, opt[0].integer(), opt[1].real()};
     for (std::size_t i = 2; i < opt.size(); ++i) st.slots.push_back(opt[i].numpy());
     push_state(st, optimizer_json());
-    return true;
   }
 
   // ---- a worker ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 // what depends on the model and the dataset.
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -25,12 +26,16 @@
 #include <nlohmann/json.hpp>
 
 #include "../data/array.hpp"
+#include "../saving/file_checksum.hpp"
 #include "../trainer/callbacks.hpp"
 #include "../trainer/logs.hpp"
 #include "../trainer/progbar.hpp"
+#include "backup_position.hpp"
 #include "cluster.hpp"
 #include "compilation.hpp"
+#include "messages.hpp"
 #include "partitioner.hpp"
+#include "security.hpp"
 #include "server.hpp"
 #include "transport.hpp"
 
@@ -46,6 +51,9 @@ struct strategy_options {
   std::chrono::milliseconds ps_timeout{10000};
   // A worker or ps task whose chief has been silent this long ends.
   std::chrono::milliseconds chief_timeout{30000};
+  // The cluster's CURVE keys (security.hpp); unset: the task's environment gives them
+  // (TESSEL_PS_KEYS_FILE or TESSEL_PS_KEYS), or none (an open cluster).
+  std::optional<cluster_keys> keys = std::nullopt;
 };
 
 // tf.distribute.experimental.ParameterServerStrategy(cluster_resolver, variable_partitioner).
@@ -54,10 +62,14 @@ class parameter_server_strategy {
   explicit parameter_server_strategy(strategy_options o = {})
       : parameter_server_strategy(cluster_from_environment(), std::move(o)) {}
   parameter_server_strategy(cluster_spec c, strategy_options o)
-      : cluster_(std::move(c)), options_(std::move(o)) {}
+      : cluster_(std::move(c)),
+        options_(std::move(o)),
+        security_{options_.keys ? options_.keys : cluster_keys_from_environment()} {}
 
   [[nodiscard]] const cluster_spec& cluster() const noexcept { return cluster_; }
   [[nodiscard]] const strategy_options& options() const noexcept { return options_; }
+  // How this task's sockets are secured: with the cluster's keys, or open.
+  [[nodiscard]] const transport_security& security() const noexcept { return security_; }
   [[nodiscard]] role task_type() const noexcept { return cluster_.task_type; }
   [[nodiscard]] int task_index() const noexcept { return cluster_.task_index; }
   [[nodiscard]] bool is_chief() const noexcept { return cluster_.task_type == role::chief; }
@@ -69,6 +81,7 @@ class parameter_server_strategy {
  private:
   cluster_spec cluster_;
   strategy_options options_;
+  transport_security security_;
 };
 
 // ClusterCoordinator.schedule's result: fetch() waits for the step and gives its loss.
@@ -126,9 +139,9 @@ struct fit_hooks {
   // The val_ logs of an evaluation on the chief (empty: none).
   std::function<logs()> validate;
   // Writes the variables and the optimizer's state, gathered from the ps tasks, to the backup;
-  // gives the ps tasks a backup's state (returns false when `dir` holds none).
+  // gives the ps tasks a backup's state (its position already checked).
   std::function<void(const std::filesystem::path&)> save_state;
-  std::function<bool(const std::filesystem::path&)> restore_state;
+  std::function<void(const std::filesystem::path&)> restore_state;
   std::function<void(std::size_t, const logs&)> on_epoch_end;
 };
 
@@ -201,8 +214,13 @@ class coordinator_core {
   // The backup's position file: written after the state, read before (0: no backup).
   TESSEL_PS_INLINE void write_position(const std::filesystem::path& dir, std::size_t epochs_done,
                                        std::size_t steps) const;
-  TESSEL_PS_INLINE std::optional<std::size_t> read_position(const std::filesystem::path& dir,
-                                                            std::size_t steps);
+  // The backup's position, checked against this fit and the weights file (nullopt: no backup).
+  TESSEL_PS_INLINE std::optional<backup_point> read_position(const std::filesystem::path& dir,
+                                                                std::size_t steps,
+                                                                std::size_t epochs) const;
+  // Batches numbered on from the backup's; returns its epochs done.
+  TESSEL_PS_INLINE std::size_t resume_at(const std::filesystem::path& dir,
+                                         const backup_point& p);
   static std::filesystem::path backup_weights(const std::filesystem::path& dir) {
     return dir / "checkpoint.weights.h5";
   }
@@ -273,6 +291,7 @@ class coordinator_core {
 
   zmq::context_t ctx_{1};
   // the chief's
+  std::unique_ptr<zap_handler> zap_;  // before router_: destroyed after it
   std::unique_ptr<zmq::socket_t> router_;
   std::vector<std::unique_ptr<connection>> chief_ps_;
   std::map<std::size_t, worker_state> workers_;
@@ -284,6 +303,8 @@ class coordinator_core {
   clock::time_point last_ps_check_;
   coordinator_stats stats_;
   bool finished_ = false, recovering_ = false;
+  // In fit: a non-finite loss halts the handing out of batches (TerminateOnNaN).
+  bool in_fit_ = false, halted_ = false;
   std::uint64_t generation_ = 0;
 };
 
@@ -347,9 +368,18 @@ TESSEL_PS_INLINE const coordinator_stats& coordinator_core::stats() {
 TESSEL_PS_INLINE void coordinator_core::start_chief(const std::vector<array<float>>& weights,
                                                     const nlohmann::json& optimizer) {
   const cluster_spec& c = strategy_.cluster();
+  if (strategy_.security().open())
+    std::fprintf(stderr,
+                 "warning: chief: this cluster's ports are open: any process that reaches them "
+                 "can push gradients to the ps tasks or replace their variables. Give every task "
+                 "the cluster's keys (%s; make them with `tessel-ps-keys FILE`) to admit only "
+                 "its own tasks\n",
+                 keys_file_variable);
+  zap_ = strategy_.security().handler(ctx_);
   router_ = std::make_unique<zmq::socket_t>(ctx_, zmq::socket_type::router);
   quiet(*router_);
-  router_->bind(bind_endpoint(c.address()));
+  strategy_.security().serve(*router_);
+  listen(*router_, "the chief", c.address());
   chief_ps_ = connect_ps();
   create_variables(weights, optimizer);
   last_ps_check_ = clock::now();
@@ -381,28 +411,24 @@ TESSEL_PS_INLINE void coordinator_core::create_variables(const std::vector<array
 
 TESSEL_PS_INLINE full_state coordinator_core::pull_state(std::size_t k) {
   full_state out{pull(chief_ps_), std::vector<std::vector<float>>(shapes_.size() * k), 0, 0};
+  std::vector<std::span<float>> slots;
   for (std::size_t v = 0; v < shapes_.size(); ++v)
     for (std::size_t j = 0; j < k; ++j) out.slots[v * k + j].resize(out.weights[v].values.size());
+  for (auto& s : out.slots) slots.emplace_back(s);
   for (std::size_t p = 0; p < chief_ps_.size(); ++p) {
     message m;
     m.h.what = kind::state;
     const message r = chief_ps_[p]->call(std::move(m), strategy_.options().ps_timeout);
-    const auto mine = placement_.shards_of(static_cast<int>(p));
-    if (r.frames.size() != 1 + mine.size() * (1 + k))
-      throw task_lost(chief_ps_[p]->name() + " at " + chief_ps_[p]->address() +
-                      " sent a state of " + std::to_string(r.frames.size()) + " frames");
-    if (p == 0) {
-      out.iterations = static_cast<std::int64_t>(r.h.a);
-      out.learning_rate =
-          nlohmann::json::parse(text_of(r.frames[0]))["learning_rate"].get<double>();
+    const std::string who = chief_ps_[p]->name() + " at " + chief_ps_[p]->address();
+    state_head head;
+    try {
+      head = assemble_state(r, placement_, static_cast<int>(p), k, slots, who);
+    } catch (const refused& e) {
+      throw task_lost(e.what());
     }
-    for (std::size_t q = 0; q < mine.size(); ++q) {
-      const shard_placement& s = placement_.shards[mine[q]];
-      for (std::size_t j = 0; j < k; ++j) {
-        const auto values = floats_of(r.frames[1 + mine.size() + q * k + j]);
-        std::ranges::copy(values,
-                          shard_of(std::span<float>(out.slots[s.variable * k + j]), s).begin());
-      }
+    if (p == 0) {
+      out.iterations = head.iterations;
+      out.learning_rate = head.learning_rate;
     }
   }
   return out;
@@ -437,15 +463,19 @@ TESSEL_PS_INLINE history coordinator_core::fit_loop(const fit_hooks& hooks) {
   h.on_train_begin({});
   std::size_t first_epoch = 0;
   if (hooks.backup_dir) {
-    if (hooks.restore_state(*hooks.backup_dir))
-      first_epoch = *read_position(*hooks.backup_dir, hooks.steps);
-    else  // a backup from the start, so that a ps lost in the first epoch can be given one
-      hooks.save_state(*hooks.backup_dir), write_position(*hooks.backup_dir, 0, hooks.steps);
+    // The position is checked whole before the weights are read or any ps is given them.
+    if (const auto p = read_position(*hooks.backup_dir, hooks.steps, hooks.epochs)) {
+      hooks.restore_state(*hooks.backup_dir);
+      first_epoch = resume_at(*hooks.backup_dir, *p);
+    } else {  // a backup from the start, so that a ps lost in the first epoch can be given one
+      hooks.save_state(*hooks.backup_dir);
+      write_position(*hooks.backup_dir, 0, hooks.steps);
+    }
   }
-  struct recovering {
+  struct clear_on_exit {
     bool& flag;
-    ~recovering() { flag = false; }
-  } during{recovering_ = hooks.backup_dir.has_value()};
+    ~clear_on_exit() { flag = false; }
+  } during{recovering_ = hooks.backup_dir.has_value()}, fitting{in_fit_ = true};
   for (;;) {
     try {
       run_epochs(hooks, h, first_epoch);
@@ -468,23 +498,37 @@ TESSEL_PS_INLINE void coordinator_core::run_epochs(const fit_hooks& hooks, histo
     for (std::size_t k = 0; k < steps; ++k) values.push_back(schedule());
     double loss = 0, stale = 0;
     std::size_t shown = 0;
-    while (shown < steps) {
+    bool terminated = false;
+    while (shown < steps && !terminated) {
       pump(std::chrono::milliseconds(50));
       std::size_t ready = 0;
       double sum = 0, stale_sum = 0;
-      for (const auto& v : values)
-        if (v.ready()) {
-          ++ready;
-          sum += v.fetch();
-          stale_sum += static_cast<double>(v.staleness());
+      for (std::size_t k = 0; k < steps; ++k) {
+        const remote_value& v = values[k];
+        if (!v.ready()) continue;
+        ++ready;
+        sum += v.fetch();
+        stale_sum += static_cast<double>(v.staleness());
+        // Keras's TerminateOnNaN: a worker whose batch gave a non-finite loss pushed nothing
+        // (a ps refuses a non-finite gradient), and training ends after the batches in flight.
+        if (!std::isfinite(v.fetch()) && !terminated) {
+          terminated = true;
+          std::printf("Batch %zu: Invalid loss, terminating training\n", k);
+          std::fflush(stdout);
         }
+      }
       if (ready != shown) {
         loss = sum / static_cast<double>(ready);
         stale = stale_sum / static_cast<double>(ready);
         // The last update waits for the validation, as Keras's bar ends with val_ logs.
-        if (ready < steps) bar.update(ready, {{"loss", loss}, {"staleness", stale}});
+        if (ready < steps && !terminated) bar.update(ready, {{"loss", loss}, {"staleness", stale}});
         shown = ready;
       }
+    }
+    if (terminated) {
+      pending_.clear();  // the epoch's batches not yet handed out are not trained
+      while (!in_flight_.empty()) pump(std::chrono::milliseconds(50));
+      halted_ = false;
     }
     logs epoch_logs{{"loss", loss}, {"staleness", stale}};
     if (hooks.validate)
@@ -496,6 +540,7 @@ TESSEL_PS_INLINE void coordinator_core::run_epochs(const fit_hooks& hooks, histo
       write_position(*hooks.backup_dir, e + 1, steps);
     }
     if (hooks.on_epoch_end) hooks.on_epoch_end(e, epoch_logs);
+    if (terminated) break;
   }
 }
 
@@ -522,8 +567,12 @@ TESSEL_PS_INLINE std::size_t coordinator_core::recover(const ps_lost& lost,
                          std::to_string(wait.count() / 1000) + " s");
   }
   ++stats_.ps_restarts;
-  (void)hooks.restore_state(*hooks.backup_dir);
-  const std::size_t done = *read_position(*hooks.backup_dir, hooks.steps);
+  const auto position = read_position(*hooks.backup_dir, hooks.steps, hooks.epochs);
+  if (!position)
+    end_job(std::string(lost.what()) + "; its backup's " + backup_position(*hooks.backup_dir).string() +
+            " is gone, so the job ends");
+  hooks.restore_state(*hooks.backup_dir);
+  const std::size_t done = resume_at(*hooks.backup_dir, *position);
   std::erase_if(stats_.trained, [&](std::uint64_t g) { return g >= next_index_; });
   for (auto& [index, w] : workers_) w.last_seen = clock::now();
   std::printf("chief: %s is back with the backup's variables; training goes on from epoch %zu\n",
@@ -535,39 +584,49 @@ TESSEL_PS_INLINE std::size_t coordinator_core::recover(const ps_lost& lost,
 TESSEL_PS_INLINE void coordinator_core::write_position(const std::filesystem::path& dir,
                                                        std::size_t epochs_done,
                                                        std::size_t steps) const {
+  const auto sum = saving::read_checksum_trailer(backup_weights(dir));
+  if (!sum)
+    throw value_error("BackupAndRestore: " + backup_weights(dir).string() +
+                      " has no checksum trailer after it was written");
   const std::filesystem::path tmp = dir / "position.json.tmp";
   {
     std::ofstream out(tmp);
-    out << nlohmann::json{{"epochs_done", epochs_done},
-                          {"steps_per_epoch", steps},
-                          {"next_index", next_index_}}
-               .dump()
-        << "\n";
+    out << position_text({epochs_done, steps, next_index_, sum->bytes, sum->crc}) << "\n";
     if (!out) throw value_error("BackupAndRestore: cannot write " + tmp.string());
   }
   std::filesystem::rename(tmp, backup_position(dir));
 }
 
-TESSEL_PS_INLINE std::optional<std::size_t> coordinator_core::read_position(
-    const std::filesystem::path& dir, std::size_t steps) {
-  if (!std::filesystem::exists(backup_position(dir))) return std::nullopt;
-  std::ifstream in(backup_position(dir));
-  const auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.contains("epochs_done") || !j.contains("next_index") ||
-      !j.contains("steps_per_epoch"))
-    throw value_error("BackupAndRestore: " + backup_position(dir).string() +
-                      " is not a backup this library wrote; give another backup_dir");
-  if (j["steps_per_epoch"].get<std::size_t>() != steps)
-    throw value_error("BackupAndRestore: the backup in " + dir.string() + " was made with " +
-                      std::to_string(j["steps_per_epoch"].get<std::size_t>()) +
-                      " steps per epoch, this fit has " + std::to_string(steps) +
-                      "; give the same steps_per_epoch, or another backup_dir");
-  next_index_ = j["next_index"].get<std::uint64_t>();
-  const auto done = j["epochs_done"].get<std::size_t>();
-  std::printf("chief: restored the backup in %s: %zu epochs done, resuming at batch %llu\n",
-              dir.string().c_str(), done, static_cast<unsigned long long>(next_index_));
+TESSEL_PS_INLINE std::optional<backup_point> coordinator_core::read_position(
+    const std::filesystem::path& dir, std::size_t steps, std::size_t epochs) const {
+  const std::filesystem::path file = backup_position(dir);
+  if (!std::filesystem::exists(file)) return std::nullopt;
+  std::ifstream in(file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) throw value_error("BackupAndRestore: cannot read " + file.string());
+  const backup_point p = parse_position(text, file.string(), steps, epochs);
+  // The weights file must be the one written with this position (its checksum trailer).
+  const auto sum = saving::read_checksum_trailer(backup_weights(dir));
+  if (!sum || sum->bytes != p.weights_bytes || sum->crc != p.weights_crc32)
+    throw value_error("BackupAndRestore: " + file.string() + ": 'weights' records " +
+                      std::to_string(p.weights_bytes) + " bytes of CRC-32 " +
+                      std::to_string(p.weights_crc32) + ", but " + backup_weights(dir).string() +
+                      (sum ? " holds " + std::to_string(sum->bytes) + " bytes of CRC-32 " +
+                                 std::to_string(sum->crc)
+                           : std::string(" is missing or has no checksum trailer")) +
+                      ": the two files are not of one backup. The backup is kept as it is: give "
+                      "another backup_dir, or remove it to start over");
+  return p;
+}
+
+TESSEL_PS_INLINE std::size_t coordinator_core::resume_at(const std::filesystem::path& dir,
+                                                         const backup_point& p) {
+  next_index_ = p.next_index;
+  std::printf("chief: restored the backup in %s: %llu epochs done, resuming at batch %llu\n",
+              dir.string().c_str(), static_cast<unsigned long long>(p.epochs_done),
+              static_cast<unsigned long long>(next_index_));
   std::fflush(stdout);
-  return done;
+  return static_cast<std::size_t>(p.epochs_done);
 }
 
 TESSEL_PS_INLINE void coordinator_core::remove_backup(const std::filesystem::path& dir) {
@@ -577,7 +636,8 @@ TESSEL_PS_INLINE void coordinator_core::remove_backup(const std::filesystem::pat
 }
 
 TESSEL_PS_INLINE int coordinator_core::serve_ps_task() {
-  return serve_ps(strategy_.cluster(), {.orphan_timeout = strategy_.options().chief_timeout});
+  return serve_ps(strategy_.cluster(), {.orphan_timeout = strategy_.options().chief_timeout,
+                                        .security = strategy_.security()});
 }
 
 TESSEL_PS_INLINE std::vector<std::unique_ptr<connection>> coordinator_core::connect_ps() {
@@ -587,7 +647,8 @@ TESSEL_PS_INLINE std::vector<std::unique_ptr<connection>> coordinator_core::conn
     out.push_back(
         std::make_unique<connection>(ctx_, c.ps[static_cast<std::size_t>(p)],
                                      cluster_spec::task_name(role::ps, static_cast<std::size_t>(p)),
-                                     strategy_.is_chief() ? chief_routing_id : std::string{}));
+                                     strategy_.is_chief() ? chief_routing_id : std::string{},
+                                     strategy_.security()));
     out.back()->connect(strategy_.options().connect_timeout);
   }
   return out;
@@ -608,21 +669,21 @@ TESSEL_PS_INLINE std::vector<array<float>> coordinator_core::pull(
     std::vector<std::unique_ptr<connection>>& ps, std::vector<pulled>* versions) {
   std::vector<array<float>> w;
   for (const auto& s : shapes_) w.emplace_back(s);
+  std::vector<std::span<float>> spans;
+  for (auto& a : w) spans.emplace_back(a);
   if (versions) versions->assign(ps.size(), pulled{});
   for (std::size_t p = 0; p < ps.size(); ++p) {
     message m;
     m.h.what = kind::pull;
     const message r = call_ps(ps, p, std::move(m));
     if (versions) (*versions)[p] = {r.h.a, r.h.b};
-    const auto mine = placement_.shards_of(static_cast<int>(p));
-    if (r.frames.size() != mine.size())
-      throw ps_lost(p, ps[p]->name() + " at " + ps[p]->address() + " holds " +
-                           std::to_string(r.frames.size()) + " shards, not the " +
-                           std::to_string(mine.size()) + " placed there");
-    for (std::size_t k = 0; k < mine.size(); ++k) {
-      const shard_placement& s = placement_.shards[mine[k]];
-      std::ranges::copy(floats_of(r.frames[k]),
-                        shard_of(std::span<float>(w[s.variable]), s).begin());
+    try {
+      assemble_pull(r, placement_, static_cast<int>(p), spans,
+                    ps[p]->name() + " at " + ps[p]->address());
+    } catch (const refused& e) {
+      // Not the shards the chief placed there: another cluster's ps, or one started with
+      // another model; its variables are not this job's.
+      throw ps_lost(p, e.what());
     }
   }
   return w;
@@ -652,6 +713,7 @@ TESSEL_PS_INLINE std::uint64_t coordinator_core::push(std::vector<std::unique_pt
     message m;
     m.h.what = kind::push;
     m.h.a = g;
+    m.h.d = static_cast<std::uint64_t>(strategy_.task_index()) + 1;
     if (p < versions.size()) {
       m.h.b = versions[p].generation;
       m.h.c = versions[p].version;
@@ -689,15 +751,30 @@ TESSEL_PS_INLINE void coordinator_core::on_message(message& m, zmq::message_t& i
     return;
   }
   if (m.h.what == kind::ready) {
-    worker_state& w = workers_[index];
-    const bool again = seen_.count(index) > 0;
-    if (fingerprint_ && *fingerprint_ != m.h.b) {
-      message no = failure(m,
-                           "this worker's dataset differs from the first worker's (its "
-                           "facts' checksum); every worker must build the same dataset");
+    // Checked before the worker is recorded: a refused one leaves the chief as it was.
+    std::string why;
+    if (index >= static_cast<std::size_t>(strategy_.num_workers()))
+      why = "a worker " + std::to_string(index) + " joined, but TF_CONFIG lists " +
+            std::to_string(strategy_.num_workers()) +
+            " workers; give every task the same TF_CONFIG";
+    else if (fingerprint_ && *fingerprint_ != m.h.b)
+      why = "worker " + std::to_string(index) +
+            "'s dataset differs from the first worker's (its facts' checksum); every worker "
+            "must build the same dataset";
+    else if (const auto d = m.frames.empty() ? std::optional<std::string>("it did not describe its model's variables")
+                                            : model_difference(m.frames[0], names_, shapes_))
+      why = "worker " + std::to_string(index) + " at " + strategy_.cluster().worker[index] +
+            " was built with another model than the chief's: " + *d +
+            "; every task must build the same model";
+    if (!why.empty()) {
+      std::printf("chief: %s\n", why.c_str());
+      std::fflush(stdout);
+      message no = failure(m, why);
       send(*router_, no, &identity);
       return;
     }
+    worker_state& w = workers_[index];
+    const bool again = seen_.count(index) > 0;
     fingerprint_ = m.h.b;
     if (w.busy) {  // it died and came back before it was found lost
       ++stats_.workers_lost;
@@ -746,7 +823,7 @@ TESSEL_PS_INLINE void coordinator_core::on_message(message& m, zmq::message_t& i
     auto it = workers_.find(index);
     if (it == workers_.end() || !it->second.busy || it->second.current.index != m.h.b) return;
     const std::string why = m.frames.empty() ? "" : text_of(m.frames[0]);
-    if (m.h.c > 0)
+    if (m.h.c > 0 && m.h.c <= chief_ps_.size())
       lost_ps(static_cast<std::size_t>(m.h.c - 1),
               "chief: worker " + std::to_string(index) + " reports: " + why);
     end_job("chief: worker " + std::to_string(index) + " reports: " + why);
@@ -757,13 +834,13 @@ TESSEL_PS_INLINE void coordinator_core::on_message(message& m, zmq::message_t& i
     worker_state& w = it->second;
     w.last_seen = clock::now();
     const std::uint64_t batch = m.h.b;
-    if (w.busy && w.current.index == batch) {
+    const std::optional<done_values> values = decode_done(m);
+    if (w.busy && w.current.index == batch && values) {
+      // fit stops handing out batches at the first non-finite loss (TerminateOnNaN).
+      if (in_fit_ && !std::isfinite(values->result)) halted_ = true;
       w.busy = false;
-      double values[2] = {0, 0};
-      if (!m.frames.empty() && m.frames[0].size() == sizeof values)
-        std::memcpy(values, m.frames[0].data(), sizeof values);
-      w.current.result->loss = values[0];
-      w.current.result->staleness = static_cast<std::uint64_t>(values[1]);
+      w.current.result->loss = values->result;
+      w.current.result->staleness = values->staleness;
       stats_.trained.push_back(batch);
       w.current = {};
     }
@@ -771,6 +848,7 @@ TESSEL_PS_INLINE void coordinator_core::on_message(message& m, zmq::message_t& i
 }
 
 TESSEL_PS_INLINE void coordinator_core::dispatch() {
+  if (halted_) return;
   for (auto& [index, w] : workers_) {
     if (pending_.empty()) return;
     if (!w.alive || w.busy) continue;
@@ -864,19 +942,20 @@ TESSEL_PS_INLINE int coordinator_core::serve_worker_loop(std::uint64_t fingerpri
   const cluster_spec& c = strategy_.cluster();
   const auto& o = strategy_.options();
   auto ps = connect_ps();
-  connection chief(ctx_, c.chief[0], "the chief");
+  connection chief(ctx_, c.chief[0], "the chief", {}, strategy_.security());
   chief.connect(o.connect_timeout);
   message hello;
   hello.h.what = kind::ready;
   hello.h.a = static_cast<std::uint64_t>(c.task_index);
   hello.h.b = fingerprint;
+  hello.frames.push_back(frame_of(describe_variables(names_, shapes_)));
   const message welcome = chief.call(std::move(hello), o.connect_timeout);
   (void)welcome;
 
   // Heartbeats from a thread with its own socket; the chief's silence ends the worker.
   std::atomic<bool> stop{false}, chief_lost{false};
   std::thread beat([&] {
-    connection hb(ctx_, c.chief[0], "the chief");
+    connection hb(ctx_, c.chief[0], "the chief", {}, strategy_.security());
     auto last_answer = clock::now();
     while (!stop) {
       message m;

@@ -20,11 +20,15 @@
 #include "../optimizers.hpp"
 #include "cluster.hpp"
 #include "compilation.hpp"
+#include "messages.hpp"
+#include "security.hpp"
+#include "server_core.hpp"
 #include "transport.hpp"
 
 namespace tessel::ps {
 
-// The optimizer's name and hyperparameters, to send to the ps tasks and back.
+// The optimizer's name and hyperparameters, to send to the ps tasks and back (refused, naming the
+// field, unless checked_optimizer accepts it).
 TESSEL_PS_INLINE nlohmann::json to_json(const optimizer_spec& spec);
 TESSEL_PS_INLINE optimizer_spec optimizer_from_json(const nlohmann::json& j);
 
@@ -36,182 +40,89 @@ struct server_options {
   std::chrono::milliseconds orphan_timeout{30000};
   // Printed lines start with this (tests set it apart from other output).
   bool verbose = true;
+  // The cluster's keys, or none (an open port).
+  transport_security security = {};
 };
 
-// What a ps task holds and does.
-class parameter_server {
+// The shards a ps task holds and the model's compiled optimizer applied to them, on the host
+// backend (basic_parameter_server's `Shards`). Every request reaches it checked.
+class optimizer_shards {
  public:
   using B = backend::host;
 
-  // Handles one request and returns its reply; `stop` becomes true on shutdown.
-  message handle(message& m, bool& stop) {
-    switch (m.h.what) {
-      case kind::hello:
-        return reply_to(m, kind::hello);
-      case kind::heartbeat: {
-        message r = reply_to(m, kind::heartbeat);
-        r.h.a = applied_;
-        r.h.b = refused_;
-        r.h.c = version_;
-        return r;
-      }
-      case kind::create:
-        return create(m);
-      case kind::pull:
-        return pull(m);
-      case kind::push:
-        return push(m);
-      case kind::state:
-        return state(m);
-      case kind::restore:
-        return restore(m);
-      case kind::shutdown:
-        stop = true;
-        return reply_to(m, kind::shutdown);
-      default:
-        return failure(m, "a ps task does not handle this request");
+  // The store is built apart and then takes the old one's place, so that nothing is half made.
+  void create(const create_request& r, const message& m) {
+    variable_store<B> store;
+    std::vector<variable<B>*> vars;
+    auto opt = std::make_unique<optimizer<B>>(optimizer_from_json(r.optimizer));
+    for (std::size_t i = 0; i < r.shards.size(); ++i) {
+      variable<B>& v = add_variable(store, r.shards[i].path, r.shards[i].shape, "zeros", 0);
+      frame_floats(m.frames[i + 1]).copy_to(host_values(v.value.local(), v.value.size()));
+      vars.push_back(&v);
     }
+    store_ = std::move(store);  // a deque: the variables stay where vars points
+    vars_ = std::move(vars);
+    opt_ = std::move(opt);
   }
-  [[nodiscard]] std::uint64_t applied() const noexcept { return applied_; }
-  [[nodiscard]] std::uint64_t refused() const noexcept { return refused_; }
+  [[nodiscard]] std::size_t count() const noexcept { return vars_.size(); }
+  [[nodiscard]] std::size_t size(std::size_t i) const { return vars_[i]->size(); }
+  [[nodiscard]] const std::string& path(std::size_t i) const { return vars_[i]->path; }
+  [[nodiscard]] std::vector<float> values(std::size_t i) const { return vars_[i]->numpy(); }
+  // One update from the push's gradient frames, copied into the gradient buffers.
+  void apply(const message& m) {
+    for (std::size_t i = 0; i < vars_.size(); ++i)
+      frame_floats(m.frames[i]).copy_to(host_values(vars_[i]->gradient, vars_[i]->size()));
+    opt_->apply(vars_);
+  }
+  [[nodiscard]] std::vector<std::size_t> slot_sizes() {
+    std::vector<std::size_t> out;
+    const state_list<B> s = built_state();
+    for (std::size_t i = 2; i < s.size(); ++i) out.push_back(s[i].tensor().size());
+    return out;
+  }
+  [[nodiscard]] std::int64_t iterations() { return built_state()[0].integer(); }
+  [[nodiscard]] double learning_rate() { return built_state()[1].real(); }
+  [[nodiscard]] std::vector<float> slot(std::size_t j) { return built_state()[2 + j].numpy(); }
+  void restore(const restore_request& r, const message& m) {
+    state_list<B> s = built_state();
+    for (std::size_t i = 0; i < vars_.size(); ++i)
+      frame_floats(m.frames[1 + i]).copy_to(host_values(vars_[i]->value.local(), vars_[i]->size()));
+    s[0].value = r.iterations;
+    s[1].value = r.learning_rate;
+    for (std::size_t i = 2; i < s.size(); ++i)
+      frame_floats(m.frames[vars_.size() + i - 1])
+          .copy_to(host_values(s[i].tensor().local(), s[i].tensor().size()));
+    opt_->set_state(s, "restore");
+  }
 
  private:
-  // A JSON frame {"optimizer": {...}, "shards": [{"path", "shape"}, ...]}, then each shard's
-  // values.
-  message create(message& m) {
-    if (m.frames.empty()) return failure(m, "create without a description");
-    const auto j = nlohmann::json::parse(text_of(m.frames[0]), nullptr, false);
-    if (j.is_discarded() || !j.contains("shards") || !j.contains("optimizer"))
-      return failure(m, "create: the description is not valid");
-    const auto& shards = j["shards"];
-    if (m.frames.size() != shards.size() + 1)
-      return failure(m, "create: " + std::to_string(shards.size()) + " shards described, " +
-                            std::to_string(m.frames.size() - 1) + " sent");
-    store_.clear();
-    vars_.clear();
-    applied_batches_.clear();
-    opt_ = std::make_unique<optimizer<B>>(optimizer_from_json(j["optimizer"]));
-    for (std::size_t i = 0; i < shards.size(); ++i) {
-      variable<B>& v =
-          add_variable(store_, shards[i].at("path").get<std::string>(),
-                       shards[i].at("shape").get<std::vector<std::size_t>>(), "zeros", 0);
-      const auto values = floats_of(m.frames[i + 1]);
-      if (values.size() != v.size())
-        return failure(m, "create: shard " + v.path + " has " + std::to_string(v.size()) +
-                              " values, " + std::to_string(values.size()) + " sent");
-      v.assign(values);
-      vars_.push_back(&v);
-    }
-    version_ = 0;
-    generation_ = m.h.a;
-    return reply_to(m, kind::create);
-  }
-  // Every shard's values; a = the version (updates applied so far), b = the generation (how
-  // many times the chief has created the variables).
-  message pull(const message& m) {
-    if (!opt_) return reply_to(m, kind::empty);
-    message r = reply_to(m, kind::pull);
-    r.h.a = version_;
-    r.h.b = generation_;
-    for (const variable<B>* v : vars_)
-      r.frames.push_back(frame_of(std::make_shared<const std::vector<float>>(v->numpy())));
-    return r;
-  }
-  // A gradient per shard, read in place from the message; a = the batch's global index, b = the
-  // generation and c = the version the worker pulled. Reply: a = staleness (updates applied
-  // since that pull), b = 1 when applied, 0 when the batch had been applied already, 2 when it
-  // was computed from variables the chief has since created again (a push sent before this ps
-  // was restored from a backup, delivered after): neither is applied.
-  message push(const message& m) {
-    if (!opt_) return reply_to(m, kind::empty);
-    if (m.frames.size() != vars_.size())
-      return failure(m, "push: " + std::to_string(m.frames.size()) + " gradients for " +
-                            std::to_string(vars_.size()) + " shards");
-    message r = reply_to(m, kind::push);
-    if (m.h.b != generation_) {
-      r.h.b = 2;
-      return r;
-    }
-    r.h.a = version_ >= m.h.c ? version_ - m.h.c : 0;
-    if (!applied_batches_.insert(m.h.a).second) {
-      ++refused_;
-      return r;
-    }
-    for (std::size_t i = 0; i < vars_.size(); ++i) {
-      const auto g = floats_of(m.frames[i]);
-      if (g.size() != vars_[i]->size())
-        return failure(m, "push: the gradient of " + vars_[i]->path + " has " +
-                              std::to_string(g.size()) + " values, the shard " +
-                              std::to_string(vars_[i]->size()));
-      B::upload(g, vars_[i]->gradient);
-    }
-    opt_->apply(vars_);
-    ++version_;
-    ++applied_;
-    r.h.b = 1;
-    return r;
-  }
-
-  // The shards' values, then each shard's optimizer slots (slots_per_variable each, in the
-  // optimizer's order); a = the optimizer's iterations, JSON frame first with its learning rate.
-  message state(const message& m) {
-    if (!opt_) return reply_to(m, kind::empty);
+  static std::span<float> host_values(const B::matrix& m, std::size_t n) { return {m.data(), n}; }
+  // The optimizer's state, its slots made first (Keras's build) where no update has made them.
+  state_list<B> built_state() {
     opt_->build(vars_);
-    const state_list<B> s = opt_->state();
-    message r = reply_to(m, kind::state);
-    r.h.a = static_cast<std::uint64_t>(s[0].integer());
-    r.frames.push_back(frame_of(nlohmann::json{{"learning_rate", s[1].real()}}.dump()));
-    for (const variable<B>* v : vars_)
-      r.frames.push_back(frame_of(std::make_shared<const std::vector<float>>(v->numpy())));
-    for (std::size_t i = 2; i < s.size(); ++i)
-      r.frames.push_back(frame_of(std::make_shared<const std::vector<float>>(s[i].numpy())));
-    return r;
+    return opt_->state();
   }
-  // state's reply given back (after create): the values, the slots, the iterations.
-  message restore(const message& m) {
-    if (!opt_) return reply_to(m, kind::empty);
-    opt_->build(vars_);
-    state_list<B> s = opt_->state();
-    if (m.frames.size() != 1 + vars_.size() + (s.size() - 2))
-      return failure(m, "restore: " + std::to_string(m.frames.size()) + " frames for " +
-                            std::to_string(vars_.size()) + " shards and " +
-                            std::to_string(s.size() - 2) + " optimizer slots");
-    const auto j = nlohmann::json::parse(text_of(m.frames[0]), nullptr, false);
-    if (j.is_discarded() || !j.contains("learning_rate"))
-      return failure(m, "restore: the description is not valid");
-    for (std::size_t i = 0; i < vars_.size(); ++i) vars_[i]->assign(floats_of(m.frames[1 + i]));
-    s[0].value = static_cast<std::int64_t>(m.h.a);
-    s[1].value = j["learning_rate"].get<double>();
-    for (std::size_t i = 2; i < s.size(); ++i) {
-      const auto values = floats_of(m.frames[vars_.size() + i - 1]);
-      if (values.size() != s[i].tensor().size())
-        return failure(m, "restore: slot " + s[i].path + " has " +
-                              std::to_string(s[i].tensor().size()) + " values, " +
-                              std::to_string(values.size()) + " sent");
-      B::upload(values, s[i].tensor().local());
-    }
-    opt_->set_state(s, "restore");
-    applied_batches_.clear();
-    return reply_to(m, kind::restore);
-  }
-
   variable_store<B> store_;
   std::vector<variable<B>*> vars_;
   std::unique_ptr<optimizer<B>> opt_;
-  std::unordered_set<std::uint64_t> applied_batches_;
-  std::uint64_t version_ = 0, generation_ = 0, applied_ = 0, refused_ = 0;
 };
+
+// What a ps task holds and does.
+using parameter_server = basic_parameter_server<optimizer_shards>;
 
 // Runs ps task `c.task_index` until the chief says shutdown (0), or the chief has sent nothing
 // for orphan_timeout after its first message (1, with a line saying so). The chief sends a
 // heartbeat every second; the workers' messages do not count.
 inline int serve_ps(const cluster_spec& c, const server_options& o = {}) {
   zmq::context_t ctx(1);
+  const auto zap = o.security.handler(ctx);  // before the socket binds, destroyed after it
   zmq::socket_t socket(ctx, zmq::socket_type::router);
   quiet(socket);
+  o.security.serve(socket);
   // A chief started again takes over the routing id of the one that died.
   socket.set(zmq::sockopt::router_handover, 1);
-  socket.bind(bind_endpoint(c.address()));
+  listen(socket, cluster_spec::task_name(c.task_type, static_cast<std::size_t>(c.task_index)),
+         c.address());
   parameter_server server;
   bool stop = false;
   auto last = std::chrono::steady_clock::now();
@@ -233,7 +144,7 @@ inline int serve_ps(const cluster_spec& c, const server_options& o = {}) {
     message r;
     try {
       r = server.handle(*m, stop);
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // not a refusal: out of memory, say
       r = failure(*m, e.what());
     }
     send(socket, r, &identity);
@@ -241,7 +152,7 @@ inline int serve_ps(const cluster_spec& c, const server_options& o = {}) {
   if (o.verbose)
     std::printf("ps %d: shut down after %llu updates (%llu repeated batches refused)\n",
                 c.task_index, static_cast<unsigned long long>(server.applied()),
-                static_cast<unsigned long long>(server.refused()));
+                static_cast<unsigned long long>(server.refused_repeats()));
   return 0;
 }
 
@@ -268,7 +179,8 @@ TESSEL_PS_INLINE nlohmann::json to_json(const optimizer_spec& spec) {
       },
       spec.value());
 }
-TESSEL_PS_INLINE optimizer_spec optimizer_from_json(const nlohmann::json& j) {
+TESSEL_PS_INLINE optimizer_spec optimizer_from_json(const nlohmann::json& unchecked) {
+  const nlohmann::json j = checked_optimizer(unchecked);
   const std::string name = j.at("name");
   if (name == "sgd")
     return optimizers::sgd{j.at("learning_rate"), j.at("momentum"), j.at("nesterov")};

@@ -10,12 +10,14 @@
 // A message is a multipart ZeroMQ message: one `header` frame (a fixed 48-byte struct), then
 // one frame per tensor, its float32 values as they lie in memory (both ends are this library on
 // the same kind of machine: little-endian IEEE floats). A sent tensor frame points at the
-// sender's buffer, kept alive until ZeroMQ has written it (no copy); a received one is read in
-// place from ZeroMQ's buffer. Every task that serves binds a ROUTER socket on its address's
+// sender's buffer, kept alive until ZeroMQ has written it (no copy); a received one is copied out
+// of ZeroMQ's buffer once, after messages.hpp has checked it. Every task that serves binds a ROUTER socket on its address's
 // port; a task that asks connects a DEALER socket, and matches replies to requests by id.
 #include <zmq.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "../core/errors.hpp"
+#include "security.hpp"
 
 namespace tessel::ps {
 
@@ -94,10 +97,55 @@ inline zmq::message_t frame_of(std::span<const float> values) {
 inline zmq::message_t frame_of(const std::string& text) {
   return zmq::message_t(text.data(), text.size());
 }
-// A received frame's floats, read in place (ZeroMQ's buffers are malloc'd: aligned for floats).
-inline std::span<const float> floats_of(const zmq::message_t& m) {
-  return {static_cast<const float*>(m.data()), m.size() / sizeof(float)};
-}
+// A received frame's float32 values. ZeroMQ hands a frame out at any address (a small one lies
+// inside the message object, a large one inside its receive buffer, at an odd address as often
+// as not), so the values are copied out with memcpy, never read in place as floats.
+class frame_floats {
+ public:
+  explicit frame_floats(const zmq::message_t& m) noexcept
+      : bytes_(static_cast<const unsigned char*>(m.data())), size_(m.size()) {}
+  // Whether the frame holds a whole number of floats.
+  [[nodiscard]] bool whole() const noexcept { return size_ % sizeof(float) == 0; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_ / sizeof(float); }
+  [[nodiscard]] float operator[](std::size_t i) const noexcept {
+    float f;
+    std::memcpy(&f, bytes_ + i * sizeof(float), sizeof f);
+    return f;
+  }
+  // The values into `out`, which holds exactly size() of them.
+  void copy_to(std::span<float> out) const noexcept {
+    if (!out.empty()) std::memcpy(out.data(), bytes_, out.size_bytes());
+  }
+  [[nodiscard]] std::vector<float> to_vector() const {
+    std::vector<float> out(size());
+    copy_to(out);
+    return out;
+  }
+  // The index of the first value that is NaN or infinite (all exponent bits set), if any. Runs
+  // of values are tested without a branch per value, so that the loop vectorizes.
+  [[nodiscard]] std::optional<std::size_t> first_non_finite() const noexcept {
+    constexpr std::size_t run = 256;
+    const std::size_t n = size();
+    for (std::size_t start = 0; start < n; start += run) {
+      const std::size_t end = std::min(n, start + run);
+      bool bad = false;
+      for (std::size_t i = start; i < end; ++i) bad |= !finite_at(i);
+      if (bad)
+        for (std::size_t i = start; i < end; ++i)
+          if (!finite_at(i)) return i;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  [[nodiscard]] bool finite_at(std::size_t i) const noexcept {
+    std::uint32_t bits;
+    std::memcpy(&bits, bytes_ + i * sizeof bits, sizeof bits);
+    return (bits & 0x7f800000u) != 0x7f800000u;
+  }
+  const unsigned char* bytes_;
+  std::size_t size_;
+};
 inline std::string text_of(const zmq::message_t& m) { return m.to_string(); }
 
 // Sends m (after `identity`, the peer's, on a ROUTER socket). The frames are moved out.
@@ -141,13 +189,38 @@ inline std::optional<message> receive(zmq::socket_t& s, std::chrono::millisecond
   return m;
 }
 
-// "tcp://host:port" for an address "host:port"; to bind, every interface on that port.
+// "tcp://host:port" for an address "host:port" ("[::1]:2222" as it is); to bind, every interface
+// on that port, IPv4 and IPv6 (TensorFlow's servers listen on every interface too).
 inline std::string connect_endpoint(const std::string& address) { return "tcp://" + address; }
 inline std::string bind_endpoint(const std::string& address) {
   return "tcp://*:" + address.substr(address.rfind(':') + 1);
 }
 
-inline void quiet(zmq::socket_t& s) { s.set(zmq::sockopt::linger, 0); }
+// Every socket: no lingering on close, and IPv6 as well as IPv4 (an address "[::1]:2222" is
+// reached, and a bound socket takes both).
+inline void quiet(zmq::socket_t& s) {
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::ipv6, 1);
+}
+
+// Binds `s` to the port of `address`, the task `who` ("ps 1"); a port that cannot be taken is a
+// value_error naming the task, the address and what to do.
+inline void listen(zmq::socket_t& s, const std::string& who, const std::string& address) {
+  try {
+    s.bind(bind_endpoint(address));
+  } catch (const zmq::error_t& e) {
+    const std::string port = address.substr(address.rfind(':') + 1);
+    std::string why = who + " cannot listen on " + address + " (port " + port +
+                      " of every interface of this machine): " + e.what();
+    if (e.num() == EADDRINUSE)
+      why += "; another process listens there (`ss -ltnp 'sport = :" + port +
+             "'` names it), or another task of this cluster was given the same port. Give " +
+             who + " a free port in TF_CONFIG";
+    else if (e.num() == EACCES)
+      why += "; ports below 1024 need privileges. Give " + who + " a port from 1024 in TF_CONFIG";
+    throw value_error(why);
+  }
+}
 
 // A reply as connection::call returns it from `who` ("ps 1 at host:port"): `failed` throws
 // value_error with its text, `empty` throws task_lost (the ps started again and holds no
@@ -167,11 +240,12 @@ class connection {
   // `name` says who the task is in messages ("ps 0"); `routing_id`, when given, is how this
   // end is known to the task (the chief's is "chief").
   connection(zmq::context_t& ctx, std::string address, std::string name,
-             const std::string& routing_id = {})
+             const std::string& routing_id = {}, const transport_security& security = {})
       : socket_(ctx, zmq::socket_type::dealer),
         address_(std::move(address)),
         name_(std::move(name)) {
     quiet(socket_);
+    security.ask(socket_);
     if (!routing_id.empty()) socket_.set(zmq::sockopt::routing_id, zmq::buffer(routing_id));
     socket_.set(zmq::sockopt::reconnect_ivl, 100);
     socket_.set(zmq::sockopt::reconnect_ivl_max, 1000);
@@ -190,8 +264,9 @@ class connection {
       if (std::chrono::steady_clock::now() - start >= limit)
         throw task_lost("could not reach " + name_ + " at " + address_ + " within " +
                         seconds(limit) +
-                        ": no answer to hello; check that it runs and that "
-                        "TF_CONFIG gives its address");
+                        ": no answer to hello; check that it runs, that "
+                        "TF_CONFIG gives its address, and that every task has the cluster's "
+                        "keys or none has");
       wait = std::min(wait * 2, std::chrono::milliseconds{1000});
     }
   }

@@ -34,6 +34,7 @@
 #include "../data/array.hpp"
 #include "../data/array_ops.hpp"
 #include "../data/dataset.hpp"
+#include "../runtime/address.hpp"
 #include "../runtime/world.hpp"
 #include "../trainer/gradient_buckets.hpp"
 #include "../trainer/strategy_scope.hpp"
@@ -616,9 +617,12 @@ TESSEL_INLINE tf_config parse_tf_config(std::string_view text, int processes, in
            "chief and workers only (the parameter servers' strategy is another)");
     if (!addresses.is_array()) fail("'cluster." + role + "' is not a list of addresses");
     for (const auto& a : addresses) {
-      if (!a.is_string() || a.get<std::string>().empty())
-        fail("'cluster." + role + "' holds an entry that is not an address");
+      if (!a.is_string())
+        fail("'cluster." + role + "' holds " + a.dump() + ", which is not an address \"host:port\"");
       const std::string address = a.get<std::string>();
+      if (const auto [parsed, why] = runtime::parse_address(address); !parsed)
+        fail("'cluster." + role + "' holds \"" + address + "\", which is not an address " +
+             "\"host:port\": " + why);
       if (std::find(seen.begin(), seen.end(), address) != seen.end())
         fail("the address '" + address + "' is listed twice");
       seen.push_back(address);
