@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Starts a local parameter-server cluster: the same program as every task (the ps tasks, the
-# workers and the chief), on 127.0.0.1, each with its own TF_CONFIG, as a cluster manager would
-# start them one by one. The ps and worker tasks run in the background, their lines prefixed
-# with the task ("[worker 1] ..."); the chief in the foreground. When the chief ends, the others
-# are stopped, and the script exits with the chief's status.
+# workers and the chief), on 127.0.0.1, each with its own TF_CONFIG (and the cluster's keys when
+# given), as a cluster manager would start them one by one. The ps and worker tasks run in the
+# background, their lines prefixed with the task ("[worker 1] ..."); the chief in the foreground.
+# When the chief ends, the others are stopped, and the script exits with the chief's status.
 #
-#   scripts/ps_cluster.sh [--workers N] [--ps N] [--port P] [--respawn] [--timeout S] program [args]
+#   scripts/ps_cluster.sh [--workers N] [--ps N] [--port P] [--respawn] [--timeout S]
+#                         [--host H] [--keys FILE | --new-keys TOOL] program [args]
 #
 #   --workers N   worker tasks (default 2)          --ps N      ps tasks (default 1)
 #   --port P      the first port; the tasks take P, P+1, ... (default: one drawn from 20000-31999,
@@ -16,8 +17,13 @@
 #   --wait-all S  when the chief ends, let the other tasks end on their own for up to S seconds
 #                 (a test that they notice the chief is gone); the script then fails, with
 #                 status 3, if any had to be stopped
+#   --host H      the host of every address (default 127.0.0.1; "[::1]" for IPv6)
+#   --keys FILE   the cluster's CURVE keys: every task gets TESSEL_PS_KEYS_FILE=FILE
+#   --new-keys TOOL  a new cluster's keys, made by TOOL (tessel-ps-keys) in a scratch directory,
+#                 given to every task as --keys does and removed at the end
 set -u
 workers=2 ps=1 port=$((20000 + RANDOM % 12000)) respawn=0 timeout_s=600 wait_all=0
+host=127.0.0.1 keys="" new_keys=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --workers) workers=$2; shift 2 ;;
@@ -26,6 +32,9 @@ while [[ $# -gt 0 ]]; do
     --respawn) respawn=1; shift ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --wait-all) wait_all=$2; shift 2 ;;
+    --host) host=$2; shift 2 ;;
+    --keys) keys=$2; shift 2 ;;
+    --new-keys) new_keys=$2; shift 2 ;;
     --) shift; break ;;
     -*) echo "ps_cluster.sh: unknown option $1" >&2; exit 2 ;;
     *) break ;;
@@ -40,9 +49,20 @@ if [[ $workers -lt 1 || $ps -lt 1 ]]; then
   exit 2
 fi
 
+scratch=""
+if [[ -n $new_keys ]]; then
+  scratch=$(mktemp -d)
+  keys=$scratch/cluster.keys
+  "$new_keys" "$keys" >/dev/null || { rm -rf "$scratch"; exit 2; }
+fi
+if [[ -n $keys ]]; then
+  [[ -f $keys ]] || { echo "ps_cluster.sh: no keys file $keys" >&2; exit 2; }
+  export TESSEL_PS_KEYS_FILE=$keys
+fi
+
 addresses() {  # first count
   local list="" i
-  for ((i = 0; i < $2; i++)); do list+="${list:+, }\"127.0.0.1:$(($1 + i))\""; done
+  for ((i = 0; i < $2; i++)); do list+="${list:+, }\"$host:$(($1 + i))\""; done
   echo "$list"
 }
 chief_list=$(addresses "$port" 1)
@@ -102,4 +122,5 @@ if [[ $wait_all -gt 0 ]]; then
   echo "[ps_cluster] the other tasks ended $((SECONDS - deadline + wait_all)) s after the chief"
 fi
 stop_all
+[[ -n $scratch ]] && rm -rf "$scratch"
 exit "$status"

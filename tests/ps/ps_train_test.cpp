@@ -22,6 +22,8 @@
 //             own within chief_timeout (10 s), saying why (checked by the CMake script).
 //   unreachable  run as a worker whose ps tasks do not exist: it gives up after 1 s, naming
 //             the ps and its address.
+//   port_in_use  run as ps 0 whose port this process holds already: refused, naming the task and
+//             the address.
 //   nan       1 worker, 1 ps: batch 5 holds a NaN; the worker pushes nothing for it and the
 //             chief ends fit after that epoch with TerminateOnNaN's message; the variables stay
 //             finite.
@@ -143,6 +145,16 @@ int main(int argc, char** argv) {
     options.chief_timeout = std::chrono::milliseconds(10000);
     if (mode == "unreachable") options.connect_timeout = std::chrono::milliseconds(1000);
     ps::parameter_server_strategy strategy(ps::cluster_from_environment(), options);
+    if (mode == "port_in_use") {
+      // Another process's socket on the ps's port (here this process's own, bound first).
+      zmq::context_t ctx(1);
+      zmq::socket_t holder(ctx, zmq::socket_type::router);
+      ps::quiet(holder);
+      holder.bind(ps::bind_endpoint(strategy.cluster().address()));
+      (void)ps::serve_ps(strategy.cluster());
+      check(false, "a ps on a port in use is refused");
+      return 1;
+    }
     model_t model;
     model.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
     const std::vector<array<float>> initial = model.get_weights();

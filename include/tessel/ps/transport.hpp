@@ -283,8 +283,8 @@ class connection {
   // Sends m and waits for its reply up to `timeout` (replies to earlier requests are dropped).
   std::optional<message> try_call(message& m, std::chrono::milliseconds timeout) {
     m.h.id = ++last_id_;
-    send(socket_, m);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
+    if (!send_within(m, timeout)) return std::nullopt;
     for (;;) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
@@ -293,10 +293,11 @@ class connection {
       if (r && r->h.id == last_id_) return r;
     }
   }
-  // Sends m without waiting for a reply.
+  // Sends m without waiting for a reply; dropped when the task cannot take it now (no
+  // connection to it: it is gone, or refused this one's keys).
   void post(message& m) {
     m.h.id = ++last_id_;
-    send(socket_, m);
+    (void)send_within(m, std::chrono::milliseconds(0));
   }
   std::optional<message> poll(std::chrono::milliseconds timeout) {
     return heard(receive(socket_, timeout));
@@ -313,6 +314,17 @@ class connection {
   static std::string seconds(std::chrono::milliseconds d) {
     const auto ms = d.count();
     return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+  }
+  // A DEALER's send blocks while it has no connection (one whose handshake failed is dropped,
+  // not queued): wait up to `timeout` for it to take the message, else leave it unsent.
+  bool send_within(message& m, std::chrono::milliseconds timeout) {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLOUT, 0};
+    if (zmq::poll(&item, 1, timeout) == 0) {
+      m.frames.clear();
+      return false;
+    }
+    send(socket_, m);
+    return true;
   }
   std::optional<message> heard(std::optional<message> m) {
     if (m) last_heard_ = std::chrono::steady_clock::now();
