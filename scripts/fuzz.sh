@@ -7,9 +7,9 @@
 #
 #   scripts/fuzz.sh SECONDS [HARNESS...]     e.g. scripts/fuzz.sh 600, scripts/fuzz.sh 60 idx
 #
-# Harnesses (tests/fuzz/fuzz_<name>.cpp): idx, fashion_mnist, regex, collective_timeout, and the
+# Harnesses (tests/fuzz/fuzz_<name>.cpp): idx, fashion_mnist, regex, collective_timeout, the
 # saving ones: checkpoint_manifest, checkpoint_metadata, checkpoint_path, keras_config, zip,
-# weights_precheck, weights_index. The corpus each run grows is kept in build-fuzz/corpus/<harness>/ and used again
+# weights_precheck, weights_index, and the parameter servers' wire: ps_server, ps_worker. The corpus each run grows is kept in build-fuzz/corpus/<harness>/ and used again
 # by the next run (delete it to start from the seeds in tests/fuzz/corpus/<harness>/ alone); the
 # log of the last run is build-fuzz/logs/<harness>.log. Environment: FUZZ_BUILD (default
 # build-fuzz), FUZZ_CXX (default clang++), FUZZ_ARGS (more libFuzzer flags, e.g.

@@ -4,7 +4,8 @@
 # runtime is missing. Used by the CTest test fuzz.build_harnesses and by scripts/fuzz.sh.
 #
 #   cmake -DBINARY_DIR=<dir> [-DCXX=clang++] [-DSOURCE_DIR=<repo>] [-DSYSTEM_INCLUDES=a;b]
-#         [-DZLIB_INCLUDE_DIRS=..] [-DZLIB_LIBRARIES=..] [-DHDF5_LIBRARIES=..] [-DRUNS=200]
+#         [-DZLIB_INCLUDE_DIRS=..] [-DZLIB_LIBRARIES=..] [-DHDF5_LIBRARIES=..]
+#         [-DZMQ_LIBRARIES=..] [-DRUNS=200]
 #         [-DHARNESSES=idx;regex] [-DOPTIMIZE=-O0;-g1] -P tests/fuzz/build_harnesses.cmake
 #
 # OPTIMIZE is the optimization and debug flags, -O1 -g by default (long runs: scripts/fuzz.sh);
@@ -97,6 +98,10 @@ endforeach()
 if(NOT ZLIB_LIBRARIES)
   set(ZLIB_LIBRARIES -lz)
 endif()
+# The parameter-server harnesses read ZeroMQ's messages (libzmq, Debian's libzmq3-dev).
+if(NOT ZMQ_LIBRARIES)
+  set(ZMQ_LIBRARIES -lzmq)
+endif()
 if(NOT HDF5_LIBRARIES)
   find_library(hdf5_library NAMES hdf5_serial hdf5 PATH_SUFFIXES hdf5/serial)
   if(NOT hdf5_library)
@@ -125,7 +130,7 @@ foreach(name IN LISTS HARNESSES)
   endif()
   string(TIMESTAMP t0 "%s")
   execute_process(COMMAND "${CXX}" ${flags} "${src}" -o "${BINARY_DIR}/fuzz_${name}"
-                          ${HDF5_LIBRARIES} ${ZLIB_LIBRARIES}
+                          ${HDF5_LIBRARIES} ${ZLIB_LIBRARIES} ${ZMQ_LIBRARIES}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   string(TIMESTAMP t1 "%s")
   if(NOT rc EQUAL 0)

@@ -327,4 +327,9 @@ write("weights_index", "bad_sums", json.dumps(index).encode())
 index["tessel_shards"] = 3
 write("weights_index", "sums_not_an_object", json.dumps(index).encode())
 EOF
+# --- ps_server, ps_worker: real messages of a parameter-server job, and what its chief reads
+# (make_ps_corpus.py; the keys seed is made by tessel-ps-keys, TESSEL_PS_KEYS_PROGRAM or the
+# build's).
+python3 "$here/make_ps_corpus.py" "$out" "${TESSEL_PS_KEYS_PROGRAM:-$here/../../build/tessel-ps-keys}"
+
 echo "seeds: $(find "$out" -type f | wc -l) files in $out"

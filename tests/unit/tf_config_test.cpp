@@ -58,6 +58,8 @@ TEST_CASE("TF_CONFIG: every malformed field is named, and so is a disagreement w
                       "port '0' is not a number from 1 to 65535"));
   CHECK_THAT(error(R"({"cluster": {"worker": ["a:70000"]}, "task": {}})"),
              Contains("the port '70000' is not a number from 1 to 65535"));
+  CHECK_THAT(error(R"({"cluster": {"worker": ["a:11111111111111111111"]}, "task": {}})"),
+             Contains("the port '11111111111111111111' is not a number from 1 to 65535"));
   CHECK_THAT(error(R"({"cluster": {"worker": ["my host:1"]}, "task": {}})"),
              Contains("the host 'my host' is not a host name"));
   CHECK_THAT(error(R"({"cluster": {"worker": ["a:1", "a:1"]}, "task": {}})"),

@@ -69,15 +69,9 @@ inline std::pair<std::optional<host_port>, std::string> parse_address(std::strin
   if (colon == std::string_view::npos)
     return {std::nullopt, "it has no ':port'"};
   const std::string_view host = address.substr(0, colon), port = address.substr(colon + 1);
-  long value = 0;
-  if (port.empty() || port.size() > 5) value = -1;
-  for (const char c : port) {
-    if (c < '0' || c > '9') {
-      value = -1;
-      break;
-    }
-    value = value * 10 + (c - '0');
-  }
+  long value = port.empty() || port.size() > 5 ? -1 : 0;
+  for (std::size_t i = 0; value >= 0 && i < port.size(); ++i)
+    value = port[i] >= '0' && port[i] <= '9' ? value * 10 + (port[i] - '0') : -1;
   if (value < 1 || value > 65535)
     return {std::nullopt, "the port '" + std::string(port) + "' is not a number from 1 to 65535"};
   host_port out;
