@@ -7,12 +7,14 @@
 #   configure  build-sanitize/, RelWithDebInfo at -O1 -g, CMAKE_CXX_FLAGS
 #              -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 #              -Wno-error=maybe-uninitialized, -fsanitize=address,undefined for the linker;
-#              benchmarks off. -O1, not -O2: the instrumented template-heavy tests compile 1.7x
+#              benchmarks off; TESSEL_TEST_TIME_SCALE 6 (the long-training tests' limits, the
+#              parameter-server examples', six times longer). -O1, not -O2: the instrumented template-heavy tests compile 1.7x
 #              faster (a unit test file: 104 s against 180 s) and still run at a useful speed.
 #              The sanitizers make GCC 12 report -Wmaybe-uninitialized inside libstdc++'s
 #              std::regex (std::function in _State's move), which plain builds do not: a warning
 #              here, not an error.
-#   test       the tests named unit.*, static.*, example.* and mpi.* (compile_fail.* only
+#   test       the tests named unit.*, static.*, example.* and mpi.*, and ps.server_requests
+#              (a ps's request handling, frames at odd addresses among them; compile_fail.* only
 #              compile, install.* and fuzz.* build other projects with other flags), with
 #     ASAN_OPTIONS   halt_on_error=1 (the first error ends the process, non-zero), detect_leaks=1,
 #                    fast_unwind_on_malloc=0 (see below), check_initialization_order=1,
