@@ -12,7 +12,9 @@
 //   - the staleness of 400 steps, as a distribution;
 //   - raw ZeroMQ: a round trip over TCP on 127.0.0.1 between two sockets of this process that
 //     carries what one step moves (the variables one way, the gradients the other, 1.07 MB
-//     each), against the step's time beyond its compute.
+//     each), against the step's time beyond its compute; open and with CURVE.
+// Run with the cluster's keys (ps_cluster.sh --new-keys build/tessel-ps-keys) to time a keyed
+// cluster; benchmarks/compare_ps_security.sh alternates the two.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,12 +49,16 @@ double seconds_since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
-// A DEALER -> ROUTER round trip on 127.0.0.1 carrying `bytes` each way, best of 200, in ms.
-double zmq_round_trip_ms(std::size_t bytes) {
+// A DEALER -> ROUTER round trip on 127.0.0.1 carrying `bytes` each way, best of 200, in ms;
+// with `security`'s keys, over CURVE with the ZAP handler, as the cluster's sockets.
+double zmq_round_trip_ms(std::size_t bytes, const ps::transport_security& security = {}) {
   zmq::context_t ctx(1);
+  const auto zap = security.handler(ctx);
   zmq::socket_t server(ctx, zmq::socket_type::router), client(ctx, zmq::socket_type::dealer);
   server.set(zmq::sockopt::linger, 0);
   client.set(zmq::sockopt::linger, 0);
+  security.serve(server);
+  security.ask(client);
   server.bind("tcp://127.0.0.1:*");
   client.connect(server.get(zmq::sockopt::last_endpoint));
   std::thread echo([&] {
@@ -125,6 +131,7 @@ int main(int argc, char** argv) {
     std::size_t bytes = 0;
     for (const auto& w : model.get_weights()) bytes += w.values.size() * 4;
     const double raw = zmq_round_trip_ms(bytes);
+    const double raw_curve = zmq_round_trip_ms(bytes, {ps::make_cluster_keys()});
     const int workers = strategy.num_workers();
     std::printf("ps_bench: %d workers, %d ps, %zu bytes of variables in %zu shards\n", workers,
                 strategy.num_ps(), bytes, coord.variable_placement().shards.size());
@@ -135,12 +142,16 @@ int main(int argc, char** argv) {
         cluster, 1e3 / cluster, one_device / cluster, staleness);
     std::printf("  a step's time beyond compute, per worker: %.3f ms\n",
                 cluster * workers - one_device);
-    std::printf("  raw ZeroMQ round trip of %zu B each way: %.3f ms\n", bytes, raw);
+    std::printf("  raw ZeroMQ round trip of %zu B each way: %.3f ms open, %.3f ms with CURVE\n",
+                bytes, raw, raw_curve);
+    std::printf("  this cluster's transport: %s\n",
+                strategy.security().open() ? "open" : "CURVE (the cluster's keys)");
     std::printf("  staleness of 400 steps:");
     for (std::size_t s = 0; s < histogram.size(); ++s)
       if (histogram[s]) std::printf(" %zu: %zu", s, histogram[s]);
     std::printf("\n");
-    std::printf("RESULT ps workers=%d samples_per_s=%.0f\n", workers, 32e3 / cluster);
+    std::printf("RESULT ps workers=%d samples_per_s=%.0f keyed=%d raw_ms=%.3f raw_curve_ms=%.3f\n",
+                workers, 32e3 / cluster, strategy.security().open() ? 0 : 1, raw, raw_curve);
     coord.shutdown();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ps_bench: %s\n", e.what());

@@ -55,7 +55,8 @@ class plain_shards {
   void apply(const ps::message& m) {
     for (std::size_t i = 0; i < values_.size(); ++i) {
       const ps::frame_floats g(m.frames[i]);
-      if (g.size() != values_[i].size()) fail("apply: a gradient of the wrong size was let through");
+      if (g.size() != values_[i].size())
+        fail("apply: a gradient of the wrong size was let through");
       for (std::size_t k = 0; k < g.size(); ++k) {
         if (!std::isfinite(g[k])) fail("apply: a non-finite gradient was let through");
         const double step = -learning_rate_ * g[k];
@@ -119,8 +120,8 @@ struct snapshot {
   bool operator==(const snapshot&) const = default;
 };
 snapshot snap(const server& s) {
-  return {s.shards(), s.applied(), s.refused_repeats(), s.version(), s.generation(),
-          s.holds_variables()};
+  return {s.shards(),  s.applied(),    s.refused_repeats(),
+          s.version(), s.generation(), s.holds_variables()};
 }
 
 // A frame whose bytes start at an odd address, as ZeroMQ hands a frame out of its buffer.
@@ -183,12 +184,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       bool finite = true, overflow = false;
       for (std::size_t i = 0; i < ps_task.shards().count(); ++i) {
         finite = finite && all_finite(ps_task.shards().values(i));
-        for (const float v : ps_task.shards().values(i)) overflow = overflow || std::fabs(v) > 1e30f;
+        for (const float v : ps_task.shards().values(i))
+          overflow = overflow || std::fabs(v) > 1e30f;
       }
       if (finite_before && !finite && !overflow && ps_task.shards().learning_rate() < 1e30)
         fail("a shard became non-finite from finite values and a finite gradient");
     }
-    if (m.h.what != ps::kind::push && r.h.what == ps::kind::push) fail("a push's reply to another request");
+    if (m.h.what != ps::kind::push && r.h.what == ps::kind::push)
+      fail("a push's reply to another request");
     if (r.h.what == ps::kind::pull) {
       if (r.frames.size() != ps_task.shards().count()) fail("a pull's frames are not the shards");
       for (std::size_t i = 0; i < r.frames.size(); ++i)

@@ -41,8 +41,7 @@ const std::vector<std::vector<std::size_t>> shapes{{5, 3}, {3}, {4, 2}};
 const std::vector<std::string> names{"dense/kernel", "dense/bias", "dense_1/kernel"};
 
 const ps::placement& fixed_placement() {
-  static const ps::placement p =
-      ps::place(shapes, names, ps::fixed_shards_partitioner{2}, 2);
+  static const ps::placement p = ps::place(shapes, names, ps::fixed_shards_partitioner{2}, 2);
   return p;
 }
 
@@ -244,14 +243,30 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text(reinterpret_cast<const char*>(rest), n);
   try {
     switch (data[0] % 8) {
-      case 0: pull_reply(rest, n); break;
-      case 1: state_reply(rest, n); break;
-      case 2: model_description(rest, n); break;
-      case 3: done(rest, n); break;
-      case 4: position(text); break;
-      case 5: optimizer(text); break;
-      case 6: tf_config(text); break;
-      default: keys(text); break;
+      case 0:
+        pull_reply(rest, n);
+        break;
+      case 1:
+        state_reply(rest, n);
+        break;
+      case 2:
+        model_description(rest, n);
+        break;
+      case 3:
+        done(rest, n);
+        break;
+      case 4:
+        position(text);
+        break;
+      case 5:
+        optimizer(text);
+        break;
+      case 6:
+        tf_config(text);
+        break;
+      default:
+        keys(text);
+        break;
     }
   } catch (const ps::refused&) {
     fail("a refusal escaped its reader");

@@ -132,7 +132,9 @@ class recording_proxy {
         }
       }
       for (std::size_t j = fds.size(); j-- > 1;)
-        if (fds[j].fd < 0) fds.erase(fds.begin() + static_cast<long>(j)), peer.erase(peer.begin() + static_cast<long>(j));
+        if (fds[j].fd < 0)
+          fds.erase(fds.begin() + static_cast<long>(j)),
+              peer.erase(peer.begin() + static_cast<long>(j));
     }
     for (std::size_t j = 1; j < fds.size(); ++j) ::close(fds[j].fd);
   }
@@ -144,8 +146,8 @@ class recording_proxy {
 };
 
 // Values no message holds by chance, and their bytes.
-const std::vector<float> secret_values{1234.5678f, -8765.4321f, 3.14159265f, 2.71828182f,
-                                       1.41421356f, 1.61803398f};
+const std::vector<float> secret_values{1234.5678f,  -8765.4321f, 3.14159265f,
+                                       2.71828182f, 1.41421356f, 1.61803398f};
 std::string bytes_of(const std::vector<float>& v) {
   return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
 }
@@ -180,8 +182,8 @@ struct served_ps {
     cluster.ps = {"127.0.0.1:" + std::to_string(port)};
     cluster.task_type = ps::role::ps;
     thread = std::thread([this, security] {
-      status = ps::serve_ps(cluster, {.orphan_timeout = 60000ms, .verbose = false,
-                                      .security = security});
+      status = ps::serve_ps(cluster,
+                            {.orphan_timeout = 60000ms, .verbose = false, .security = security});
     });
   }
   void stop(zmq::context_t& ctx, const ps::transport_security& security) {
@@ -292,7 +294,8 @@ void keys_file() {
   check(back.server_secret == k.server_secret && back.client_public == k.client_public,
         "keys: read back as written");
   std::string why = refusal([&] { (void)ps::write_cluster_keys(file); });
-  check(why.find("keys are never written over a file") != std::string::npos && ps::parse_cluster_keys(text, "f").server_public == k.server_public,
+  check(why.find("keys are never written over a file") != std::string::npos &&
+            ps::parse_cluster_keys(text, "f").server_public == k.server_public,
         "keys: never written over a file that exists: " + why);
 
   ::setenv(ps::keys_file_variable, file.c_str(), 1);

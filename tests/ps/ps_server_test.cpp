@@ -4,9 +4,9 @@
 // restore, and the failures named; every malformed request (sizes, optimizer, shapes,
 // non-finite gradients, frames at odd addresses) refused whole, changing nothing.
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
-#include <cstdio>
 #include <string>
 #include <tessel/ps.hpp>
 #include <tessel/tessel.hpp>
@@ -177,7 +177,8 @@ void refusals() {
   // A request of a kind a ps does not know.
   ps::message odd_kind = request(static_cast<ps::kind>(77));
   why = text(handle(std::move(odd_kind)));
-  check(why == "a ps task does not handle requests of kind 77", "an unknown kind is refused: " + why);
+  check(why == "a ps task does not handle requests of kind 77",
+        "an unknown kind is refused: " + why);
 }
 }  // namespace
 
@@ -222,8 +223,9 @@ int main(int argc, char** argv) {
   check(r.h.b == 0, "the same batch pushed again is refused");
   r = handle(push(8, 1, 0));
   check(r.h.b == 1 && r.h.a == 1, "a push computed one update behind: staleness 1");
-  check(text(handle(push(9, 1, 2, 1))).find("push of batch 9 from a task that did not say which: 1 "
-                                            "gradients for 2 shards") != std::string::npos,
+  check(text(handle(push(9, 1, 2, 1)))
+                .find("push of batch 9 from a task that did not say which: 1 "
+                      "gradients for 2 shards") != std::string::npos,
         "a push with too few gradients is refused, naming the batch and the counts");
 
   // state, then create again (generation 2) and restore: the values and version come back; a push

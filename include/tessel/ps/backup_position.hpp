@@ -30,13 +30,13 @@ inline std::string position_text(const backup_point& p) {
                         {"steps_per_epoch", p.steps_per_epoch},
                         {"next_index", p.next_index},
                         {"weights", {{"bytes", p.weights_bytes}, {"crc32", p.weights_crc32}}}}
-             .dump();
+      .dump();
 }
 
 // The position in `text` (the file `file`), checked against the fit that reads it: `steps` per
 // epoch, `epochs` in all. A value_error names the file and the field.
 inline backup_point parse_position(std::string_view text, const std::string& file,
-                                      std::uint64_t steps, std::uint64_t epochs) {
+                                   std::uint64_t steps, std::uint64_t epochs) {
   const auto fail = [&](const std::string& what) {
     throw value_error("BackupAndRestore: " + file + ": " + what +
                       ". The backup is kept as it is: give another backup_dir, or remove it to "
@@ -70,7 +70,8 @@ inline backup_point parse_position(std::string_view text, const std::string& fil
          std::to_string(epochs) + " epochs; give epochs of at least " +
          std::to_string(p.epochs_done));
   if (p.epochs_done > 0 && steps > std::numeric_limits<std::uint64_t>::max() / p.epochs_done)
-    fail("'epochs_done' is " + std::to_string(p.epochs_done) + ", more batches than can be counted");
+    fail("'epochs_done' is " + std::to_string(p.epochs_done) +
+         ", more batches than can be counted");
   if (p.next_index < p.epochs_done * steps)
     fail("'next_index' is " + std::to_string(p.next_index) + ", before the " +
          std::to_string(p.epochs_done * steps) + " batches of the " +

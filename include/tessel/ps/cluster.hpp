@@ -78,7 +78,8 @@ TESSEL_PS_INLINE cluster_spec parse_cluster(std::string_view text) {
     auto& list = name == "chief" ? c.chief : name == "worker" ? c.worker : c.ps;
     for (const auto& a : addresses) {
       if (!a.is_string())
-        fail("'cluster." + name + "' holds " + a.dump() + ", which is not an address \"host:port\"");
+        fail("'cluster." + name + "' holds " + a.dump() +
+             ", which is not an address \"host:port\"");
       const std::string address = a.get<std::string>();
       if (const auto [parsed, why] = runtime::parse_address(address); !parsed)
         fail("'cluster." + name + "' holds \"" + address + "\", which is not an address " +

@@ -216,11 +216,10 @@ class coordinator_core {
                                        std::size_t steps) const;
   // The backup's position, checked against this fit and the weights file (nullopt: no backup).
   TESSEL_PS_INLINE std::optional<backup_point> read_position(const std::filesystem::path& dir,
-                                                                std::size_t steps,
-                                                                std::size_t epochs) const;
+                                                             std::size_t steps,
+                                                             std::size_t epochs) const;
   // Batches numbered on from the backup's; returns its epochs done.
-  TESSEL_PS_INLINE std::size_t resume_at(const std::filesystem::path& dir,
-                                         const backup_point& p);
+  TESSEL_PS_INLINE std::size_t resume_at(const std::filesystem::path& dir, const backup_point& p);
   static std::filesystem::path backup_weights(const std::filesystem::path& dir) {
     return dir / "checkpoint.weights.h5";
   }
@@ -569,8 +568,8 @@ TESSEL_PS_INLINE std::size_t coordinator_core::recover(const ps_lost& lost,
   ++stats_.ps_restarts;
   const auto position = read_position(*hooks.backup_dir, hooks.steps, hooks.epochs);
   if (!position)
-    end_job(std::string(lost.what()) + "; its backup's " + backup_position(*hooks.backup_dir).string() +
-            " is gone, so the job ends");
+    end_job(std::string(lost.what()) + "; its backup's " +
+            backup_position(*hooks.backup_dir).string() + " is gone, so the job ends");
   hooks.restore_state(*hooks.backup_dir);
   const std::size_t done = resume_at(*hooks.backup_dir, *position);
   std::erase_if(stats_.trained, [&](std::uint64_t g) { return g >= next_index_; });
@@ -644,11 +643,10 @@ TESSEL_PS_INLINE std::vector<std::unique_ptr<connection>> coordinator_core::conn
   const cluster_spec& c = strategy_.cluster();
   std::vector<std::unique_ptr<connection>> out;
   for (int p = 0; p < c.num_ps(); ++p) {
-    out.push_back(
-        std::make_unique<connection>(ctx_, c.ps[static_cast<std::size_t>(p)],
-                                     cluster_spec::task_name(role::ps, static_cast<std::size_t>(p)),
-                                     strategy_.is_chief() ? chief_routing_id : std::string{},
-                                     strategy_.security()));
+    out.push_back(std::make_unique<connection>(
+        ctx_, c.ps[static_cast<std::size_t>(p)],
+        cluster_spec::task_name(role::ps, static_cast<std::size_t>(p)),
+        strategy_.is_chief() ? chief_routing_id : std::string{}, strategy_.security()));
     out.back()->connect(strategy_.options().connect_timeout);
   }
   return out;
@@ -761,8 +759,9 @@ TESSEL_PS_INLINE void coordinator_core::on_message(message& m, zmq::message_t& i
       why = "worker " + std::to_string(index) +
             "'s dataset differs from the first worker's (its facts' checksum); every worker "
             "must build the same dataset";
-    else if (const auto d = m.frames.empty() ? std::optional<std::string>("it did not describe its model's variables")
-                                            : model_difference(m.frames[0], names_, shapes_))
+    else if (const auto d = m.frames.empty() ? std::optional<std::string>(
+                                                   "it did not describe its model's variables")
+                                             : model_difference(m.frames[0], names_, shapes_))
       why = "worker " + std::to_string(index) + " at " + strategy_.cluster().worker[index] +
             " was built with another model than the chief's: " + *d +
             "; every task must build the same model";

@@ -40,15 +40,16 @@ inline std::optional<std::string> first_non_finite(const frame_floats& values) {
   const auto at = values.first_non_finite();
   if (!at) return std::nullopt;
   const float v = values[*at];
-  return std::string(std::isnan(v) ? "NaN" : v > 0 ? "inf" : "-inf") + " at value " +
-         std::to_string(*at) + " of " + std::to_string(values.size());
+  return std::string(std::isnan(v) ? "NaN"
+                     : v > 0       ? "inf"
+                                   : "-inf") +
+         " at value " + std::to_string(*at) + " of " + std::to_string(values.size());
 }
 
 // "(784, 256)", as Keras prints a shape.
 inline std::string shape_text(const std::vector<std::size_t>& shape) {
   std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + (shape.size() == 1 ? ",)" : ")");
 }
 
@@ -65,9 +66,9 @@ inline std::optional<std::size_t> values_of_shape(const std::vector<std::size_t>
 }
 // A JSON text frame parsed, or nullopt.
 inline std::optional<nlohmann::json> json_of(const zmq::message_t& frame) {
-  auto j = nlohmann::json::parse(static_cast<const char*>(frame.data()),
-                                 static_cast<const char*>(frame.data()) + frame.size(), nullptr,
-                                 false);
+  auto j =
+      nlohmann::json::parse(static_cast<const char*>(frame.data()),
+                            static_cast<const char*>(frame.data()) + frame.size(), nullptr, false);
   if (j.is_discarded()) return std::nullopt;
   return j;
 }
@@ -98,7 +99,8 @@ inline nlohmann::json checked_optimizer(const nlohmann::json& o) {
     throw refused(where + " is not an object with a 'name'");
   const std::string name = o["name"].get<std::string>();
   constexpr double big = std::numeric_limits<double>::max();
-  nlohmann::json out{{"name", name}, {"learning_rate", detail::number_field(o, "learning_rate", 0, big, where)}};
+  nlohmann::json out{{"name", name},
+                     {"learning_rate", detail::number_field(o, "learning_rate", 0, big, where)}};
   if (name == "sgd") {
     out["momentum"] = detail::number_field(o, "momentum", 0, 1, where);
     out["nesterov"] = detail::bool_field(o, "nesterov", where);
@@ -157,7 +159,8 @@ inline create_request decode_create(const message& m) {
     shard_spec spec;
     spec.path = s["path"].get<std::string>();
     for (const shard_spec& other : r.shards)
-      if (other.path == spec.path) throw refused(where + ": '" + spec.path + "' is described twice");
+      if (other.path == spec.path)
+        throw refused(where + ": '" + spec.path + "' is described twice");
     if (!s.contains("shape") || !s["shape"].is_array())
       throw refused(where + " ('" + spec.path + "') has no 'shape'");
     for (const auto& e : s["shape"]) {
@@ -190,7 +193,8 @@ struct push_request {
   // "batch 12 from worker 1", as messages name a push.
   [[nodiscard]] std::string name() const {
     return "batch " + std::to_string(batch) +
-           (worker ? " from worker " + std::to_string(*worker) : std::string(" from a task that did not say which"));
+           (worker ? " from worker " + std::to_string(*worker)
+                   : std::string(" from a task that did not say which"));
   }
 };
 // The push's counts and sizes checked against the shards' (`paths` and `sizes`, the ps's order).
@@ -238,16 +242,16 @@ inline restore_request decode_restore(const message& m, std::span<const std::str
   const auto j = detail::json_of(m.frames[0]);
   if (!j || !j->is_object()) throw refused("restore: the description is not a JSON object");
   restore_request r;
-  r.learning_rate = detail::number_field(*j, "learning_rate", 0,
-                                         std::numeric_limits<double>::max(), "restore");
+  r.learning_rate =
+      detail::number_field(*j, "learning_rate", 0, std::numeric_limits<double>::max(), "restore");
   if (m.h.a > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
     throw refused("restore: " + std::to_string(m.h.a) + " iterations");
   r.iterations = static_cast<std::int64_t>(m.h.a);
   for (std::size_t i = 0; i < sizes.size() + slot_sizes.size(); ++i) {
     const bool slot = i >= sizes.size();
     const std::size_t want = slot ? slot_sizes[i - sizes.size()] : sizes[i];
-    const std::string what = slot ? "optimizer slot " + std::to_string(i - sizes.size())
-                                  : "shard '" + paths[i] + "'";
+    const std::string what =
+        slot ? "optimizer slot " + std::to_string(i - sizes.size()) : "shard '" + paths[i] + "'";
     const frame_floats values(m.frames[1 + i]);
     if (!values.whole() || values.size() != want)
       throw refused("restore: " + what + " has " + std::to_string(want) + " values, " +
@@ -262,12 +266,13 @@ inline restore_request decode_restore(const message& m, std::span<const std::str
 
 // A reply's frames checked as the values of the shards `sizes` (from frame `first` on): the
 // count and each size. `who` names the ps ("ps 1 at host:port").
-inline void check_shard_frames(const message& r, std::size_t first, std::span<const std::size_t> sizes,
-                               const std::string& who, const char* what) {
+inline void check_shard_frames(const message& r, std::size_t first,
+                               std::span<const std::size_t> sizes, const std::string& who,
+                               const char* what) {
   if (r.frames.size() < first || r.frames.size() - first != sizes.size())
-    throw refused(who + " sent " + std::to_string(r.frames.size() - std::min(first, r.frames.size())) +
-                  " " + what + " frames, not the " + std::to_string(sizes.size()) +
-                  " of the shards placed there");
+    throw refused(
+        who + " sent " + std::to_string(r.frames.size() - std::min(first, r.frames.size())) + " " +
+        what + " frames, not the " + std::to_string(sizes.size()) + " of the shards placed there");
   for (std::size_t k = 0; k < sizes.size(); ++k) {
     const frame_floats f(r.frames[first + k]);
     if (!f.whole() || f.size() != sizes[k])
@@ -279,8 +284,8 @@ inline void check_shard_frames(const message& r, std::size_t first, std::span<co
 
 // A pull's reply from ps `p` put together into the variables `w` (each at its full size),
 // after every frame is checked against the placement: a frame never writes past its shard.
-inline void assemble_pull(const message& r, const placement& pl, int p, std::vector<std::span<float>> w,
-                          const std::string& who) {
+inline void assemble_pull(const message& r, const placement& pl, int p,
+                          std::vector<std::span<float>> w, const std::string& who) {
   const auto mine = pl.shards_of(p);
   std::vector<std::size_t> sizes;
   for (const std::size_t i : mine) sizes.push_back(pl.shards[i].values);
@@ -310,8 +315,8 @@ inline state_head assemble_state(const message& r, const placement& pl, int p, s
   const auto j = detail::json_of(r.frames[0]);
   if (!j || !j->is_object()) throw refused(who + " sent a state whose description is not JSON");
   state_head h;
-  h.learning_rate = detail::number_field(*j, "learning_rate", 0,
-                                         std::numeric_limits<double>::max(), who + "'s state");
+  h.learning_rate = detail::number_field(*j, "learning_rate", 0, std::numeric_limits<double>::max(),
+                                         who + "'s state");
   if (r.h.a > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
     throw refused(who + " sent a state of " + std::to_string(r.h.a) + " iterations");
   h.iterations = static_cast<std::int64_t>(r.h.a);
@@ -329,13 +334,14 @@ inline state_head assemble_state(const message& r, const placement& pl, int p, s
 inline std::string describe_variables(const std::vector<std::string>& names,
                                       const std::vector<std::vector<std::size_t>>& shapes) {
   nlohmann::json v = nlohmann::json::array();
-  for (std::size_t i = 0; i < names.size(); ++i) v.push_back({{"path", names[i]}, {"shape", shapes[i]}});
+  for (std::size_t i = 0; i < names.size(); ++i)
+    v.push_back({{"path", names[i]}, {"shape", shapes[i]}});
   return nlohmann::json{{"variables", v}}.dump();
 }
 // Why a worker's description differs from the chief's model (`names`, `shapes`), or nullopt.
-inline std::optional<std::string> model_difference(const zmq::message_t& frame,
-                                                   const std::vector<std::string>& names,
-                                                   const std::vector<std::vector<std::size_t>>& shapes) {
+inline std::optional<std::string> model_difference(
+    const zmq::message_t& frame, const std::vector<std::string>& names,
+    const std::vector<std::vector<std::size_t>>& shapes) {
   const auto j = detail::json_of(frame);
   if (!j || !j->is_object() || !j->contains("variables") || !(*j)["variables"].is_array())
     return "it did not describe its model's variables";
@@ -353,7 +359,8 @@ inline std::optional<std::string> model_difference(const zmq::message_t& frame,
       return "its description of variable " + std::to_string(i) + " is not {\"path\", \"shape\"}";
     std::vector<std::size_t> shape;
     for (const auto& d : e["shape"]) {
-      if (!d.is_number_unsigned()) return "variable " + std::to_string(i) + "'s shape holds " + d.dump();
+      if (!d.is_number_unsigned())
+        return "variable " + std::to_string(i) + "'s shape holds " + d.dump();
       shape.push_back(d.get<std::size_t>());
     }
     const std::string path = e["path"].get<std::string>();

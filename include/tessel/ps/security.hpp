@@ -53,7 +53,8 @@ inline cluster_keys make_cluster_keys() {
   char pub[41], sec[41];
   cluster_keys k;
   if (zmq_curve_keypair(pub, sec) != 0)
-    throw runtime_error("cannot make CURVE keys: this libzmq has no CURVE (zmq_has(\"curve\") is 0)");
+    throw runtime_error(
+        "cannot make CURVE keys: this libzmq has no CURVE (zmq_has(\"curve\") is 0)");
   k.server_public = pub, k.server_secret = sec;
   if (zmq_curve_keypair(pub, sec) != 0) throw runtime_error("cannot make CURVE keys");
   k.client_public = pub, k.client_secret = sec;
@@ -81,7 +82,8 @@ inline cluster_keys parse_cluster_keys(const std::string& text, const std::strin
   if (j.is_discarded() || !j.is_object()) fail("not the JSON object of a keys file");
   cluster_keys k;
   const auto key = [&](const char* field, std::string& out) {
-    if (!j.contains(field) || !j[field].is_string()) fail("'" + std::string(field) + "' is missing");
+    if (!j.contains(field) || !j[field].is_string())
+      fail("'" + std::string(field) + "' is missing");
     out = j[field].get<std::string>();
     std::uint8_t raw[32];
     if (out.size() != 40 || zmq_z85_decode(raw, out.c_str()) == nullptr)
@@ -111,10 +113,9 @@ inline cluster_keys write_cluster_keys(const std::filesystem::path& path) {
     // O_EXCL: the file is new, made with mode 0600 before anything is written to it.
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
     if (fd < 0)
-      throw value_error("cannot write the cluster's keys to " + path.string() + ": " +
-                        std::strerror(errno) +
-                        (errno == EEXIST ? " (keys are never written over a file; give a new path)"
-                                         : ""));
+      throw value_error(
+          "cannot write the cluster's keys to " + path.string() + ": " + std::strerror(errno) +
+          (errno == EEXIST ? " (keys are never written over a file; give a new path)" : ""));
     f = ::fdopen(fd, "w");
   }
   const bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
@@ -137,16 +138,18 @@ inline std::optional<cluster_keys> cluster_keys_from_environment() {
   const std::string where = std::string(keys_file_variable) + "=" + file;
   struct stat st {};
   if (::stat(file, &st) != 0)
-    throw value_error(where + ": " + std::strerror(errno) + "; give the path of the cluster's keys file");
+    throw value_error(where + ": " + std::strerror(errno) +
+                      "; give the path of the cluster's keys file");
   if ((st.st_mode & 077) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    throw value_error(where + ": the file is open to other users (mode " + mode +
-                      "), and its secret keys let whoever reads them into the cluster; `chmod 600 " +
-                      file + "`");
+    throw value_error(
+        where + ": the file is open to other users (mode " + mode +
+        "), and its secret keys let whoever reads them into the cluster; `chmod 600 " + file + "`");
   }
   std::ifstream in(file);
-  const std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string contents((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   if (!in && !in.eof()) throw value_error(where + ": cannot read the file");
   return parse_cluster_keys(contents, where);
 }

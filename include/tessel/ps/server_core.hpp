@@ -11,10 +11,10 @@
 //                                                        values from frames 1.. (checked)
 //   std::size_t count(), std::size_t size(i), const std::string& path(i)
 //   std::vector<float> values(i)
-//   void apply(const message&)                          one update from the gradient frames (checked)
-//   std::vector<std::size_t> slot_sizes()               the optimizer's slots, in its order
-//   std::int64_t iterations(), double learning_rate(), std::vector<float> slot(j)
-//   void restore(const restore_request&, const message&)  values and slots from the frames (checked)
+//   void apply(const message&)                          one update from the gradient frames
+//   (checked) std::vector<std::size_t> slot_sizes()               the optimizer's slots, in its
+//   order std::int64_t iterations(), double learning_rate(), std::vector<float> slot(j) void
+//   restore(const restore_request&, const message&)  values and slots from the frames (checked)
 #include <cstdint>
 #include <string>
 #include <unordered_set>

@@ -11,13 +11,14 @@
 // one frame per tensor, its float32 values as they lie in memory (both ends are this library on
 // the same kind of machine: little-endian IEEE floats). A sent tensor frame points at the
 // sender's buffer, kept alive until ZeroMQ has written it (no copy); a received one is copied out
-// of ZeroMQ's buffer once, after messages.hpp has checked it. Every task that serves binds a ROUTER socket on its address's
-// port; a task that asks connects a DEALER socket, and matches replies to requests by id.
+// of ZeroMQ's buffer once, after messages.hpp has checked it. Every task that serves binds a ROUTER
+// socket on its address's port; a task that asks connects a DEALER socket, and matches replies to
+// requests by id.
 #include <zmq.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -214,8 +215,8 @@ inline void listen(zmq::socket_t& s, const std::string& who, const std::string& 
                       " of every interface of this machine): " + e.what();
     if (e.num() == EADDRINUSE)
       why += "; another process listens there (`ss -ltnp 'sport = :" + port +
-             "'` names it), or another task of this cluster was given the same port. Give " +
-             who + " a free port in TF_CONFIG";
+             "'` names it), or another task of this cluster was given the same port. Give " + who +
+             " a free port in TF_CONFIG";
     else if (e.num() == EACCES)
       why += "; ports below 1024 need privileges. Give " + who + " a port from 1024 in TF_CONFIG";
     throw value_error(why);

@@ -66,8 +66,7 @@ inline bool names_this_machine(const std::string& host) {
 // from 1 to 65535").
 inline std::pair<std::optional<host_port>, std::string> parse_address(std::string_view address) {
   const auto colon = address.rfind(':');
-  if (colon == std::string_view::npos)
-    return {std::nullopt, "it has no ':port'"};
+  if (colon == std::string_view::npos) return {std::nullopt, "it has no ':port'"};
   const std::string_view host = address.substr(0, colon), port = address.substr(colon + 1);
   long value = port.empty() || port.size() > 5 ? -1 : 0;
   for (std::size_t i = 0; value >= 0 && i < port.size(); ++i)
@@ -105,9 +104,10 @@ inline std::set<std::string> resolve_host(const std::string& host) {
   if (getaddrinfo(host.c_str(), nullptr, &hints, &list) != 0) return out;
   for (addrinfo* a = list; a != nullptr; a = a->ai_next) {
     char text[INET6_ADDRSTRLEN] = {};
-    const void* raw = a->ai_family == AF_INET
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+    const void* raw =
+        a->ai_family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
     if (inet_ntop(a->ai_family, raw, text, sizeof text) != nullptr) out.insert(text);
   }
   freeaddrinfo(list);

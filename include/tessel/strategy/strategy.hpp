@@ -618,7 +618,8 @@ TESSEL_INLINE tf_config parse_tf_config(std::string_view text, int processes, in
     if (!addresses.is_array()) fail("'cluster." + role + "' is not a list of addresses");
     for (const auto& a : addresses) {
       if (!a.is_string())
-        fail("'cluster." + role + "' holds " + a.dump() + ", which is not an address \"host:port\"");
+        fail("'cluster." + role + "' holds " + a.dump() +
+             ", which is not an address \"host:port\"");
       const std::string address = a.get<std::string>();
       if (const auto [parsed, why] = runtime::parse_address(address); !parsed)
         fail("'cluster." + role + "' holds \"" + address + "\", which is not an address " +
