@@ -21,21 +21,24 @@
 //                                         alone, MPI pairs the all_reduces that follow, and the
 //                                         job would end normally: the guards' comparison of what
 //                                         each process ran ends it with exit code 1),
-//                  K = barrier            a barrier.
-//                  In the first two the watchdog must name the collective number where the
-//                  paths parted, in every run (expect_job_ends.cmake's RUNS).
+//                  K = barrier            a barrier,
+//                  K = nonblocking        the step's all_reduce in MPI's non-blocking form
+//                                         (MPI_Iallreduce, then a wait), which MPI never pairs
+//                                         with the others' blocking one.
+//                  In the first two and the last the watchdog must name the collective number
+//                  where the paths parted, in every run (expect_job_ends.cmake's RUNS).
 // expect_job_ends.cmake runs this under mpiexec and checks the exit code, the messages and how
 // long the job took to end.
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <cstring>
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <vector>
 #include <tessel/tessel.hpp>
+#include <vector>
 
 namespace {
 using namespace tessel::layers;
@@ -72,6 +75,10 @@ void diverge(const options& o) {
     if (step == 5 && tessel::process_id() == last) {
       std::printf("process %d: %s at step %d\n", last, o.diverge.c_str(), step);
       std::fflush(stdout);
+      if (o.diverge == "nonblocking") {
+        world.iall_reduce(std::span(grads)).wait();
+        continue;
+      }
       if (o.diverge == "broadcast-from-0") world.broadcast(std::span(&flag, 1), 0);
       else if (o.diverge == "broadcast-from-me") world.broadcast(std::span(&flag, 1), last);
       else if (o.diverge == "barrier") world.barrier();
