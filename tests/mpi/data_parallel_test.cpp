@@ -343,9 +343,14 @@ void check_processes_agree(const data& d) {
     } catch (const std::exception& e) {
       message = e.what();
     }
-    const std::string expected = rank == 0 ? "CSVLogger: cannot open" : "failed on 1 other process";
-    check(message.find(expected) != std::string::npos,
-          "a csv_logger that cannot open its file fails fit() on every process; got: " + message);
+    const std::string expected = "a callback's on_train_begin failed on process 0 of " +
+                                 std::to_string(tessel::num_processes()) +
+                                 ": CSVLogger: cannot open";
+    check(message.find(tessel::num_processes() > 1 ? expected : "CSVLogger: cannot open") !=
+              std::string::npos,
+          "a csv_logger that cannot open its file fails fit() on every process, naming process 0 "
+          "and its error; got: " +
+              message);
   }
   {  // new bucket options between computing and applying gradients keep the gradients
     seed001<tessel::data_parallel<>> model;
