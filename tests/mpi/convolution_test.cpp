@@ -7,9 +7,10 @@
 // first steps are lr g / (|g| + epsilon), so a weight whose gradient is near epsilon (1e-7) moves
 // by an amount that rounding in g decides, and the sums over a batch split across processes
 // round differently than over the whole batch. The batches (30 rows, then 2 n + 1 and 1) do not
-// divide evenly among the processes. Batch normalization's
-// statistics are the global batch's (synchronized): the all-reduces that make them are the ones
-// the plan lists, counted by communication_stats. Exit code 0 when all checks pass.
+// divide evenly among the processes, and a fresh model's first step of 1 row leaves some none.
+// Batch normalization's statistics are the global batch's (synchronized): the all-reduces that
+// make them are the ones the plan lists, counted by communication_stats. Exit code 0 when all
+// checks pass.
 //
 // The third convolution ("large_k") has no bias here, unlike the seed's: a bias right before a
 // batch normalization in training has a gradient that is zero up to rounding (the normalization
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <string>
 #include <tessel/tessel.hpp>
+#include <utility>
 #include <vector>
 
 #include "mpi_checks.hpp"
@@ -83,6 +85,49 @@ int main(int argc, char** argv) {
     const auto yt = tessel::data::to_int32(tessel::data::slice_rows(test_set.second, 0, m));
     const auto x4 = tessel::data::reshape(x, {n, 28, 28, 1});
     const auto xt4 = tessel::data::reshape(xt, {m, 28, 28, 1});
+
+    // A fresh model whose first step leaves some processes no rows (1 row, then 3): the batch
+    // statistics count only the rows that exist, the empty processes' gradients are zero, and
+    // the steps equal one device's (losses, weights with the moving statistics, predict).
+    {
+      cnn<tessel::data_parallel<>> empty;
+      compile(empty);
+      std::vector<tessel::logs> logs;
+      for (const auto& [from, to] : {std::pair<std::size_t, std::size_t>{0, 1}, {1, 4}})
+        logs.push_back(empty.train_on_batch(tessel::data::slice_rows(x4, from, to),
+                                            tessel::data::slice_rows(y, from, to)));
+      const auto weights = empty.get_weights();
+      const auto pred = empty.predict(tessel::data::slice_rows(xt4, 0, 5), 3);
+      if (tessel::process_id() == 0) {
+        cnn<tessel::one_device> ref;
+        compile(ref);
+        double worst = 0;
+        for (const auto& [from, to] : {std::pair<std::size_t, std::size_t>{0, 1}, {1, 4}}) {
+          const auto l = ref.train_on_batch(tessel::data::slice_rows(x4, from, to),
+                                            tessel::data::slice_rows(y, from, to));
+          for (const auto& [key, value] : l) {
+            const double d = rel(*tessel::find_log(logs[from == 0 ? 0 : 1], key), value);
+            worst = std::max(worst, d);
+            check(d <= tolerance, "empty replicas: step " + std::to_string(from) + " " + key);
+          }
+        }
+        const auto ref_weights = ref.get_weights();
+        for (std::size_t i = 0; i < ref_weights.size(); ++i) {
+          const double d = rel(weights[i].values, ref_weights[i].values);
+          worst = std::max(worst, d);
+          check(d <= tolerance, "empty replicas: variable " + std::to_string(i) + " differs by " +
+                                    std::to_string(d) + " relative");
+        }
+        const double d =
+            rel(pred.values, ref.predict(tessel::data::slice_rows(xt4, 0, 5), 3).values);
+        worst = std::max(worst, d);
+        check(d <= tolerance, "empty replicas: predict");
+        std::printf(
+            "seeds/002 CNN on %d processes, a first step of 1 row then 3: worst relative "
+            "difference from one device %.3g\n",
+            tessel::num_processes(), worst);
+      }
+    }
 
     cnn<tessel::data_parallel<>> dist;
     compile(dist);

@@ -3,7 +3,8 @@
 // device (one_device) on the same global batches. Losses, metrics, weights, evaluate and predict
 // must agree within 1e-5 relative; every process must hold bit-identical weights; set_weights
 // must broadcast process 0's values; batches that do not divide by the number of processes train
-// as on one device. Exit code 0 when all checks pass.
+// as on one device, a fresh model's first step that leaves some processes no rows included.
+// Exit code 0 when all checks pass.
 #include <mpi.h>
 
 #include <algorithm>
@@ -236,6 +237,84 @@ void check_uneven_batches(const data& d) {
               n, worst);
 }
 
+// A first call in which some processes hold no rows (a global batch smaller than the processes,
+// or one that leaves the last ones none) trains as one device, as TensorFlow trains a partial
+// batch: their gradients are zero, the loss is the mean over the rows that exist. Each case is a
+// fresh model, nothing built before it: train_on_batch of 1 row then 3; of 3 rows then 1; and a
+// predict and an evaluate in batches of 1, then fit over 7 samples in batches of 3 (3, 3, 1).
+// Then predict in batches of 3. Losses, metrics, weights and predictions against one device.
+void check_empty_replicas(const data& d) {
+  auto compile = [](auto& m) { m.compile({.loss = "mse", .metrics = {"accuracy"}}); };
+  struct outcome {
+    std::vector<tessel::logs> logs;
+    std::vector<tessel::array<float>> predictions, weights;
+  };
+  const auto x = [&](std::size_t a, std::size_t b) {
+    return tessel::data::slice_rows(d.x_images, a, b);
+  };
+  const auto y = [&](std::size_t a, std::size_t b) {
+    return tessel::data::slice_rows(d.y_onehot, a, b);
+  };
+  const auto xt = tessel::data::slice_rows(d.x_test_images, 0, 5);
+  const auto yt = tessel::data::slice_rows(d.y_test_onehot, 0, 5);
+  auto run = [&](auto& model, int which) {
+    outcome o;
+    if (which == 0 || which == 1) {
+      const std::size_t first = which == 0 ? 1 : 3, second = which == 0 ? 3 : 1;
+      o.logs.push_back(model.train_on_batch(x(0, first), y(0, first)));
+      o.logs.push_back(model.train_on_batch(x(first, first + second), y(first, first + second)));
+    } else {
+      o.predictions.push_back(model.predict(xt, 1));
+      o.logs.push_back(model.evaluate(xt, yt, 1, 0));
+      const auto h = model.fit(x(0, 7), y(0, 7),
+                               {.batch_size = 3, .epochs = 2, .verbose = 0, .shuffle = false});
+      for (std::size_t e = 0; e < 2; ++e)
+        o.logs.push_back(
+            {{"loss", h.history.at("loss")[e]}, {"accuracy", h.history.at("accuracy")[e]}});
+    }
+    o.predictions.push_back(model.predict(xt, 3));
+    o.weights = model.get_weights();
+    return o;
+  };
+  const char* names[] = {"a first step of 1 row, then 3", "a first step of 3 rows, then 1",
+                         "predict and evaluate in batches of 1, then fit in batches of 3"};
+  double worst = 0;
+  for (int which = 0; which < 3; ++which) {
+    const std::string name = std::string("empty replicas: ") + names[which];
+    seed000<tessel::data_parallel<>> dist;
+    compile(dist);
+    const outcome a = run(dist, which);
+    check_replicas_identical(a.weights, name);
+    if (tessel::process_id() != 0) continue;
+    seed000<tessel::one_device> ref;
+    compile(ref);
+    const outcome b = run(ref, which);
+    for (std::size_t s = 0; s < b.logs.size(); ++s)
+      for (const auto& [key, value] : b.logs[s]) {
+        const double e = rel(*tessel::find_log(a.logs[s], key), value);
+        worst = std::max(worst, e);
+        check(e <= tolerance, name + ": log " + std::to_string(s) + " " + key + " " +
+                                  std::to_string(*tessel::find_log(a.logs[s], key)) +
+                                  " vs one device " + std::to_string(value));
+      }
+    for (std::size_t i = 0; i < b.weights.size(); ++i) {
+      const double e = rel(a.weights[i].values, b.weights[i].values);
+      worst = std::max(worst, e);
+      check(e <= tolerance, name + ": variable " + std::to_string(i) + " differs by " +
+                                std::to_string(e) + " relative");
+    }
+    for (std::size_t i = 0; i < b.predictions.size(); ++i) {
+      const double e = rel(a.predictions[i].values, b.predictions[i].values);
+      worst = std::max(worst, e);
+      check(a.predictions[i].shape == b.predictions[i].shape && e <= tolerance,
+            name + ": predict " + std::to_string(i));
+    }
+  }
+  if (tessel::process_id() == 0)
+    std::printf("empty replicas on %d processes: worst relative difference from one device %.3g\n",
+                tessel::num_processes(), worst);
+}
+
 // What must agree between processes does, even when the program makes it differ or fails on one
 // process only.
 void check_processes_agree(const data& d) {
@@ -264,9 +343,14 @@ void check_processes_agree(const data& d) {
     } catch (const std::exception& e) {
       message = e.what();
     }
-    const std::string expected = rank == 0 ? "CSVLogger: cannot open" : "failed on 1 other process";
-    check(message.find(expected) != std::string::npos,
-          "a csv_logger that cannot open its file fails fit() on every process; got: " + message);
+    const std::string expected = "a callback's on_train_begin failed on process 0 of " +
+                                 std::to_string(tessel::num_processes()) +
+                                 ": CSVLogger: cannot open";
+    check(message.find(tessel::num_processes() > 1 ? expected : "CSVLogger: cannot open") !=
+              std::string::npos,
+          "a csv_logger that cannot open its file fails fit() on every process, naming process 0 "
+          "and its error; got: " +
+              message);
   }
   {  // new bucket options between computing and applying gradients keep the gradients
     seed001<tessel::data_parallel<>> model;
@@ -305,6 +389,7 @@ int main(int argc, char** argv) {
   try {
     check_list_devices();
     const data d = load();
+    check_empty_replicas(d);
     compare<seed000>("seed000 (mse, rmsprop, dropout)", d.x_images, d.y_onehot, d.x_test_images,
                      d.y_test_onehot,
                      [](auto& m) { m.compile({.loss = "mse", .metrics = {"accuracy"}}); });

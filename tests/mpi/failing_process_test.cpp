@@ -21,21 +21,29 @@
 //                                         alone, MPI pairs the all_reduces that follow, and the
 //                                         job would end normally: the guards' comparison of what
 //                                         each process ran ends it with exit code 1),
-//                  K = barrier            a barrier.
-//                  In the first two the watchdog must name the collective number where the
-//                  paths parted, in every run (expect_job_ends.cmake's RUNS).
+//                  K = barrier            a barrier,
+//                  K = nonblocking        the step's all_reduce in MPI's non-blocking form
+//                                         (MPI_Iallreduce, then a wait), which MPI never pairs
+//                                         with the others' blocking one.
+//                  In the first two and the last the watchdog must name the collective number
+//                  where the paths parted, in every run (expect_job_ends.cmake's RUNS).
+//   --set-weights-fails-on R[,R...]  no training: the listed processes pass set_weights an array
+//                  of another shape, and every process passes the error to guard.fail. One
+//                  diagnosis, printed once: the first failed process's error, naming it and
+//                  how many others failed; every process exits 1, no abort.
 // expect_job_ends.cmake runs this under mpiexec and checks the exit code, the messages and how
 // long the job took to end.
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <cstring>
 #include <span>
+#include <sstream>
 #include <stdexcept>
 #include <string>
-#include <vector>
 #include <tessel/tessel.hpp>
+#include <vector>
 
 namespace {
 using namespace tessel::layers;
@@ -59,7 +67,18 @@ struct options {
   bool model_parallel = false;
   int reporter = -1;
   std::string diverge;
+  std::vector<int> set_weights_fails_on;
 };
+
+// --set-weights-fails-on: the listed processes give the last kernel, (64, 10), as (10, 64).
+void set_weights_fails(const options& o) {
+  dp_model model;
+  std::vector<tessel::array<float>> w = model.get_weights();
+  for (const int r : o.set_weights_fails_on)
+    if (r == tessel::process_id()) w[2] = tessel::array<float>({10, 64});
+  model.set_weights(w);
+  std::printf("process %d: set_weights passed\n", tessel::process_id());
+}
 
 // --diverge: 20 steps of an all_reduce over the world; the last process takes another path at
 // step 5.
@@ -72,6 +91,10 @@ void diverge(const options& o) {
     if (step == 5 && tessel::process_id() == last) {
       std::printf("process %d: %s at step %d\n", last, o.diverge.c_str(), step);
       std::fflush(stdout);
+      if (o.diverge == "nonblocking") {
+        world.iall_reduce(std::span(grads)).wait();
+        continue;
+      }
       if (o.diverge == "broadcast-from-0") world.broadcast(std::span(&flag, 1), 0);
       else if (o.diverge == "broadcast-from-me") world.broadcast(std::span(&flag, 1), last);
       else if (o.diverge == "barrier") world.barrier();
@@ -133,6 +156,10 @@ int main(int argc, char** argv) {
       o.reporter = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--diverge") == 0 && has_value) {
       o.diverge = argv[++i];
+    } else if (std::strcmp(argv[i], "--set-weights-fails-on") == 0 && has_value) {
+      std::stringstream list(argv[++i]);
+      for (std::string r; std::getline(list, r, ',');)
+        o.set_weights_fails_on.push_back(std::stoi(r));
     }
   }
   tessel::initialize guard(argc, argv, init);
@@ -140,6 +167,14 @@ int main(int argc, char** argv) {
     tessel::set_collective_timeout(3 * tessel::collective_timeout());
   if (!o.diverge.empty()) {
     diverge(o);
+    return 0;
+  }
+  if (!o.set_weights_fails_on.empty()) {
+    try {
+      set_weights_fails(o);
+    } catch (const std::exception& e) {
+      return guard.fail(e);
+    }
     return 0;
   }
   if (o.leave == "uncaught") {

@@ -104,10 +104,12 @@ int main(int argc, char** argv) {
       } catch (const std::exception& e) {
         message = e.what();
       }
-      check(message.find(process_id() == 0
-                             ? "is not compatible with provided weight shape"
-                             : "set_weights failed on 1 other process") != std::string::npos,
-            "a transposed kernel on process 0 only is refused on every process: " + message);
+      check(message.find("set_weights failed on process 0 of " + std::to_string(num_processes()) +
+                         ": Layer ") != std::string::npos &&
+                message.find("is not compatible with provided weight shape") != std::string::npos,
+            "a transposed kernel on process 0 only is refused on every process, naming process 0 "
+            "and its error: " +
+                message);
       seed_model<model_parallel<seed_map<2, 4>, "data">> fresh;
       check(m.get_weights() == fresh.get_weights(),
             "the refused calls leave the weights as they were");

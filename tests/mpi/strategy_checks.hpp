@@ -76,6 +76,44 @@ void uneven(const char* what, const testing::data_set& d) {
             std::to_string(worst_loss) + ", weights " + std::to_string(worst_weight) + ")");
 }
 
+// A fresh model whose first step leaves some processes no rows (a global batch of 1 on 2 or more
+// processes, of 3 on 4) trains as one device: their gradients are zero and the loss is the mean
+// over the rows that exist. Two steps (1 row then 3, or 3 then 1) with Adam, whose slots the
+// first step makes; the losses, the weights and predict in batches of 3.
+template <class Dist>
+void empty_replicas(const char* what, const testing::data_set& d) {
+  double worst_loss = 0, worst_weight = 0, worst_prediction = 0;
+  for (const std::size_t first : {std::size_t{1}, std::size_t{3}}) {
+    mlp<Dist> a;
+    mlp<one_device> b;
+    a.compile({.optimizer = "adam", .loss = "mse"});
+    b.compile({.optimizer = "adam", .loss = "mse"});
+    std::size_t at = 0;
+    for (const std::size_t rows : {first, 4 - first}) {
+      const auto x = data::slice_rows(d.x, at, at + rows);
+      const auto y = data::slice_rows(d.y, at, at + rows);
+      worst_loss = std::max(worst_loss, rel(*find_log(a.train_on_batch(x, y), "loss"),
+                                            *find_log(b.train_on_batch(x, y), "loss")));
+      at += rows;
+    }
+    worst_weight = std::max(worst_weight, worst_weights(a.get_weights(), b.get_weights()));
+    const auto xt = data::slice_rows(d.x, 0, 5);
+    worst_prediction =
+        std::max(worst_prediction, rel(a.predict(xt, 3).values, b.predict(xt, 3).values));
+  }
+  check(worst_loss <= 1e-5 && worst_weight <= testing::adam_weight_tolerance &&
+            worst_prediction <= 1e-5,
+        std::string(what) +
+            ": a first step that leaves some processes no rows equals one device (loss " +
+            std::to_string(worst_loss) + ", weights " + std::to_string(worst_weight) +
+            ", predictions " + std::to_string(worst_prediction) + ")");
+  if (process_id() == 0)
+    std::printf(
+        "%s: empty replicas, worst relative difference from one device: loss %.2e, weights "
+        "%.2e, predictions %.2e\n",
+        what, worst_loss, worst_weight, worst_prediction);
+}
+
 // fit for 2 epochs over 100 samples in batches of 10 (the last ones split unevenly over 4
 // processes), against one device: the losses of every epoch, the weights and the optimizer state.
 template <class Dist>

@@ -2,15 +2,17 @@
 //   - mirrored_strategy with reduction_to_one_device (a reduce, then a broadcast of each gradient)
 //     and central_storage_strategy (the gradients reduced to the parameter device, the update
 //     there once, the variables broadcast) equal one device (compare_models.hpp: 20 steps, the
-//     collectives run are the plan's; a global batch of 10 split 3, 3, 2, 2; fit), and explain()
-//     prints their steps and where the optimizer state lives;
+//     collectives run are the plan's; a global batch of 10 split 3, 3, 2, 2; a first step that
+//     leaves some processes no rows; fit), and explain() prints their steps and where the
+//     optimizer state lives;
 //   - under central storage only the parameter device holds optimizer state while training, a
 //     state read gives every process the one state (equal to one device's), and a checkpoint
 //     saved under it restores into a mirrored model; parameter device 1; a parameter device the
 //     job has not is refused;
 //   - TensorFlow's custom loop (strategy.run of compute_loss_and_gradients and apply_gradients on
-//     each replica's rows, the losses reduced) equals one device, and run with arrays of
-//     different shapes on different replicas is refused naming both;
+//     each replica's rows, the losses reduced) equals one device, from a first step that leaves
+//     some replicas no rows too, and run with arrays of different shapes on different replicas
+//     is refused naming both;
 //   - auto_shard_policy file: each replica reads only its own files, and the custom loop over
 //     them equals one device on the global batches they make together.
 // Built under ASan+UBSan too (sanitize.strategy_reduction_test.np2).
@@ -170,6 +172,49 @@ void custom_loop(const testing::data_set& d) {
   }
 }
 
+// The custom loop on a fresh model whose first step leaves some replicas no rows: strategy.run
+// over global batches of 1 (4 samples), and of 3 (7 samples: 3, 3, 1), against one device
+// training on the global batches.
+void empty_replica_loop(const testing::data_set& d) {
+  mirrored_strategy<> strategy;
+  double worst_loss = 0, worst_weight = 0;
+  for (const std::size_t batch : {std::size_t{1}, std::size_t{3}}) {
+    mlp<mirrored_strategy<>> a;
+    mlp<one_device> b;
+    a.compile({.optimizer = "adam", .loss = "mse"});
+    b.compile({.optimizer = "adam", .loss = "mse"});
+    const std::size_t samples = batch == 1 ? 4 : 7;
+    const auto x = data::slice_rows(d.x, 0, samples), y = data::slice_rows(d.y, 0, samples);
+    std::size_t at = 0;
+    for (const auto& element :
+         strategy.experimental_distribute_dataset(from_tensor_slices(x, y).batch(batch))) {
+      const float per_replica = strategy.run(
+          [&](const auto& rows) {
+            const double loss = a.compute_loss_and_gradients(rows.first, rows.second);
+            a.apply_gradients();
+            return static_cast<float>(loss);
+          },
+          element);
+      const double loss = strategy.reduce(reduce_op::sum, per_replica);
+      const std::size_t end = std::min(at + batch, samples);
+      const auto xs = data::slice_rows(x, at, end), ys = data::slice_rows(y, at, end);
+      worst_loss = std::max(worst_loss, rel(loss, *find_log(b.train_on_batch(xs, ys), "loss")));
+      at = end;
+    }
+    check(at == samples, "empty replicas: the custom loop ran every global batch");
+    worst_weight = std::max(worst_weight, testing::worst_weights(a.get_weights(), b.get_weights()));
+  }
+  check(worst_loss <= 1e-5 && worst_weight <= testing::adam_weight_tolerance,
+        "custom loop: a first strategy.run that leaves some replicas no rows equals one device "
+        "(loss " +
+            std::to_string(worst_loss) + ", weights " + std::to_string(worst_weight) + ")");
+  if (process_id() == 0)
+    std::printf(
+        "custom loop, empty replicas: worst relative difference from one device: loss %.2e, "
+        "weights %.2e\n",
+        worst_loss, worst_weight);
+}
+
 // auto_shard_policy file: each replica opens only its own files (every n-th of 2n) and trains on
 // its part of every global batch, read from them. One device trained on the global batches the
 // replicas make together (strategy.gather of their rows) ends with the same weights, and the
@@ -294,6 +339,9 @@ int main(int argc, char** argv) {
   tessel::initialize guard(argc, argv);
   try {
     const testing::data_set d = testing::make_data(512, 12, 4);
+    empty_replica_loop(d);
+    testing::empty_replicas<to_one>("mirrored_strategy, reduction_to_one_device", d);
+    testing::empty_replicas<central_storage_strategy<>>("central_storage_strategy", d);
     testing::compare<mlp<to_one>, mlp<one_device>>("mirrored_strategy, reduction_to_one_device",
                                                    d.x, d.y, "adam", "categorical_crossentropy");
     testing::uneven<to_one>("mirrored_strategy, reduction_to_one_device", d);

@@ -1,7 +1,8 @@
 // tf.distribute's synchronous strategies (strategy/strategy.hpp), on 1, 2 and 4 processes:
 //   - models under mirrored_strategy<> and multi_worker_mirrored_strategy<> equal one device
 //     (compare_models.hpp: 20 steps, losses, weights, predictions, evaluate, and the collectives
-//     run are the plan's), and again with a global batch of 10 that 4 processes split 3, 3, 2, 2;
+//     run are the plan's), and again with a global batch of 10 that 4 processes split 3, 3, 2, 2,
+//     and with a first step that leaves some processes no rows (1 row, 3 rows on 4);
 //     one_device_strategy's model trains alone on each process, bit for bit as one_device;
 //   - the strategy object's members as TensorFlow's: num_replicas_in_sync, scope and
 //     get_strategy, run with and without a replica context, reduce (sum, mean), gather,
@@ -313,6 +314,8 @@ int main(int argc, char** argv) {
   tessel::initialize guard(argc, argv);
   try {
     const testing::data_set d = testing::make_data(512, 12, 4);
+    testing::empty_replicas<mirrored_strategy<>>("mirrored_strategy", d);
+    testing::empty_replicas<multi_worker_mirrored_strategy<>>("multi_worker_mirrored_strategy", d);
     testing::compare<mlp<mirrored_strategy<>>, mlp<one_device>>("mirrored_strategy", d.x, d.y);
     testing::compare<mlp<multi_worker_mirrored_strategy<>>, mlp<one_device>>(
         "multi_worker_mirrored_strategy", d.x, d.y, "adam", "categorical_crossentropy");

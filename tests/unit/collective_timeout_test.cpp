@@ -40,20 +40,24 @@ TEST_CASE("collective timeout: set_collective_timeout overrides the default and 
   CHECK(tessel::collective_timeout().count() == 0.0);
 }
 
-TEST_CASE("collective timeout: a collective's size, root and operation survive the slot's word",
+TEST_CASE("collective timeout: a collective's size, root, operation and form survive its word",
           "[comm][watchdog]") {
   using tessel::comm::watchdog;
   namespace stall = tessel::comm::stall;
   const std::uint64_t op = stall::op_key("broadcast");
-  for (const auto& [bytes, root, max] : {std::tuple{std::uint64_t{0}, -1, false},
-                                         std::tuple{std::uint64_t{4}, 0, false},
-                                         std::tuple{std::uint64_t{1} << 40, 524286, true},
-                                         std::tuple{std::uint64_t{123456789}, 7, true}}) {
-    const stall::call c = watchdog::call_of(op, watchdog::shape_word(bytes, root, max));
-    CHECK(c == stall::call{.op = op, .bytes = bytes, .root = root, .max = max});
+  for (const auto& [bytes, root, max, nonblocking] :
+       {std::tuple{std::uint64_t{0}, -1, false, false},
+        std::tuple{std::uint64_t{4}, 0, false, true},
+        std::tuple{std::uint64_t{1} << 40, 524286, true, true},
+        std::tuple{std::uint64_t{123456789}, 7, true, false}}) {
+    const stall::call c =
+        watchdog::call_of(op, watchdog::shape_word(bytes, root, max, nonblocking));
+    CHECK(c == stall::call{
+                   .op = op, .bytes = bytes, .root = root, .max = max, .nonblocking = nonblocking});
   }
-  // Two collectives that differ only in size, root or operation are told apart.
+  // Two collectives that differ only in size, root, operation or form are told apart.
   CHECK(watchdog::shape_word(4, -1, false) != watchdog::shape_word(8, -1, false));
   CHECK(watchdog::shape_word(4, 0, false) != watchdog::shape_word(4, 1, false));
   CHECK(watchdog::shape_word(4, -1, false) != watchdog::shape_word(4, -1, true));
+  CHECK(watchdog::shape_word(4, -1, false) != watchdog::shape_word(4, -1, false, true));
 }

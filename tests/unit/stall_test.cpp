@@ -209,6 +209,26 @@ TEST_CASE("stall: every process arrived, processes on other machines, a wait cyc
   CHECK_THAT(stall::describe(s), Contains("process 1 of 2 ran all_reduce (sum) of 4 bytes"));
   ran(s.processes[1], 0, 3, {.op = stall::op_key("all_reduce"), .bytes = 40, .max = true});
   CHECK_THAT(stall::describe(s), Contains("process 1 of 2 ran all_reduce (maximum) of 40 bytes"));
+  // The same collective, started non-blocking on one process and blocking on the other (as the
+  // gradient buckets were, when a process without rows skipped part of its backward pass): MPI
+  // never pairs the two, so they wait for ever, which is no fault of MPI or of the network.
+  ran(s.processes[1], 0, 3, {.op = stall::op_key("all_reduce"), .bytes = 40, .nonblocking = true});
+  CHECK_THAT(stall::describe(s),
+             Contains("collective timeout: the processes called one collective in different "
+                      "forms: as their collective number 3 over mesh axis 'batch', process 0 of 2 "
+                      "ran all_reduce (sum) of 40 bytes and process 1 of 2 ran non-blocking "
+                      "all_reduce (sum) of 40 bytes (MPI never pairs a blocking collective with a "
+                      "non-blocking one") &&
+                 Contains("if the program calls no collective itself, this is a bug of tessel: "
+                          "report it with this message") &&
+                 !Contains("MPI or network fault") && !Contains("different paths"));
+  // Another difference besides the form: different paths.
+  ran(s.processes[1], 0, 3, {.op = stall::op_key("all_reduce"), .bytes = 4, .nonblocking = true});
+  CHECK_THAT(stall::describe(s), Contains("the processes took different paths through the "
+                                          "program") &&
+                                     Contains("process 1 of 2 ran non-blocking all_reduce (sum) "
+                                              "of 4 bytes") &&
+                                     !Contains("different forms"));
 
   // 0 waits over channel 0 for 1, which waits over channel 1 for 0.
   s.channels.push_back({"mesh axis 'model'", {0, 1}});
@@ -318,8 +338,8 @@ TEST_CASE("stall: processes that ran different collectives are found when their 
         "a communicator must run the same collectives in the same order; MPI paired these as it "
         "could (a broadcast's root completes alone), so what was computed after the paths "
         "parted may be wrong. Look for a branch that some processes take and others do not, "
-        "such as a file found by one process only, a test of process_id, or an exception caught "
-        "on one process.");
+        "such as a file found by one process only, a test of process_id, a step skipped on a "
+        "replica that holds no rows of the batch, or an exception caught on one process.");
 
   // As many, in another order: the fingerprint tells them apart.
   const path swapped{world, 2, fp({"broadcast", "all_reduce"})};

@@ -244,12 +244,15 @@ class communicator {
   // arrive, and those that ran another collective in its place): a collective run here, or one
   // another library runs over this group's processes (NCCL's communicator being made), watched
   // by holding a watched_wait with the tag. `bytes`: what each process contributes; `root`: a
-  // broadcast's; `max`: an all_reduce of the maximum.
+  // broadcast's; `max`: an all_reduce of the maximum; `nonblocking`: started with MPI's
+  // non-blocking call (MPI_Iallreduce, ...), which MPI never pairs with a blocking one (tessel's
+  // ring pairs with itself either way, and is not marked).
   [[nodiscard]] collective_tag tag(collective_name op, std::uint64_t bytes = 0, int root = -1,
-                                   bool max = false) const noexcept {
+                                   bool max = false, bool nonblocking = false) const noexcept {
     auto& w = watchdog::instance();
     if (!w.running() || channel_ < 0) return {op.text, channel_, 0};
-    return {op.text, channel_, w.enter(channel_, op.key, watchdog::shape_word(bytes, root, max))};
+    return {op.text, channel_,
+            w.enter(channel_, op.key, watchdog::shape_word(bytes, root, max, nonblocking))};
   }
 
  private:
@@ -439,7 +442,7 @@ TESSEL_INLINE request communicator::iall_reduce_erased(void* data, std::size_t n
   MPI_Request r{};
   detail::check(MPI_Iallreduce(MPI_IN_PLACE, data, detail::count_of(n), type, MPI_SUM, comm_, &r),
                 "MPI_Iallreduce");
-  return request(r, tag("all_reduce", n * element_size));
+  return request(r, tag("all_reduce", n * element_size, -1, false, true));
 }
 TESSEL_INLINE request communicator::iall_gather_erased(const buffers& b) const {
   check_blocks("all_gather", b.out_count, b.in_count);
@@ -448,7 +451,7 @@ TESSEL_INLINE request communicator::iall_gather_erased(const buffers& b) const {
   detail::check(MPI_Iallgather(gather_input(b), detail::count_of(b.in_count), b.type, b.out,
                                detail::count_of(b.in_count), b.type, comm_, &r),
                 "MPI_Iallgather");
-  return request(r, tag("all_gather", b.in_count * b.element_size));
+  return request(r, tag("all_gather", b.in_count * b.element_size, -1, false, true));
 }
 TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) const {
   check_blocks("reduce_scatter", b.in_count, b.out_count);
@@ -465,7 +468,7 @@ TESSEL_INLINE request communicator::ireduce_scatter_erased(const buffers& b) con
                                           detail::count_of(b.out_count), b.type, MPI_SUM, comm_,
                                           &r),
                 "MPI_Ireduce_scatter_block");
-  return request(r, tag("reduce_scatter", b.in_count * b.element_size));
+  return request(r, tag("reduce_scatter", b.in_count * b.element_size, -1, false, true));
 }
 TESSEL_INLINE request communicator::ibroadcast_erased(void* data, std::size_t n,
                                                       MPI_Datatype type, std::size_t element_size,
@@ -474,7 +477,7 @@ TESSEL_INLINE request communicator::ibroadcast_erased(void* data, std::size_t n,
   if (!uses_mpi() || n == 0) return {};
   MPI_Request r{};
   detail::check(MPI_Ibcast(data, detail::count_of(n), type, root, comm_, &r), "MPI_Ibcast");
-  return request(r, tag("broadcast", n * element_size, root));
+  return request(r, tag("broadcast", n * element_size, root, false, true));
 }
 TESSEL_INLINE request communicator::ireduce_erased(void* data, std::size_t n, MPI_Datatype type,
                                                    std::size_t element_size, int root) const {
@@ -484,7 +487,7 @@ TESSEL_INLINE request communicator::ireduce_erased(void* data, std::size_t n, MP
   detail::check(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : data, rank_ == root ? data : nullptr,
                             detail::count_of(n), type, MPI_SUM, root, comm_, &r),
                 "MPI_Ireduce");
-  return request(r, tag("reduce", n * element_size, root));
+  return request(r, tag("reduce", n * element_size, root, false, true));
 }
 TESSEL_INLINE request communicator::iall_to_all_erased(const buffers& b) const {
   check_same("all_to_all", b.in_count, b.out_count);
@@ -493,7 +496,7 @@ TESSEL_INLINE request communicator::iall_to_all_erased(const buffers& b) const {
   MPI_Request r{};
   detail::check(MPI_Ialltoall(b.in, block, b.type, b.out, block, b.type, comm_, &r),
                 "MPI_Ialltoall");
-  return request(r, tag("all_to_all", b.in_count * b.element_size));
+  return request(r, tag("all_to_all", b.in_count * b.element_size, -1, false, true));
 }
 #endif
 

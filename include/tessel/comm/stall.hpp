@@ -46,6 +46,9 @@ struct call {
   std::uint64_t bytes = 0;  // the bytes each process contributes (all_gather: its block)
   int root = -1;            // a broadcast's or a reduce's root, as a rank of its group; -1: none
   bool max = false;         // an all_reduce of the maximum, not the sum
+  // Started with MPI's non-blocking call (MPI_Iallreduce, ...): MPI never pairs it with the
+  // blocking one, so two processes that call the two forms wait for each other for ever.
+  bool nonblocking = false;
   friend bool operator==(const call&, const call&) = default;
 };
 // Collective number `seq` of a channel, as a process ran it.
@@ -98,7 +101,8 @@ namespace detail {
 // "3", "0-6", "0, 2, 5-7": ranks in increasing order.
 TESSEL_INLINE std::string ranks_text(const std::vector<int>& sorted);
 TESSEL_INLINE std::string seconds_text(double s, const char* format);
-// "all_reduce (sum) of 40 bytes", "broadcast of 4 bytes from rank 0", "barrier".
+// "all_reduce (sum) of 40 bytes", "broadcast of 4 bytes from rank 0", "barrier",
+// "non-blocking all_reduce (sum) of 40 bytes".
 TESSEL_INLINE std::string call_text(const call& c);
 // What process `p` ran as collective `seq` of `channel`, or null when it is not known.
 TESSEL_INLINE const call* ran_at(const process& p, int channel, std::uint64_t seq);
@@ -117,7 +121,14 @@ void group_by(std::vector<std::pair<V, std::vector<int>>>& groups, const V& valu
 // Where to look when processes took different paths, in both messages that name them.
 inline constexpr const char* parted_cause =
     "a branch that some processes take and others do not, such as a file found by one process "
-    "only, a test of process_id, or an exception caught on one process";
+    "only, a test of process_id, a step skipped on a replica that holds no rows of the batch, or "
+    "an exception caught on one process";
+// What to do when the processes ran one collective in its two forms, blocking and non-blocking.
+inline constexpr const char* forms_cause =
+    "MPI never pairs a blocking collective with a non-blocking one, so each waits for the other "
+    "for ever: every process must call a collective in the same form. tessel's training steps "
+    "do so whatever rows each process holds; if the program calls no collective itself, this is "
+    "a bug of tessel: report it with this message";
 }  // namespace detail
 
 // Why the job waits, as one message (without a trailing newline).
@@ -168,7 +179,8 @@ TESSEL_INLINE std::string seconds_text(double s, const char* format) {
 TESSEL_INLINE std::string call_text(const call& c) {
   const auto name = std::find_if(known_ops.begin(), known_ops.end(),
                                  [&](const char* op) { return op_key(op) == c.op; });
-  std::string out = name != known_ops.end() ? *name : "a collective of a name not known here";
+  std::string out = c.nonblocking ? "non-blocking " : "";
+  out += name != known_ops.end() ? *name : "a collective of a name not known here";
   if (c.op == op_key("all_reduce")) out += c.max ? " (maximum)" : " (sum)";
   if (c.bytes != 0) out += " of " + std::to_string(c.bytes) + (c.bytes == 1 ? " byte" : " bytes");
   if (c.root >= 0)
@@ -279,8 +291,10 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
   const std::string of = " of " + std::to_string(n);
 
   // Processes of one communicator that ran different collectives as one number: for each
-  // communicator, the first such number, the processes grouped by what they ran there.
+  // communicator, the first such number, the processes grouped by what they ran there. `forms`:
+  // everywhere they differ, they ran one collective in its blocking and its non-blocking form.
   std::string paths;
+  bool forms = true;
   for (int c = 0; c < static_cast<int>(s.channels.size()); ++c) {
     const auto& members = s.channels[static_cast<std::size_t>(c)].members;
     std::vector<std::pair<std::uint64_t, std::vector<int>>> groups;  // by key (0: reporter's)
@@ -309,6 +323,11 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
             detail::group_by(by_call, *w, r);
         }
         if (by_call.size() < 2) continue;
+        for (const auto& [what, ranks] : by_call) {
+          call other = what;
+          other.nonblocking = by_call.front().first.nonblocking;
+          forms = forms && other == by_call.front().first;
+        }
         std::vector<std::string> ran_what;
         for (const auto& [what, ranks] : by_call)
           ran_what.push_back(detail::who_text(ranks, n) + " ran " + detail::call_text(what));
@@ -320,7 +339,10 @@ TESSEL_INLINE std::string describe(const snapshot& s) {
   }
 
   std::string msg = "tessel: collective timeout: ";
-  if (!paths.empty())
+  if (!paths.empty() && forms)
+    msg += "the processes called one collective in different forms: " + paths + " (" +
+           detail::forms_cause + ")";
+  else if (!paths.empty())
     msg += "the processes took different paths through the program: " + paths +
            " (every process of a communicator must run the same collectives in the same order: "
            "look for " +

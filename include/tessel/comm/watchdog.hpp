@@ -80,14 +80,17 @@ class watchdog {
   // processes that ran different ones as one number took different paths through the program.
   static constexpr std::size_t history_length = 8;
 
-  // A collective's size, root and operation as one word of the slot: the bytes above bit 20,
-  // bit 19 for an all_reduce of the maximum, the root + 1 below (0: none).
-  static constexpr std::uint64_t shape_word(std::uint64_t bytes, int root, bool max) noexcept {
-    return (bytes << 20) | (max ? 0x80000u : 0u) |
+  // A collective's size, root, operation and form as one word of the slot: the bytes above bit
+  // 21, bit 20 for MPI's non-blocking form, bit 19 for an all_reduce of the maximum, the root + 1
+  // below (0: none).
+  static constexpr std::uint64_t shape_word(std::uint64_t bytes, int root, bool max,
+                                            bool nonblocking = false) noexcept {
+    return (bytes << 21) | (nonblocking ? 0x100000u : 0u) | (max ? 0x80000u : 0u) |
            (static_cast<std::uint64_t>(root + 1) & 0x7ffffu);
   }
   static constexpr stall::call call_of(std::uint64_t op, std::uint64_t shape) noexcept {
-    return {op, shape >> 20, static_cast<int>(shape & 0x7ffffu) - 1, (shape & 0x80000u) != 0};
+    return {op, shape >> 21, static_cast<int>(shape & 0x7ffffu) - 1, (shape & 0x80000u) != 0,
+            (shape & 0x100000u) != 0};
   }
 
   static watchdog& instance() {

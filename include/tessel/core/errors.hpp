@@ -28,4 +28,13 @@ class runtime_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A runtime_error that every process of a job raises alike at the same point: a failure on some
+// processes (a file one of them cannot write) that the others learned, with its message, so that
+// none waits in a collective for them. `initialize::fail` prints it once, from process 0, as a
+// collective_value_error.
+class collective_runtime_error : public runtime_error {
+ public:
+  using runtime_error::runtime_error;
+};
+
 }  // namespace tessel

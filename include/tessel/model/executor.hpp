@@ -256,7 +256,11 @@ class executor_core {
     on_op(std::span<variable<B>* const>(vars_[i]));
     for (std::size_t k = 0; k < count_[i]; ++k) {
       const std::size_t n = inputs_[i][k];
-      if (!((s.args.wants_operand_gradients >> k) & 1u) || d.operands[k].local().data() == nullptr)
+      // An op that gives no gradient for an operand leaves its tensor default (rank 0). Its
+      // storage cannot tell: a process that holds no rows of the batch gets a gradient of 0 rows,
+      // whose storage may be null, and must still run the backward of the ops before (their
+      // collectives and gradient buckets) as the processes that hold rows do.
+      if (!((s.args.wants_operand_gradients >> k) & 1u) || d.operands[k].global_shape().rank == 0)
         continue;
       tensor dx = d.operands[k];
       if (planned_) {

@@ -75,8 +75,9 @@ class initialize {
   // For main's catch block: prints the error (prefixed with the process on a multi-process
   // job) and ends the whole job with exit code 1. On one process it returns 1 for main to
   // return, so that the guard still finalizes normally. An error every process raised alike
-  // (collective_value_error: processes that feed different data) is printed once, by process 0,
-  // and every process returns 1: the job ends without an abort.
+  // (collective_value_error: processes that feed different data; collective_runtime_error: a
+  // failure on some processes that every process learned) is printed once, by process 0, and
+  // every process returns 1: the job ends without an abort.
   int fail(const std::exception& e) const;
 
  private:
@@ -150,7 +151,8 @@ TESSEL_INLINE void exit_while_open(int status, void*) {
 
 TESSEL_INLINE int initialize::fail(const std::exception& e) const {
   if (num_processes() > 1) {
-    if (dynamic_cast<const collective_value_error*>(&e) != nullptr) {
+    if (dynamic_cast<const collective_value_error*>(&e) != nullptr ||
+        dynamic_cast<const collective_runtime_error*>(&e) != nullptr) {
       if (process_id() == 0) std::fprintf(stderr, "error: %s\n", e.what());
       std::fflush(nullptr);
       runtime::world().barrier();  // every process has it (the timeout names one that has not)

@@ -10,9 +10,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -26,6 +28,16 @@
 #include "world.hpp"
 
 namespace tessel {
+
+// A failure on some processes as every process learns it (bound_mesh::first_failure): how many
+// failed, and the first of them (the lowest device) with its error's kind and message.
+struct process_failure {
+  int failed = 0;             // the processes that failed; 0: none
+  std::size_t processes = 1;  // of the mesh's
+  std::size_t device = 0;     // the first that failed
+  std::uint64_t kind = 0;     // its error's kind (detail::error_kind)
+  std::string message;        // its error's message
+};
 
 // A mesh bound to processes, its shape a value: this process's device and coordinates and one
 // communicator per axis. It is what the runtime's code that does not depend on the mesh's type
@@ -47,17 +59,50 @@ class bound_mesh {
   [[nodiscard]] const C& axis(std::size_t i) const { return comms_.at(i); }
   [[nodiscard]] bool is_chief() const noexcept { return device_ == 0; }
 
-  // Every process ends with device 0's `data`: a broadcast along each axis in turn, from
-  // coordinate 0.
+  // Every process ends with device `from`'s `data`: a broadcast along each axis in turn, from
+  // `from`'s coordinate on it (after axis i, every process that differs from `from` only in axes
+  // 0..i holds its data).
+  template <class T>
+  void broadcast_from(std::span<T> data, std::size_t from) const {
+    std::size_t after = size();
+    for (std::size_t i = 0; i < comms_.size(); ++i) {
+      after /= shape_.sizes[i];
+      comms_[i].broadcast(data, static_cast<int>(from / after % shape_.sizes[i]));
+    }
+  }
   template <class T>
   void broadcast_from_device_0(std::span<T> data) const {
-    for (const auto& c : comms_) c.broadcast(data, 0);
+    broadcast_from(data, 0);
   }
   // The number of processes of the mesh for which `flag` is true (a sum along each axis in turn).
   [[nodiscard]] int count(bool flag) const {
     std::int32_t n = flag ? 1 : 0;
     for (const auto& c : comms_) c.all_reduce(std::span<std::int32_t>(&n, 1));
     return n;
+  }
+  // The processes for which `failed` is true, and the first of them (the lowest device) with its
+  // `kind` and `message`, alike on every process. One all_reduce along each axis when none
+  // failed; else the first is found (a maximum along each axis) and its error broadcast.
+  [[nodiscard]] process_failure first_failure(bool failed, std::uint64_t kind,
+                                              std::string_view message) const {
+    process_failure r;
+    r.processes = size();
+    r.failed = count(failed);
+    if (r.failed == 0) return r;
+    // (The first failed device has the most devices from it to the end.)
+    auto to_end = static_cast<std::int32_t>(failed ? size() - device_ : 0);
+    for (const auto& c : comms_)
+      c.all_reduce(std::span<std::int32_t>(&to_end, 1), comm::reduce_op::max);
+    r.device = size() - static_cast<std::size_t>(to_end);
+    std::array<std::uint64_t, 2> head{kind, message.size()};
+    broadcast_from(std::span<std::uint64_t>(head), r.device);
+    std::vector<std::uint64_t> words((head[1] + 7) / 8);
+    if (device_ == r.device && !message.empty())
+      std::memcpy(words.data(), message.data(), message.size());
+    broadcast_from(std::span<std::uint64_t>(words), r.device);
+    r.kind = head[0];
+    r.message.assign(reinterpret_cast<const char*>(words.data()), head[1]);
+    return r;
   }
 
  protected:
@@ -159,21 +204,56 @@ class process_mesh : public bound_mesh<C> {
 };
 
 namespace detail {
-// Runs `f` on every process of `pm`; if it throws on any, it throws on all (the original error
-// where it happened), so that no process goes on to a collective the others never reach.
+// The kind of error a process failed with, as on_every_process shares it.
+enum class error_kind : std::uint64_t { value, runtime, collective_value, collective_runtime };
+
+// The error every process raises for `first`, the first process where `what` failed: a
+// collective error (each process raises it alike, and initialize::fail prints it once), a value
+// error where that process's was one. It names that process, says how many others failed, and
+// gives that process's message; an error that was collective already is raised as it was.
+[[noreturn]] inline void throw_first_failure(const char* what, const process_failure& first) {
+  const auto kind = static_cast<error_kind>(first.kind);
+  if (kind == error_kind::collective_value) throw collective_value_error(first.message);
+  if (kind == error_kind::collective_runtime) throw collective_runtime_error(first.message);
+  std::string text = std::string(what) + " failed on process " + std::to_string(first.device) +
+                     " of " + std::to_string(first.processes);
+  if (first.failed == static_cast<int>(first.processes) && first.failed > 1)
+    text += " (and on every other process)";
+  else if (first.failed > 1)
+    text += " (and on " + std::to_string(first.failed - 1) + " other " +
+            (first.failed == 2 ? "process" : "processes") + ")";
+  text += ": " + first.message;
+  if (kind == error_kind::value) throw collective_value_error(text);
+  throw collective_runtime_error(text);
+}
+
+// Runs `f` on every process of `pm`; if it throws on any, every process throws the same error,
+// the first failed process's (throw_first_failure), so that no process goes on to a collective
+// the others never reach and the job reports one failure, not one per process. On one process
+// the error is thrown as it was.
 template <class ProcessMesh, class F>
 void on_every_process(const ProcessMesh& pm, const char* what, F&& f) {
   std::exception_ptr error;
+  error_kind kind = error_kind::runtime;
+  std::string message;
   try {
     f();
+  } catch (const collective_value_error& e) {
+    error = std::current_exception(), kind = error_kind::collective_value, message = e.what();
+  } catch (const collective_runtime_error& e) {
+    error = std::current_exception(), kind = error_kind::collective_runtime, message = e.what();
+  } catch (const value_error& e) {
+    error = std::current_exception(), kind = error_kind::value, message = e.what();
+  } catch (const std::exception& e) {
+    error = std::current_exception(), message = e.what();
   } catch (...) {
-    error = std::current_exception();
+    error = std::current_exception(), message = "an exception that is not a std::exception";
   }
-  const int failed = pm.count(error != nullptr);
-  if (error) std::rethrow_exception(error);
-  if (failed > 0)
-    throw runtime_error(std::string(what) + " failed on " + std::to_string(failed) +
-                        " other process(es); their error says why");
+  const process_failure first =
+      pm.first_failure(error != nullptr, static_cast<std::uint64_t>(kind), message);
+  if (first.failed == 0) return;
+  if (first.processes == 1) std::rethrow_exception(error);
+  throw_first_failure(what, first);
 }
 }  // namespace detail
 

@@ -14,6 +14,7 @@
 
 #include "../core/device_mesh.hpp"
 #include "../layers/layer.hpp"
+#include "../runtime/process_mesh.hpp"
 #include "../state.hpp"
 #include "../tensor/dtensor.hpp"
 #include "model_config.hpp"
@@ -26,8 +27,12 @@ struct model_view {
   mesh_value shape{};
   std::size_t device = 0, size = 1;
   std::vector<std::size_t> coordinates;
-  std::function<int(bool)> count_true;  // the number of processes on which the flag is true
-  [[nodiscard]] int count(bool flag) const { return count_true(flag); }
+  // bound_mesh::first_failure: the processes that failed, the first of them and its error
+  std::function<process_failure(bool, std::uint64_t, std::string_view)> first_failure_of;
+  [[nodiscard]] process_failure first_failure(bool failed, std::uint64_t kind,
+                                              std::string_view message) const {
+    return first_failure_of(failed, kind, message);
+  }
   [[nodiscard]] bool is_chief() const noexcept { return device == 0; }
 
   // ---- the state (get_state_tree without copies, set_state_tree): checkpoints
@@ -63,7 +68,9 @@ model_view<typename Model::backend> view_of(Model& m) {
   v.device = pm.device();
   v.size = pm.size();
   v.coordinates.assign(pm.coordinates().begin(), pm.coordinates().end());
-  v.count_true = [&pm](bool flag) { return pm.count(flag); };
+  v.first_failure_of = [&pm](bool failed, std::uint64_t kind, std::string_view message) {
+    return pm.first_failure(failed, kind, message);
+  };
   v.state_tree_view = [&m] { return m.state_tree_view(); };
   v.set_state_tree = [&m](const state_tree<B>& t) { m.assign_state_tree(t); };
   v.require_same_replicas = [&m](std::string_view where) { m.require_same_replicas(where); };
