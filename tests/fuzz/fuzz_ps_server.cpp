@@ -11,10 +11,10 @@
 //
 // A refusal is a `failed` reply. Besides memory safety, a finding is: an exception out of handle
 // (every refusal is a reply), a reply whose id is not its request's, a refused request that
-// changed anything (values, slots, generation, version, counts), an applied push that did not
-// advance the version and the count of updates by one, a pull whose frames do not match the
-// shards, a non-finite value in a shard after a push was applied from finite values that did not
-// overflow.
+// changed anything (values, slots, generation, version, counts, the batches recorded as applied),
+// an applied push that did not advance the version and the count of updates by one, a pull whose
+// frames do not match the shards, a non-finite value in a shard after a push was applied from
+// finite values that did not overflow.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -116,12 +116,13 @@ using server = ps::basic_parameter_server<plain_shards>;
 struct snapshot {
   plain_shards shards;
   std::uint64_t applied, refused, version, generation;
+  std::size_t batches;
   bool holds;
   bool operator==(const snapshot&) const = default;
 };
 snapshot snap(const server& s) {
-  return {s.shards(),  s.applied(),    s.refused_repeats(),
-          s.version(), s.generation(), s.holds_variables()};
+  return {s.shards(),     s.applied(),          s.refused_repeats(), s.version(),
+          s.generation(), s.batches_recorded(), s.holds_variables()};
 }
 
 // A frame whose bytes start at an odd address, as ZeroMQ hands a frame out of its buffer.

@@ -45,6 +45,8 @@ class basic_parameter_server {
   [[nodiscard]] std::uint64_t version() const noexcept { return version_; }
   [[nodiscard]] std::uint64_t generation() const noexcept { return generation_; }
   [[nodiscard]] bool holds_variables() const noexcept { return created_; }
+  // The batches recorded as applied since the variables were created or restored.
+  [[nodiscard]] std::size_t batches_recorded() const noexcept { return applied_batches_.size(); }
   [[nodiscard]] const Shards& shards() const noexcept { return shards_; }
 
  private:
