@@ -213,14 +213,26 @@ bool stranger_answered(zmq::context_t& ctx, const std::string& address,
   return answered;
 }
 
+// A ps served with `security`, the chief's connection to it through a recording proxy, and the
+// variables created with the secret values.
+struct watched_ps {
+  served_ps server;
+  recording_proxy proxy;
+  ps::connection chief;
+  watched_ps(zmq::context_t& ctx, const ps::transport_security& security)
+      : server(security),
+        proxy(server.port),
+        chief(ctx, "127.0.0.1:" + std::to_string(proxy.port()), "ps 0", ps::chief_routing_id,
+              security) {
+    chief.connect(5000ms);
+    (void)chief.call(create_message(1, secret_values), 2000ms);
+  }
+};
+
 void open_port(zmq::context_t& ctx) {
   const ps::transport_security open;
-  served_ps server(open);
-  recording_proxy proxy(server.port);
-  ps::connection chief(ctx, "127.0.0.1:" + std::to_string(proxy.port()), "ps 0",
-                       ps::chief_routing_id, open);
-  chief.connect(5000ms);
-  (void)chief.call(create_message(1, secret_values), 2000ms);
+  watched_ps w(ctx, open);
+  auto& [server, proxy, chief] = w;
   check(pulled(chief) == secret_values, "open: the variables are created and pulled");
   const std::string wire = proxy.recorded();
   check(wire.find(bytes_of(secret_values)) != std::string::npos &&
@@ -235,12 +247,8 @@ void open_port(zmq::context_t& ctx) {
 void keyed_port(zmq::context_t& ctx) {
   const ps::cluster_keys keys = ps::make_cluster_keys();
   const ps::transport_security secure{keys};
-  served_ps server(secure);
-  recording_proxy proxy(server.port);
-  ps::connection chief(ctx, "127.0.0.1:" + std::to_string(proxy.port()), "ps 0",
-                       ps::chief_routing_id, secure);
-  chief.connect(5000ms);
-  (void)chief.call(create_message(1, secret_values), 2000ms);
+  watched_ps w(ctx, secure);
+  auto& [server, proxy, chief] = w;
   check(pulled(chief) == secret_values, "keyed: the cluster's client creates and pulls");
   const std::string wire = proxy.recorded();
   check(wire.size() > bytes_of(secret_values).size() &&
