@@ -324,7 +324,15 @@ int main(int argc, char** argv) {
                 std::to_string(s.ps_applied[0]) + ")");
     } else if (mode == "other_model") {
       // Worker 1 was built with another model: refused when it joins; worker 0 trains alone.
+      // Worker 1 may start after worker 0 has trained every batch: the chief keeps answering
+      // until it has asked to join and been refused (or 60 s pass).
       (void)coord.fit({.epochs = 1, .steps_per_epoch = 32, .verbose = 0});
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (coord.stats().workers_refused == 0 && std::chrono::steady_clock::now() < until) {
+        (void)coord.done();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      check(coord.stats().workers_refused == 1, "the chief refused worker 1 when it joined");
       exactly_once(coord, 32);
     } else if (mode == "ps_lost") {
       (void)coord.fit({.epochs = 1000, .steps_per_epoch = 32, .verbose = 0});

@@ -122,6 +122,7 @@ struct worker_callbacks {
 struct coordinator_stats {
   std::vector<std::uint64_t> trained;  // the global indices of the batches trained, in order
   std::size_t workers_lost = 0, workers_rejoined = 0, batches_reassigned = 0;
+  std::size_t workers_refused = 0;  // joins refused (another model, dataset or TF_CONFIG)
   std::size_t ps_restarts = 0;  // ps tasks lost and given the last backup's state
   std::vector<std::uint64_t> ps_applied, ps_refused;  // per ps: updates applied, repeats refused
 };
@@ -766,6 +767,7 @@ TESSEL_PS_INLINE void coordinator_core::on_message(message& m, zmq::message_t& i
             " was built with another model than the chief's: " + *d +
             "; every task must build the same model";
     if (!why.empty()) {
+      ++stats_.workers_refused;
       std::printf("chief: %s\n", why.c_str());
       std::fflush(stdout);
       message no = failure(m, why);
