@@ -1,5 +1,7 @@
-// optimizers: Keras 3's SGD, Adam and RMSprop (same arguments, defaults and update formulas).
-// The hyperparameters are plain structs; `optimizer<B>` holds the state (slots, iterations).
+// optimizers: the optimizer protocol (optimizers/protocol.hpp), Keras 3's SGD, Adam and RMSprop
+// written against it (same arguments, defaults and update formulas), optimizer_function<B>
+// holding any of them or a user's (optimizers/function.hpp), and `optimizer<B>`, the state
+// (slots, iterations) a model's optimizer keeps.
 #pragma once
 
 #include <algorithm>
@@ -9,93 +11,32 @@
 #include <string>
 #include <string_view>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include "backend/default.hpp"
 #include "core/compilation.hpp"
 #include "core/errors.hpp"
 #include "layers/layer.hpp"
+#include "optimizers/adam.hpp"
+#include "optimizers/function.hpp"
+#include "optimizers/protocol.hpp"
+#include "optimizers/rmsprop.hpp"
+#include "optimizers/sgd.hpp"
 #include "state.hpp"
 
 namespace tessel {
 
-namespace optimizers {
-// The slots an optimizer keeps per variable: its slot names that are not null.
-constexpr std::size_t count_slots(const std::array<const char*, 3>& names) noexcept {
-  std::size_t n = 0;
-  for (const char* name : names) n += name != nullptr;
-  return n;
-}
-
-struct sgd {
-  double learning_rate = 0.01;
-  double momentum = 0.0;
-  bool nesterov = false;
-  static constexpr std::string_view name = "SGD";
-  // Keras's names of its slots per variable (null: none): momentum's, when there is momentum.
-  [[nodiscard]] constexpr std::array<const char*, 3> slot_names() const noexcept {
-    return {momentum != 0.0 ? "momentum" : nullptr, nullptr, nullptr};
-  }
-  [[nodiscard]] constexpr std::size_t slots() const noexcept { return count_slots(slot_names()); }
-};
-struct adam {
-  double learning_rate = 0.001;
-  double beta_1 = 0.9;
-  double beta_2 = 0.999;
-  double epsilon = 1e-7;
-  static constexpr std::string_view name = "Adam";
-  [[nodiscard]] static constexpr std::array<const char*, 3> slot_names() noexcept {
-    return {"momentum", "velocity", nullptr};
-  }
-  [[nodiscard]] static constexpr std::size_t slots() noexcept { return count_slots(slot_names()); }
-};
-struct rmsprop {
-  double learning_rate = 0.001;
-  double rho = 0.9;
-  double momentum = 0.0;
-  double epsilon = 1e-7;
-  bool centered = false;
-  static constexpr std::string_view name = "RMSprop";
-  // velocity, then momentum's and the centered average's when asked for.
-  [[nodiscard]] constexpr std::array<const char*, 3> slot_names() const noexcept {
-    return {"velocity", momentum > 0.0 ? "momentum" : nullptr,
-            centered ? "average_gradient" : nullptr};
-  }
-  [[nodiscard]] constexpr std::size_t slots() const noexcept { return count_slots(slot_names()); }
-};
-}  // namespace optimizers
-
-// What compile() accepts as an optimizer: one of the structs above, or its Keras name.
-class optimizer_spec {
- public:
-  using value_type = std::variant<optimizers::sgd, optimizers::adam, optimizers::rmsprop>;
-  optimizer_spec(optimizers::sgd o) : value_(o) {}                        // NOLINT
-  optimizer_spec(optimizers::adam o) : value_(o) {}                       // NOLINT
-  optimizer_spec(optimizers::rmsprop o) : value_(o) {}                    // NOLINT
-  optimizer_spec(const char* n) : optimizer_spec(std::string_view(n)) {}  // NOLINT
-  optimizer_spec(std::string_view n) : value_(from_name(n)) {}            // NOLINT
-  const value_type& value() const { return value_; }
-
- private:
-  static value_type from_name(std::string_view n) {
-    if (n == "sgd" || n == "SGD") return optimizers::sgd{};
-    if (n == "adam" || n == "Adam") return optimizers::adam{};
-    if (n == "rmsprop" || n == "RMSprop") return optimizers::rmsprop{};
-    throw value_error("Could not interpret optimizer identifier: " + std::string(n) +
-                      ". Use sgd, adam or rmsprop.");
-  }
-  value_type value_;
-};
+// What compile() accepts as an optimizer on the default backend: any type of the protocol, or
+// its Keras name (a model on another backend takes optimizer_function<B>).
+using optimizer_spec = optimizer_function<default_backend>;
 
 template <class B = default_backend>
 class optimizer {
  public:
-  explicit optimizer(optimizer_spec spec)
-      : spec_(std::move(spec)),
-        learning_rate_(std::visit([](const auto& o) { return o.learning_rate; }, spec_.value())) {}
+  explicit optimizer(optimizer_function<B> spec)
+      : spec_(std::move(spec)), learning_rate_(spec_.learning_rate()) {}
 
-  const optimizer_spec& spec() const { return spec_; }
+  const optimizer_function<B>& spec() const { return spec_; }
   std::size_t iterations() const { return iterations_; }
   // The learning rate the next step uses (the spec's, unless a state set another).
   double learning_rate() const { return learning_rate_; }
@@ -103,7 +44,7 @@ class optimizer {
   // The slots each trainable variable gets (Adam 2; RMSprop 1 to 3; SGD 0 or 1).
   std::size_t slots_per_variable() const { return optimizers::count_slots(slot_names()); }
   // Keras's name of the optimizer ("adam").
-  std::string_view name() const { return prefix(); }
+  std::string_view name() const { return spec_.name(); }
   // Creates the slots for these variables (Keras's optimizer.build); apply() calls it when needed.
   void build(const std::vector<variable<B>*>& vars);
   [[nodiscard]] bool built() const noexcept { return !slots_.empty(); }
@@ -165,10 +106,10 @@ class optimizer {
   using matrix = typename B::matrix;
   using slot = std::array<variable<B>*, 3>;  // backend::update_tensors' slot_a, slot_b, slot_c
 
-  std::string_view prefix() const;
+  std::string_view prefix() const { return spec_.name(); }
   // The names of the slots a variable gets, as update_tensors' slot_a, slot_b, slot_c (nullptr:
   // none), by the spec's arguments.
-  std::array<const char*, 3> slot_names() const;
+  std::array<const char*, 3> slot_names() const { return spec_.slot_names(); }
   // Keras's slot path: "adam/" + the variable's path with '/' as '_' + "_momentum".
   std::string slot_path(const std::string& variable_path, const char* what) const {
     std::string base = variable_path;
@@ -182,7 +123,7 @@ class optimizer {
   // The update of every entry of `u` in one backend call, at step `t` (counted from 1).
   void update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
               double learning_rate) const;
-  optimizer_spec spec_;
+  optimizer_function<B> spec_;
   double learning_rate_;
   variable_store<B> state_;
   std::vector<slot> slots_;
@@ -306,26 +247,6 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
 }
 
 template <class B>
-std::string_view optimizer<B>::prefix() const {
-  return std::visit(
-      [](const auto& o) -> std::string_view {
-        using O = std::decay_t<decltype(o)>;
-        if constexpr (std::is_same_v<O, optimizers::sgd>)
-          return "sgd";
-        else if constexpr (std::is_same_v<O, optimizers::adam>)
-          return "adam";
-        else
-          return "rmsprop";
-      },
-      spec_.value());
-}
-
-template <class B>
-std::array<const char*, 3> optimizer<B>::slot_names() const {
-  return std::visit([](const auto& o) { return o.slot_names(); }, spec_.value());
-}
-
-template <class B>
 state_list<B> optimizer<B>::entries(bool copy) const {
   state_list<B> out;
   out.push_back({std::string(prefix()) + "/iteration", {}, static_cast<std::int64_t>(iterations_)});
@@ -337,25 +258,7 @@ state_list<B> optimizer<B>::entries(bool copy) const {
 template <class B>
 void optimizer<B>::update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
                           double learning_rate) const {
-  const auto t = static_cast<double>(t_count);
-  std::visit(
-      [&](const auto& o) {
-        using O = std::decay_t<decltype(o)>;
-        if constexpr (std::is_same_v<O, optimizers::sgd>) {
-          B::sgd_update(u, static_cast<float>(learning_rate), static_cast<float>(o.momentum),
-                        o.nesterov);
-        } else if constexpr (std::is_same_v<O, optimizers::adam>) {
-          const double alpha = learning_rate * std::sqrt(1.0 - std::pow(o.beta_2, t)) /
-                               (1.0 - std::pow(o.beta_1, t));
-          B::adam_update(u, static_cast<float>(alpha), static_cast<float>(o.beta_1),
-                         static_cast<float>(o.beta_2), static_cast<float>(o.epsilon));
-        } else {
-          B::rmsprop_update(u, static_cast<float>(learning_rate), static_cast<float>(o.rho),
-                            static_cast<float>(o.momentum), static_cast<float>(o.epsilon),
-                            o.centered);
-        }
-      },
-      spec_.value());
+  spec_.update(optimizers::step<B>{u, t_count, learning_rate});
 }
 
 #if TESSEL_EXTERN_TEMPLATES

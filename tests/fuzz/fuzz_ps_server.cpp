@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <variant>
 #include <tessel/ps/server_core.hpp>
 #include <vector>
 
@@ -34,8 +35,19 @@ namespace {
 class plain_shards {
  public:
   void create(const ps::create_request& r, const ps::message& m) {
-    learning_rate_ = r.optimizer["learning_rate"].get<double>();
-    momentum_ = r.optimizer.contains("momentum") ? r.optimizer["momentum"].get<double>() : 0.0;
+    // Made first, as the library's ps makes it (an unknown class or a value out of range is
+    // refused before anything changes); then its learning rate and momentum applied here.
+    try {
+      (void)tessel::optimizers::make_optimizer<tessel_fuzz::checking_backend>(r.optimizer,
+                                                                            "create");
+    } catch (const tessel::value_error& e) {
+      throw ps::refused(e.what());
+    }
+    learning_rate_ = r.optimizer.learning_rate();
+    const tessel::optimizers::value* momentum = r.optimizer.find("momentum");
+    momentum_ = momentum != nullptr && std::holds_alternative<double>(*momentum)
+                    ? std::get<double>(*momentum)
+                    : 0.0;
     paths_.clear();
     values_.clear();
     slots_.clear();

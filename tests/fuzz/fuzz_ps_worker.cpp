@@ -200,11 +200,18 @@ void optimizer(const std::string& text) {
   const auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) return;
   try {
-    const nlohmann::json o = ps::checked_optimizer(j);
-    if (ps::checked_optimizer(o) != o) fail("a checked optimizer checks differently again");
-    for (const auto& [key, value] : o.items())
-      if (value.is_number() && !std::isfinite(value.get<double>()))
+    const tessel::optimizers::config c = ps::decode_optimizer(j);
+    if (ps::decode_optimizer(ps::optimizer_json(c)) != c)
+      fail("a decoded optimizer decodes differently again");
+    for (const auto& entry : c.values)
+      if (const double* v = std::get_if<double>(&entry.second); v && !std::isfinite(*v))
         fail("an optimizer with a non-finite field accepted");
+    // The registry makes it, or refuses it with a value_error (a ps's create turns that into
+    // a refusal): nothing else escapes.
+    try {
+      (void)tessel::optimizers::make_optimizer<tessel_fuzz::checking_backend>(c, "create");
+    } catch (const tessel::value_error&) {
+    }
   } catch (const ps::refused&) {
   }
 }

@@ -10,9 +10,22 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <tessel/optimizers/function.hpp>
 
 namespace tessel_fuzz {
+
+// A backend with the optimizers' update calls and no kernels: enough for the optimizer registry
+// (tessel/optimizers/function.hpp) to make and check an optimizer from a config, which is what a
+// ps does with a `create` message's, where clang++ cannot build the host backend.
+struct checking_backend {
+  struct matrix {};
+  using tensors = std::span<const tessel::backend::update_tensors<matrix>>;
+  static void sgd_update(tensors, float, float, bool) {}
+  static void adam_update(tensors, float, float, float, float) {}
+  static void rmsprop_update(tensors, float, float, float, float, bool) {}
+};
 
 // A finding that is not a crash (a wrong result): abort, so that libFuzzer saves the input.
 [[noreturn]] inline void fail(const char* what) {

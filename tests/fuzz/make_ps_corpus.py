@@ -32,13 +32,18 @@ def message(kind, a=0, b=0, c=0, d=0, frames=()):
 
 
 def optimizer(name):
+    """An optimizer's description as the chief sends it (ps/messages.hpp's optimizer_json)."""
+    def described(class_name, fields):
+        return {"class_name": class_name, "name": class_name.lower(),
+                "module": "keras.optimizers", "registered_name": "",
+                "config": [list(f) for f in fields]}
     if name == "adam":
-        return {"name": "adam", "learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999,
-                "epsilon": 1e-07}
+        return described("Adam", [("learning_rate", 0.001), ("beta_1", 0.9), ("beta_2", 0.999),
+                                  ("epsilon", 1e-07)])
     if name == "rmsprop":
-        return {"name": "rmsprop", "learning_rate": 0.001, "rho": 0.9, "momentum": 0.0,
-                "epsilon": 1e-07, "centered": False}
-    return {"name": "sgd", "learning_rate": 0.01, "momentum": 0.9, "nesterov": False}
+        return described("RMSprop", [("learning_rate", 0.001), ("rho", 0.9), ("momentum", 0.0),
+                                     ("epsilon", 1e-07), ("centered", False)])
+    return described("SGD", [("learning_rate", 0.01), ("momentum", 0.9), ("nesterov", False)])
 
 
 def create(generation, opt, shards):

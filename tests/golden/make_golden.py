@@ -1377,6 +1377,91 @@ def make_custom_loss(keras, jax):
     }
 
 
+def make_user_optimizer(keras, jax):
+    """An optimizer the user writes (tests/support/user_optimizers.hpp): Signum, a subclass of
+    keras.optimizers.Optimizer here. Three train_on_batch steps of a small MLP under it; the
+    weights file after the second step (user_optimizer.weights.h5: tessel loads it and takes the
+    third step); the optimizer's config as the model's compile config holds it."""
+    from keras import ops
+
+    @keras.saving.register_keras_serializable(package="user")
+    class Signum(keras.optimizers.Optimizer):
+        def __init__(self, learning_rate=0.01, beta=0.9, name="signum", **kwargs):
+            super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+            self.beta = beta
+
+        def build(self, var_list):
+            if self.built:
+                return
+            super().build(var_list)
+            self.momentums = [self.add_variable_from_reference(v, "momentum") for v in var_list]
+
+        def update_step(self, gradient, variable, learning_rate):
+            lr = ops.cast(learning_rate, variable.dtype)
+            m = self.momentums[self._get_variable_index(variable)]
+            self.assign(m, ops.add(ops.multiply(m, self.beta),
+                                   ops.multiply(gradient, 1.0 - self.beta)))
+            self.assign_sub(variable, ops.multiply(lr, ops.sign(m)))
+
+        def get_config(self):
+            config = super().get_config()
+            config.update({"beta": self.beta})
+            return config
+
+    rng = np.random.default_rng(6060)
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    x = f32(rng.normal(size=(8, 5)))
+    y = f32(rng.normal(size=(8, 3)))
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(5,)),
+            keras.layers.Dense(8, activation="relu", name="dense"),
+            keras.layers.Dense(3, name="dense_1"),
+        ]
+    )
+    init = [
+        f32(rng.normal(size=(5, 8)) * np.sqrt(2.0 / 5)),
+        f32(rng.normal(size=(8,)) * 0.1),
+        f32(rng.normal(size=(8, 3)) * np.sqrt(2.0 / 8)),
+        f32(rng.normal(size=(3,)) * 0.1),
+    ]
+    model.set_weights(init)
+    model.compile(optimizer=Signum(learning_rate=0.02, beta=0.8), loss="mean_squared_error")
+    initial = weights_list(model)
+    steps = []
+    for k in range(3):
+        ret = model.train_on_batch(x, y, return_dict=True)
+        steps.append(
+            {
+                "loss": F32(ret["loss"]),
+                "weights": weights_list(model),
+                "momentums": [arr(ops.convert_to_numpy(m)) for m in model.optimizer.momentums],
+                "iterations": int(ops.convert_to_numpy(model.optimizer.iterations)),
+            }
+        )
+        if k == 1:
+            model.save_weights(os.path.join(HERE, "user_optimizer.weights.h5"))
+    config = keras.optimizers.serialize(model.optimizer)
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "Signum (m = beta m + (1 - beta) g; w -= lr sign(m)), a user's subclass of "
+            "keras.optimizers.Optimizer registered as 'user>Signum', learning_rate=0.02, "
+            "beta=0.8; Input(5) -> Dense(8, relu) -> Dense(3), mean squared error; steps[k] after "
+            "train_on_batch call k+1 (its loss, the weights, the momentum slots, the iteration "
+            "count); user_optimizer.weights.h5 saved after the second step; config = "
+            "keras.optimizers.serialize(optimizer).",
+        ),
+        "x": arr(x),
+        "y": arr(y),
+        "initial_weights": initial,
+        "steps": steps,
+        "config": config,
+    }
+
+
 # --------------------------------------------------------------------------------------
 # 13. convolution.json (conv2d, batch_normalization, pooling, global pooling, ReLU, Rescaling)
 # --------------------------------------------------------------------------------------
@@ -2102,6 +2187,7 @@ def main():
         ("binary_crossentropy", make_binary_crossentropy),
         ("mean_absolute_error", make_mean_absolute_error),
         ("custom_loss", make_custom_loss),
+        ("user_optimizer", make_user_optimizer),
         ("convolution", make_convolution),
         ("cnn_step", make_cnn_step),
     ]

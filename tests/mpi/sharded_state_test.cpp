@@ -2,7 +2,8 @@
 // ZeRO-1), with the gradients reduce-scattered too (shard_state::gradients, ZeRO-2) and with the
 // weights split and gathered per layer (shard_state::weights, ZeRO-3), on 1, 2, 4 and 8
 // processes:
-//   - each equals one device (compare_models.hpp: 20 steps with adam, sgd and rmsprop; the
+//   - each equals one device (compare_models.hpp: 20 steps with adam, sgd and rmsprop, and a
+//     user's optimizer under plain data_parallel, the split state and split weights; the
 //     collectives run are the plan's, its reduce_scatters and all_gathers with their bytes; an
 //     uneven global batch; fit with the optimizer state read back), with overlap and without
 //     (gradient_options::overlap, whose windows hold one layer);
@@ -24,6 +25,7 @@
 #include <tessel/tessel.hpp>
 #include <vector>
 
+#include "../support/user_optimizers.hpp"
 #include "compare_models.hpp"
 #include "mpi_checks.hpp"
 #include "strategy_checks.hpp"
@@ -426,6 +428,14 @@ int main(int argc, char** argv) {
           (std::string("shard_state::weights, no overlap, ") + opt).c_str(), d.x, d.y, opt, loss,
           serial);
     }
+    // A user's optimizer (user_optimizers.hpp's Signum, found by its registered name): its
+    // slot split as the library's are, under plain data parallelism too.
+    testing::compare<mlp<data_parallel<>>, mlp<one_device>>("data_parallel, user's signum", d.x,
+                                                             d.y, "signum", "mse");
+    testing::compare<mlp<zero1>, mlp<one_device>>("shard_state::optimizer, user's signum", d.x,
+                                                  d.y, "signum", "mse");
+    testing::compare<mlp<zero3>, mlp<one_device>>("shard_state::weights, user's signum", d.x,
+                                                  d.y, "signum", "mse");
     transient_refusals(d);
     drawn_in_parts(d);
     split_weights_reads(d);

@@ -32,7 +32,7 @@ ps::message request(ps::kind k, std::uint64_t a = 0, std::uint64_t b = 0, std::u
 ps::message create(std::uint64_t generation) {
   ps::message m = request(ps::kind::create, generation);
   const nlohmann::json d = {
-      {"optimizer", ps::to_json(tessel::optimizers::sgd{0.5, 0.0, false})},
+      {"optimizer", ps::optimizer_json(tessel::optimizers::config_of(tessel::optimizers::sgd{0.5, 0.0, false}))},
       {"shards",
        {{{"path", "w/shard_0"}, {"shape", {2, 2}}}, {{"path", "w/shard_1"}, {"shape", {1, 2}}}}}};
   m.frames.push_back(ps::frame_of(d.dump()));
@@ -128,19 +128,21 @@ void refusals() {
     m.frames.push_back(ps::frame_of(std::span<const float>(v)));
     return text(handle(std::move(m)));
   };
-  const nlohmann::json sgd = ps::to_json(tessel::optimizers::sgd{0.5, 0.0, false});
+  const nlohmann::json sgd = ps::optimizer_json(tessel::optimizers::config_of(tessel::optimizers::sgd{0.5, 0.0, false}));
   nlohmann::json unknown = sgd, wrong_type = sgd, out_of_range = sgd;
-  unknown["name"] = "lamb";
-  wrong_type["learning_rate"] = "0.5";
-  out_of_range["momentum"] = 2;
+  unknown["class_name"] = "Lamb";
+  wrong_type["config"][0][1] = "0.5";
+  out_of_range["config"][1][1] = 2;
   why = bad_create(unknown, {2});
-  check(why.find("the optimizer 'lamb' is not one a ps applies") != std::string::npos,
+  check(why.find("create: the optimizer 'Lamb' is not one this program knows") !=
+            std::string::npos,
         "create with an unknown optimizer is refused: " + why);
   why = bad_create(wrong_type, {2});
-  check(why.find("'learning_rate' is missing or not a number") != std::string::npos,
+  check(why.find("the optimizer's 'learning_rate' is \"0.5\", not a finite number") !=
+            std::string::npos,
         "create with a learning rate of the wrong type is refused: " + why);
   why = bad_create(out_of_range, {2});
-  check(why.find("'momentum' is 2, not in [0.0, 1.0]") != std::string::npos,
+  check(why.find("create: SGD's momentum is 2; it must be in [0, 1]") != std::string::npos,
         "create with a momentum out of range is refused: " + why);
   why = bad_create(sgd, {3});
   check(why.find("shard 'v' has 3 values, 8 bytes sent") != std::string::npos,

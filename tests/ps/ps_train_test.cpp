@@ -27,6 +27,8 @@
 //   nan       1 worker, 1 ps: batch 5 holds a NaN; the worker pushes nothing for it and the
 //             chief ends fit after that epoch with TerminateOnNaN's message; the variables stay
 //             finite.
+//   user_optimizer  1 worker, 2 ps: a user's optimizer (Signum), registered in the program,
+//             applied by the ps tasks; 2 epochs equal one device.
 //   other_model  2 workers, 1 ps: worker 1 is built with another model; the chief refuses it when
 //             it joins, naming the variable that differs, and worker 0 trains every batch.
 #include <signal.h>
@@ -45,6 +47,8 @@
 #include <tessel/tessel.hpp>
 #include <thread>
 #include <vector>
+
+#include "../support/user_optimizers.hpp"
 
 namespace {
 using namespace tessel;
@@ -104,9 +108,9 @@ double worst_difference(const std::vector<array<float>>& a, const std::vector<ar
 // The worst relative difference between the model's weights and one device's trained from
 // `initial` for `epochs` epochs of the dataset (the order one worker trains them in).
 double against_one_device(const model_t& model, const std::vector<array<float>>& initial,
-                          int epochs) {
+                          int epochs, optimizer_spec optimizer = "adam") {
   model_t reference;
-  reference.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+  reference.compile({.optimizer = optimizer, .loss = "sparse_categorical_crossentropy"});
   reference.set_weights(initial);
   const dataset_t ds = make_dataset();
   for (int epoch = 0; epoch < epochs; ++epoch)
@@ -156,7 +160,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     model_t model;
-    model.compile({.optimizer = "adam", .loss = "sparse_categorical_crossentropy"});
+    // user_optimizer: a user's optimizer (user_optimizers.hpp), which every task of this program
+    // registers: the ps tasks make it from the chief's description by its class name.
+    const optimizer_spec compiled =
+        mode == "user_optimizer" ? optimizer_spec(user::signum{.learning_rate = 0.005})
+                                 : optimizer_spec("adam");
+    model.compile({.optimizer = compiled, .loss = "sparse_categorical_crossentropy"});
     const std::vector<array<float>> initial = model.get_weights();
     if (mode == "other_model" && strategy.task_type() == ps::role::worker &&
         strategy.task_index() == 1)
@@ -238,6 +247,16 @@ int main(int argc, char** argv) {
             "a user's function scheduled on the workers returns the loss "
             "of its batch (worst difference " +
                 std::to_string(worst_loss) + ")");
+    } else if (mode == "user_optimizer") {
+      const history h = coord.fit({.epochs = 2, .verbose = 0});
+      check(h.history.at("loss").back() < h.history.at("loss").front(),
+            "the loss falls over 2 epochs");
+      const double worst = against_one_device(model, initial, 2, compiled);
+      std::printf("user's optimizer, one worker against one device: worst relative weight "
+                  "difference %.2e\n",
+                  worst);
+      check(worst <= 1e-5, "a user's optimizer on 2 ps tasks equals one device");
+      exactly_once(coord, 64);
     } else if (mode == "failures") {
       const history h = coord.fit({.epochs = 3, .steps_per_epoch = 32, .verbose = 0});
       std::printf("losses per epoch: %.4f %.4f %.4f, mean staleness %.2f\n",

@@ -135,6 +135,28 @@ TESSEL_DIAGNOSTIC(class Metric COMMA class Backend, not_a_metric_on_this_backend
                   "above) that is not one: a metric has a `name` and "
                   "`local_sum<B>(const metric_call<B>&)` for the model's backend B (metrics.hpp)");
 
+// optimizers (optimizers/protocol.hpp): the first names the type and the backend, the others
+// the member it lacks
+TESSEL_DIAGNOSTIC(class Optimizer COMMA class Backend, not_an_optimizer_on_this_backend,
+                  "tessel: compile() was given an optimizer (see its type and the model's backend "
+                  "above) that is not one: an optimizer has `class_name`, `name`, "
+                  "`learning_rate`, `fields()`, `slot_names()` and "
+                  "`update<B>(const optimizers::step<B>&)` for the model's backend B "
+                  "(optimizers/protocol.hpp)");
+TESSEL_DIAGNOSTIC(class Optimizer COMMA class Backend, optimizer_has_no_update_for_this_backend,
+                  "tessel: this optimizer has no `template <class B> void update(const "
+                  "tessel::optimizers::step<B>&) const` for the model's backend B");
+TESSEL_DIAGNOSTIC(class Optimizer, optimizer_has_no_class_name_or_name,
+                  "tessel: this optimizer has no `static constexpr std::string_view class_name` "
+                  "(Keras's class, \"Adam\") and `name` (its variables' prefix, \"adam\")");
+TESSEL_DIAGNOSTIC(class Optimizer, optimizer_has_no_learning_rate,
+                  "tessel: this optimizer has no `double learning_rate` member");
+TESSEL_DIAGNOSTIC(class Optimizer, optimizer_has_no_fields,
+                  "tessel: this optimizer has no `static constexpr auto fields()` returning a "
+                  "std::tuple of tessel::optimizers::field{\"name\", &T::member}");
+TESSEL_DIAGNOSTIC(class Optimizer, optimizer_has_no_slot_names,
+                  "tessel: this optimizer has no `std::array<const char*, 3> slot_names() const`");
+
 // functional models
 TESSEL_DIAGNOSTIC(fixed_string Layer COMMA std::size_t Count, layer_called_on_wrong_number_of_inputs,
                   "tessel::functional: this layer is called on a number of inputs it does not "

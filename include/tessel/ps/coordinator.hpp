@@ -210,7 +210,9 @@ class cluster_coordinator : public coordinator_core {
     return out;
   }
 
-  nlohmann::json optimizer_json() { return to_json(model_.get_optimizer().spec()); }
+  nlohmann::json optimizer_json() {
+    return ps::optimizer_json(model_.get_optimizer().spec().config());
+  }
 
   // ---- backups ----------------------------------------------------------------------------
   // The ps tasks' variables and optimizer state into the chief's model (its weights, and its

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../core/errors.hpp"
+#include "../optimizers/protocol.hpp"
 #include "partitioner.hpp"
 #include "transport.hpp"
 
@@ -90,33 +91,55 @@ inline bool bool_field(const nlohmann::json& o, const char* field, const std::st
 }
 }  // namespace detail
 
-// An optimizer's name and hyperparameters as the chief sends them (server.hpp's to_json),
-// checked: a known name, every field of it a finite number in Keras's range. Returns it
-// with those fields only.
-inline nlohmann::json checked_optimizer(const nlohmann::json& o) {
-  const std::string where = "the optimizer";
-  if (!o.is_object() || !o.contains("name") || !o["name"].is_string())
-    throw refused(where + " is not an object with a 'name'");
-  const std::string name = o["name"].get<std::string>();
-  constexpr double big = std::numeric_limits<double>::max();
-  nlohmann::json out{{"name", name},
-                     {"learning_rate", detail::number_field(o, "learning_rate", 0, big, where)}};
-  if (name == "sgd") {
-    out["momentum"] = detail::number_field(o, "momentum", 0, 1, where);
-    out["nesterov"] = detail::bool_field(o, "nesterov", where);
-  } else if (name == "adam") {
-    out["beta_1"] = detail::number_field(o, "beta_1", 0, 1, where);
-    out["beta_2"] = detail::number_field(o, "beta_2", 0, 1, where);
-    out["epsilon"] = detail::number_field(o, "epsilon", 0, big, where);
-  } else if (name == "rmsprop") {
-    out["rho"] = detail::number_field(o, "rho", 0, 1, where);
-    out["momentum"] = detail::number_field(o, "momentum", 0, 1, where);
-    out["epsilon"] = detail::number_field(o, "epsilon", 0, big, where);
-    out["centered"] = detail::bool_field(o, "centered", where);
-  } else {
-    throw refused(where + " '" + name + "' is not one a ps applies (sgd, adam, rmsprop)");
+// An optimizer's description as the chief sends it: {"class_name", "name", "module",
+// "registered_name", "config": [[field, number or bool], ...]}, the fields in the optimizer's
+// order.
+inline nlohmann::json optimizer_json(const optimizers::config& c) {
+  nlohmann::json fields = nlohmann::json::array();
+  for (const auto& entry : c.values) {
+    nlohmann::json v = std::holds_alternative<bool>(entry.second)
+                           ? nlohmann::json(std::get<bool>(entry.second))
+                           : nlohmann::json(std::get<double>(entry.second));
+    fields.push_back(nlohmann::json::array({entry.first, v}));
   }
-  return out;
+  return {{"class_name", c.class_name},
+          {"name", c.name},
+          {"module", c.module},
+          {"registered_name", c.registered_name},
+          {"config", fields}};
+}
+
+// The description back, its form checked: names that are strings, every field a finite number
+// or a bool. Which class it names and the values' ranges are the registry's to check
+// (optimizers::make_optimizer), when a ps makes the optimizer.
+inline optimizers::config decode_optimizer(const nlohmann::json& o) {
+  const std::string where = "the optimizer";
+  for (const char* k : {"class_name", "name", "module", "registered_name"})
+    if (!o.is_object() || !o.contains(k) || !o[k].is_string())
+      throw refused(where + " has no '" + std::string(k) + "' string");
+  if (!o.contains("config") || !o["config"].is_array())
+    throw refused(where + " has no 'config' list of [name, value]");
+  optimizers::config c;
+  c.class_name = o["class_name"].get<std::string>();
+  c.name = o["name"].get<std::string>();
+  c.module = o["module"].get<std::string>();
+  c.registered_name = o["registered_name"].get<std::string>();
+  for (const auto& f : o["config"]) {
+    if (!f.is_array() || f.size() != 2 || !f[0].is_string())
+      throw refused(where + "'s config holds " + f.dump(-1, ' ', true).substr(0, 64) +
+                    ", not a [name, value] pair");
+    const std::string name = f[0].get<std::string>();
+    if (c.find(name) != nullptr) throw refused(where + "'s config gives '" + name + "' twice");
+    if (f[1].is_boolean()) {
+      c.values.emplace_back(name, optimizers::value(f[1].get<bool>()));
+    } else if (f[1].is_number() && std::isfinite(f[1].get<double>())) {
+      c.values.emplace_back(name, optimizers::value(f[1].get<double>()));
+    } else {
+      throw refused(where + "'s '" + name + "' is " + f[1].dump(-1, ' ', true).substr(0, 64) +
+                    ", not a finite number or true or false");
+    }
+  }
+  return c;
 }
 
 // ---- on a ps ---------------------------------------------------------------------------------
@@ -132,7 +155,7 @@ struct shard_spec {
 // ...]}, then each shard's values, every one finite.
 struct create_request {
   std::uint64_t generation = 0;
-  nlohmann::json optimizer;
+  optimizers::config optimizer;
   std::vector<shard_spec> shards;
 };
 inline create_request decode_create(const message& m) {
@@ -145,7 +168,7 @@ inline create_request decode_create(const message& m) {
         "\"shape\"}, ...]}");
   create_request r;
   r.generation = m.h.a;
-  r.optimizer = checked_optimizer((*j)["optimizer"]);
+  r.optimizer = decode_optimizer((*j)["optimizer"]);
   const auto& shards = (*j)["shards"];
   if (m.frames.size() != shards.size() + 1)
     throw refused("create: " + std::to_string(shards.size()) + " shards described, " +

@@ -27,10 +27,6 @@
 
 namespace tessel::ps {
 
-// The optimizer's name and hyperparameters, to send to the ps tasks and back (refused, naming the
-// field, unless checked_optimizer accepts it).
-TESSEL_PS_INLINE nlohmann::json to_json(const optimizer_spec& spec);
-TESSEL_PS_INLINE optimizer_spec optimizer_from_json(const nlohmann::json& j);
 
 // How the chief's connections name themselves to a ps task (ZeroMQ's routing id).
 inline const std::string chief_routing_id = "chief";
@@ -54,7 +50,7 @@ class optimizer_shards {
   void create(const create_request& r, const message& m) {
     variable_store<B> store;
     std::vector<variable<B>*> vars;
-    auto opt = std::make_unique<optimizer<B>>(optimizer_from_json(r.optimizer));
+    auto opt = make_optimizer(r.optimizer);
     for (std::size_t i = 0; i < r.shards.size(); ++i) {
       variable<B>& v = add_variable(store, r.shards[i].path, r.shards[i].shape, "zeros", 0);
       frame_floats(m.frames[i + 1]).copy_to(host_values(v.value.local(), v.value.size()));
@@ -96,6 +92,17 @@ class optimizer_shards {
   }
 
  private:
+  // The optimizer the chief compiled, by its class (the library's, or one registered in this
+  // program): an unknown class or a value out of range refused, naming it.
+  static std::unique_ptr<optimizer<B>> make_optimizer(const optimizers::config& c) {
+    try {
+      return std::make_unique<optimizer<B>>(optimizers::make_optimizer<B>(c, "create"));
+    } catch (const refused&) {
+      throw;
+    } catch (const value_error& e) {
+      throw refused(e.what());
+    }
+  }
   static std::span<float> host_values(const B::matrix& m, std::size_t n) { return {m.data(), n}; }
   // The optimizer's state, its slots made first (Keras's build) where no update has made them.
   state_list<B> built_state() {
@@ -155,41 +162,5 @@ inline int serve_ps(const cluster_spec& c, const server_options& o = {}) {
                 static_cast<unsigned long long>(server.refused_repeats()));
   return 0;
 }
-
-#if TESSEL_PS_DEFINITIONS
-TESSEL_PS_INLINE nlohmann::json to_json(const optimizer_spec& spec) {
-  return std::visit(
-      [](const auto& o) -> nlohmann::json {
-        using T = std::decay_t<decltype(o)>;
-        if constexpr (std::is_same_v<T, optimizers::sgd>)
-          return {{"name", "sgd"},
-                  {"learning_rate", o.learning_rate},
-                  {"momentum", o.momentum},
-                  {"nesterov", o.nesterov}};
-        else if constexpr (std::is_same_v<T, optimizers::adam>)
-          return {{"name", "adam"},
-                  {"learning_rate", o.learning_rate},
-                  {"beta_1", o.beta_1},
-                  {"beta_2", o.beta_2},
-                  {"epsilon", o.epsilon}};
-        else
-          return {{"name", "rmsprop"},    {"learning_rate", o.learning_rate},
-                  {"rho", o.rho},         {"momentum", o.momentum},
-                  {"epsilon", o.epsilon}, {"centered", o.centered}};
-      },
-      spec.value());
-}
-TESSEL_PS_INLINE optimizer_spec optimizer_from_json(const nlohmann::json& unchecked) {
-  const nlohmann::json j = checked_optimizer(unchecked);
-  const std::string name = j.at("name");
-  if (name == "sgd")
-    return optimizers::sgd{j.at("learning_rate"), j.at("momentum"), j.at("nesterov")};
-  if (name == "adam")
-    return optimizers::adam{j.at("learning_rate"), j.at("beta_1"), j.at("beta_2"), j.at("epsilon")};
-  return optimizers::rmsprop{j.at("learning_rate"), j.at("rho"), j.at("momentum"), j.at("epsilon"),
-                             j.at("centered")};
-}
-
-#endif
 
 }  // namespace tessel::ps

@@ -28,7 +28,7 @@ namespace tessel::saving {
 
 // What compile() was given, as Keras's compile_config records it (no value: not compiled).
 struct compile_info {
-  optimizer_spec optimizer = "rmsprop";
+  optimizers::config optimizer = optimizers::config_of(optimizers::rmsprop{});
   double learning_rate = 0.001;  // the optimizer's current one
   std::string loss;              // the loss's Keras name
   const loss_rule* loss_plan = &no_loss;  // its planning rule (from_logits: on logits)

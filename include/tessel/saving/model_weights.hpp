@@ -50,7 +50,7 @@ namespace detail {
 // The Keras name of an optimizer ("adam", "sgd", "rm_sprop": its class name in snake case).
 template <class B>
 std::string keras_optimizer_name(const optimizer<B>& o) {
-  return std::visit([](const auto& s) { return keras_snake_case(s.name); }, o.spec().value());
+  return keras_snake_case(o.spec().class_name());
 }
 
 // `v`'s values for a save: a replicated tensor in host memory borrowed (no copy: the save writes

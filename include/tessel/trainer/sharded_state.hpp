@@ -56,7 +56,7 @@ class sharded_state {
   // the layers whose weights the plan gathers again before their backward (not the last layer,
   // whose forward gather backward finds in place, nor a first layer that needs none).
   void build(const gradient_buckets<B, C>& buckets, const C& group, int axis,
-             const optimizer_spec& spec, collective_log* log, bool gradients_free = false,
+             const optimizer_function<B>& spec, collective_log* log, bool gradients_free = false,
              bool split_weights = false, std::vector<std::size_t> backward_gathers = {}) {
     backward_gathers_ = std::move(backward_gathers);
     group_ = &group;

@@ -103,12 +103,12 @@ class trainer_core : public model_base {
   // A loss or metric is one of the library's, its Keras name, or any type of the protocols in
   // losses.hpp and metrics.hpp.
   struct compile_options {
-    optimizer_spec optimizer = "rmsprop";
+    optimizer_function<B> optimizer = "rmsprop";
     loss_function<B> loss = losses::mean_squared_error{};
     std::vector<metrics::metric_arg<B>> metrics = {};
   };
   void compile(compile_options o);
-  void compile(optimizer_spec optimizer_, loss_function<B> loss,
+  void compile(optimizer_function<B> optimizer_, loss_function<B> loss,
                std::vector<metrics::metric_arg<B>> metric_list = {});
 
   // ---- distribution ---------------------------------------------------------------------------

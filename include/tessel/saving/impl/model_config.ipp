@@ -10,42 +10,39 @@ TESSEL_INLINE std::string batch_shape(const shape_value& s) {
   return out + "]";
 }
 
+// Keras's optimizer config: the base Optimizer's arguments, then the optimizer's fields in their
+// order (learning_rate, written first, as the current one) and its fixed entries. Keras's own
+// optimizers by module; a user's by the name it is registered under ("user>Signum"), module null.
 TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
   using layers::keras_config;
+  const optimizers::config& spec = c.optimizer;
   keras_config o;
-  std::string cls;
-  std::visit(
-      [&](const auto& spec) {
-        cls = std::string(spec.name);
-        o.field("name", keras_snake_case(spec.name));
-        // Keras holds the learning rate as a float32 variable and writes that value.
-        o.field("learning_rate", static_cast<double>(static_cast<float>(c.learning_rate)));
-        for (const char* k : {"weight_decay", "clipnorm", "global_clipnorm", "clipvalue"})
-          o.null(k);
-        o.field("use_ema", false);
-        o.field("ema_momentum", 0.99);
-        for (const char* k :
-             {"ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
-          o.null(k);
-        using S = std::decay_t<decltype(spec)>;
-        if constexpr (std::is_same_v<S, optimizers::adam>) {
-          o.field("beta_1", spec.beta_1);
-          o.field("beta_2", spec.beta_2);
-          o.field("epsilon", spec.epsilon);
-          o.field("amsgrad", false);
-        } else if constexpr (std::is_same_v<S, optimizers::rmsprop>) {
-          o.field("rho", spec.rho);
-          o.field("momentum", spec.momentum);
-          o.field("epsilon", spec.epsilon);
-          o.field("centered", spec.centered);
-        } else {
-          o.field("momentum", spec.momentum);
-          o.field("nesterov", spec.nesterov);
-        }
-      },
-      c.optimizer.value());
-  return R"({"module": "keras.optimizers", "class_name": )" + keras_config::quote(cls) +
-         R"(, "config": {)" + o.text() + R"(}, "registered_name": null})";
+  // Keras's auto name: the class name in snake case ("rm_sprop"; the variables' prefix is
+  // `spec.name`, "rmsprop").
+  o.field("name", keras_snake_case(spec.class_name));
+  // Keras holds the learning rate as a float32 variable and writes that value.
+  o.field("learning_rate", static_cast<double>(static_cast<float>(c.learning_rate)));
+  for (const char* k : {"weight_decay", "clipnorm", "global_clipnorm", "clipvalue"}) o.null(k);
+  o.field("use_ema", false);
+  o.field("ema_momentum", 0.99);
+  for (const char* k :
+       {"ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
+    o.null(k);
+  auto write = [&](const std::string& k, const optimizers::value& v) {
+    if (const bool* b = std::get_if<bool>(&v))
+      o.field(k.c_str(), *b);
+    else
+      o.field(k.c_str(), std::get<double>(v));
+  };
+  for (const auto& entry : spec.values)
+    if (entry.first != "learning_rate") write(entry.first, entry.second);
+  for (const auto& entry : spec.constants) write(entry.first, entry.second);
+  const std::string module =
+      spec.module.empty() ? std::string("null") : keras_config::quote(spec.module);
+  const std::string registered =
+      spec.module.empty() ? keras_config::quote(spec.registered_name) : std::string("null");
+  return R"({"module": )" + module + R"(, "class_name": )" + keras_config::quote(spec.class_name) +
+         R"(, "config": {)" + o.text() + R"(}, "registered_name": )" + registered + "}";
 }
 
 TESSEL_INLINE std::string loss_config(const compile_info& c) {

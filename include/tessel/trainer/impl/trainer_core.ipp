@@ -26,7 +26,7 @@ void trainer_core<B, C>::compile(compile_options o) {
 }
 
 template <class B, class C>
-void trainer_core<B, C>::compile(optimizer_spec optimizer_, loss_function<B> loss,
+void trainer_core<B, C>::compile(optimizer_function<B> optimizer_, loss_function<B> loss,
                                  std::vector<metrics::metric_arg<B>> metric_list) {
   optimizer_state_.emplace(std::move(optimizer_));
   loss_.emplace(std::move(loss));
@@ -44,7 +44,8 @@ void trainer_core<B, C>::compile(optimizer_spec optimizer_, loss_function<B> los
 template <class B, class C>
 std::optional<saving::compile_info> trainer_core<B, C>::compiled_info() const {
   if (!optimizer_state_ || !loss_) return std::nullopt;
-  saving::compile_info compiled{optimizer_state_->spec(), optimizer_state_->learning_rate(),
+  saving::compile_info compiled{optimizer_state_->spec().config(),
+                                optimizer_state_->learning_rate(),
                                 std::string(loss_->name()), loss_->plan_rule(), {}};
   for (const auto& m : metrics_) compiled.metrics.push_back(m.name());
   return compiled;
@@ -659,25 +660,15 @@ void trainer_core<B, C>::agree(std::string_view where, const std::vector<fact>& 
 // The model's type (its layers and distribution), and what compile() gave it.
 template <class B, class C>
 std::vector<fact> trainer_core<B, C>::model_facts() const {
-  hasher metrics, optimizer;
+  hasher metrics;
   for (const auto& m : metrics_) metrics.value(m.fingerprint());
-  std::visit(
-      [&](const auto& o) {
-        optimizer.text(o.name).value(o.learning_rate);
-        if constexpr (requires { o.momentum; }) optimizer.value(o.momentum);
-        if constexpr (requires { o.nesterov; }) optimizer.value(o.nesterov);
-        if constexpr (requires { o.beta_1; }) optimizer.value(o.beta_1).value(o.beta_2);
-        if constexpr (requires { o.rho; }) optimizer.value(o.rho).value(o.centered);
-        if constexpr (requires { o.epsilon; }) optimizer.value(o.epsilon);
-      },
-      optimizer_state_->spec().value());
   // The loss's fingerprint holds its type and every argument (from_logits), not only its
   // kind: binary cross-entropy on logits and on probabilities plan alike and differ in every
   // value.
   return {fact::fingerprint("the model (its type)", facts_.type_fingerprint),
           fact::fingerprint("the compiled loss", loss_->fingerprint()),
           fact::fingerprint("the compiled metrics", metrics.result()),
-          fact::fingerprint("the compiled optimizer", optimizer.result())};
+          fact::fingerprint("the compiled optimizer", optimizer_state_->spec().fingerprint())};
 }
 
 // The model as the planner sees it with the compiled loss and metrics (an accuracy takes the

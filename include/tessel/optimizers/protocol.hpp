@@ -1,0 +1,200 @@
+// The optimizer protocol: what a type must have to be compiled into a model as its optimizer,
+// the library's (optimizers/sgd.hpp, adam.hpp, rmsprop.hpp) and a user's alike.
+//
+// An optimizer is a copyable type with
+//   - `class_name`: Keras's class ("Adam"), as the `.keras` config and the logs name it;
+//   - `name`: its default name, the prefix of its variables' paths ("adam/iteration");
+//   - `learning_rate`, a double member;
+//   - `fields()`: a static tuple of `field{"beta_1", &adam::beta_1}`, one per hyperparameter
+//     (double or bool members, `learning_rate` first), each visited once wherever the
+//     hyperparameters go: the Keras config, the parameter servers' `create` message, the
+//     processes' agreement check and the registry's reading of a config;
+//   - `slot_names()`: the slots it keeps per variable, at most three, as
+//     backend::update_tensors' slot_a, slot_b and slot_c (nullptr: none), Keras's names
+//     ("momentum", "velocity"): the slots' paths are Keras's ("adam/dense_kernel_momentum");
+//   - `update<B>(const step<B>&) const`: one step of every listed variable, on backend B;
+// and, where it has them,
+//   - `keras_module`: the module Keras finds the class in (the library's: "keras.optimizers");
+//     without it the `.keras` config names the class as registered (Keras's
+//     `register_keras_serializable`), its module null: `keras_registered_name` ("user>Signum"),
+//     else Keras's default package's "Custom>" and the class name;
+//   - `keras_constants()`: config entries Keras writes that the type keeps fixed (Adam's
+//     `"amsgrad": false`);
+//   - `check()`: throws value_error, naming the field, when a value is out of its range.
+// optimizer_function<B> (optimizers/function.hpp) holds any such type; the trainer, saving and
+// the parameter servers ask nothing else of an optimizer.
+#pragma once
+
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "../backend/interface.hpp"
+#include "../core/errors.hpp"
+
+namespace tessel::optimizers {
+
+// One hyperparameter: Keras's name of it, the member that holds it and, for a number, the range
+// a config read from outside (a `.keras` file, a ps message) must be in.
+template <class O, class T>
+struct field {
+  const char* name;
+  T O::*member;
+  double low = 0.0;
+  double high = std::numeric_limits<double>::max();
+};
+template <class O, class T>
+field(const char*, T O::*) -> field<O, T>;
+template <class O, class T>
+field(const char*, T O::*, double, double) -> field<O, T>;
+
+// A hyperparameter's value as configs and messages carry it.
+using value = std::variant<double, bool>;
+
+// What one step gives an optimizer's update: every variable's tensors (its value, updated in
+// place, its gradient and its slots, empty where slot_names() has none), the step's number
+// counted from 1, and the learning rate it uses.
+template <class B>
+struct step {
+  std::span<const backend::update_tensors<typename B::matrix>> tensors;
+  std::size_t iteration = 1;
+  double learning_rate = 0.0;
+};
+
+// An optimizer described as data: Keras's class and module, its name and its hyperparameters
+// in its fields' order (learning_rate first).
+struct config {
+  std::string class_name;
+  std::string name;
+  std::string module;           // empty: a class Keras finds as registered (a user's)
+  std::string registered_name;  // a user's: "Custom>Signum", or its keras_registered_name
+  std::vector<std::pair<std::string, value>> values;
+  std::vector<std::pair<std::string, value>> constants;  // keras_constants()
+
+  [[nodiscard]] const value* find(std::string_view key) const {
+    for (const auto& [k, v] : values)
+      if (k == key) return &v;
+    return nullptr;
+  }
+  [[nodiscard]] double learning_rate() const {
+    const value* v = find("learning_rate");
+    return v != nullptr && std::holds_alternative<double>(*v) ? std::get<double>(*v) : 0.0;
+  }
+  bool operator==(const config&) const = default;
+};
+
+template <class O>
+concept has_fields = requires { std::tuple_size<decltype(O::fields())>::value; };
+
+// The compile-time checks of the protocol, one member at a time, each naming what is missing.
+template <class O, class B>
+concept optimizer_for = std::copy_constructible<O> && requires(const O& o, const step<B>& s) {
+  { std::string_view(O::class_name) };
+  { std::string_view(O::name) };
+  { o.learning_rate } -> std::convertible_to<double>;
+  requires has_fields<O>;
+  { o.slot_names() } -> std::same_as<std::array<const char*, 3>>;
+  o.template update<B>(s);
+};
+
+// Calls f(name, member reference, low, high) for each of O's fields, in order.
+template <class O, class F>
+constexpr void for_each_field(O& o, F&& f) {
+  std::apply([&](const auto&... fl) { (f(fl.name, o.*(fl.member), fl.low, fl.high), ...); },
+             std::remove_cvref_t<O>::fields());
+}
+
+// O's description as data.
+template <class O>
+config config_of(const O& o) {
+  config c{std::string(std::string_view(O::class_name)), std::string(std::string_view(O::name)),
+           "", "", {}, {}};
+  if constexpr (requires { O::keras_module; }) c.module = std::string(O::keras_module);
+  if constexpr (requires { O::keras_registered_name; })
+    c.registered_name = std::string(O::keras_registered_name);
+  else if (c.module.empty())
+    c.registered_name = "Custom>" + c.class_name;
+  for_each_field(o, [&](const char* n, const auto& v, double, double) {
+    using T = std::remove_cvref_t<decltype(v)>;
+    static_assert(std::is_same_v<T, double> || std::is_same_v<T, bool>,
+                  "tessel::optimizers::field: a hyperparameter is a double or a bool member");
+    c.values.emplace_back(n, value(v));
+  });
+  if constexpr (requires { o.keras_constants(); })
+    for (const auto& [k, v] : o.keras_constants()) c.constants.emplace_back(k, v);
+  return c;
+}
+
+// A number as messages print it ("0.9", "1e-07", "inf").
+inline std::string number_text(double x) {
+  if (x == std::numeric_limits<double>::max()) return "inf";
+  std::array<char, 32> buf{};
+  std::snprintf(buf.data(), buf.size(), "%.9g", x);
+  return buf.data();
+}
+
+// The range checks of O's numeric fields, then O's own check().
+template <class O>
+void check(const O& o, std::string_view where) {
+  for_each_field(o, [&](const char* n, const auto& v, double low, double high) {
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, double>) {
+      if (!(v >= low && v <= high))  // also false for NaN
+        throw value_error(std::string(where) + ": " + std::string(O::class_name) + "'s " + n +
+                          " is " + number_text(v) + "; it must be in [" + number_text(low) +
+                          ", " + number_text(high) + "].");
+    }
+  });
+  if constexpr (requires { o.check(); }) o.check();
+}
+
+// An O from a config (a `.keras` file's, a ps message's): each of O's fields from the value of
+// its name, of its type (a missing one keeps O's default), every other entry refused, the
+// result checked. Throws value_error naming the field.
+template <class O>
+O from_config(const config& c, std::string_view where) {
+  O o{};
+  std::size_t used = 0;
+  for_each_field(o, [&](const char* n, auto& v, double, double) {
+    const value* given = c.find(n);
+    if (given == nullptr) return;
+    ++used;
+    using T = std::remove_cvref_t<decltype(v)>;
+    if (!std::holds_alternative<T>(*given))
+      throw value_error(std::string(where) + ": " + std::string(O::class_name) + "'s " + n +
+                        " must be " + (std::is_same_v<T, bool> ? "true or false" : "a number") +
+                        ".");
+    v = std::get<T>(*given);
+  });
+  if (used != c.values.size())
+    for (const auto& entry : c.values) {
+      bool known = false;
+      for_each_field(o, [&](const char* n, const auto&, double, double) {
+        known = known || entry.first == n;
+      });
+      if (!known)
+        throw value_error(std::string(where) + ": " + std::string(O::class_name) +
+                          " has no argument '" + entry.first + "'.");
+    }
+  check(o, where);
+  return o;
+}
+
+// The slots an optimizer keeps per variable: its slot names that are not null.
+constexpr std::size_t count_slots(const std::array<const char*, 3>& names) noexcept {
+  std::size_t n = 0;
+  for (const char* name : names) n += name != nullptr;
+  return n;
+}
+
+}  // namespace tessel::optimizers
