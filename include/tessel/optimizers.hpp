@@ -16,7 +16,9 @@
 #include "backend/default.hpp"
 #include "core/compilation.hpp"
 #include "core/errors.hpp"
+#include "core/regex.hpp"
 #include "layers/layer.hpp"
+#include "optimizers/bodies.hpp"
 #include "optimizers/adam.hpp"
 #include "optimizers/function.hpp"
 #include "optimizers/protocol.hpp"
@@ -48,6 +50,24 @@ class optimizer {
   // Creates the slots for these variables (Keras's optimizer.build); apply() calls it when needed.
   void build(const std::vector<variable<B>*>& vars);
   [[nodiscard]] bool built() const noexcept { return !slots_.empty(); }
+
+  // Keras's optimizer.exclude_from_weight_decay(var_names=...): a variable whose name (its
+  // path's last component, "bias", "gamma") a pattern searches to (Python's re.search, the
+  // layout maps' subset of patterns) keeps its values out of weight decay. Before the first
+  // step, as Keras asks.
+  void exclude_from_weight_decay(std::vector<std::string> var_names);
+  [[nodiscard]] const std::vector<std::string>& weight_decay_exclusions() const noexcept {
+    return excluded_;
+  }
+  // Whether weight decay reaches the variable at `path` (none when the optimizer has none).
+  [[nodiscard]] bool decays(const std::string& path) const;
+  // The [begin, end) element ranges of each variable of apply() that weight decay reaches, in
+  // place of the names' rule: for variables that are parts of several (a split state's).
+  using element_ranges = std::vector<std::pair<std::size_t, std::size_t>>;
+  void set_decay_ranges(std::vector<element_ranges> ranges) { decay_ranges_ = std::move(ranges); }
+  // Each slot's place in Keras's optimizer.variables, by the order Keras makes them
+  // (state()'s slots, in their order: the pass of Keras's add_optimizer_variables making each).
+  [[nodiscard]] std::vector<int> keras_slot_passes() const;
   // Gives the slots' memory back (their variables go; the counters stay): built() is false
   // until the next build(). A split state (shard_state) releases the whole state a read
   // gathered at the next step, when the parts alone are current.
@@ -120,14 +140,24 @@ class optimizer {
   // The iteration, the learning rate, then the slots: copies of their values, or (copy false)
   // the slots' own tensors, to check a given state against.
   state_list<B> entries(bool copy) const;
-  // The update of every entry of `u` in one backend call, at step `t` (counted from 1).
+  // Where weight decay applies: a tensor of the update and a range of its elements.
+  struct decay_range {
+    std::size_t tensor, begin, end;
+  };
+  // The update of every entry of `u` at step `t` (counted from 1): the gradients clipped
+  // (clipvalue), weight decay on `decay`'s ranges, then the optimizer's update.
   void update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
-              double learning_rate) const;
+              double learning_rate, std::span<const decay_range> decay) const;
+  // apply()'s decay ranges: the set ones, else whole variables by the names' rule.
+  void decay_of(const std::vector<variable<B>*>& vars);
   optimizer_function<B> spec_;
   double learning_rate_;
   variable_store<B> state_;
   std::vector<slot> slots_;
   std::vector<backend::update_tensors<matrix>> tensors_;  // reused every step
+  std::vector<std::string> excluded_;                      // exclude_from_weight_decay's
+  std::vector<element_ranges> decay_ranges_;
+  std::vector<decay_range> decay_;  // reused every step
   std::size_t iterations_ = 0;
 };
 
@@ -135,6 +165,7 @@ template <class B>
 void optimizer<B>::build(const std::vector<variable<B>*>& vars) {
   if (!slots_.empty()) return;
   const auto names = slot_names();
+  const auto initial = spec_.slot_initial_values();
   for (variable<B>* v : vars) {
     slot s{};
     for (std::size_t k = 0; k < names.size(); ++k) {
@@ -142,10 +173,12 @@ void optimizer<B>::build(const std::vector<variable<B>*>& vars) {
       variable<B>& x = state_.emplace_back();
       x.path = slot_path(v->path, names[k]);
       x.shape = v->shape;
-      x.initializer = "zeros";
+      x.initializer = initial[k] == 0.0 ? "zeros" : "constant";
       x.trainable = false;
-      // On the same shards as the variable: the block's shape, zeroed.
+      // On the same shards as the variable: the block's shape, zeroed (or the slot's initial
+      // value: Adagrad's accumulator).
       x.value = v->value.like(B::make_zeros(x.path, v->value.block_rows(), v->value.block_cols()));
+      if (initial[k] != 0.0) B::fill(x.value.local(), static_cast<float>(initial[k]));
       s[k] = &x;
     }
     slots_.push_back(s);
@@ -166,7 +199,58 @@ void optimizer<B>::apply(const std::vector<variable<B>*>& vars) {
     tensors_.push_back(
         {vars[i]->value.local(), vars[i]->gradient, local(s[0]), local(s[1]), local(s[2])});
   }
-  update(tensors_, iterations_, learning_rate_);
+  decay_of(vars);
+  update(tensors_, iterations_, learning_rate_, decay_);
+}
+
+template <class B>
+void optimizer<B>::decay_of(const std::vector<variable<B>*>& vars) {
+  decay_.clear();
+  if (spec_.config().weight_decay == 0.0) return;
+  if (!decay_ranges_.empty()) {
+    if (decay_ranges_.size() != vars.size())
+      throw runtime_error("tessel: weight decay's ranges cover " +
+                          std::to_string(decay_ranges_.size()) + " variables of " +
+                          std::to_string(vars.size()));
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      for (const auto& r : decay_ranges_[i]) decay_.push_back({i, r.first, r.second});
+    return;
+  }
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    if (decays(vars[i]->path))
+      decay_.push_back({i, 0, optimizers::elements<B>(vars[i]->value.local())});
+}
+
+template <class B>
+void optimizer<B>::exclude_from_weight_decay(std::vector<std::string> var_names) {
+  if (built())
+    throw value_error(
+        "`exclude_from_weight_decay()` can only be configured before the optimizer is built.");
+  for (const std::string& n : var_names)
+    if (const auto r = regex::validate("(" + n + ")"); !r.ok)
+      throw value_error("exclude_from_weight_decay: '" + n + "' is not a pattern tessel reads (" +
+                        std::string(r.message) + "); use a name or a pattern of Python's re "
+                        "syntax without lookarounds and back references.");
+  excluded_ = std::move(var_names);
+}
+
+template <class B>
+bool optimizer<B>::decays(const std::string& path) const {
+  if (spec_.config().weight_decay == 0.0) return false;
+  const std::string name = path.substr(path.rfind('/') + 1);  // npos + 1 == 0
+  for (const std::string& n : excluded_)
+    if (regex::full_match(".*(" + n + ").*", name)) return false;
+  return true;
+}
+
+template <class B>
+std::vector<int> optimizer<B>::keras_slot_passes() const {
+  const auto passes = spec_.keras_slot_passes();
+  std::vector<int> out;
+  for (const slot& s : slots_)
+    for (std::size_t k = 0; k < s.size(); ++k)
+      if (s[k] != nullptr) out.push_back(passes[k]);
+  return out;
 }
 
 template <class B>
@@ -204,6 +288,12 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
   const double lr = new_state[1].real();
   const auto names = slot_names();
   std::vector<backend::update_tensors<matrix>> tensors;
+  std::vector<decay_range> decay;
+  // clipvalue clips the gradients in place: copies of the caller's.
+  state_list<B> clipped;
+  if (spec_.config().clipvalue > 0.0)
+    for (const auto& g : grads) clipped.push_back(copy_of(g));
+  const state_list<B>& gradients = clipped.empty() ? grads : clipped;
   // The update reads every gradient and slot over its variable's block: each must be a tensor
   // of the variable's global shape and block, or the update would read past its end.
   auto same_block = [](const basic_dtensor<B>& a, const basic_dtensor<B>& b) {
@@ -215,7 +305,7 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
                          : "a " + std::string(v.dtype()) + " scalar";
   };
   for (std::size_t i = 0; i < trainable.size(); ++i) {
-    const state_variable<B>& g = grads[i];
+    const state_variable<B>& g = gradients[i];
     const basic_dtensor<B>& w = new_trainable[i].tensor();
     if (!g.is_tensor() || !same_block(g.tensor(), w))
       throw value_error("stateless_apply: grads[" + std::to_string(i) + "] ('" + g.path +
@@ -241,8 +331,10 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
       s[k] = slot_value->tensor().local();
     }
     tensors.push_back({w.local(), g.tensor().local(), s[0], s[1], s[2]});
+    if (decays(trainable[i].path))
+      decay.push_back({i, 0, optimizers::elements<B>(w.local())});
   }
-  update(tensors, static_cast<std::size_t>(it), lr);
+  update(tensors, static_cast<std::size_t>(it), lr, decay);
   return {std::move(new_trainable), std::move(new_state)};
 }
 
@@ -257,7 +349,18 @@ state_list<B> optimizer<B>::entries(bool copy) const {
 
 template <class B>
 void optimizer<B>::update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
-                          double learning_rate) const {
+                          double learning_rate, std::span<const decay_range> decay) const {
+  const optimizers::config& c = spec_.config();
+  if (c.clipvalue > 0.0)
+    for (const auto& t : u)
+      B::for_each("clipvalue", optimizers::elements<B>(t.gradient), 1,
+                  optimizers::bodies::clip_value{t.gradient.data(),
+                                                 static_cast<float>(c.clipvalue)});
+  for (const decay_range& r : decay)
+    B::for_each("weight_decay", r.end - r.begin, 1,
+                optimizers::bodies::weight_decay{u[r.tensor].value.data() + r.begin,
+                                                 static_cast<float>(c.weight_decay),
+                                                 static_cast<float>(learning_rate)});
   spec_.update(optimizers::step<B>{u, t_count, learning_rate});
 }
 

@@ -20,8 +20,14 @@ namespace tessel_fuzz {
 // (tessel/optimizers/function.hpp) to make and check an optimizer from a config, which is what a
 // ps does with a `create` message's, where clang++ cannot build the host backend.
 struct checking_backend {
-  struct matrix {};
+  struct matrix {
+    [[nodiscard]] float* data() const { return nullptr; }
+  };
   using tensors = std::span<const tessel::backend::update_tensors<matrix>>;
+  static std::size_t rows(const matrix&) { return 0; }
+  static std::size_t cols(const matrix&) { return 0; }
+  template <class F>
+  static void for_each(const char*, std::size_t, std::size_t, const F&) {}
   static void sgd_update(tensors, float, float, bool) {}
   static void adam_update(tensors, float, float, float, float) {}
   static void rmsprop_update(tensors, float, float, float, float, bool) {}

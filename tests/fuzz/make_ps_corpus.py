@@ -36,10 +36,11 @@ def optimizer(name):
     def described(class_name, fields):
         return {"class_name": class_name, "name": class_name.lower(),
                 "module": "keras.optimizers", "registered_name": "",
-                "config": [list(f) for f in fields]}
+                "config": [list(f) for f in fields], "weight_decay": 0.0, "clipvalue": 0.0,
+                "exclude_from_weight_decay": []}
     if name == "adam":
         return described("Adam", [("learning_rate", 0.001), ("beta_1", 0.9), ("beta_2", 0.999),
-                                  ("epsilon", 1e-07)])
+                                  ("epsilon", 1e-07), ("amsgrad", False)])
     if name == "rmsprop":
         return described("RMSprop", [("learning_rate", 0.001), ("rho", 0.9), ("momentum", 0.0),
                                      ("epsilon", 1e-07), ("centered", False)])

@@ -457,12 +457,35 @@ def make_optimizers(keras, jax):
         ("rmsprop", keras.optimizers.RMSprop, {}),
         ("rmsprop_momentum", keras.optimizers.RMSprop, {"learning_rate": 0.01, "momentum": 0.9}),
         ("rmsprop_centered", keras.optimizers.RMSprop, {"centered": True}),
+        ("adam_amsgrad", keras.optimizers.Adam, {"learning_rate": 0.01, "amsgrad": True}),
+        ("adamw", keras.optimizers.AdamW, {"learning_rate": 0.01}),
+        ("adamw_wd0.1_amsgrad", keras.optimizers.AdamW,
+         {"learning_rate": 0.01, "weight_decay": 0.1, "amsgrad": True}),
+        ("adamw_excluded", keras.optimizers.AdamW, {"learning_rate": 0.01, "weight_decay": 0.1}),
+        ("adagrad", keras.optimizers.Adagrad, {}),
+        ("adagrad_lr0.1", keras.optimizers.Adagrad,
+         {"learning_rate": 0.1, "initial_accumulator_value": 0.5}),
+        ("adamax", keras.optimizers.Adamax, {}),
+        ("adamax_lr0.01", keras.optimizers.Adamax, {"learning_rate": 0.01, "beta_1": 0.8}),
+        ("lion", keras.optimizers.Lion, {}),
+        ("lion_lr0.01", keras.optimizers.Lion,
+         {"learning_rate": 0.01, "beta_1": 0.95, "beta_2": 0.98}),
+        ("sgd_weight_decay", keras.optimizers.SGD,
+         {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 0.01}),
+        ("rmsprop_clipvalue", keras.optimizers.RMSprop, {"clipvalue": 0.5}),
+        ("adam_clipvalue_weight_decay", keras.optimizers.Adam,
+         {"learning_rate": 0.01, "clipvalue": 0.3, "weight_decay": 0.05}),
     ]
+    # exclude_from_weight_decay(var_names=...) before the first step, by case.
+    excluded = {"adamw_excluded": ["w"]}
     keep = ["name", "learning_rate", "momentum", "nesterov", "beta_1", "beta_2", "epsilon",
-            "rho", "centered", "amsgrad"]
+            "rho", "centered", "amsgrad", "initial_accumulator_value", "weight_decay",
+            "clipvalue"]
     cases = []
     for case_name, cls, kwargs in specs:
         opt = cls(**kwargs)
+        if case_name in excluded:
+            opt.exclude_from_weight_decay(var_names=excluded[case_name])
         var = keras.Variable(w0, name="w")
         steps = []
         for g in grads:
@@ -488,6 +511,7 @@ def make_optimizers(keras, jax):
                 "class": cls.__name__,
                 "constructor_args": {k: v for k, v in kwargs.items()},
                 "config": config,
+                "exclude_from_weight_decay": excluded.get(case_name, []),
                 "steps": steps,
             }
         )
@@ -496,7 +520,8 @@ def make_optimizers(keras, jax):
         "meta": meta(
             keras,
             jax,
-            "Each case starts from w0 with a fresh optimizer; step k applies grads[k-1] with "
+            "Each case starts from w0 with a fresh optimizer (exclude_from_weight_decay(var_names="
+            "...) called first where the case lists names); step k applies grads[k-1] with "
             "optimizer.apply_gradients and records the variable (w) and the optimizer's slot "
             "variables after the step (slots, keyed by the slot name: Keras names them '<optimizer>/<variable>_<slot>', e.g. 'adam/w_momentum' -> 'momentum').",
         ),

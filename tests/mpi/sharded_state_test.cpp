@@ -54,6 +54,34 @@ using deep = sequential<
 constexpr gradient_options one_gradient_each{.bucket_cap_mb = 1e-6};
 constexpr gradient_options serial{.bucket_cap_mb = 1e-6, .overlap = false};
 
+// AdamW with the biases excluded from weight decay (Keras's exclude_from_weight_decay): a split
+// state's parts span several variables, so each part decays the ranges of the variables it
+// holds that are not excluded. Equal to one device, and unequal to the run that decays the
+// biases too (the exclusion reached the parts).
+template <class Dist>
+void adamw_excluded(const char* what, const testing::data_set& d) {
+  const optimizers::adamw adamw{.learning_rate = 0.01, .weight_decay = 0.1};
+  mlp<Dist> a, all;
+  mlp<one_device> b;
+  for (auto* m : {&a, &all}) m->compile({.optimizer = adamw, .loss = "mse"});
+  b.compile({.optimizer = adamw, .loss = "mse"});
+  a.get_optimizer().exclude_from_weight_decay({"bias"});
+  b.get_optimizer().exclude_from_weight_decay({"bias"});
+  train_both(a, b, d, 0, 10);
+  for (std::size_t step = 0; step < 10; ++step)
+    all.train_on_batch(data::slice_rows(d.x, step * 16, step * 16 + 16),
+                       data::slice_rows(d.y, step * 16, step * 16 + 16));
+  const auto wa = a.get_weights(), wb = b.get_weights(), wall = all.get_weights();
+  double worst = 0, bias_moved = 0;
+  for (std::size_t i = 0; i < wa.size(); ++i) worst = std::max(worst, rel(wa[i].values, wb[i].values));
+  for (std::size_t i = 1; i < wa.size(); i += 2)
+    bias_moved = std::max(bias_moved, rel(wall[i].values, wb[i].values));
+  check(worst <= testing::adam_weight_tolerance,
+        std::string(what) + ", AdamW with the biases excluded: weights " + std::to_string(worst));
+  check(bias_moved > 1e-4, std::string(what) + ", AdamW: without the exclusion the biases decay (" +
+                               std::to_string(bias_moved) + ")");
+}
+
 // With transient buckets, what needs whole gradients after the step is refused with the reason:
 // value_and_grad, and a change of buckets while compute_loss_and_gradients' gradients wait.
 void transient_refusals(const testing::data_set& d) {
@@ -436,6 +464,9 @@ int main(int argc, char** argv) {
                                                   d.y, "signum", "mse");
     testing::compare<mlp<zero3>, mlp<one_device>>("shard_state::weights, user's signum", d.x,
                                                   d.y, "signum", "mse");
+    adamw_excluded<data_parallel<>>("data_parallel", d);
+    adamw_excluded<zero1>("shard_state::optimizer", d);
+    adamw_excluded<zero3>("shard_state::weights", d);
     transient_refusals(d);
     drawn_in_parts(d);
     split_weights_reads(d);

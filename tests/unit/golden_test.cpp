@@ -117,39 +117,47 @@ TEST_CASE("golden: losses and their gradients (sum_over_batch_size, probability 
   }
 }
 
-TEST_CASE("golden: three steps of sgd, adam and rmsprop in each configuration",
+// Each case's optimizer made from Keras's config by the registry (as a parameter server makes
+// one from the chief's description): the class by name, every field of it from the config.
+TEST_CASE("golden: three steps of each library optimizer in each configuration",
           "[golden][optimizers]") {
   const json g = load("optimizers.json");
-  REQUIRE(g["cases"].size() == 8);
+  REQUIRE(g["cases"].size() == 21);
   for (const json& c : g["cases"]) {
-    const json& cfg = c["config"];
-    const std::string cls = c["class"];
     INFO("case " << c["case"].get<std::string>());
-    tessel::optimizer_spec spec =
-        cls == "SGD"
-            ? tessel::optimizer_spec(tessel::optimizers::sgd{.learning_rate = cfg["learning_rate"],
-                                                             .momentum = cfg["momentum"],
-                                                             .nesterov = cfg["nesterov"]})
-        : cls == "Adam"
-            ? tessel::optimizer_spec(tessel::optimizers::adam{.learning_rate = cfg["learning_rate"],
-                                                              .beta_1 = cfg["beta_1"],
-                                                              .beta_2 = cfg["beta_2"],
-                                                              .epsilon = cfg["epsilon"]})
-            : tessel::optimizer_spec(
-                  tessel::optimizers::rmsprop{.learning_rate = cfg["learning_rate"],
-                                              .rho = cfg["rho"],
-                                              .momentum = cfg["momentum"],
-                                              .epsilon = cfg["epsilon"],
-                                              .centered = cfg["centered"]});
-    tessel::optimizer<B> opt(spec);
+    tessel::optimizers::config config;
+    config.class_name = c["class"].get<std::string>();
+    for (const auto& [key, value] : c["config"].items()) {
+      if (key == "name") continue;
+      if (key == "weight_decay" || key == "clipvalue") {
+        (key == "weight_decay" ? config.weight_decay : config.clipvalue) =
+            value.is_null() ? 0.0 : value.get<double>();
+        continue;
+      }
+      config.values.emplace_back(key, value.is_boolean()
+                                          ? tessel::optimizers::value(value.get<bool>())
+                                          : tessel::optimizers::value(value.get<double>()));
+    }
+    tessel::optimizer<B> opt(tessel::optimizers::make_optimizer<B>(config, "golden"));
+    CHECK(opt.spec().class_name() == config.class_name);
+    opt.exclude_from_weight_decay(c["exclude_from_weight_decay"].get<std::vector<std::string>>());
     tessel::variable_store<B> store;
     auto& w = tessel::add_variable(store, "w", {2, 3}, "zeros", 0);
     w.assign(values(g["w0"]));
     for (std::size_t step = 0; step < 3; ++step) {
+      const std::string at = "step " + std::to_string(step + 1);
       B::upload(values(g["grads"][step]), w.gradient);
       opt.apply({&w});
-      check_close(w.numpy(), values(c["steps"][step]["w"]),
-                  "step " + std::to_string(step + 1) + " w");
+      check_close(w.numpy(), values(c["steps"][step]["w"]), at + " w");
+      // The slots, by Keras's names ("<optimizer>/w_<slot>").
+      const tessel::state_list<B> state = opt.state();
+      REQUIRE(state.size() == 2 + c["steps"][step]["slots"].size());
+      for (const auto& [slot, expected] : c["steps"][step]["slots"].items()) {
+        const tessel::state_variable<B>* v =
+            state.find(std::string(opt.name()) + "/w_" + slot);
+        REQUIRE(v != nullptr);
+        check_close(v->numpy(), values(expected), at + " " + slot);
+      }
     }
     CHECK(opt.iterations() == 3);
   }

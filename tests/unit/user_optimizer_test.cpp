@@ -170,6 +170,6 @@ TEST_CASE("user optimizer: the protocol's description, fingerprint and registry"
   extra.values.emplace_back("nesterov", true);
   CHECK_THROWS_WITH(tessel::optimizers::make_optimizer<B>(extra, "create"),
                     Contains("Signum has no argument 'nesterov'"));
-  CHECK_THROWS_WITH(tessel::optimizer_function<B>("lion"),
-                    Contains("Could not interpret optimizer identifier: lion"));
+  CHECK_THROWS_WITH(tessel::optimizer_function<B>("lamb"),
+                    Contains("Could not interpret optimizer identifier: lamb"));
 }

@@ -19,7 +19,11 @@
 #include "../core/agreement.hpp"
 #include "../core/diagnostics.hpp"
 #include "../core/errors.hpp"
+#include "adagrad.hpp"
 #include "adam.hpp"
+#include "adamax.hpp"
+#include "adamw.hpp"
+#include "lion.hpp"
 #include "protocol.hpp"
 #include "rmsprop.hpp"
 #include "sgd.hpp"
@@ -45,7 +49,7 @@ inline constexpr bool never_an_optimizer<optimizer_function<B>> = true;
 // The library's optimizers, found by name without registering.
 template <class... O>
 struct type_list {};
-using library = type_list<sgd, adam, rmsprop>;
+using library = type_list<sgd, adam, rmsprop, adamw, adagrad, adamax, lion>;
 
 // What the registry keeps of an optimizer type: how to make one from a config.
 template <class B>
@@ -126,6 +130,11 @@ class optimizer_function {
   // Its description (class, module, hyperparameters in order).
   [[nodiscard]] const optimizers::config& config() const noexcept { return impl_->desc; }
   [[nodiscard]] std::array<const char*, 3> slot_names() const { return impl_->slot_names(); }
+  // Each slot's initial value, and the Keras `add_optimizer_variables` call that makes it.
+  [[nodiscard]] std::array<double, 3> slot_initial_values() const {
+    return impl_->slot_initial_values();
+  }
+  [[nodiscard]] std::array<int, 3> keras_slot_passes() const { return impl_->keras_slot_passes(); }
   // What every process must hold alike: the type, its name and every hyperparameter.
   [[nodiscard]] std::uint64_t fingerprint() const noexcept { return impl_->fingerprint; }
   // One step of every listed variable.
@@ -143,6 +152,8 @@ class optimizer_function {
     std::uint64_t fingerprint = 0;
     virtual ~base() = default;
     virtual std::array<const char*, 3> slot_names() const = 0;
+    virtual std::array<double, 3> slot_initial_values() const = 0;
+    virtual std::array<int, 3> keras_slot_passes() const = 0;
     virtual void update(const optimizers::step<B>& s) const = 0;
   };
   template <class O>
@@ -156,9 +167,22 @@ class optimizer_function {
         h.text(entry.first);
         std::visit([&](auto x) { h.value(x); }, entry.second);
       }
+      h.value(this->desc.weight_decay).value(this->desc.clipvalue);
       this->fingerprint = h.result();
     }
     std::array<const char*, 3> slot_names() const override { return value.slot_names(); }
+    std::array<double, 3> slot_initial_values() const override {
+      if constexpr (requires { value.slot_initial_values(); })
+        return value.slot_initial_values();
+      else
+        return {0.0, 0.0, 0.0};
+    }
+    std::array<int, 3> keras_slot_passes() const override {
+      if constexpr (requires { value.keras_slot_passes(); })
+        return value.keras_slot_passes();
+      else
+        return {0, 0, 0};
+    }
     void update(const optimizers::step<B>& s) const override { value.template update<B>(s); }
   };
 
@@ -168,7 +192,8 @@ class optimizer_function {
     ((optimizers::names<O>(n) && !out ? (out.emplace(O{}), true) : false), ...);
     if (out) return *out;
     throw value_error("Could not interpret optimizer identifier: " + std::string(n) +
-                      ". Use sgd, adam, rmsprop or an optimizer registered with "
+                      ". Use sgd, adam, rmsprop, adamw, adagrad, adamax, lion or an optimizer registered "
+                      "with "
                       "tessel::register_optimizer<T, B>().");
   }
   static optimizer_function by_name(std::string_view n) {
@@ -190,7 +215,8 @@ optimizer_function<B> make_library(const config& c, std::string_view where, type
    ...);
   if (out) return *out;
   throw value_error(std::string(where) + ": the optimizer '" + c.class_name +
-                    "' is not one this program knows: the library's are SGD, Adam and RMSprop; "
+                    "' is not one this program knows: the library's are SGD, Adam, RMSprop, AdamW, "
+                    "Adagrad, Adamax and Lion; "
                     "register a user's with tessel::register_optimizer<T, B>() in every "
                     "process (the parameter servers too).");
 }

@@ -20,7 +20,15 @@
 //     else Keras's default package's "Custom>" and the class name;
 //   - `keras_constants()`: config entries Keras writes that the type keeps fixed (Adam's
 //     `"amsgrad": false`);
-//   - `check()`: throws value_error, naming the field, when a value is out of its range.
+//   - `check()`: throws value_error, naming the field, when a value is out of its range;
+//   - `weight_decay`, `clipvalue` (doubles, 0: none): Keras's base arguments, which the optimizer
+//     state (optimizer<B>) applies before the update: the gradients clipped to [-clipvalue,
+//     clipvalue], then w -= w * weight_decay * lr on every variable not excluded
+//     (optimizer<B>::exclude_from_weight_decay); written in the Keras config's base part;
+//   - `slot_initial_values()`: each slot's initial value (default 0; Adagrad's accumulator 0.1);
+//   - `keras_slot_passes()`: in which of Keras's `add_optimizer_variables` calls each slot is
+//     made (default all in one, slots kept together per variable; RMSprop makes each kind in a
+//     call of its own), which fixes the slots' order in Keras's weights files.
 // optimizer_function<B> (optimizers/function.hpp) holds any such type; the trainer, saving and
 // the parameter servers ask nothing else of an optimizer.
 #pragma once
@@ -81,6 +89,11 @@ struct config {
   std::string registered_name;  // a user's: "Custom>Signum", or its keras_registered_name
   std::vector<std::pair<std::string, value>> values;
   std::vector<std::pair<std::string, value>> constants;  // keras_constants()
+  double weight_decay = 0.0;  // Keras's base arguments (0: none)
+  double clipvalue = 0.0;
+  // The variables' names (their last path component) that weight decay leaves alone, as
+  // optimizer<B>::exclude_from_weight_decay was given them (the parameter servers need them).
+  std::vector<std::string> exclude_from_weight_decay;
 
   [[nodiscard]] const value* find(std::string_view key) const {
     for (const auto& [k, v] : values)
@@ -118,8 +131,9 @@ constexpr void for_each_field(O& o, F&& f) {
 // O's description as data.
 template <class O>
 config config_of(const O& o) {
-  config c{std::string(std::string_view(O::class_name)), std::string(std::string_view(O::name)),
-           "", "", {}, {}};
+  config c;
+  c.class_name = std::string(std::string_view(O::class_name));
+  c.name = std::string(std::string_view(O::name));
   if constexpr (requires { O::keras_module; }) c.module = std::string(O::keras_module);
   if constexpr (requires { O::keras_registered_name; })
     c.registered_name = std::string(O::keras_registered_name);
@@ -131,6 +145,8 @@ config config_of(const O& o) {
                   "tessel::optimizers::field: a hyperparameter is a double or a bool member");
     c.values.emplace_back(n, value(v));
   });
+  if constexpr (requires { o.weight_decay; }) c.weight_decay = static_cast<double>(o.weight_decay);
+  if constexpr (requires { o.clipvalue; }) c.clipvalue = static_cast<double>(o.clipvalue);
   if constexpr (requires { o.keras_constants(); })
     for (const auto& [k, v] : o.keras_constants()) c.constants.emplace_back(k, v);
   return c;
@@ -155,6 +171,13 @@ void check(const O& o, std::string_view where) {
                           ", " + number_text(high) + "].");
     }
   });
+  auto base = [&](const char* n, double v) {
+    if (!(v >= 0.0 && v <= std::numeric_limits<double>::max()))
+      throw value_error(std::string(where) + ": " + std::string(O::class_name) + "'s " + n +
+                        " is " + number_text(v) + "; it must be 0 (none) or more.");
+  };
+  if constexpr (requires { o.weight_decay; }) base("weight_decay", o.weight_decay);
+  if constexpr (requires { o.clipvalue; }) base("clipvalue", o.clipvalue);
   if constexpr (requires { o.check(); }) o.check();
 }
 
@@ -186,8 +209,27 @@ O from_config(const config& c, std::string_view where) {
         throw value_error(std::string(where) + ": " + std::string(O::class_name) +
                           " has no argument '" + entry.first + "'.");
     }
+  auto absent = [&](const char* n, double given) {
+    if (given != 0.0)
+      throw value_error(std::string(where) + ": " + std::string(O::class_name) +
+                        " has no argument '" + n + "'.");
+  };
+  if constexpr (requires { o.weight_decay = 0.0; })
+    o.weight_decay = c.weight_decay;
+  else
+    absent("weight_decay", c.weight_decay);
+  if constexpr (requires { o.clipvalue = 0.0; })
+    o.clipvalue = c.clipvalue;
+  else
+    absent("clipvalue", c.clipvalue);
   check(o, where);
   return o;
+}
+
+// The number of values of a backend matrix (a variable's block, its gradient, a slot).
+template <class B>
+std::size_t elements(const typename B::matrix& m) {
+  return B::rows(m) * B::cols(m);
 }
 
 // The slots an optimizer keeps per variable: its slot names that are not null.

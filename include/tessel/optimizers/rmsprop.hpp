@@ -16,6 +16,9 @@ struct rmsprop {
   double momentum = 0.0;
   double epsilon = 1e-7;
   bool centered = false;
+  // Keras's base arguments (0: none), applied before the update (optimizers/protocol.hpp).
+  double weight_decay = 0.0;
+  double clipvalue = 0.0;
 
   static constexpr std::string_view class_name = "RMSprop";
   static constexpr std::string_view name = "rmsprop";
@@ -32,6 +35,8 @@ struct rmsprop {
     return {"velocity", momentum > 0.0 ? "momentum" : nullptr,
             centered ? "average_gradient" : nullptr};
   }
+  // Keras makes every velocity, then every momentum, then every average gradient.
+  static constexpr std::array<int, 3> keras_slot_passes() noexcept { return {0, 1, 2}; }
   [[nodiscard]] constexpr std::size_t slots() const noexcept { return count_slots(slot_names()); }
   template <class B>
   void update(const step<B>& s) const {

@@ -14,6 +14,9 @@ struct sgd {
   double learning_rate = 0.01;
   double momentum = 0.0;
   bool nesterov = false;
+  // Keras's base arguments (0: none), applied before the update (optimizers/protocol.hpp).
+  double weight_decay = 0.0;
+  double clipvalue = 0.0;
 
   static constexpr std::string_view class_name = "SGD";
   static constexpr std::string_view name = "sgd";

@@ -211,7 +211,9 @@ class cluster_coordinator : public coordinator_core {
   }
 
   nlohmann::json optimizer_json() {
-    return ps::optimizer_json(model_.get_optimizer().spec().config());
+    optimizers::config c = model_.get_optimizer().spec().config();
+    c.exclude_from_weight_decay = model_.get_optimizer().weight_decay_exclusions();
+    return ps::optimizer_json(c);
   }
 
   // ---- backups ----------------------------------------------------------------------------

@@ -92,8 +92,8 @@ inline bool bool_field(const nlohmann::json& o, const char* field, const std::st
 }  // namespace detail
 
 // An optimizer's description as the chief sends it: {"class_name", "name", "module",
-// "registered_name", "config": [[field, number or bool], ...]}, the fields in the optimizer's
-// order.
+// "registered_name", "config": [[field, number or bool], ...], "weight_decay", "clipvalue",
+// "exclude_from_weight_decay": [name, ...]}, the fields in the optimizer's order.
 inline nlohmann::json optimizer_json(const optimizers::config& c) {
   nlohmann::json fields = nlohmann::json::array();
   for (const auto& entry : c.values) {
@@ -106,7 +106,10 @@ inline nlohmann::json optimizer_json(const optimizers::config& c) {
           {"name", c.name},
           {"module", c.module},
           {"registered_name", c.registered_name},
-          {"config", fields}};
+          {"config", fields},
+          {"weight_decay", c.weight_decay},
+          {"clipvalue", c.clipvalue},
+          {"exclude_from_weight_decay", c.exclude_from_weight_decay}};
 }
 
 // The description back, its form checked: names that are strings, every field a finite number
@@ -124,6 +127,17 @@ inline optimizers::config decode_optimizer(const nlohmann::json& o) {
   c.name = o["name"].get<std::string>();
   c.module = o["module"].get<std::string>();
   c.registered_name = o["registered_name"].get<std::string>();
+  constexpr double big = std::numeric_limits<double>::max();
+  c.weight_decay = detail::number_field(o, "weight_decay", 0, big, where);
+  c.clipvalue = detail::number_field(o, "clipvalue", 0, big, where);
+  if (!o.contains("exclude_from_weight_decay") || !o["exclude_from_weight_decay"].is_array())
+    throw refused(where + " has no 'exclude_from_weight_decay' list");
+  for (const auto& n : o["exclude_from_weight_decay"]) {
+    if (!n.is_string())
+      throw refused(where + "'s exclude_from_weight_decay holds " +
+                    n.dump(-1, ' ', true).substr(0, 64) + ", not a name");
+    c.exclude_from_weight_decay.push_back(n.get<std::string>());
+  }
   for (const auto& f : o["config"]) {
     if (!f.is_array() || f.size() != 2 || !f[0].is_string())
       throw refused(where + "'s config holds " + f.dump(-1, ' ', true).substr(0, 64) +

@@ -51,11 +51,16 @@ class optimizer_shards {
     variable_store<B> store;
     std::vector<variable<B>*> vars;
     auto opt = make_optimizer(r.optimizer);
+    std::vector<optimizer<B>::element_ranges> decay;
     for (std::size_t i = 0; i < r.shards.size(); ++i) {
       variable<B>& v = add_variable(store, r.shards[i].path, r.shards[i].shape, "zeros", 0);
       frame_floats(m.frames[i + 1]).copy_to(host_values(v.value.local(), v.value.size()));
       vars.push_back(&v);
+      // Weight decay by the variable's name, not the shard's ("dense/kernel/shard_0").
+      decay.emplace_back();
+      if (opt->decays(variable_path(r.shards[i].path))) decay.back().emplace_back(0, v.size());
     }
+    opt->set_decay_ranges(std::move(decay));
     store_ = std::move(store);  // a deque: the variables stay where vars points
     vars_ = std::move(vars);
     opt_ = std::move(opt);
@@ -96,12 +101,21 @@ class optimizer_shards {
   // program): an unknown class or a value out of range refused, naming it.
   static std::unique_ptr<optimizer<B>> make_optimizer(const optimizers::config& c) {
     try {
-      return std::make_unique<optimizer<B>>(optimizers::make_optimizer<B>(c, "create"));
+      auto opt = std::make_unique<optimizer<B>>(optimizers::make_optimizer<B>(c, "create"));
+      opt->exclude_from_weight_decay(c.exclude_from_weight_decay);
+      return opt;
     } catch (const refused&) {
       throw;
     } catch (const value_error& e) {
       throw refused(e.what());
     }
+  }
+  // A shard's variable: its path without the "/shard_<k>" the partitioner adds.
+  static std::string variable_path(const std::string& shard) {
+    const auto slash = shard.rfind('/');
+    return slash != std::string::npos && shard.compare(slash + 1, 6, "shard_") == 0
+               ? shard.substr(0, slash)
+               : shard;
   }
   static std::span<float> host_values(const B::matrix& m, std::size_t n) { return {m.data(), n}; }
   // The optimizer's state, its slots made first (Keras's build) where no update has made them.

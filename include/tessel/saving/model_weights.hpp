@@ -119,9 +119,7 @@ model_weights_layout weights_layout(const model_view<B>& m, const optimizer<B>* 
   if (opt != nullptr) {
     saved_optimizer o{detail::keras_optimizer_name(*opt), 0, 0, {}};
     const state_list<B> state = opt->state_view();
-    std::vector<std::string> paths;
-    for (std::size_t i = 2; i < state.size(); ++i) paths.push_back(state[i].path);
-    out.slot_index = keras_slot_order(o.name, paths);
+    out.slot_index = keras_slot_order(opt->keras_slot_passes());
     for (std::size_t k : out.slot_index)
       o.slots.push_back({state[k + 2].path, state[k + 2].shape, {}});
     out.content.optimizer = std::move(o);

@@ -60,11 +60,11 @@ TESSEL_INLINE std::string keras_snake_case(std::string_view class_name);
 TESSEL_INLINE std::vector<std::string> keras_unique_names(const std::vector<std::string>& bases);
 
 // Where Keras's optimizer.variables puts each of tessel's slots: tessel keeps a variable's slots
-// together ("<v>_velocity", "<v>_momentum" for each v); Keras's Adam and SGD do too, but its
-// RMSprop adds every velocity, then every momentum, then every average gradient. Returns, for
-// each place in Keras's order, the index in `slot_paths` (tessel's order).
-TESSEL_INLINE std::vector<std::size_t> keras_slot_order(std::string_view keras_optimizer,
-                                                        const std::vector<std::string>& slot_paths);
+// together ("<v>_momentum", "<v>_velocity" for each v); Keras makes them in calls of
+// add_optimizer_variables, each over every variable (`pass` gives each slot's call: Adam's
+// moments in one, RMSprop's velocities, momentums and average gradients in three). Returns, for
+// each place in Keras's order, the index of the slot in tessel's order.
+TESSEL_INLINE std::vector<std::size_t> keras_slot_order(const std::vector<int>& pass);
 
 // ---- the file's content as values ------------------------------------------------------------
 // A variable: its path in the model ("dense/kernel", "adam/dense_kernel_momentum", for messages),

@@ -66,6 +66,7 @@ class sharded_state {
     runs_ = buckets.runs();
     places_ = buckets.places();
     opt_.emplace(spec);
+    decay_set_ = false;
     const auto n = static_cast<std::size_t>(group.size());
     const auto me = static_cast<std::size_t>(group.rank());
     const std::size_t total = total_values();
@@ -187,6 +188,9 @@ class sharded_state {
   // starts from them, a writer's values included).
   void apply(optimizer<B>& full) {
     opt_->set_counters(full.iterations(), full.learning_rate());
+    if (full.spec().config().weight_decay != 0.0 &&
+        (!decay_set_ || decay_for_ != full.weight_decay_exclusions()))
+      set_decay(full);
     // (The whole state a read gathered is stale from here: its memory goes back.)
     full.release();
     finish_prefetches();
@@ -268,6 +272,25 @@ class sharded_state {
   // weights and the parts are held together only while they are copied), or drawn alone from a
   // variable not drawn yet (so that the whole weights are never held); then the window, the
   // variables' values views of their places in it.
+  // Weight decay on the parts: each part's ranges that fall in a variable `full` decays (a part
+  // spans the variables of its bucket, some excluded by name).
+  void set_decay(const optimizer<B>& full) {
+    const auto n = static_cast<std::size_t>(group_->size());
+    const std::size_t me = group_rank();
+    std::vector<typename optimizer<B>::element_ranges> ranges(runs_.size());
+    for (std::size_t b = 0; b < runs_.size(); ++b) {
+      const std::size_t part = runs_[b].size / n, first = runs_[b].offset + me * part;
+      for (const auto& p : places_) {
+        const std::size_t lo = std::max(first, p.offset),
+                          hi = std::min(first + part, p.offset + p.size);
+        if (lo < hi && full.decays(p.var->path)) ranges[b].emplace_back(lo - first, hi - first);
+      }
+    }
+    opt_->set_decay_ranges(std::move(ranges));
+    decay_for_ = full.weight_decay_exclusions();
+    decay_set_ = true;
+  }
+
   void build_split_weights(const gradient_buckets<B, C>& buckets) {
     const auto n = static_cast<std::size_t>(group_->size());
     const std::size_t me = group_rank();
@@ -453,6 +476,8 @@ class sharded_state {
   int axis_ = 0;
   bool ahead_ = true;  // the parts were updated since the whole state was last gathered or set
   std::optional<optimizer<B>> opt_;
+  bool decay_set_ = false;  // the parts' weight-decay ranges, for these exclusions
+  std::vector<std::string> decay_for_;
   std::deque<variable<B>> parts_;
   std::vector<typename gradient_buckets<B, C>::run> runs_;
   std::vector<typename gradient_buckets<B, C>::place> places_;

@@ -22,7 +22,16 @@ TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
   o.field("name", keras_snake_case(spec.class_name));
   // Keras holds the learning rate as a float32 variable and writes that value.
   o.field("learning_rate", static_cast<double>(static_cast<float>(c.learning_rate)));
-  for (const char* k : {"weight_decay", "clipnorm", "global_clipnorm", "clipvalue"}) o.null(k);
+  auto optional = [&](const char* k, double v) {
+    if (v == 0.0)
+      o.null(k);
+    else
+      o.field(k, v);
+  };
+  optional("weight_decay", spec.weight_decay);
+  o.null("clipnorm");
+  o.null("global_clipnorm");
+  optional("clipvalue", spec.clipvalue);
   o.field("use_ema", false);
   o.field("ema_momentum", 0.99);
   for (const char* k :

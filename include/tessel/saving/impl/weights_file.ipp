@@ -53,19 +53,11 @@ TESSEL_INLINE std::vector<std::string> keras_unique_names(const std::vector<std:
   return out;
 }
 
-TESSEL_INLINE std::vector<std::size_t> keras_slot_order(
-    std::string_view keras_optimizer, const std::vector<std::string>& slot_paths) {
-  std::vector<std::size_t> order(slot_paths.size());
+TESSEL_INLINE std::vector<std::size_t> keras_slot_order(const std::vector<int>& pass) {
+  std::vector<std::size_t> order(pass.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  if (keras_optimizer != "rm_sprop") return order;
-  auto kind = [&](std::size_t i) {
-    const std::string& p = slot_paths[i];
-    if (p.ends_with("_velocity")) return 0;
-    if (p.ends_with("_momentum")) return 1;
-    return 2;  // _average_gradient
-  };
   std::stable_sort(order.begin(), order.end(),
-                   [&](std::size_t a, std::size_t b) { return kind(a) < kind(b); });
+                   [&](std::size_t a, std::size_t b) { return pass[a] < pass[b]; });
   return order;
 }
 }  // namespace tessel::saving
