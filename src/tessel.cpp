@@ -61,6 +61,7 @@
 #include <tessel/tessel.hpp>
 #include <tessel/trainer/callbacks.hpp>
 #include <tessel/trainer/checkpoint_callbacks.hpp>
+#include <tessel/trainer/learning_rate_callbacks.hpp>
 #include <tessel/trainer/logs.hpp>
 #include <tessel/trainer/progbar.hpp>
 #include <tessel/trainer/progbar_logger.hpp>

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -75,6 +76,14 @@ class optimizer {
     slots_.clear();
     tensors_.clear();
     state_.clear();
+  }
+  // Keras's optimizer.learning_rate = x: the learning rate of the next steps, held as Keras holds
+  // it (a float32 variable). Refused unless finite and at least 0.
+  void set_learning_rate(double learning_rate) {
+    if (!(learning_rate >= 0.0 && learning_rate <= std::numeric_limits<float>::max()))
+      throw value_error("learning_rate: " + std::to_string(learning_rate) +
+                        " is not a learning rate; give a finite number of at least 0.");
+    learning_rate_ = static_cast<double>(static_cast<float>(learning_rate));
   }
   // Sets the iteration count and the learning rate (a state's counters, without its slots).
   void set_counters(std::size_t iterations, double learning_rate) noexcept {

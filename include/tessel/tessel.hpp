@@ -13,6 +13,7 @@
 #include "metrics.hpp"
 #include "trainer/callbacks.hpp"
 #include "trainer/checkpoint_callbacks.hpp"
+#include "trainer/learning_rate_callbacks.hpp"
 #include "model/sequential.hpp"
 #include "trainer/functional.hpp"
 #include "trainer/sequential.hpp"

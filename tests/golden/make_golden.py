@@ -1487,6 +1487,66 @@ def make_user_optimizer(keras, jax):
     }
 
 
+def make_learning_rate_callbacks(keras, jax):
+    """keras.callbacks.LearningRateScheduler and ReduceLROnPlateau on a small regression
+    (tests/unit/learning_rate_callbacks_test.cpp): each case's history (loss, learning_rate) and
+    what fit(verbose=2) printed, the step times replaced by <time>."""
+    import contextlib
+    import io
+    import re
+
+    rng = np.random.default_rng(7007)
+    x = f32(rng.normal(size=(16, 4)))
+    y = f32(rng.normal(size=(16, 2)))
+    w = [f32(rng.normal(size=(4, 2)) * 0.5), f32(rng.normal(size=(2,)) * 0.1)]
+
+    def halve_from_2(epoch, lr):
+        return lr if epoch < 2 else lr * 0.5
+
+    cases = [
+        ("reduce", lambda: keras.optimizers.SGD(0.01), 6, 2,
+         lambda: keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=1,
+                                                   min_delta=10.0, min_lr=0.002, verbose=1)),
+        ("reduce_cooldown", lambda: keras.optimizers.SGD(0.05), 8, 0,
+         lambda: keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.1, patience=1,
+                                                   min_delta=10.0, cooldown=2, mode="min")),
+        ("scheduler", lambda: keras.optimizers.Adam(0.01), 5, 2,
+         lambda: keras.callbacks.LearningRateScheduler(halve_from_2, verbose=1)),
+    ]
+    out = []
+    for name, opt, epochs, verbose, cb in cases:
+        keras.backend.clear_session()
+        model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(2, name="dense")])
+        model.set_weights(w)
+        model.compile(optimizer=opt(), loss="mean_squared_error")
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            h = model.fit(x, y, batch_size=16, epochs=epochs, verbose=verbose, callbacks=[cb()],
+                          shuffle=False)
+        text = re.sub(r"\d+(ms|us|s)/step", "<time>/step", buf.getvalue())
+        text = re.sub(r" - \d+s - ", " - <time> - ", text)
+        out.append({"case": name, "epochs": epochs, "verbose": verbose,
+                    "loss": [F32(v) for v in h.history["loss"]],
+                    "learning_rate": [float(v) for v in h.history["learning_rate"]],
+                    "printed": text})
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "Input(4) -> Dense(2), mean squared error, one batch of 16 per epoch (shuffle=False); "
+            "reduce: SGD(0.01), ReduceLROnPlateau(monitor='loss', factor=0.5, patience=1, "
+            "min_delta=10, min_lr=0.002, verbose=1); reduce_cooldown: SGD(0.05), "
+            "ReduceLROnPlateau(monitor='loss', factor=0.1, patience=1, min_delta=10, cooldown=2, "
+            "mode='min'); scheduler: Adam(0.01), LearningRateScheduler(lr if epoch < 2 else "
+            "lr * 0.5, verbose=1). printed: fit's output, step times as <time>.",
+        ),
+        "x": arr(x),
+        "y": arr(y),
+        "initial_weights": [arr(v) for v in w],
+        "cases": out,
+    }
+
+
 # --------------------------------------------------------------------------------------
 # 13. convolution.json (conv2d, batch_normalization, pooling, global pooling, ReLU, Rescaling)
 # --------------------------------------------------------------------------------------
@@ -2213,6 +2273,7 @@ def main():
         ("mean_absolute_error", make_mean_absolute_error),
         ("custom_loss", make_custom_loss),
         ("user_optimizer", make_user_optimizer),
+        ("learning_rate_callbacks", make_learning_rate_callbacks),
         ("convolution", make_convolution),
         ("cnn_step", make_cnn_step),
     ]

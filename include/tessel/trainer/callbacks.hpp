@@ -72,6 +72,14 @@ class model_base {
   // without resetting the metrics a checkpoint restored mid-epoch.
   virtual training_position position() const { return {}; }
   virtual void resume_from(const training_position&) {}
+  // The compiled optimizer's learning rate (Keras's model.optimizer.learning_rate, a float32
+  // variable: the value rounded to float32), and setting it for the next step.
+  virtual double learning_rate() const {
+    throw value_error("learning_rate: this model has no optimizer; call compile() first");
+  }
+  virtual void set_learning_rate(double) {
+    throw value_error("set_learning_rate: this model has no optimizer; call compile() first");
+  }
 };
 
 // keras.callbacks.Callback: override the hooks you need.
@@ -83,6 +91,10 @@ class callback {
   virtual void on_train_end(const logs&) {}
   virtual void on_epoch_begin(std::size_t /*epoch*/, const logs&) {}
   virtual void on_epoch_end(std::size_t /*epoch*/, const logs&) {}
+  // Before the epoch's logs are shown and passed to on_epoch_end: entries a callback adds to
+  // them (Keras's callbacks write into the logs dict; ReduceLROnPlateau adds "learning_rate"),
+  // appended after the sorted ones, as Keras's dict keeps them.
+  virtual void on_epoch_logs(std::size_t /*epoch*/, logs&) {}
   virtual void on_train_batch_begin(std::size_t /*batch*/, const logs&) {}
   virtual void on_train_batch_end(std::size_t /*batch*/, const logs&) {}
   virtual void on_test_begin(const logs&) {}

@@ -69,9 +69,10 @@ class progbar_logger {
     update_progbar(batch, sorted_logs(batch_logs));
   }
 
-  // `epoch_logs` holds the epoch's metrics and, when validation ran, its val_* entries.
+  // `epoch_logs` holds the epoch's metrics and, when validation ran, its val_* entries, sorted
+  // by the fit loop, then the entries callbacks added (learning_rate), in that order.
   void on_epoch_end(std::size_t /*epoch*/, const logs& epoch_logs) {
-    finalize_progbar(sorted_logs(epoch_logs));
+    finalize_progbar(epoch_logs);
   }
 
   void on_test_begin() {

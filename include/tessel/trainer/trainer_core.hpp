@@ -137,6 +137,8 @@ class trainer_core : public model_base {
 
   // ---- for callbacks (model_base) -------------------------------------------------------------
   std::optional<bool> metric_increases(std::string_view name) const override;
+  double learning_rate() const override;
+  void set_learning_rate(double learning_rate) override;
   training_position position() const override { return position_; }
   void resume_from(const training_position& p) override { resume_ = p; }
 

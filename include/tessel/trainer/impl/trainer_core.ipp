@@ -138,6 +138,18 @@ optimizer<B>& trainer_core<B, C>::get_optimizer() {
 }
 
 template <class B, class C>
+double trainer_core<B, C>::learning_rate() const {
+  require_compiled("learning_rate");
+  return static_cast<double>(static_cast<float>(optimizer_state_->learning_rate()));
+}
+
+template <class B, class C>
+void trainer_core<B, C>::set_learning_rate(double learning_rate) {
+  require_compiled("set_learning_rate");
+  optimizer_state_->set_learning_rate(learning_rate);
+}
+
+template <class B, class C>
 std::optional<bool> trainer_core<B, C>::metric_increases(std::string_view name) const {
   for (const auto& m : metrics_)
     if (m.name() == name) return m.increases();
@@ -484,8 +496,9 @@ history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>
     const std::size_t skip = epoch == first_epoch ? done : 0;
     if (skip == 0) reset_metrics();  // else the checkpoint's accumulators go on
     position_ = {epoch, skip, passes_of(train), train_facts_};
-    if (verbose) bar.on_epoch_begin(epoch);
+    // Keras's CallbackList calls the user's callbacks first, then History, then the progress bar.
     for (callback* c : cbs) c->on_epoch_begin(epoch, {});
+    if (verbose) bar.on_epoch_begin(epoch);
     std::size_t step = 0;
     for (const auto& element : train) {
       if (step < skip) {  // trained before the checkpoint
@@ -515,9 +528,10 @@ history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>
       const logs v = run_evaluate(*o.validation_data, nullptr, cbs, true);
       for (const auto& [k, val] : v) epoch_logs.emplace_back("val_" + k, val);
     }
-    const logs shown = sorted_logs(epoch_logs);
-    if (verbose) bar.on_epoch_end(epoch, shown);
+    logs shown = sorted_logs(epoch_logs);
+    for (callback* c : cbs) c->on_epoch_logs(epoch, shown);
     for (callback* c : cbs) c->on_epoch_end(epoch, shown);
+    if (verbose) bar.on_epoch_end(epoch, shown);
   }
   for (callback* c : cbs) c->on_train_end(epoch_logs);
   wait_for_checkpoint();  // a save in the background ends with fit
