@@ -2,7 +2,7 @@
 // user writes one: compile() takes it as it takes the library's; three steps of a model under it
 // agree with Keras 3's subclass of keras.optimizers.Optimizer (tests/golden/user_optimizer.json),
 // a Keras `.weights.h5` with its slots loads and the next step agrees, its slots survive a
-// save and a load, the `.keras` config is Keras's, and the registry makes it by name and from a
+// save and a load of a weights file and of a checkpoint, the `.keras` config is Keras's, and the registry makes it by name and from a
 // config, refusing unknown classes and values out of range by name.
 #include <catch2/catch.hpp>
 
@@ -108,17 +108,26 @@ TEST_CASE("user optimizer: its slots survive save_weights and load_weights, its 
   (void)b.train_on_batch(x, y);
   check_step(b, g["steps"][2], "step 3 after tessel's save and load");
 
+  // And through a sharded checkpoint (the training state: variables, the slots, the counters).
+  tessel::save_checkpoint(a, (dir / "ckpt").string(), json{{"epoch", 1}});
+  regression d;
+  d.compile(keras_signum, "mean_squared_error");
+  (void)tessel::load_checkpoint(d, (dir / "ckpt").string());
+  (void)d.train_on_batch(x, y);
+  check_step(d, g["steps"][2], "step 3 after a checkpoint");
+
   tessel::saving::zip::reader z(dir / "a.keras");
   const auto config = json::parse(z.read("config.json", ""));
   json expected = g["config"];
   const json written = config["compile_config"]["optimizer"];
   CHECK(written == expected);
 
-  // Another optimizer's file is refused, naming both.
+  // A file of another optimizer's state (1 slot per variable, Adam's are 2) is refused.
   regression c;
   c.compile("adam", "mean_squared_error");
   CHECK_THROWS_WITH(c.load_weights((dir / "a.weights.h5").string()),
-                    Contains("'signum'") && Contains("'adam'"));
+                    Contains("has 6 variables, and this model's has 10") &&
+                        Contains("Compile the model as the saved one was"));
 }
 
 TEST_CASE("user optimizer: the protocol's description, fingerprint and registry",

@@ -189,7 +189,10 @@ class optimizer_function {
   template <class... O>
   static optimizer_function library_by_name(std::string_view n, optimizers::type_list<O...>) {
     std::optional<optimizer_function> out;
-    ((optimizers::names<O>(n) && !out ? (out.emplace(O{}), true) : false), ...);
+    const auto make = [&]<class T>(std::type_identity<T>) {
+      if (!out && optimizers::names<T>(n)) out.emplace(T{});
+    };
+    (make(std::type_identity<O>{}), ...);
     if (out) return *out;
     throw value_error("Could not interpret optimizer identifier: " + std::string(n) +
                       ". Use sgd, adam, rmsprop, adamw, adagrad, adamax, lion or an optimizer registered "
@@ -210,9 +213,10 @@ namespace optimizers {
 template <class B, class... O>
 optimizer_function<B> make_library(const config& c, std::string_view where, type_list<O...>) {
   std::optional<optimizer_function<B>> out;
-  ((c.class_name == O::class_name && !out ? (out.emplace(from_config<O>(c, where)), true)
-                                          : false),
-   ...);
+  const auto make = [&]<class T>(std::type_identity<T>) {
+    if (!out && c.class_name == T::class_name) out.emplace(from_config<T>(c, where));
+  };
+  (make(std::type_identity<O>{}), ...);
   if (out) return *out;
   throw value_error(std::string(where) + ": the optimizer '" + c.class_name +
                     "' is not one this program knows: the library's are SGD, Adam, RMSprop, AdamW, "
