@@ -20,8 +20,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <variant>
 #include <tessel/ps/server_core.hpp>
+#include <variant>
 #include <vector>
 
 #include "fuzz_support.hpp"
@@ -39,7 +39,7 @@ class plain_shards {
     // refused before anything changes); then its learning rate and momentum applied here.
     try {
       (void)tessel::optimizers::make_optimizer<tessel_fuzz::checking_backend>(r.optimizer,
-                                                                            "create");
+                                                                              "create");
     } catch (const tessel::value_error& e) {
       throw ps::refused(e.what());
     }

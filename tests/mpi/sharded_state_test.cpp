@@ -73,12 +73,14 @@ void adamw_excluded(const char* what, const testing::data_set& d) {
                        data::slice_rows(d.y, step * 16, step * 16 + 16));
   const auto wa = a.get_weights(), wb = b.get_weights(), wall = all.get_weights();
   double worst = 0, bias_moved = 0;
-  for (std::size_t i = 0; i < wa.size(); ++i) worst = std::max(worst, rel(wa[i].values, wb[i].values));
+  for (std::size_t i = 0; i < wa.size(); ++i)
+    worst = std::max(worst, rel(wa[i].values, wb[i].values));
   for (std::size_t i = 1; i < wa.size(); i += 2)
     bias_moved = std::max(bias_moved, rel(wall[i].values, wb[i].values));
   check(worst <= testing::adam_weight_tolerance,
         std::string(what) + ", AdamW with the biases excluded: weights " + std::to_string(worst));
-  check(bias_moved > 1e-4, std::string(what) + ", AdamW: without the exclusion the biases decay (" +
+  check(bias_moved > 1e-4, std::string(what) +
+                               ", AdamW: without the exclusion the biases decay (" +
                                std::to_string(bias_moved) + ")");
 }
 

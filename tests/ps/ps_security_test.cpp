@@ -157,7 +157,8 @@ ps::message create_message(std::uint64_t generation, const std::vector<float>& v
   m.h.what = ps::kind::create;
   m.h.a = generation;
   const nlohmann::json d = {
-      {"optimizer", ps::optimizer_json(tessel::optimizers::config_of(tessel::optimizers::sgd{0.5, 0.0, false}))},
+      {"optimizer",
+       ps::optimizer_json(tessel::optimizers::config_of(tessel::optimizers::sgd{0.5, 0.0, false}))},
       {"shards", {{{"path", "secret_variable/shard_0"}, {"shape", {values.size()}}}}}};
   m.frames.push_back(ps::frame_of(d.dump()));
   m.frames.push_back(ps::frame_of(std::span<const float>(values)));

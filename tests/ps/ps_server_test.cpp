@@ -32,7 +32,8 @@ ps::message request(ps::kind k, std::uint64_t a = 0, std::uint64_t b = 0, std::u
 ps::message create(std::uint64_t generation) {
   ps::message m = request(ps::kind::create, generation);
   const nlohmann::json d = {
-      {"optimizer", ps::optimizer_json(tessel::optimizers::config_of(tessel::optimizers::sgd{0.5, 0.0, false}))},
+      {"optimizer",
+       ps::optimizer_json(tessel::optimizers::config_of(tessel::optimizers::sgd{0.5, 0.0, false}))},
       {"shards",
        {{{"path", "w/shard_0"}, {"shape", {2, 2}}}, {{"path", "w/shard_1"}, {"shape", {1, 2}}}}}};
   m.frames.push_back(ps::frame_of(d.dump()));
@@ -128,14 +129,14 @@ void refusals() {
     m.frames.push_back(ps::frame_of(std::span<const float>(v)));
     return text(handle(std::move(m)));
   };
-  const nlohmann::json sgd = ps::optimizer_json(tessel::optimizers::config_of(tessel::optimizers::sgd{0.5, 0.0, false}));
+  const nlohmann::json sgd =
+      ps::optimizer_json(tessel::optimizers::config_of(tessel::optimizers::sgd{0.5, 0.0, false}));
   nlohmann::json unknown = sgd, wrong_type = sgd, out_of_range = sgd;
   unknown["class_name"] = "Lamb";
   wrong_type["config"][0][1] = "0.5";
   out_of_range["config"][1][1] = 2;
   why = bad_create(unknown, {2});
-  check(why.find("create: the optimizer 'Lamb' is not one this program knows") !=
-            std::string::npos,
+  check(why.find("create: the optimizer 'Lamb' is not one this program knows") != std::string::npos,
         "create with an unknown optimizer is refused: " + why);
   why = bad_create(wrong_type, {2});
   check(why.find("the optimizer's 'learning_rate' is \"0.5\", not a finite number") !=

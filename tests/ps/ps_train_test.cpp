@@ -162,9 +162,9 @@ int main(int argc, char** argv) {
     model_t model;
     // user_optimizer: a user's optimizer (user_optimizers.hpp), which every task of this program
     // registers: the ps tasks make it from the chief's description by its class name.
-    const optimizer_spec compiled =
-        mode == "user_optimizer" ? optimizer_spec(user::signum{.learning_rate = 0.005})
-                                 : optimizer_spec("adam");
+    const optimizer_spec compiled = mode == "user_optimizer"
+                                        ? optimizer_spec(user::signum{.learning_rate = 0.005})
+                                        : optimizer_spec("adam");
     model.compile({.optimizer = compiled, .loss = "sparse_categorical_crossentropy"});
     const std::vector<array<float>> initial = model.get_weights();
     if (mode == "other_model" && strategy.task_type() == ps::role::worker &&
@@ -252,9 +252,10 @@ int main(int argc, char** argv) {
       check(h.history.at("loss").back() < h.history.at("loss").front(),
             "the loss falls over 2 epochs");
       const double worst = against_one_device(model, initial, 2, compiled);
-      std::printf("user's optimizer, one worker against one device: worst relative weight "
-                  "difference %.2e\n",
-                  worst);
+      std::printf(
+          "user's optimizer, one worker against one device: worst relative weight "
+          "difference %.2e\n",
+          worst);
       check(worst <= 1e-5, "a user's optimizer on 2 ps tasks equals one device");
       exactly_once(coord, 64);
     } else if (mode == "failures") {

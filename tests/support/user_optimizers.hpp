@@ -42,10 +42,12 @@ struct signum {
     return std::tuple{field{"learning_rate", &signum::learning_rate},
                       field{"beta", &signum::beta, 0.0, 1.0}};
   }
-  [[nodiscard]] std::array<const char*, 3> slot_names() const { return {"momentum", nullptr, nullptr}; }
+  [[nodiscard]] std::array<const char*, 3> slot_names() const {
+    return {"momentum", nullptr, nullptr};
+  }
 
   template <class B>
-    requires std::same_as<B, tessel::backend::host>
+  requires std::same_as<B, tessel::backend::host>
   void update(const tessel::optimizers::step<B>& s) const {
     for (const auto& u : s.tensors)
       B::for_each("signum", B::rows(u.value) * B::cols(u.value), 1,

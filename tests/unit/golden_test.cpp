@@ -153,8 +153,7 @@ TEST_CASE("golden: three steps of each library optimizer in each configuration",
       const tessel::state_list<B> state = opt.state();
       REQUIRE(state.size() == 2 + c["steps"][step]["slots"].size());
       for (const auto& [slot, expected] : c["steps"][step]["slots"].items()) {
-        const tessel::state_variable<B>* v =
-            state.find(std::string(opt.name()) + "/w_" + slot);
+        const tessel::state_variable<B>* v = state.find(std::string(opt.name()) + "/w_" + slot);
         REQUIRE(v != nullptr);
         check_close(v->numpy(), values(expected), at + " " + slot);
       }

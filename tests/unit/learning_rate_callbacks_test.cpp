@@ -104,8 +104,7 @@ TEST_CASE("learning rate callbacks: LearningRateScheduler as Keras's, printed an
   check_case(fit_case(g, c, tessel::optimizers::adam{.learning_rate = 0.01}, scheduler), c);
 }
 
-TEST_CASE("learning rate callbacks: refusals name what is wrong",
-          "[callbacks][learning_rate]") {
+TEST_CASE("learning rate callbacks: refusals name what is wrong", "[callbacks][learning_rate]") {
   CHECK_THROWS_WITH(tessel::callbacks::reduce_lr_on_plateau({.factor = 1.0}),
                     Catch::Contains("ReduceLROnPlateau does not support a factor >= 1.0. "
                                     "Received factor=1.0"));

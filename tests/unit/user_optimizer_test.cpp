@@ -2,8 +2,9 @@
 // user writes one: compile() takes it as it takes the library's; three steps of a model under it
 // agree with Keras 3's subclass of keras.optimizers.Optimizer (tests/golden/user_optimizer.json),
 // a Keras `.weights.h5` with its slots loads and the next step agrees, its slots survive a
-// save and a load of a weights file and of a checkpoint, the `.keras` config is Keras's, and the registry makes it by name and from a
-// config, refusing unknown classes and values out of range by name.
+// save and a load of a weights file and of a checkpoint, the `.keras` config is Keras's, and the
+// registry makes it by name and from a config, refusing unknown classes and values out of range by
+// name.
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -19,11 +20,11 @@ namespace {
 
 using json = nlohmann::json;
 using B = tessel::backend::host;
+using Catch::Contains;
+using tessel::testing::temp_dir;
 using tessel::testing::golden::check_close;
 using tessel::testing::golden::to_array;
 using tessel::testing::golden::values;
-using Catch::Contains;
-using tessel::testing::temp_dir;
 
 json load() { return tessel::testing::golden::load("user_optimizer.json"); }
 
@@ -51,8 +52,8 @@ void check_step(regression& m, const json& s, const std::string& what) {
   CHECK(state[0].integer() == s["iterations"].get<std::int64_t>());
   CHECK(state[2].path == "signum/dense_kernel_momentum");
   for (std::size_t v = 0; v < s["momentums"].size(); ++v)
-    check_close(state[2 + v].numpy(), values(s["momentums"][v]),
-                what + " " + state[2 + v].path, 1e-5, 1e-6);
+    check_close(state[2 + v].numpy(), values(s["momentums"][v]), what + " " + state[2 + v].path,
+                1e-5, 1e-6);
 }
 
 }  // namespace
@@ -76,9 +77,10 @@ TEST_CASE("user optimizer: three steps of a user's Signum as Keras's subclass",
   CHECK(model.get_optimizer().spec().as<tessel::optimizers::adam>() == nullptr);
 }
 
-TEST_CASE("user optimizer: Keras's weights file with its slots loads, and the next step is "
-          "Keras's",
-          "[optimizers][user][saving]") {
+TEST_CASE(
+    "user optimizer: Keras's weights file with its slots loads, and the next step is "
+    "Keras's",
+    "[optimizers][user][saving]") {
   const json g = load();
   regression model;
   model.compile(keras_signum, "mean_squared_error");
@@ -89,9 +91,10 @@ TEST_CASE("user optimizer: Keras's weights file with its slots loads, and the ne
   check_step(model, g["steps"][2], "step 3 after the load");
 }
 
-TEST_CASE("user optimizer: its slots survive save_weights and load_weights, its config is "
-          "Keras's in the .keras archive",
-          "[optimizers][user][saving]") {
+TEST_CASE(
+    "user optimizer: its slots survive save_weights and load_weights, its config is "
+    "Keras's in the .keras archive",
+    "[optimizers][user][saving]") {
   const json g = load();
   const tessel::array<float> x = to_array(g["x"]), y = to_array(g["y"]);
   temp_dir dir;
@@ -155,7 +158,8 @@ TEST_CASE("user optimizer: the protocol's description, fingerprint and registry"
   CHECK(made.fingerprint() == a.fingerprint());
   // The library's, from their configs, each as it was.
   for (const tessel::optimizer_function<B>& lib :
-       {tessel::optimizer_function<B>(tessel::optimizers::sgd{.learning_rate = 0.5, .momentum = 0.9}),
+       {tessel::optimizer_function<B>(
+            tessel::optimizers::sgd{.learning_rate = 0.5, .momentum = 0.9}),
         tessel::optimizer_function<B>(tessel::optimizers::adam{.beta_1 = 0.8}),
         tessel::optimizer_function<B>(tessel::optimizers::rmsprop{.centered = true})})
     CHECK(tessel::optimizers::make_optimizer<B>(lib.config(), "test").fingerprint() ==

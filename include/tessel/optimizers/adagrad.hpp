@@ -38,10 +38,10 @@ struct adagrad {
   template <class B>
   void update(const step<B>& s) const {
     for (const auto& u : s.tensors)
-      B::for_each("adagrad", elements<B>(u.value), 1,
-                  bodies::adagrad{u.value.data(), u.gradient.data(), u.slot_a.data(),
-                                  static_cast<float>(s.learning_rate),
-                                  static_cast<float>(epsilon)});
+      B::for_each(
+          "adagrad", elements<B>(u.value), 1,
+          bodies::adagrad{u.value.data(), u.gradient.data(), u.slot_a.data(),
+                          static_cast<float>(s.learning_rate), static_cast<float>(epsilon)});
   }
 };
 

@@ -53,12 +53,10 @@ struct adam {
     }
     for (const auto& u : s.tensors)
       B::for_each("adam_amsgrad", elements<B>(u.value), 1,
-                  bodies::adam_amsgrad{u.value.data(), u.gradient.data(), u.slot_a.data(),
-                                       u.slot_b.data(), u.slot_c.data(),
-                                       static_cast<float>(alpha),
-                                       static_cast<float>(1.0 - beta_1),
-                                       static_cast<float>(1.0 - beta_2),
-                                       static_cast<float>(epsilon)});
+                  bodies::adam_amsgrad{
+                      u.value.data(), u.gradient.data(), u.slot_a.data(), u.slot_b.data(),
+                      u.slot_c.data(), static_cast<float>(alpha), static_cast<float>(1.0 - beta_1),
+                      static_cast<float>(1.0 - beta_2), static_cast<float>(epsilon)});
   }
 };
 

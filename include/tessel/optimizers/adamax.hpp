@@ -25,10 +25,9 @@ struct adamax {
   static constexpr std::string_view name = "adamax";
   static constexpr std::string_view keras_module = "keras.optimizers";
   static constexpr auto fields() {
-    return std::tuple{field{"learning_rate", &adamax::learning_rate},
-                      field{"beta_1", &adamax::beta_1, 0.0, 1.0},
-                      field{"beta_2", &adamax::beta_2, 0.0, 1.0},
-                      field{"epsilon", &adamax::epsilon}};
+    return std::tuple{
+        field{"learning_rate", &adamax::learning_rate}, field{"beta_1", &adamax::beta_1, 0.0, 1.0},
+        field{"beta_2", &adamax::beta_2, 0.0, 1.0}, field{"epsilon", &adamax::epsilon}};
   }
   // Keras's names: the first moment and the exponentially weighted infinity norm.
   [[nodiscard]] static constexpr std::array<const char*, 3> slot_names() noexcept {
@@ -39,14 +38,13 @@ struct adamax {
   // beta_1^t in float32 as Keras computes it.
   template <class B>
   void update(const step<B>& s) const {
-    const float power =
-        std::pow(static_cast<float>(beta_1), static_cast<float>(s.iteration));
+    const float power = std::pow(static_cast<float>(beta_1), static_cast<float>(s.iteration));
     for (const auto& u : s.tensors)
-      B::for_each("adamax", elements<B>(u.value), 1,
-                  bodies::adamax{u.value.data(), u.gradient.data(), u.slot_a.data(),
-                                 u.slot_b.data(), static_cast<float>(s.learning_rate),
-                                 static_cast<float>(1.0 - beta_1), static_cast<float>(beta_2),
-                                 1.0f - power, static_cast<float>(epsilon)});
+      B::for_each(
+          "adamax", elements<B>(u.value), 1,
+          bodies::adamax{u.value.data(), u.gradient.data(), u.slot_a.data(), u.slot_b.data(),
+                         static_cast<float>(s.learning_rate), static_cast<float>(1.0 - beta_1),
+                         static_cast<float>(beta_2), 1.0f - power, static_cast<float>(epsilon)});
   }
 };
 

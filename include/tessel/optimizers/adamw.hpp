@@ -30,8 +30,8 @@ struct adamw {
   static constexpr auto fields() {
     return std::tuple{field{"learning_rate", &adamw::learning_rate},
                       field{"beta_1", &adamw::beta_1, 0.0, 1.0},
-                      field{"beta_2", &adamw::beta_2, 0.0, 1.0},
-                      field{"epsilon", &adamw::epsilon}, field{"amsgrad", &adamw::amsgrad}};
+                      field{"beta_2", &adamw::beta_2, 0.0, 1.0}, field{"epsilon", &adamw::epsilon},
+                      field{"amsgrad", &adamw::amsgrad}};
   }
   [[nodiscard]] constexpr adam as_adam() const noexcept {
     return {learning_rate, beta_1, beta_2, epsilon, amsgrad};

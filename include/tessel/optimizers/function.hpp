@@ -79,7 +79,7 @@ bool names(std::string_view n) {
 // parameter server, a `compile("signum")` or a config can make one; the library's are known
 // already. Returns true (for an `inline const bool` at namespace scope).
 template <class O, class B>
-  requires optimizers::optimizer_for<O, B>
+requires optimizers::optimizer_for<O, B>
 bool register_optimizer() {
   optimizers::registered<B>()[std::string(std::string_view(O::class_name))] = {
       std::string(std::string_view(O::name)),
@@ -93,20 +93,21 @@ template <class B>
 class optimizer_function {
  public:
   template <class O>
-    requires(!optimizers::never_an_optimizer<O>) && optimizers::optimizer_for<O, B>
-  optimizer_function(O o)  // NOLINT: an optimizer object converts, as Keras's compile takes one
+  requires(!optimizers::never_an_optimizer<O>) &&
+      optimizers::optimizer_for<O, B> optimizer_function(
+          O o)  // NOLINT: an optimizer object converts, as Keras's compile takes one
       : impl_(std::make_shared<const holder<O>>(std::move(o))) {}
   // Keras's name of one of the library's optimizers or of a registered one ("adam", "Adam"),
   // with its defaults.
   optimizer_function(const char* name) : optimizer_function(std::string_view(name)) {}  // NOLINT
-  optimizer_function(const std::string& name)                                          // NOLINT
+  optimizer_function(const std::string& name)                                           // NOLINT
       : optimizer_function(std::string_view(name)) {}
   optimizer_function(std::string_view name) : optimizer_function(by_name(name)) {}  // NOLINT
   // Anything else is a compile error naming its type.
   template <class O>
-    requires(!optimizers::never_an_optimizer<O>) && (!optimizers::optimizer_for<O, B>) &&
-            (!std::is_convertible_v<O, std::string_view>)
-  optimizer_function(O) {  // NOLINT
+  requires(!optimizers::never_an_optimizer<O>) &&
+      (!optimizers::optimizer_for<O, B>)&&(!std::is_convertible_v<O, std::string_view>)
+          optimizer_function(O) {  // NOLINT
     static_assert(require<false, diagnostic::not_an_optimizer_on_this_backend<O, B>>);
     static_assert(require<requires { std::string_view(O::class_name), std::string_view(O::name); },
                           diagnostic::optimizer_has_no_class_name_or_name<O>>);
@@ -114,13 +115,12 @@ class optimizer_function {
                           diagnostic::optimizer_has_no_learning_rate<O>>);
     static_assert(require<optimizers::has_fields<O>, diagnostic::optimizer_has_no_fields<O>>);
     static_assert(require<requires(const O& o) {
-                            { o.slot_names() } -> std::same_as<std::array<const char*, 3>>;
-                          },
+      { o.slot_names() } -> std::same_as<std::array<const char*, 3>>;
+    },
                           diagnostic::optimizer_has_no_slot_names<O>>);
-    static_assert(require<requires(const O& o, const optimizers::step<B>& s) {
-                            o.template update<B>(s);
-                          },
-                          diagnostic::optimizer_has_no_update_for_this_backend<O, B>>);
+    static_assert(
+        require<requires(const O& o, const optimizers::step<B>& s) { o.template update<B>(s); },
+                diagnostic::optimizer_has_no_update_for_this_backend<O, B>>);
   }
 
   // Keras's class ("Adam"), its name ("adam": the prefix of its variables' paths).
@@ -194,10 +194,11 @@ class optimizer_function {
     };
     (make(std::type_identity<O>{}), ...);
     if (out) return *out;
-    throw value_error("Could not interpret optimizer identifier: " + std::string(n) +
-                      ". Use sgd, adam, rmsprop, adamw, adagrad, adamax, lion or an optimizer registered "
-                      "with "
-                      "tessel::register_optimizer<T, B>().");
+    throw value_error(
+        "Could not interpret optimizer identifier: " + std::string(n) +
+        ". Use sgd, adam, rmsprop, adamw, adagrad, adamax, lion or an optimizer registered "
+        "with "
+        "tessel::register_optimizer<T, B>().");
   }
   static optimizer_function by_name(std::string_view n) {
     for (const auto& entry : optimizers::registered<B>())
@@ -230,8 +231,7 @@ optimizer_function<B> make_library(const config& c, std::string_view where, type
 template <class B>
 optimizer_function<B> make_optimizer(const config& c, std::string_view where) {
   const auto& table = registered<B>();
-  if (const auto it = table.find(c.class_name); it != table.end())
-    return it->second.make(c, where);
+  if (const auto it = table.find(c.class_name); it != table.end()) return it->second.make(c, where);
   return make_library<B>(c, where, library{});
 }
 

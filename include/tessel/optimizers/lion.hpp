@@ -30,9 +30,10 @@ struct lion {
   // Keras refuses beta_1 <= 0 (the update would be the gradient's sign alone, m never read).
   void check() const {
     if (!(beta_1 > 0.0))
-      throw value_error("Lion: Argument `beta_1` must be in the [0, 1] range. Otherwise, the "
-                        "optimizer degenerates to SignSGD. Received: beta_1=" +
-                        number_text(beta_1) + ".");
+      throw value_error(
+          "Lion: Argument `beta_1` must be in the [0, 1] range. Otherwise, the "
+          "optimizer degenerates to SignSGD. Received: beta_1=" +
+          number_text(beta_1) + ".");
   }
   [[nodiscard]] static constexpr std::array<const char*, 3> slot_names() noexcept {
     return {"momentum", nullptr, nullptr};

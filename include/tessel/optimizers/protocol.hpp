@@ -89,7 +89,7 @@ struct config {
   std::string registered_name;  // a user's: "Custom>Signum", or its keras_registered_name
   std::vector<std::pair<std::string, value>> values;
   std::vector<std::pair<std::string, value>> constants;  // keras_constants()
-  double weight_decay = 0.0;  // Keras's base arguments (0: none)
+  double weight_decay = 0.0;                             // Keras's base arguments (0: none)
   double clipvalue = 0.0;
   // The variables' names (their last path component) that weight decay leaves alone, as
   // optimizer<B>::exclude_from_weight_decay was given them (the parameter servers need them).
@@ -108,13 +108,15 @@ struct config {
 };
 
 template <class O>
-concept has_fields = requires { std::tuple_size<decltype(O::fields())>::value; };
+concept has_fields = requires {
+  std::tuple_size<decltype(O::fields())>::value;
+};
 
 // The compile-time checks of the protocol, one member at a time, each naming what is missing.
 template <class O, class B>
 concept optimizer_for = std::copy_constructible<O> && requires(const O& o, const step<B>& s) {
-  { std::string_view(O::class_name) };
-  { std::string_view(O::name) };
+  {std::string_view(O::class_name)};
+  {std::string_view(O::name)};
   { o.learning_rate } -> std::convertible_to<double>;
   requires has_fields<O>;
   { o.slot_names() } -> std::same_as<std::array<const char*, 3>>;
@@ -167,8 +169,8 @@ void check(const O& o, std::string_view where) {
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, double>) {
       if (!(v >= low && v <= high))  // also false for NaN
         throw value_error(std::string(where) + ": " + std::string(O::class_name) + "'s " + n +
-                          " is " + number_text(v) + "; it must be in [" + number_text(low) +
-                          ", " + number_text(high) + "].");
+                          " is " + number_text(v) + "; it must be in [" + number_text(low) + ", " +
+                          number_text(high) + "].");
     }
   });
   auto base = [&](const char* n, double v) {

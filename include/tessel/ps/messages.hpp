@@ -102,14 +102,10 @@ inline nlohmann::json optimizer_json(const optimizers::config& c) {
                            : nlohmann::json(std::get<double>(entry.second));
     fields.push_back(nlohmann::json::array({entry.first, v}));
   }
-  return {{"class_name", c.class_name},
-          {"name", c.name},
-          {"module", c.module},
-          {"registered_name", c.registered_name},
-          {"config", fields},
-          {"weight_decay", c.weight_decay},
-          {"clipvalue", c.clipvalue},
-          {"exclude_from_weight_decay", c.exclude_from_weight_decay}};
+  return {{"class_name", c.class_name}, {"name", c.name},
+          {"module", c.module},         {"registered_name", c.registered_name},
+          {"config", fields},           {"weight_decay", c.weight_decay},
+          {"clipvalue", c.clipvalue},   {"exclude_from_weight_decay", c.exclude_from_weight_decay}};
 }
 
 // The description back, its form checked: names that are strings, every field a finite number

@@ -27,7 +27,6 @@
 
 namespace tessel::ps {
 
-
 // How the chief's connections name themselves to a ps task (ZeroMQ's routing id).
 inline const std::string chief_routing_id = "chief";
 

@@ -79,8 +79,9 @@ TESSEL_INLINE learning_rate_scheduler::learning_rate_scheduler(schedule_function
                                                                int verbose)
     : schedule_(std::move(schedule)), verbose_(verbose) {
   if (!schedule_)
-    throw value_error("LearningRateScheduler: `schedule` is empty; give a function of (epoch, "
-                      "learning_rate) returning the epoch's learning rate.");
+    throw value_error(
+        "LearningRateScheduler: `schedule` is empty; give a function of (epoch, "
+        "learning_rate) returning the epoch's learning rate.");
 }
 
 TESSEL_INLINE void learning_rate_scheduler::on_epoch_begin(std::size_t epoch, const logs&) {
