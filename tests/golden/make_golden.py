@@ -1316,6 +1316,25 @@ def make_mean_absolute_error(keras, jax):
     }
 
 
+def small_mlp(keras, rng):
+    """Input(5) -> Dense(8, relu) -> Dense(3), its weights drawn from rng (He-like kernels, small
+    biases) after x; the model set up as custom_loss and user_optimizer use it."""
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(5,)),
+            keras.layers.Dense(8, activation="relu", name="dense"),
+            keras.layers.Dense(3, name="dense_1"),
+        ]
+    )
+    model.set_weights([
+        f32(rng.normal(size=(5, 8)) * np.sqrt(2.0 / 5)),
+        f32(rng.normal(size=(8,)) * 0.1),
+        f32(rng.normal(size=(8, 3)) * np.sqrt(2.0 / 8)),
+        f32(rng.normal(size=(3,)) * 0.1),
+    ])
+    return model
+
+
 def make_custom_loss(keras, jax):
     """A loss and a metric that tessel's library does not have, written by the user in C++
     (tests/unit/custom_loss_test.cpp): Keras's Huber loss and MeanSquaredError metric."""
@@ -1342,20 +1361,7 @@ def make_custom_loss(keras, jax):
     keras.utils.set_random_seed(0)
     x = f32(rng.normal(size=(8, 5)))
     y = f32(rng.normal(size=(8, 3)) * 2.0)
-    model = keras.Sequential(
-        [
-            keras.Input(shape=(5,)),
-            keras.layers.Dense(8, activation="relu", name="dense"),
-            keras.layers.Dense(3, name="dense_1"),
-        ]
-    )
-    init = [
-        f32(rng.normal(size=(5, 8)) * np.sqrt(2.0 / 5)),
-        f32(rng.normal(size=(8,)) * 0.1),
-        f32(rng.normal(size=(8, 3)) * np.sqrt(2.0 / 8)),
-        f32(rng.normal(size=(3,)) * 0.1),
-    ]
-    model.set_weights(init)
+    model = small_mlp(keras, rng)
     model.compile(
         optimizer=keras.optimizers.Adam(learning_rate=0.01),
         loss=keras.losses.Huber(delta=1.0),
@@ -1438,20 +1444,7 @@ def make_user_optimizer(keras, jax):
     keras.utils.set_random_seed(0)
     x = f32(rng.normal(size=(8, 5)))
     y = f32(rng.normal(size=(8, 3)))
-    model = keras.Sequential(
-        [
-            keras.Input(shape=(5,)),
-            keras.layers.Dense(8, activation="relu", name="dense"),
-            keras.layers.Dense(3, name="dense_1"),
-        ]
-    )
-    init = [
-        f32(rng.normal(size=(5, 8)) * np.sqrt(2.0 / 5)),
-        f32(rng.normal(size=(8,)) * 0.1),
-        f32(rng.normal(size=(8, 3)) * np.sqrt(2.0 / 8)),
-        f32(rng.normal(size=(3,)) * 0.1),
-    ]
-    model.set_weights(init)
+    model = small_mlp(keras, rng)
     model.compile(optimizer=Signum(learning_rate=0.02, beta=0.8), loss="mean_squared_error")
     initial = weights_list(model)
     steps = []
