@@ -77,6 +77,10 @@ void adamw_excluded(const char* what, const testing::data_set& d) {
     worst = std::max(worst, rel(wa[i].values, wb[i].values));
   for (std::size_t i = 1; i < wa.size(); i += 2)
     bias_moved = std::max(bias_moved, rel(wall[i].values, wb[i].values));
+  if (process_id() == 0)
+    std::printf("%s, AdamW with the biases excluded: worst relative weight difference from one "
+                "device %.2e; the biases decayed apart %.2e\n",
+                what, worst, bias_moved);
   check(worst <= testing::adam_weight_tolerance,
         std::string(what) + ", AdamW with the biases excluded: weights " + std::to_string(worst));
   check(bias_moved > 1e-4, std::string(what) +
