@@ -23,6 +23,7 @@
 // - Validation inside fit is silent: once on_train_begin has been called, test events print
 //   nothing. evaluate called by the user (a fresh logger) prints a bar and finalizes it.
 // - predict shows the bar with the step time only, never its outputs.
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <iostream>
@@ -69,10 +70,16 @@ class progbar_logger {
     update_progbar(batch, sorted_logs(batch_logs));
   }
 
-  // `epoch_logs` holds the epoch's metrics and, when validation ran, its val_* entries, sorted
-  // by the fit loop, then the entries callbacks added (learning_rate), in that order.
-  void on_epoch_end(std::size_t /*epoch*/, const logs& epoch_logs) {
-    finalize_progbar(epoch_logs);
+  // `epoch_logs` holds the epoch's metrics and, when validation ran, its val_* entries, shown
+  // sorted (Keras's CallbackList sorts them); the entries from `added` on are those callbacks
+  // appended (learning_rate), shown after them in their order, as Keras's dict keeps them.
+  void on_epoch_end(std::size_t /*epoch*/, const logs& epoch_logs,
+                    std::size_t added = static_cast<std::size_t>(-1)) {
+    const auto first_added = static_cast<std::ptrdiff_t>(std::min(added, epoch_logs.size()));
+    logs shown = sorted_logs(logs(epoch_logs.begin(), epoch_logs.begin() + first_added));
+    for (auto it = epoch_logs.begin() + first_added; it != epoch_logs.end(); ++it)
+      set_log(shown, it->first, it->second);
+    finalize_progbar(shown);
   }
 
   void on_test_begin() {

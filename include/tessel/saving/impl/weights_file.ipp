@@ -279,8 +279,9 @@ TESSEL_INLINE optimizer_found read_weights_file(const std::filesystem::path& pat
                         "load the weights into a model that is not compiled.");
     const std::size_t n = h5::members(vars).size();
     if (n != 2 && n != 2 + o.slots.size())
-      throw value_error(head + "the file's optimizer '" + o.name + "' has " + std::to_string(n) +
-                        " variables, and this model's has " + std::to_string(2 + o.slots.size()) +
+      throw value_error(head + "the file's optimizer" + (name ? " '" + *name + "'" : "") +
+                        " has " + std::to_string(n) + " variables, and this model's ('" + o.name +
+                        "') has " + std::to_string(2 + o.slots.size()) +
                         " (the iteration count, the learning rate and " +
                         std::to_string(o.slots.size()) +
                         " slots). Compile the model as the saved one was (the same optimizer "

@@ -529,9 +529,10 @@ history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>
       for (const auto& [k, val] : v) epoch_logs.emplace_back("val_" + k, val);
     }
     logs shown = sorted_logs(epoch_logs);
+    const std::size_t sorted_entries = shown.size();
     for (callback* c : cbs) c->on_epoch_logs(epoch, shown);
     for (callback* c : cbs) c->on_epoch_end(epoch, shown);
-    if (verbose) bar.on_epoch_end(epoch, shown);
+    if (verbose) bar.on_epoch_end(epoch, shown, sorted_entries);
   }
   for (callback* c : cbs) c->on_train_end(epoch_logs);
   wait_for_checkpoint();  // a save in the background ends with fit
