@@ -185,6 +185,47 @@ void refusals() {
 }
 }  // namespace
 
+// The optimizer a ps makes from the chief's description applies its weight decay by the
+// variables' names, the shards' suffix aside: AdamW with the biases excluded, one push of zero
+// gradients (Adam's step is then 0) decays the kernel's shard by w * wd * lr and leaves the bias.
+// A user's optimizer the program did not register is refused, naming it.
+void weight_decay_on_a_ps() {
+  ps::parameter_server server;
+  bool stop = false;
+  auto handle = [&](ps::message m) { return server.handle(m, stop); };
+  tessel::optimizers::config adamw = tessel::optimizers::config_of(
+      tessel::optimizers::adamw{.learning_rate = 0.1, .weight_decay = 0.5});
+  adamw.exclude_from_weight_decay = {"bias"};
+  ps::message m = request(ps::kind::create, 1);
+  const nlohmann::json d = {{"optimizer", ps::optimizer_json(adamw)},
+                            {"shards",
+                             {{{"path", "dense/kernel/shard_0"}, {"shape", {2}}},
+                              {{"path", "dense/bias/shard_0"}, {"shape", {2}}}}}};
+  m.frames.push_back(ps::frame_of(d.dump()));
+  const std::vector<float> kernel{1, -2}, bias{3, 4}, zeros{0, 0};
+  m.frames.push_back(ps::frame_of(std::span<const float>(kernel)));
+  m.frames.push_back(ps::frame_of(std::span<const float>(bias)));
+  check(handle(std::move(m)).h.what == ps::kind::create, "create with AdamW, biases excluded");
+  check(handle(push_of(0, 0, zeros, zeros)).h.b == 1, "  a push of zero gradients applied");
+  const auto now = all_values(server);
+  const float decay = 1.0f - 0.5f * 0.1f;
+  check(std::fabs(now[0][0] - 1.0f * decay) < 1e-6f && std::fabs(now[0][1] + 2.0f * decay) < 1e-6f,
+        "  the kernel's shard decayed by w * wd * lr (" + std::to_string(now[0][0]) + ")");
+  check(now[1] == bias, "  the bias's shard, excluded by its variable's name, did not");
+
+  tessel::optimizers::config unknown = adamw;
+  unknown.class_name = "Signum";
+  ps::message u = request(ps::kind::create, 2);
+  const nlohmann::json du = {{"optimizer", ps::optimizer_json(unknown)},
+                             {"shards", {{{"path", "v"}, {"shape", {2}}}}}};
+  u.frames.push_back(ps::frame_of(du.dump()));
+  u.frames.push_back(ps::frame_of(std::span<const float>(zeros)));
+  const std::string why = text(handle(std::move(u)));
+  check(why.find("the optimizer 'Signum' is not one this program knows") != std::string::npos &&
+            why.find("register_optimizer") != std::string::npos,
+        "an optimizer this program did not register is refused, naming it: " + why);
+}
+
 int main(int argc, char** argv) {
   tessel::initialize guard(argc, argv);
   ps::parameter_server server;
@@ -259,6 +300,7 @@ int main(int argc, char** argv) {
   check(stop, "shutdown stops the server");
 
   refusals();
+  weight_decay_on_a_ps();
 
   std::printf("ps_server_test: %d failed\n", failures);
   return failures == 0 ? 0 : 1;
