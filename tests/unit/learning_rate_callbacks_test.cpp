@@ -119,6 +119,12 @@ TEST_CASE("learning rate callbacks: refusals name what is wrong", "[callbacks][l
                               {.epochs = 1, .verbose = 0, .callbacks = {nan_schedule}}),
                     Catch::Contains("The output of the `schedule` function should be a float. "
                                     "Got: nan"));
+  CHECK_THROWS_WITH(model.set_learning_rate(-1.0),
+                    Catch::Contains("learning_rate: -1.000000 is not a learning rate; give a "
+                                    "finite number of at least 0."));
+  CHECK_THROWS_WITH(model.set_learning_rate(std::nan("")),
+                    Catch::Contains("is not a learning rate"));
+  CHECK(model.learning_rate() == static_cast<double>(0.01f));  // unchanged by the refusals
   // A monitor the logs lack: a warning, the learning rate kept.
   tessel::callbacks::reduce_lr_on_plateau absent({.monitor = "val_loss", .patience = 0});
   std::string warned;
