@@ -147,6 +147,16 @@ class history : public callback {
 
 namespace callbacks {
 
+// Keras's MonitorCallback._is_improvement: whether `value` improves on `reference` (none: it
+// does) by more than |min_delta|, larger being better when `increases`. EarlyStopping,
+// ReduceLROnPlateau and ModelCheckpoint (min_delta 0) share it.
+inline bool monitor_improves(double value, const std::optional<double>& reference,
+                             double min_delta, bool increases) {
+  if (!reference) return true;
+  const double delta = std::fabs(min_delta) * (increases ? 1.0 : -1.0);
+  return increases ? value - delta > *reference : value - delta < *reference;
+}
+
 // keras.callbacks.EarlyStopping, with Keras 3's rules for improvement, patience and baselines.
 class early_stopping : public callback {
  public:
@@ -174,9 +184,7 @@ class early_stopping : public callback {
  private:
   bool direction() const;
   bool improves(double value, const std::optional<double>& reference) const {
-    if (!reference) return true;
-    const double delta = std::fabs(o_.min_delta) * (*increases_ ? 1.0 : -1.0);
-    return *increases_ ? value - delta > *reference : value - delta < *reference;
+    return monitor_improves(value, reference, o_.min_delta, *increases_);
   }
   options o_;
   std::optional<bool> increases_;

@@ -344,7 +344,7 @@ TESSEL_INLINE void model_checkpoint::save(std::size_t epoch, std::optional<std::
       char best_text[64] = "None", now[64];
       if (best) std::snprintf(best_text, sizeof best_text, "%.5f", *best);
       std::snprintf(now, sizeof now, "%.5f", *current);
-      if (best && !(*increases_ ? *current > *best : *current < *best)) {
+      if (!monitor_improves(*current, best, 0.0, *increases_)) {
         if (o_.verbose > 0 && chief)
           std::cout << "\nEpoch " << epoch + 1 << ": " << o_.monitor << " did not improve from "
                     << best_text << "\n";

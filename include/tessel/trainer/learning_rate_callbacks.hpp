@@ -8,6 +8,7 @@
 // value.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <functional>
@@ -65,11 +66,6 @@ class reduce_lr_on_plateau : public callback {
 
  private:
   [[nodiscard]] bool in_cooldown() const noexcept { return cooldown_counter > 0; }
-  bool improves(double value) const {
-    if (!best) return true;
-    const double delta = std::fabs(o_.min_delta) * (*increases_ ? 1.0 : -1.0);
-    return *increases_ ? value - delta > *best : value - delta < *best;
-  }
   options o_;
   std::optional<bool> increases_;
 };
@@ -134,7 +130,7 @@ TESSEL_INLINE void reduce_lr_on_plateau::on_epoch_end(std::size_t epoch, const l
     --cooldown_counter;
     wait = 0;
   }
-  if (improves(*current)) {
+  if (monitor_improves(*current, best, o_.min_delta, *increases_)) {
     best = *current;
     wait = 0;
     return;
