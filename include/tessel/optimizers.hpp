@@ -65,7 +65,10 @@ class optimizer {
   // The [begin, end) element ranges of each variable of apply() that weight decay reaches, in
   // place of the names' rule: for variables that are parts of several (a split state's).
   using element_ranges = std::vector<std::pair<std::size_t, std::size_t>>;
-  void set_decay_ranges(std::vector<element_ranges> ranges) { decay_ranges_ = std::move(ranges); }
+  void set_decay_ranges(std::vector<element_ranges> ranges) {
+    decay_ranges_ = std::move(ranges);
+    decay_current_ = false;
+  }
   // Each slot's place in Keras's optimizer.variables, by the order Keras makes them
   // (state()'s slots, in their order: the pass of Keras's add_optimizer_variables making each).
   [[nodiscard]] std::vector<int> keras_slot_passes() const;
@@ -73,6 +76,7 @@ class optimizer {
   // until the next build(). A split state (shard_state) releases the whole state a read
   // gathered at the next step, when the parts alone are current.
   void release() noexcept {
+    decay_current_ = false;
     slots_.clear();
     tensors_.clear();
     state_.clear();
@@ -157,7 +161,8 @@ class optimizer {
   // (clipvalue), weight decay on `decay`'s ranges, then the optimizer's update.
   void update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
               double learning_rate, std::span<const decay_range> decay) const;
-  // apply()'s decay ranges: the set ones, else whole variables by the names' rule.
+  // apply()'s decay ranges: the set ones, else whole variables by the names' rule; worked out
+  // at the first step after a build or a change of the exclusions or ranges, then kept.
   void decay_of(const std::vector<variable<B>*>& vars);
   optimizer_function<B> spec_;
   double learning_rate_;
@@ -166,7 +171,8 @@ class optimizer {
   std::vector<backend::update_tensors<matrix>> tensors_;  // reused every step
   std::vector<std::string> excluded_;                      // exclude_from_weight_decay's
   std::vector<element_ranges> decay_ranges_;
-  std::vector<decay_range> decay_;  // reused every step
+  std::vector<decay_range> decay_;  // apply()'s, kept while decay_current_
+  bool decay_current_ = false;
   std::size_t iterations_ = 0;
 };
 
@@ -214,6 +220,8 @@ void optimizer<B>::apply(const std::vector<variable<B>*>& vars) {
 
 template <class B>
 void optimizer<B>::decay_of(const std::vector<variable<B>*>& vars) {
+  if (decay_current_) return;
+  decay_current_ = true;
   decay_.clear();
   if (spec_.config().weight_decay == 0.0) return;
   if (!decay_ranges_.empty()) {
@@ -241,6 +249,7 @@ void optimizer<B>::exclude_from_weight_decay(std::vector<std::string> var_names)
                         std::string(r.message) + "); use a name or a pattern of Python's re "
                         "syntax without lookarounds and back references.");
   excluded_ = std::move(var_names);
+  decay_current_ = false;
 }
 
 template <class B>

@@ -66,7 +66,7 @@ class sharded_state {
     runs_ = buckets.runs();
     places_ = buckets.places();
     opt_.emplace(spec);
-    decay_set_ = false;
+    decay_for_.reset();
     const auto n = static_cast<std::size_t>(group.size());
     const auto me = static_cast<std::size_t>(group.rank());
     const std::size_t total = total_values();
@@ -188,8 +188,7 @@ class sharded_state {
   // starts from them, a writer's values included).
   void apply(optimizer<B>& full) {
     opt_->set_counters(full.iterations(), full.learning_rate());
-    if (full.spec().config().weight_decay != 0.0 &&
-        (!decay_set_ || decay_for_ != full.weight_decay_exclusions()))
+    if (full.spec().config().weight_decay != 0.0 && decay_for_ != full.weight_decay_exclusions())
       set_decay(full);
     // (The whole state a read gathered is stale from here: its memory goes back.)
     full.release();
@@ -288,7 +287,6 @@ class sharded_state {
     }
     opt_->set_decay_ranges(std::move(ranges));
     decay_for_ = full.weight_decay_exclusions();
-    decay_set_ = true;
   }
 
   void build_split_weights(const gradient_buckets<B, C>& buckets) {
@@ -476,8 +474,8 @@ class sharded_state {
   int axis_ = 0;
   bool ahead_ = true;  // the parts were updated since the whole state was last gathered or set
   std::optional<optimizer<B>> opt_;
-  bool decay_set_ = false;  // the parts' weight-decay ranges, for these exclusions
-  std::vector<std::string> decay_for_;
+  // The exclusions the parts' weight-decay ranges were worked out for (none yet: unset).
+  std::optional<std::vector<std::string>> decay_for_;
   std::deque<variable<B>> parts_;
   std::vector<typename gradient_buckets<B, C>::run> runs_;
   std::vector<typename gradient_buckets<B, C>::place> places_;
