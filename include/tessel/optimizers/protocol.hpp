@@ -18,8 +18,6 @@
 //     without it the `.keras` config names the class as registered (Keras's
 //     `register_keras_serializable`), its module null: `keras_registered_name` ("user>Signum"),
 //     else Keras's default package's "Custom>" and the class name;
-//   - `keras_constants()`: config entries Keras writes that the type keeps fixed (Adam's
-//     `"amsgrad": false`);
 //   - `check()`: throws value_error, naming the field, when a value is out of its range;
 //   - `weight_decay`, `clipvalue` (doubles, 0: none): Keras's base arguments, which the optimizer
 //     state (optimizer<B>) applies before the update: the gradients clipped to [-clipvalue,
@@ -88,8 +86,7 @@ struct config {
   std::string module;           // empty: a class Keras finds as registered (a user's)
   std::string registered_name;  // a user's: "Custom>Signum", or its keras_registered_name
   std::vector<std::pair<std::string, value>> values;
-  std::vector<std::pair<std::string, value>> constants;  // keras_constants()
-  double weight_decay = 0.0;                             // Keras's base arguments (0: none)
+  double weight_decay = 0.0;  // Keras's base arguments (0: none)
   double clipvalue = 0.0;
   // The variables' names (their last path component) that weight decay leaves alone, as
   // optimizer<B>::exclude_from_weight_decay was given them (the parameter servers need them).
@@ -149,8 +146,6 @@ config config_of(const O& o) {
   });
   if constexpr (requires { o.weight_decay; }) c.weight_decay = static_cast<double>(o.weight_decay);
   if constexpr (requires { o.clipvalue; }) c.clipvalue = static_cast<double>(o.clipvalue);
-  if constexpr (requires { o.keras_constants(); })
-    for (const auto& [k, v] : o.keras_constants()) c.constants.emplace_back(k, v);
   return c;
 }
 

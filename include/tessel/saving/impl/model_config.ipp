@@ -11,7 +11,7 @@ TESSEL_INLINE std::string batch_shape(const shape_value& s) {
 }
 
 // Keras's optimizer config: the base Optimizer's arguments, then the optimizer's fields in their
-// order (learning_rate, written first, as the current one) and its fixed entries. Keras's own
+// order (learning_rate, written first, as the current one). Keras's own
 // optimizers by module; a user's by the name it is registered under ("user>Signum"), module null.
 TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
   using layers::keras_config;
@@ -45,7 +45,6 @@ TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
   };
   for (const auto& entry : spec.values)
     if (entry.first != "learning_rate") write(entry.first, entry.second);
-  for (const auto& entry : spec.constants) write(entry.first, entry.second);
   const std::string module =
       spec.module.empty() ? std::string("null") : keras_config::quote(spec.module);
   const std::string registered =
