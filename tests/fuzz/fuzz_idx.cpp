@@ -10,7 +10,7 @@
 //   mode % 4 == 3  two parameter bytes c, f, then the payload gzip-compressed and damaged: the
 //                  last c % 16 bytes cut off, and when f != 0 one bit (c / 16 % 8) flipped in the
 //                  byte f positions from the end. A cut file must be refused; a file that loads
-//                  must hold exactly what the plain payload holds (issue 9: a gzip'd file with
+//                  must hold exactly what the plain payload holds (a gzip'd file with
 //                  its trailer cut and a flipped bit loaded wrong labels silently).
 //
 // read_idx's documented error is tessel::value_error, whose message must name the file. Any other

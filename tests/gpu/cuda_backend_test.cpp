@@ -1,4 +1,4 @@
-// The CUDA backend against the host backend (issue 13), on a GPU: every operation of
+// The CUDA backend against the host backend, on a GPU: every operation of
 // backend_interface on the same random inputs, within 1e-5 relative (dropout masks exactly), and
 // an MLP with dropout trained on each, compared step by step. Label `gpu`: run by
 // scripts/test-gpu.sh, which fails without a GPU; the first test fails here too, with CUDA's

@@ -1,4 +1,4 @@
-// data_parallel on the CUDA backend equals one device (issue 13): run under `mpiexec -n 2` on a
+// data_parallel on the CUDA backend equals one device: run under `mpiexec -n 2` on a
 // machine with one GPU, both processes on it (the host-staged MPI path of
 // comm::cuda_communicator: NCCL refuses two ranks on one GPU). An MLP with dropout trains
 // 20 steps of global batch 32 distributed, and the same model on one device (each process trains

@@ -1,4 +1,4 @@
-// Bad input at the model's public entry points (issue 9's probe): each is a value_error that says
+// Bad input at the model's public entry points, as a user's probe found them: each is a value_error that says
 // what is wrong and what to do, never a crash, a silent wrong result or a loss of zero.
 #include <catch2/catch.hpp>
 

@@ -22,7 +22,7 @@ namespace {
 
 using json = nlohmann::json;
 // The backend under test: the default (host) one, or the CUDA backend where tests/gpu/ builds this
-// file again with TESSEL_GOLDEN_ON_CUDA (the golden Keras cases on the GPU, issue 13).
+// file again with TESSEL_GOLDEN_ON_CUDA (the golden Keras cases on the GPU).
 #if defined(TESSEL_GOLDEN_ON_CUDA)
 using B = tessel::backend::cuda;
 #else

@@ -1,4 +1,4 @@
-// cuda: the GPU backend (issue 13). Data lives in device memory from CUDA's stream-ordered pool
+// cuda: the GPU backend. Data lives in device memory from CUDA's stream-ordered pool
 // (cudaMallocAsync, kept cached as PyTorch's caching allocator keeps it); every operation is
 // queued on the process's one stream, so a step runs without waiting on the host until its one
 // read-back of the loss and metric sums. GEMMs go through cuBLAS with TF32 off (float32 exactly,
