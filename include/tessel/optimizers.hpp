@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -68,6 +69,30 @@ class optimizer {
   void set_decay_ranges(std::vector<element_ranges> ranges) {
     decay_ranges_ = std::move(ranges);
     decay_current_ = false;
+  }
+  // What clipnorm and global_clipnorm count of the gradients apply() is given where a process
+  // holds parts of the variables (a model split over devices, a split state): each tensor's
+  // element ranges, each with the variable (of `variables`) it is part of and whether its
+  // squares count on this process (one process counts each value), and `sum`, which adds each
+  // variable's squared norm over the processes (an all-reduce; null: nothing to add). Unset
+  // (`variables` 0): each tensor a whole variable, counted here.
+  struct norm_segment {
+    std::size_t begin, end, variable;
+    bool counts;
+  };
+  struct gradient_norms {
+    std::vector<std::vector<norm_segment>> segments;
+    std::size_t variables = 0;
+    std::function<void(std::span<double>)> sum;
+  };
+  void set_gradient_norms(gradient_norms g) { norms_ = std::move(g); }
+  // The gradients of `vars` clipped as the next apply() would clip them (clipnorm, clipvalue or
+  // global_clipnorm), each variable whole: for a caller that updates elsewhere (a parameter
+  // server's worker, before its push).
+  void clip_gradients(const std::vector<variable<B>*>& vars) const {
+    std::vector<backend::update_tensors<matrix>> u;
+    for (const variable<B>* v : vars) u.push_back({v->value.local(), v->gradient, {}, {}, {}});
+    clip(u, gradient_norms{});
   }
   // Each slot's place in Keras's optimizer.variables, by the order Keras makes them
   // (state()'s slots, in their order: the pass of Keras's add_optimizer_variables making each).
@@ -158,9 +183,18 @@ class optimizer {
     std::size_t tensor, begin, end;
   };
   // The update of every entry of `u` at step `t` (counted from 1): the gradients clipped
-  // (clipvalue), weight decay on `decay`'s ranges, then the optimizer's update.
+  // (clip()), weight decay on `decay`'s ranges, then the optimizer's update.
   void update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
-              double learning_rate, std::span<const decay_range> decay) const;
+              double learning_rate, std::span<const decay_range> decay,
+              const gradient_norms& norms) const;
+  // Keras's _clip_gradients: each gradient's values to [-clipvalue, clipvalue], each variable's
+  // gradient scaled to a norm of at most clipnorm, or all of them to a global norm of at most
+  // global_clipnorm, the squared norms counted as `norms` says.
+  void clip(std::span<const backend::update_tensors<matrix>> u, const gradient_norms& norms) const;
+  // The squared norm of each variable's gradient (norms.variables of them; each tensor one,
+  // unset), summed over the processes by norms.sum.
+  std::vector<double> squared_norms(std::span<const backend::update_tensors<matrix>> u,
+                                    const gradient_norms& norms) const;
   // apply()'s decay ranges: the set ones, else whole variables by the names' rule; worked out
   // at the first step after a build or a change of the exclusions or ranges, then kept.
   void decay_of(const std::vector<variable<B>*>& vars);
@@ -173,6 +207,8 @@ class optimizer {
   std::vector<element_ranges> decay_ranges_;
   std::vector<decay_range> decay_;  // apply()'s, kept while decay_current_
   bool decay_current_ = false;
+  gradient_norms norms_;
+  mutable matrix norm_rows_;  // squared_norms' row sums, reused every step
   std::size_t iterations_ = 0;
 };
 
@@ -215,7 +251,7 @@ void optimizer<B>::apply(const std::vector<variable<B>*>& vars) {
         {vars[i]->value.local(), vars[i]->gradient, local(s[0]), local(s[1]), local(s[2])});
   }
   decay_of(vars);
-  update(tensors_, iterations_, learning_rate_, decay_);
+  update(tensors_, iterations_, learning_rate_, decay_, norms_);
 }
 
 template <class B>
@@ -307,9 +343,9 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
   const auto names = slot_names();
   std::vector<backend::update_tensors<matrix>> tensors;
   std::vector<decay_range> decay;
-  // clipvalue clips the gradients in place: copies of the caller's.
+  // Clipping changes the gradients in place: copies of the caller's.
   state_list<B> clipped;
-  if (spec_.config().clipvalue > 0.0)
+  if (spec_.config().clipvalue > 0.0 || spec_.config().clips_norms())
     for (const auto& g : grads) clipped.push_back(copy_of(g));
   const state_list<B>& gradients = clipped.empty() ? grads : clipped;
   // The update reads every gradient and slot over its variable's block: each must be a tensor
@@ -352,7 +388,7 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
     if (decays(trainable[i].path))
       decay.push_back({i, 0, optimizers::elements<B>(w.local())});
   }
-  update(tensors, static_cast<std::size_t>(it), lr, decay);
+  update(tensors, static_cast<std::size_t>(it), lr, decay, gradient_norms{});
   return {std::move(new_trainable), std::move(new_state)};
 }
 
@@ -367,19 +403,103 @@ state_list<B> optimizer<B>::entries(bool copy) const {
 
 template <class B>
 void optimizer<B>::update(std::span<const backend::update_tensors<matrix>> u, std::size_t t_count,
-                          double learning_rate, std::span<const decay_range> decay) const {
+                          double learning_rate, std::span<const decay_range> decay,
+                          const gradient_norms& norms) const {
   const optimizers::config& c = spec_.config();
-  if (c.clipvalue > 0.0)
-    for (const auto& t : u)
-      B::for_each("clipvalue", optimizers::elements<B>(t.gradient), 1,
-                  optimizers::bodies::clip_value{t.gradient.data(),
-                                                 static_cast<float>(c.clipvalue)});
+  clip(u, norms);
   for (const decay_range& r : decay)
     B::for_each("weight_decay", r.end - r.begin, 1,
                 optimizers::bodies::weight_decay{u[r.tensor].value.data() + r.begin,
                                                  static_cast<float>(c.weight_decay),
                                                  static_cast<float>(learning_rate)});
   spec_.update(optimizers::step<B>{u, t_count, learning_rate});
+}
+
+template <class B>
+void optimizer<B>::clip(std::span<const backend::update_tensors<matrix>> u,
+                        const gradient_norms& norms) const {
+  const optimizers::config& c = spec_.config();
+  namespace ob = optimizers::bodies;
+  if (c.clipvalue > 0.0)
+    for (const auto& t : u)
+      B::for_each("clipvalue", optimizers::elements<B>(t.gradient), 1,
+                  ob::clip_value{t.gradient.data(), static_cast<float>(c.clipvalue)});
+  if (!c.clips_norms()) return;
+  const std::vector<double> squares = squared_norms(u, norms);
+  auto scale = [](const matrix& g, std::size_t begin, std::size_t end, float num, float den) {
+    B::for_each("clip_by_norm", end - begin, 1, ob::scale_gradient{g.data() + begin, num, den});
+  };
+  if (c.global_clipnorm > 0.0) {
+    // Keras's clip_by_global_norm, in float32: scale = clip * min(1 / norm, 1 / clip), NaN
+    // when the norm is not finite.
+    double total = 0.0;
+    for (double s : squares) total += s;
+    const float norm = std::sqrt(static_cast<float>(total));
+    const auto clip_norm = static_cast<float>(c.global_clipnorm);
+    const float factor = clip_norm * std::min(1.0f / norm, 1.0f / clip_norm) + (norm - norm);
+    for (const auto& t : u)
+      scale(t.gradient, 0, optimizers::elements<B>(t.gradient), factor, 1.0f);
+    return;
+  }
+  // Keras's _clip_by_norm: g * clipnorm / max(norm, clipnorm), per variable.
+  const auto clip_norm = static_cast<float>(c.clipnorm);
+  auto denominator = [&](std::size_t v) {
+    return std::max(std::sqrt(static_cast<float>(squares[v])), clip_norm);
+  };
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (norms.variables == 0) {
+      scale(u[i].gradient, 0, optimizers::elements<B>(u[i].gradient), clip_norm, denominator(i));
+      continue;
+    }
+    for (const norm_segment& s : norms.segments[i])
+      scale(u[i].gradient, s.begin, s.end, clip_norm, denominator(s.variable));
+  }
+}
+
+template <class B>
+std::vector<double> optimizer<B>::squared_norms(std::span<const backend::update_tensors<matrix>> u,
+                                                const gradient_norms& norms) const {
+  // Each range's squares summed by rows of `width` values (the backend sums rows in parallel),
+  // the rows' sums read back at once and added per variable in float64.
+  constexpr std::size_t width = 4096;
+  struct piece {
+    const matrix* g;
+    std::size_t begin, rows, cols, variable;
+  };
+  std::vector<piece> pieces;
+  std::size_t total_rows = 0;
+  auto add = [&](const matrix& g, std::size_t begin, std::size_t end, std::size_t v) {
+    const std::size_t n = end - begin, full = n / width, tail = n % width;
+    if (full > 0) pieces.push_back({&g, begin, full, width, v});
+    if (tail > 0) pieces.push_back({&g, begin + full * width, 1, tail, v});
+    total_rows += full + (tail > 0 ? 1 : 0);
+  };
+  const std::size_t variables = norms.variables == 0 ? u.size() : norms.variables;
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (norms.variables == 0) {
+      add(u[i].gradient, 0, optimizers::elements<B>(u[i].gradient), i);
+      continue;
+    }
+    for (const norm_segment& s : norms.segments[i])
+      if (s.counts) add(u[i].gradient, s.begin, s.end, s.variable);
+  }
+  std::vector<double> squares(variables, 0.0);
+  if (total_rows > 0) {
+    if (B::rows(norm_rows_) < total_rows) norm_rows_ = B::make_matrix("gradient_norms", total_rows, 1);
+    std::size_t row = 0;
+    for (const piece& p : pieces) {
+      const matrix x = B::alias(*p.g, p.begin, p.rows, p.cols);
+      B::row_dot(x, x, B::alias(norm_rows_, row, p.rows, 1));
+      row += p.rows;
+    }
+    std::vector<float> sums(B::rows(norm_rows_));
+    B::download(norm_rows_, std::span<float>(sums));
+    row = 0;
+    for (const piece& p : pieces)
+      for (std::size_t r = 0; r < p.rows; ++r) squares[p.variable] += sums[row++];
+  }
+  if (norms.sum) norms.sum(std::span<double>(squares));
+  return squares;
 }
 
 #if TESSEL_EXTERN_TEMPLATES

@@ -1,7 +1,7 @@
 // The library's optimizers' element-wise bodies on the GPU (optimizers/bodies.hpp: the ones the
 // host runs) through the generic launcher: Adagrad, Adamax, Lion, Adam with amsgrad, and the
-// clipvalue and weight-decay steps every optimizer may take. SGD, Adam and RMSprop without
-// amsgrad have fused updates of their own (kernels.cu).
+// gradient clipping and weight-decay steps every optimizer may take. SGD, Adam and RMSprop
+// without amsgrad have fused updates of their own (kernels.cu).
 #include <tessel/backend/cuda_launch.cuh>
 #include <tessel/optimizers/bodies.hpp>
 
@@ -9,6 +9,7 @@ namespace ob = tessel::optimizers::bodies;
 
 TESSEL_CUDA_FOR_EACH(ob::weight_decay);
 TESSEL_CUDA_FOR_EACH(ob::clip_value);
+TESSEL_CUDA_FOR_EACH(ob::scale_gradient);
 TESSEL_CUDA_FOR_EACH(ob::adagrad);
 TESSEL_CUDA_FOR_EACH(ob::adamax);
 TESSEL_CUDA_FOR_EACH(ob::lion);

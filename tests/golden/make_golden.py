@@ -1480,6 +1480,50 @@ def make_user_optimizer(keras, jax):
     }
 
 
+def make_gradient_clipping(keras, jax):
+    """Keras's clipnorm and global_clipnorm over two variables (tests/unit/golden_test.cpp): three
+    steps of each case from the same gradients, the variables after each."""
+    rng = np.random.default_rng(4004)
+    w0 = f32(rng.normal(size=(2, 3)))
+    b0 = f32(rng.normal(size=(3,)))
+    grads = [[f32(rng.normal(size=(2, 3)) * s), f32(rng.normal(size=(3,)) * s)]
+             for s in (1.0, 3.0, 0.1)]
+    specs = [
+        ("sgd_clipnorm", keras.optimizers.SGD, {"learning_rate": 0.1, "momentum": 0.9,
+                                                "clipnorm": 1.0}),
+        ("adam_clipnorm", keras.optimizers.Adam, {"learning_rate": 0.01, "clipnorm": 0.5}),
+        ("sgd_global_clipnorm", keras.optimizers.SGD, {"learning_rate": 0.1,
+                                                       "global_clipnorm": 1.0}),
+        ("adamw_global_clipnorm", keras.optimizers.AdamW, {"learning_rate": 0.01,
+                                                           "global_clipnorm": 2.0}),
+    ]
+    cases = []
+    for case_name, cls, kwargs in specs:
+        opt = cls(**kwargs)
+        w = keras.Variable(w0, name="w")
+        b = keras.Variable(b0, name="b")
+        steps = []
+        for g in grads:
+            opt.apply_gradients([(keras.ops.convert_to_tensor(g[0]), w),
+                                 (keras.ops.convert_to_tensor(g[1]), b)])
+            steps.append({"w": arr(np.asarray(w)), "b": arr(np.asarray(b))})
+        cfg = opt.get_config()
+        config = {k: cfg[k] for k in ("learning_rate", "momentum", "weight_decay", "clipnorm",
+                                      "global_clipnorm")
+                  if k in cfg and cfg[k] is not None}
+        config["learning_rate"] = F32(config["learning_rate"])
+        cases.append({"case": case_name, "class": cls.__name__, "config": config,
+                      "steps": steps})
+    return {
+        "meta": meta(keras, jax, "two variables w (2, 3) and b (3,); the second step's "
+                     "gradients are 3x the first's, the third's 0.1x (some clipped, some not)"),
+        "w0": arr(w0),
+        "b0": arr(b0),
+        "grads": [[arr(g[0]), arr(g[1])] for g in grads],
+        "cases": cases,
+    }
+
+
 def make_learning_rate_callbacks(keras, jax):
     """keras.callbacks.LearningRateScheduler and ReduceLROnPlateau on a small regression
     (tests/unit/learning_rate_callbacks_test.cpp): each case's history (loss, learning_rate) and
@@ -2257,6 +2301,7 @@ def main():
         ("layers", make_layers),
         ("losses", make_losses),
         ("optimizers", make_optimizers),
+        ("gradient_clipping", make_gradient_clipping),
         ("metrics", make_metrics),
         ("model_step", make_model_step),
         ("summary", make_summaries),

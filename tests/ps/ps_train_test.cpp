@@ -29,6 +29,9 @@
 //             finite.
 //   user_optimizer  1 worker, 2 ps: a user's optimizer (Signum), registered in the program,
 //             applied by the ps tasks; 2 epochs equal one device.
+//   clipped  1 worker, 2 ps: Adam with clipnorm, each variable's gradient clipped by its whole
+//             norm by the worker (the ps tasks hold shards); 2 epochs equal one device's and
+//             differ from the unclipped run.
 //   other_model  2 workers, 1 ps: worker 1 is built with another model; the chief refuses it when
 //             it joins, naming the variable that differs, and worker 0 trains every batch.
 #include <signal.h>
@@ -162,9 +165,10 @@ int main(int argc, char** argv) {
     model_t model;
     // user_optimizer: a user's optimizer (user_optimizers.hpp), which every task of this program
     // registers: the ps tasks make it from the chief's description by its class name.
-    const optimizer_spec compiled = mode == "user_optimizer"
-                                        ? optimizer_spec(user::signum{.learning_rate = 0.005})
-                                        : optimizer_spec("adam");
+    const optimizer_spec compiled =
+        mode == "user_optimizer" ? optimizer_spec(user::signum{.learning_rate = 0.005})
+        : mode == "clipped"      ? optimizer_spec(optimizers::adam{.clipnorm = 0.05})
+                                 : optimizer_spec("adam");
     model.compile({.optimizer = compiled, .loss = "sparse_categorical_crossentropy"});
     const std::vector<array<float>> initial = model.get_weights();
     if (mode == "other_model" && strategy.task_type() == ps::role::worker &&
@@ -257,6 +261,17 @@ int main(int argc, char** argv) {
           "difference %.2e\n",
           worst);
       check(worst <= 1e-5, "a user's optimizer on 2 ps tasks equals one device");
+      exactly_once(coord, 64);
+    } else if (mode == "clipped") {
+      coord.fit({.epochs = 2, .verbose = 0});
+      const double worst = against_one_device(model, initial, 2, compiled);
+      const double apart = against_one_device(model, initial, 2, "adam");
+      std::printf(
+          "clipnorm, one worker against one device: worst relative weight difference %.2e; "
+          "from the unclipped run %.2e\n",
+          worst, apart);
+      check(worst <= 1e-5, "clipnorm on 2 ps tasks in shards equals one device");
+      check(apart > 1e-3, "the clipping acts");
       exactly_once(coord, 64);
     } else if (mode == "failures") {
       const history h = coord.fit({.epochs = 3, .steps_per_epoch = 32, .verbose = 0});

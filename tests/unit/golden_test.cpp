@@ -162,6 +162,43 @@ TEST_CASE("golden: three steps of each library optimizer in each configuration",
   }
 }
 
+// clipnorm clips each variable's gradient by its own norm, global_clipnorm all of them by their
+// joint norm: two variables tell the two apart.
+TEST_CASE("golden: clipnorm and global_clipnorm over two variables", "[golden][optimizers]") {
+  const json g = load("gradient_clipping.json");
+  REQUIRE(g["cases"].size() == 4);
+  for (const json& c : g["cases"]) {
+    INFO("case " << c["case"].get<std::string>());
+    tessel::optimizers::config config;
+    config.class_name = c["class"].get<std::string>();
+    for (const auto& [key, value] : c["config"].items()) {
+      bool base = false;
+      config.for_each_base([&](const char* k, double& v) {
+        if (key == k) {
+          v = value.get<double>();
+          base = true;
+        }
+      });
+      if (!base) config.values.emplace_back(key, value.get<double>());
+    }
+    tessel::optimizer<B> opt(tessel::optimizers::make_optimizer<B>(config, "golden"));
+    CHECK(opt.spec().config().clips_norms());
+    tessel::variable_store<B> store;
+    auto& w = tessel::add_variable(store, "w", {2, 3}, "zeros", 0);
+    auto& b = tessel::add_variable(store, "b", {3}, "zeros", 0);
+    w.assign(values(g["w0"]));
+    b.assign(values(g["b0"]));
+    for (std::size_t step = 0; step < 3; ++step) {
+      const std::string at = "step " + std::to_string(step + 1);
+      B::upload(values(g["grads"][step][0]), w.gradient);
+      B::upload(values(g["grads"][step][1]), b.gradient);
+      opt.apply({&w, &b});
+      check_close(w.numpy(), values(c["steps"][step]["w"]), at + " w");
+      check_close(b.numpy(), values(c["steps"][step]["b"]), at + " b");
+    }
+  }
+}
+
 TEST_CASE("golden: sparse categorical and categorical accuracy, mean", "[golden][metrics]") {
   const json g = load("metrics.json");
   auto accuracy = [](const json& m, bool sparse) {

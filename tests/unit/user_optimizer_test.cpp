@@ -186,4 +186,30 @@ TEST_CASE("user optimizer: the protocol's description, fingerprint and registry"
                     Contains("Signum has no argument 'nesterov'"));
   CHECK_THROWS_WITH(tessel::optimizer_function<B>("lamb"),
                     Contains("Could not interpret optimizer identifier: lamb"));
+  // A base argument the type does not have (Signum has no clipnorm member) is refused by name.
+  tessel::optimizers::config clipped = c;
+  clipped.clipnorm = 1.0;
+  CHECK_THROWS_WITH(tessel::optimizers::make_optimizer<B>(clipped, "create"),
+                    Contains("create: Signum has no argument 'clipnorm'"));
+}
+
+// Keras's constructors refuse two clip arguments and a field out of range; so does an
+// optimizer given to compile (the library's and from a config alike).
+TEST_CASE("user optimizer: the base arguments' rules, as Keras's", "[optimizers]") {
+  using tessel::optimizers::adam;
+  CHECK_THROWS_WITH(tessel::optimizer_function<B>(adam{.clipnorm = 1.0, .clipvalue = 0.5}),
+                    Contains("Only one of `clipnorm`, `clipvalue` and `global_clipnorm` can be "
+                             "set. Received: clipnorm=1, clipvalue=0.5, global_clipnorm=0"));
+  CHECK_THROWS_WITH(tessel::optimizer_function<B>(adam{.global_clipnorm = -1.0}),
+                    Contains("Adam's global_clipnorm is -1; it must be 0 (none) or more."));
+  CHECK_THROWS_WITH(tessel::optimizer_function<B>(adam{.beta_1 = 1.5}),
+                    Contains("the optimizer: Adam's beta_1 is 1.5; it must be in [0, 1]."));
+  tessel::optimizers::config both = tessel::optimizers::config_of(adam{.clipnorm = 1.0});
+  CHECK(both.clipnorm == 1.0);
+  both.global_clipnorm = 2.0;
+  CHECK_THROWS_WITH(tessel::optimizers::make_optimizer<B>(both, "create"),
+                    Contains("create: Only one of `clipnorm`"));
+  // The clip arguments are part of what every process must hold alike.
+  CHECK(tessel::optimizer_function<B>(adam{.clipnorm = 1.0}).fingerprint() !=
+        tessel::optimizer_function<B>(adam{.global_clipnorm = 1.0}).fingerprint());
 }

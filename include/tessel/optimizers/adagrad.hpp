@@ -17,7 +17,9 @@ struct adagrad {
   double epsilon = 1e-7;
   // Keras's base arguments (0: none), applied before the update (optimizers/protocol.hpp).
   double weight_decay = 0.0;
+  double clipnorm = 0.0;
   double clipvalue = 0.0;
+  double global_clipnorm = 0.0;
 
   static constexpr std::string_view class_name = "Adagrad";
   static constexpr std::string_view name = "adagrad";

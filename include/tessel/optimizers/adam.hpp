@@ -21,7 +21,9 @@ struct adam {
   bool amsgrad = false;  // keep the maximum of the second moments (a third slot)
   // Keras's base arguments (0: none), applied before the update (optimizers/protocol.hpp).
   double weight_decay = 0.0;
+  double clipnorm = 0.0;
   double clipvalue = 0.0;
+  double global_clipnorm = 0.0;
 
   static constexpr std::string_view class_name = "Adam";
   static constexpr std::string_view name = "adam";

@@ -22,7 +22,10 @@ struct adamw {
   double beta_2 = 0.999;
   double epsilon = 1e-7;
   bool amsgrad = false;
-  double clipvalue = 0.0;  // Keras's base argument (0: none)
+  // Keras's base arguments (0: none)
+  double clipnorm = 0.0;
+  double clipvalue = 0.0;
+  double global_clipnorm = 0.0;
 
   static constexpr std::string_view class_name = "AdamW";
   static constexpr std::string_view name = "adamw";

@@ -1,7 +1,8 @@
 // The element-wise bodies of the library's optimizers that have no fused backend update
 // (Adagrad, Adamax, Lion, Adam with amsgrad) and of the steps every optimizer may take first
-// (clipvalue, weight decay): one element each, Keras's float32 arithmetic, run by the host
-// backend's for_each and, on the GPU, by the launcher's instantiations in src/cuda/optimizers.cu.
+// (the gradients' clipping, weight decay): one element each, Keras's float32 arithmetic, run by
+// the host backend's for_each and, on the GPU, by the launcher's instantiations in
+// src/cuda/optimizers.cu.
 #pragma once
 
 #include <cmath>
@@ -27,6 +28,14 @@ struct clip_value {
     const float x = g[i];
     g[i] = x < -v ? -v : (x > v ? v : x);
   }
+};
+
+// Keras's clipnorm and global_clipnorm: g = g * numerator / denominator (clipnorm: the clip
+// norm over the larger of the variable's norm and it; global_clipnorm: the scale over 1).
+struct scale_gradient {
+  float* g;
+  float numerator, denominator;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const { g[i] = g[i] * numerator / denominator; }
 };
 
 // keras.optimizers.Adagrad: acc += g^2; w -= lr g / sqrt(acc + epsilon).

@@ -160,6 +160,8 @@ class optimizer_function {
   struct holder final : base {
     O value;
     explicit holder(O o) : value(std::move(o)) {
+      // Refused as Keras's constructors refuse (a field out of its range, two clip arguments).
+      optimizers::check(value, "the optimizer");
       this->desc = optimizers::config_of(value);
       hasher h;
       h.text(typeid(O).name()).text(this->desc.class_name);
@@ -167,7 +169,7 @@ class optimizer_function {
         h.text(entry.first);
         std::visit([&](auto x) { h.value(x); }, entry.second);
       }
-      h.value(this->desc.weight_decay).value(this->desc.clipvalue);
+      this->desc.for_each_base([&](const char*, double v) { h.value(v); });
       this->fingerprint = h.result();
     }
     std::array<const char*, 3> slot_names() const override { return value.slot_names(); }

@@ -19,10 +19,13 @@
 //     `register_keras_serializable`), its module null: `keras_registered_name` ("user>Signum"),
 //     else Keras's default package's "Custom>" and the class name;
 //   - `check()`: throws value_error, naming the field, when a value is out of its range;
-//   - `weight_decay`, `clipvalue` (doubles, 0: none): Keras's base arguments, which the optimizer
-//     state (optimizer<B>) applies before the update: the gradients clipped to [-clipvalue,
-//     clipvalue], then w -= w * weight_decay * lr on every variable not excluded
-//     (optimizer<B>::exclude_from_weight_decay); written in the Keras config's base part;
+//   - `weight_decay`, `clipnorm`, `clipvalue`, `global_clipnorm` (doubles, 0: none): Keras's
+//     base arguments, which the optimizer state (optimizer<B>) applies before the update: the
+//     gradients clipped (each variable's to a norm of at most clipnorm, each value to
+//     [-clipvalue, clipvalue], or all of them together to a norm of at most global_clipnorm;
+//     one of the three at most, as Keras allows), then w -= w * weight_decay * lr on every
+//     variable not excluded (optimizer<B>::exclude_from_weight_decay); written in the Keras
+//     config's base part;
 //   - `slot_initial_values()`: each slot's initial value (default 0; Adagrad's accumulator 0.1);
 //   - `keras_slot_passes()`: in which of Keras's `add_optimizer_variables` calls each slot is
 //     made (default all in one, slots kept together per variable; RMSprop makes each kind in a
@@ -87,7 +90,9 @@ struct config {
   std::string registered_name;  // a user's: "Custom>Signum", or its keras_registered_name
   std::vector<std::pair<std::string, value>> values;
   double weight_decay = 0.0;  // Keras's base arguments (0: none)
+  double clipnorm = 0.0;
   double clipvalue = 0.0;
+  double global_clipnorm = 0.0;
   // The variables' names (their last path component) that weight decay leaves alone, as
   // optimizer<B>::exclude_from_weight_decay was given them (the parameter servers need them).
   std::vector<std::string> exclude_from_weight_decay;
@@ -97,11 +102,33 @@ struct config {
       if (k == key) return &v;
     return nullptr;
   }
+  // Calls f(name, value) for each of Keras's base arguments, in Keras's order.
+  template <class F>
+  void for_each_base(F&& f) const {
+    bases(*this, f);
+  }
+  template <class F>
+  void for_each_base(F&& f) {
+    bases(*this, f);
+  }
+  // Whether the gradients are clipped by a norm (clipnorm or global_clipnorm).
+  [[nodiscard]] bool clips_norms() const noexcept {
+    return clipnorm > 0.0 || global_clipnorm > 0.0;
+  }
   [[nodiscard]] double learning_rate() const {
     const value* v = find("learning_rate");
     return v != nullptr && std::holds_alternative<double>(*v) ? std::get<double>(*v) : 0.0;
   }
   bool operator==(const config&) const = default;
+
+ private:
+  template <class Self, class F>
+  static void bases(Self& self, F& f) {
+    f("weight_decay", self.weight_decay);
+    f("clipnorm", self.clipnorm);
+    f("clipvalue", self.clipvalue);
+    f("global_clipnorm", self.global_clipnorm);
+  }
 };
 
 template <class O>
@@ -127,6 +154,15 @@ constexpr void for_each_field(O& o, F&& f) {
              std::remove_cvref_t<O>::fields());
 }
 
+// Calls f(name, member reference) for each of Keras's base arguments O has as a member.
+template <class O, class F>
+constexpr void for_each_base_member(O& o, F&& f) {
+  if constexpr (requires { o.weight_decay; }) f("weight_decay", o.weight_decay);
+  if constexpr (requires { o.clipnorm; }) f("clipnorm", o.clipnorm);
+  if constexpr (requires { o.clipvalue; }) f("clipvalue", o.clipvalue);
+  if constexpr (requires { o.global_clipnorm; }) f("global_clipnorm", o.global_clipnorm);
+}
+
 // O's description as data.
 template <class O>
 config config_of(const O& o) {
@@ -144,8 +180,11 @@ config config_of(const O& o) {
                   "tessel::optimizers::field: a hyperparameter is a double or a bool member");
     c.values.emplace_back(n, value(v));
   });
-  if constexpr (requires { o.weight_decay; }) c.weight_decay = static_cast<double>(o.weight_decay);
-  if constexpr (requires { o.clipvalue; }) c.clipvalue = static_cast<double>(o.clipvalue);
+  for_each_base_member(o, [&](const char* n, const auto& v) {
+    c.for_each_base([&](const char* k, double& to) {
+      if (std::string_view(k) == n) to = static_cast<double>(v);
+    });
+  });
   return c;
 }
 
@@ -173,8 +212,15 @@ void check(const O& o, std::string_view where) {
       throw value_error(std::string(where) + ": " + std::string(O::class_name) + "'s " + n +
                         " is " + number_text(v) + "; it must be 0 (none) or more.");
   };
-  if constexpr (requires { o.weight_decay; }) base("weight_decay", o.weight_decay);
-  if constexpr (requires { o.clipvalue; }) base("clipvalue", o.clipvalue);
+  for_each_base_member(o, [&](const char* n, const auto& v) { base(n, static_cast<double>(v)); });
+  // Keras's rule and words.
+  const config c = config_of(o);
+  if ((c.clipnorm > 0.0) + (c.clipvalue > 0.0) + (c.global_clipnorm > 0.0) > 1)
+    throw value_error(std::string(where) +
+                      ": Only one of `clipnorm`, `clipvalue` and "
+                      "`global_clipnorm` can be set. Received: clipnorm=" +
+                      number_text(c.clipnorm) + ", clipvalue=" + number_text(c.clipvalue) +
+                      ", global_clipnorm=" + number_text(c.global_clipnorm));
   if constexpr (requires { o.check(); }) o.check();
 }
 
@@ -206,19 +252,18 @@ O from_config(const config& c, std::string_view where) {
         throw value_error(std::string(where) + ": " + std::string(O::class_name) +
                           " has no argument '" + entry.first + "'.");
     }
-  auto absent = [&](const char* n, double given) {
-    if (given != 0.0)
+  // Each base argument to its member; one O does not have, given, is refused.
+  c.for_each_base([&](const char* k, double given) {
+    bool found = false;
+    for_each_base_member(o, [&](const char* n, auto& member) {
+      if (std::string_view(k) != n) return;
+      found = true;
+      member = given;
+    });
+    if (!found && given != 0.0)
       throw value_error(std::string(where) + ": " + std::string(O::class_name) +
-                        " has no argument '" + n + "'.");
-  };
-  if constexpr (requires { o.weight_decay = 0.0; })
-    o.weight_decay = c.weight_decay;
-  else
-    absent("weight_decay", c.weight_decay);
-  if constexpr (requires { o.clipvalue = 0.0; })
-    o.clipvalue = c.clipvalue;
-  else
-    absent("clipvalue", c.clipvalue);
+                        " has no argument '" + k + "'.");
+  });
   check(o, where);
   return o;
 }

@@ -18,7 +18,9 @@ struct rmsprop {
   bool centered = false;
   // Keras's base arguments (0: none), applied before the update (optimizers/protocol.hpp).
   double weight_decay = 0.0;
+  double clipnorm = 0.0;
   double clipvalue = 0.0;
+  double global_clipnorm = 0.0;
 
   static constexpr std::string_view class_name = "RMSprop";
   static constexpr std::string_view name = "rmsprop";

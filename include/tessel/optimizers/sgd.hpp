@@ -16,7 +16,9 @@ struct sgd {
   bool nesterov = false;
   // Keras's base arguments (0: none), applied before the update (optimizers/protocol.hpp).
   double weight_decay = 0.0;
+  double clipnorm = 0.0;
   double clipvalue = 0.0;
+  double global_clipnorm = 0.0;
 
   static constexpr std::string_view class_name = "SGD";
   static constexpr std::string_view name = "sgd";

@@ -110,7 +110,8 @@ class cluster_coordinator : public coordinator_core {
                         "hold trainable variables only, so train this model with "
                         "mirrored_strategy or multi_worker_mirrored_strategy");
     // The training step: train_on_batch's loss and gradients (compute_loss_and_gradients), then
-    // the gradients to the ps tasks instead of the model's own optimizer.
+    // the gradients (clipped by norm, where the optimizer says) to the ps tasks instead of the
+    // model's own optimizer.
     // A batch whose loss is not finite pushes nothing (its gradient would be refused by the ps
     // tasks): the chief ends fit on its loss, as Keras's TerminateOnNaN does. Loss scaling would
     // test the gradients here too, skip the push and lower its scale.
@@ -118,7 +119,11 @@ class cluster_coordinator : public coordinator_core {
       ctx.pull();
       auto& m = ctx.model();
       const double loss = m.compute_loss_and_gradients(ctx.batch().first, ctx.batch().second);
-      if (std::isfinite(loss)) ctx.push_gradients(gradients_of(m));
+      if (!std::isfinite(loss)) return loss;
+      // clipnorm and global_clipnorm need whole variables: the worker clips, the ps does not.
+      if (m.get_optimizer().spec().config().clips_norms())
+        m.get_optimizer().clip_gradients(m.trainable_variables());
+      ctx.push_gradients(gradients_of(m));
       return loss;
     });
     if (strategy_.is_chief()) start_chief(model_.get_weights(), optimizer_json());

@@ -92,7 +92,8 @@ inline bool bool_field(const nlohmann::json& o, const char* field, const std::st
 }  // namespace detail
 
 // An optimizer's description as the chief sends it: {"class_name", "name", "module",
-// "registered_name", "config": [[field, number or bool], ...], "weight_decay", "clipvalue",
+// "registered_name", "config": [[field, number or bool], ...], "weight_decay", "clipnorm",
+// "clipvalue", "global_clipnorm",
 // "exclude_from_weight_decay": [name, ...]}, the fields in the optimizer's order.
 inline nlohmann::json optimizer_json(const optimizers::config& c) {
   nlohmann::json fields = nlohmann::json::array();
@@ -102,10 +103,12 @@ inline nlohmann::json optimizer_json(const optimizers::config& c) {
                            : nlohmann::json(std::get<double>(entry.second));
     fields.push_back(nlohmann::json::array({entry.first, v}));
   }
-  return {{"class_name", c.class_name}, {"name", c.name},
-          {"module", c.module},         {"registered_name", c.registered_name},
-          {"config", fields},           {"weight_decay", c.weight_decay},
-          {"clipvalue", c.clipvalue},   {"exclude_from_weight_decay", c.exclude_from_weight_decay}};
+  nlohmann::json o = {
+      {"class_name", c.class_name}, {"name", c.name},
+      {"module", c.module},         {"registered_name", c.registered_name},
+      {"config", fields},           {"exclude_from_weight_decay", c.exclude_from_weight_decay}};
+  c.for_each_base([&](const char* k, double v) { o[k] = v; });
+  return o;
 }
 
 // The description back, its form checked: names that are strings, every field a finite number
@@ -124,8 +127,7 @@ inline optimizers::config decode_optimizer(const nlohmann::json& o) {
   c.module = o["module"].get<std::string>();
   c.registered_name = o["registered_name"].get<std::string>();
   constexpr double big = std::numeric_limits<double>::max();
-  c.weight_decay = detail::number_field(o, "weight_decay", 0, big, where);
-  c.clipvalue = detail::number_field(o, "clipvalue", 0, big, where);
+  c.for_each_base([&](const char* k, double& v) { v = detail::number_field(o, k, 0, big, where); });
   if (!o.contains("exclude_from_weight_decay") || !o["exclude_from_weight_decay"].is_array())
     throw refused(where + " has no 'exclude_from_weight_decay' list");
   for (const auto& n : o["exclude_from_weight_decay"]) {

@@ -98,9 +98,15 @@ class optimizer_shards {
  private:
   // The optimizer the chief compiled, by its class (the library's, or one registered in this
   // program): an unknown class or a value out of range refused, naming it.
+  // The workers clip by norms (clipnorm, global_clipnorm) before they push, over whole
+  // variables: a ps holds shards of some, so its own optimizer does not clip by norm again.
   static std::unique_ptr<optimizer<B>> make_optimizer(const optimizers::config& c) {
     try {
-      auto opt = std::make_unique<optimizer<B>>(optimizers::make_optimizer<B>(c, "create"));
+      optimizers::config mine = c;
+      if (mine.clips_norms())
+        optimizers::make_optimizer<B>(c, "create");  // checked as the chief gave it
+      mine.clipnorm = mine.global_clipnorm = 0.0;
+      auto opt = std::make_unique<optimizer<B>>(optimizers::make_optimizer<B>(mine, "create"));
       opt->exclude_from_weight_decay(c.exclude_from_weight_decay);
       return opt;
     } catch (const refused&) {

@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -205,6 +206,29 @@ class sharded_state {
     }
     for (std::size_t b = 0; b < runs_.size(); ++b)
       gather(B::comm_span(weights_[b]), B::cols(parts_[b].value.local()));
+  }
+
+  // clipnorm and global_clipnorm on the parts: each part's ranges that fall in a variable, with
+  // the variable's index and whether this process counts its values (`counts`), the squared
+  // norms summed over the processes by `sum`.
+  void set_gradient_norms(const std::function<bool(const variable<B>&)>& counts,
+                          std::function<void(std::span<double>)> sum) {
+    const auto n = static_cast<std::size_t>(group_->size());
+    const std::size_t me = group_rank();
+    typename optimizer<B>::gradient_norms norms;
+    norms.variables = places_.size();
+    norms.segments.resize(runs_.size());
+    for (std::size_t b = 0; b < runs_.size(); ++b) {
+      const std::size_t part = runs_[b].size / n, first = runs_[b].offset + me * part;
+      for (std::size_t i = 0; i < places_.size(); ++i) {
+        const auto& p = places_[i];
+        const std::size_t lo = std::max(first, p.offset),
+                          hi = std::min(first + part, p.offset + p.size);
+        if (lo < hi) norms.segments[b].push_back({lo - first, hi - first, i, counts(*p.var)});
+      }
+    }
+    norms.sum = std::move(sum);
+    opt_->set_gradient_norms(std::move(norms));
   }
 
   // `full`'s slots (built for the model's trainable variables) set from the parts: each slot's

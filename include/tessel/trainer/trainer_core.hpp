@@ -362,6 +362,15 @@ class trainer_core : public model_base {
   // This process updates the variables: under central storage only where they live.
   bool holds_variables() const;
   void share_central_state();
+  // clipnorm and global_clipnorm where this process holds parts of the variables (split over
+  // mesh axes, or a split state's parts): the mesh axes over which the squared norms are summed
+  // (a bit per axis; 0: each process has whole gradients), whether this process counts a
+  // variable's values (one process among those that hold the same block), and the sum, one
+  // all_reduce of one float64 per variable along each of those axes, recorded in the log.
+  std::uint32_t norm_axes() const;
+  bool counts_norm_of(const variable<B>& v, std::uint32_t axes) const;
+  std::function<void(std::span<double>)> norm_sum(std::uint32_t axes);
+  void set_gradient_norms();
 
   // ---- the batch split ----------------------------------------------------------------------
   struct shard {

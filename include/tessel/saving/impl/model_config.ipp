@@ -29,8 +29,8 @@ TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
       o.field(k, v);
   };
   optional("weight_decay", spec.weight_decay);
-  o.null("clipnorm");
-  o.null("global_clipnorm");
+  optional("clipnorm", spec.clipnorm);
+  optional("global_clipnorm", spec.global_clipnorm);
   optional("clipvalue", spec.clipvalue);
   o.field("use_ema", false);
   o.field("ema_momentum", 0.99);

@@ -79,6 +79,19 @@ std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
             detail::bytes_text(shards_.weight_part_values() * sizeof(float)) +
             ", on each process, gathered per layer";
   if (!optimizer_state_) return text + "; optimizer state: not compiled\n";
+  // The gradients' norms (clipnorm, global_clipnorm) summed over the processes that hold parts.
+  std::string clipping;
+  if (const std::uint32_t axes = norm_axes();
+      optimizer_state_->spec().config().clips_norms() && axes != 0) {
+    clipping = std::string("gradient clipping (") +
+               (optimizer_state_->spec().config().clipnorm > 0.0 ? "clipnorm" : "global_clipnorm") +
+               "): the squared norms, " + std::to_string(model_state(true, false).size()) +
+               " float64, summed by an all_reduce along";
+    for (std::size_t a = 0; a < pm().axis_count(); ++a)
+      if ((axes >> a & 1U) != 0)
+        clipping += " '" + std::string(pm().shape().names[a].view()) + "'";
+    clipping += " each step\n";
+  }
   const std::size_t slots = optimizer_state_->slots_per_variable();
   const std::string state = detail::bytes_text(slots * trainable) + " (" +
                             std::string(optimizer_state_->name()) + ", " + std::to_string(slots) +
@@ -90,9 +103,9 @@ std::string trainer_core<B, C>::explain(std::size_t global_batch) const {
            std::to_string(n) + ", " +
            detail::bytes_text(shards_.empty() ? slots * trainable / static_cast<std::size_t>(n)
                                               : optimizer_state_values() * sizeof(float)) +
-           " on each process\n";
+           " on each process\n" + clipping;
   }
-  if (!central() || pm().size() == 1) return text + "; optimizer state " + state + "\n";
+  if (!central() || pm().size() == 1) return text + "; optimizer state " + state + "\n" + clipping;
   return text + " (a copy, broadcast from process " +
          std::to_string(facts_.distribution.variable_device) +
          " after each update); optimizer state " + state + " on process " +
@@ -238,6 +251,7 @@ auto trainer_core<B, C>::replica_shard(std::size_t rows) const -> shard {
 template <class B, class C>
 void trainer_core<B, C>::apply_gradients() {
   require_compiled("apply_gradients");
+  if (optimizer_state_->spec().config().clips_norms()) set_gradient_norms();
   if (!shards_.empty()) shards_.apply(*optimizer_state_);
   else if (holds_variables()) optimizer_state_->apply(model_trainable_variables());
   for (const auto& e : stored_) {
@@ -246,6 +260,62 @@ void trainer_core<B, C>::apply_gradients() {
     reshard_->log().add({e.steps.first().kind, e.steps.first().axis, 0, 0, values.size_bytes()});
   }
   gradients_pending_ = false;
+}
+
+template <class B, class C>
+std::uint32_t trainer_core<B, C>::norm_axes() const {
+  if (central()) return 0;  // the process that updates holds the whole variables
+  std::uint32_t axes = 0;
+  for (const auto& v : model_state(true, false))
+    if (v.is_tensor()) axes |= v.tensor().layout().sharded_axes();
+  if (sharded()) axes |= std::uint32_t{1} << facts_.batch_axis;
+  for (std::size_t a = 0; a < pm().axis_count(); ++a)
+    if (pm().axis(a).size() == 1) axes &= ~(std::uint32_t{1} << a);
+  return axes;
+}
+
+template <class B, class C>
+bool trainer_core<B, C>::counts_norm_of(const variable<B>& v, std::uint32_t axes) const {
+  // The processes that differ only on an axis the variable is not split over hold the same
+  // block (a split state's parts differ on the batch axis): the first of them counts it.
+  std::uint32_t same = axes & ~v.value.layout().sharded_axes();
+  if (sharded()) same &= ~(std::uint32_t{1} << facts_.batch_axis);
+  for (std::size_t a = 0; a < pm().axis_count(); ++a)
+    if ((same >> a & 1U) != 0 && pm().coordinate(a) != 0) return false;
+  return true;
+}
+
+template <class B, class C>
+std::function<void(std::span<double>)> trainer_core<B, C>::norm_sum(std::uint32_t axes) {
+  if (axes == 0) return {};
+  return [this, axes](std::span<double> squares) {
+    for (std::size_t a = 0; a < pm().axis_count(); ++a) {
+      if ((axes >> a & 1U) == 0) continue;
+      pm().axis(a).all_reduce(squares);
+      reshard_->log().add({collective::all_reduce, static_cast<std::uint8_t>(a), 0, 0,
+                           squares.size_bytes()});
+    }
+  };
+}
+
+template <class B, class C>
+void trainer_core<B, C>::set_gradient_norms() {
+  const std::uint32_t axes = norm_axes();
+  if (!shards_.empty()) {
+    shards_.set_gradient_norms(
+        [this, axes](const variable<B>& v) { return counts_norm_of(v, axes); }, norm_sum(axes));
+    return;
+  }
+  typename optimizer<B>::gradient_norms norms;
+  if (axes != 0) {
+    const auto& vars = model_trainable_variables();
+    norms.variables = vars.size();
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      norms.segments.push_back(
+          {{0, optimizers::elements<B>(vars[i]->value.local()), i, counts_norm_of(*vars[i], axes)}});
+    norms.sum = norm_sum(axes);
+  }
+  optimizer_state_->set_gradient_norms(std::move(norms));
 }
 
 template <class B, class C>
