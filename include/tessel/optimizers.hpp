@@ -42,8 +42,18 @@ class optimizer {
 
   const optimizer_function<B>& spec() const { return spec_; }
   std::size_t iterations() const { return iterations_; }
-  // The learning rate the next step uses (the spec's, unless a state set another).
-  double learning_rate() const { return learning_rate_; }
+  // The learning rate the next step uses: the schedule's at the iteration count (Keras calls it
+  // with the count before the step), else the spec's, unless a state set another.
+  double learning_rate() const {
+    return scheduled() ? static_cast<double>(spec_.schedule()(static_cast<std::int64_t>(iterations_)))
+                       : learning_rate_;
+  }
+  // Whether the learning rate is a schedule: the state then holds no learning-rate variable
+  // (Keras's optimizer.variables: the iteration count, then the slots).
+  [[nodiscard]] bool scheduled() const noexcept { return static_cast<bool>(spec_.schedule()); }
+  // The scalars state() starts with: the iteration count, and the learning rate unless
+  // scheduled.
+  [[nodiscard]] std::size_t counters() const noexcept { return scheduled() ? 1 : 2; }
 
   // The slots each trainable variable gets (Adam 2; RMSprop 1 to 3; SGD 0 or 1).
   std::size_t slots_per_variable() const { return optimizers::count_slots(slot_names()); }
@@ -109,12 +119,19 @@ class optimizer {
   // Keras's optimizer.learning_rate = x: the learning rate of the next steps, held as Keras holds
   // it (a float32 variable). Refused unless finite and at least 0.
   void set_learning_rate(double learning_rate) {
+    if (scheduled())
+      throw value_error(
+          "This optimizer was created with a `LearningRateSchedule` object as its "
+          "`learning_rate` constructor argument, hence its learning rate is not settable. If you "
+          "need the learning rate to be settable, you should instantiate the optimizer with a "
+          "float `learning_rate` argument.");
     if (!(learning_rate >= 0.0 && learning_rate <= std::numeric_limits<float>::max()))
       throw value_error("learning_rate: " + std::to_string(learning_rate) +
                         " is not a learning rate; give a finite number of at least 0.");
     learning_rate_ = static_cast<double>(static_cast<float>(learning_rate));
   }
-  // Sets the iteration count and the learning rate (a state's counters, without its slots).
+  // Sets the iteration count and the learning rate (a state's counters, without its slots; the
+  // learning rate is the schedule's when scheduled).
   void set_counters(std::size_t iterations, double learning_rate) noexcept {
     iterations_ = iterations;
     learning_rate_ = learning_rate;
@@ -138,8 +155,8 @@ class optimizer {
   }
 
   // ---- the state as values (state.hpp) ---------------------------------------------------
-  // Keras's optimizer.variables: "<name>/iteration" (int64), "<name>/learning_rate" (float64),
-  // then copies of the slots in creation order ("adam/dense_kernel_momentum", ...). Build first.
+  // Keras's optimizer.variables: "<name>/iteration" (int64), "<name>/learning_rate" (float64;
+  // none when scheduled), then copies of the slots in creation order ("adam/dense_kernel_momentum", ...). Build first.
   state_list<B> state() const { return entries(true); }
   // state() without the copies: the slots share the optimizer's memory, valid until its next
   // step or set_state (saving reads them, and a load writes them, through it).
@@ -242,6 +259,7 @@ void optimizer<B>::apply(const std::vector<variable<B>*>& vars) {
   if (vars.size() != slots_.size())
     throw value_error("optimizer.apply: built for " + std::to_string(slots_.size()) +
                       " variables, called with " + std::to_string(vars.size()) + ".");
+  const double lr = learning_rate();
   ++iterations_;
   tensors_.clear();
   for (std::size_t i = 0; i < vars.size(); ++i) {
@@ -251,7 +269,7 @@ void optimizer<B>::apply(const std::vector<variable<B>*>& vars) {
         {vars[i]->value.local(), vars[i]->gradient, local(s[0]), local(s[1]), local(s[2])});
   }
   decay_of(vars);
-  update(tensors_, iterations_, learning_rate_, decay_, norms_);
+  update(tensors_, iterations_, lr, decay_, norms_);
 }
 
 template <class B>
@@ -315,8 +333,8 @@ void optimizer<B>::set_state(const state_list<B>& values, std::string_view where
     throw value_error(std::string(where) + ": " + values[0].path + " is " + std::to_string(it) +
                       "; an iteration count is at least 0.");
   iterations_ = static_cast<std::size_t>(it);
-  learning_rate_ = values[1].real();
-  std::size_t i = 2;
+  if (!scheduled()) learning_rate_ = values[1].real();
+  std::size_t i = counters();
   for (auto& v : state_) B::copy(values[i++].tensor().local(), v.value.local());
 }
 
@@ -324,7 +342,7 @@ template <class B>
 std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
     const state_list<B>& optimizer_variables, const state_list<B>& grads,
     const state_list<B>& trainable) const {
-  if (optimizer_variables.size() < 2 ||
+  if (optimizer_variables.size() < counters() ||
       optimizer_variables[0].path != std::string(prefix()) + "/iteration")
     throw value_error("stateless_apply: optimizer_variables must start with '" +
                       std::string(prefix()) +
@@ -339,7 +357,7 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
   for (const auto& v : optimizer_variables) new_state.push_back(copy_of(v));
   const std::int64_t it = new_state[0].integer() + 1;
   new_state[0].value = it;
-  const double lr = new_state[1].real();
+  const double lr = scheduled() ? static_cast<double>(spec_.schedule()(it - 1)) : new_state[1].real();
   const auto names = slot_names();
   std::vector<backend::update_tensors<matrix>> tensors;
   std::vector<decay_range> decay;
@@ -396,7 +414,7 @@ template <class B>
 state_list<B> optimizer<B>::entries(bool copy) const {
   state_list<B> out;
   out.push_back({std::string(prefix()) + "/iteration", {}, static_cast<std::int64_t>(iterations_)});
-  out.push_back({std::string(prefix()) + "/learning_rate", {}, learning_rate_});
+  if (!scheduled()) out.push_back({std::string(prefix()) + "/learning_rate", {}, learning_rate_});
   for (const auto& v : state_) out.push_back(state_of(v, copy));
   return out;
 }

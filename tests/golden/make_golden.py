@@ -1480,6 +1480,75 @@ def make_user_optimizer(keras, jax):
     }
 
 
+def make_schedules(keras, jax):
+    """keras.optimizers.schedules (tests/unit/schedules_test.cpp): each schedule's value at steps
+    0..40 and its config; an MLP trained under Adam with a warmup CosineDecay (its loss and
+    weights per step, the optimizer's variables' paths: no learning_rate), its weights file after
+    the second step (schedules.weights.h5) and its serialized optimizer."""
+    from keras import ops
+
+    sch = keras.optimizers.schedules
+    specs = [
+        ("exponential", sch.ExponentialDecay(0.1, decay_steps=7, decay_rate=0.5)),
+        ("exponential_staircase",
+         sch.ExponentialDecay(0.1, decay_steps=7, decay_rate=0.5, staircase=True)),
+        ("inverse_time", sch.InverseTimeDecay(0.1, decay_steps=5, decay_rate=0.5)),
+        ("inverse_time_staircase",
+         sch.InverseTimeDecay(0.1, decay_steps=5, decay_rate=0.5, staircase=True)),
+        ("piecewise", sch.PiecewiseConstantDecay([5, 12], [0.1, 0.05, 0.01])),
+        ("polynomial", sch.PolynomialDecay(0.1, decay_steps=20, end_learning_rate=0.01,
+                                           power=2.0)),
+        ("polynomial_cycle", sch.PolynomialDecay(0.1, decay_steps=8, end_learning_rate=0.01,
+                                                 power=0.5, cycle=True)),
+        ("cosine", sch.CosineDecay(0.1, decay_steps=20, alpha=0.1)),
+        ("cosine_warmup", sch.CosineDecay(0.0, decay_steps=20, alpha=0.05, warmup_target=0.2,
+                                          warmup_steps=6)),
+    ]
+    cases = []
+    for name, s in specs:
+        cases.append({"case": name, "serialized": keras.optimizers.schedules.serialize(s),
+                      "values": [F32(ops.convert_to_numpy(s(step))) for step in range(41)]})
+
+    rng = np.random.default_rng(8080)
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    x = f32(rng.normal(size=(8, 5)))
+    y = f32(rng.normal(size=(8, 3)))
+    model = small_mlp(keras, rng)
+    schedule = sch.CosineDecay(0.001, decay_steps=4, alpha=0.1, warmup_target=0.01,
+                               warmup_steps=2)
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=schedule),
+                  loss="mean_squared_error")
+    initial = weights_list(model)
+    steps = []
+    for k in range(5):
+        ret = model.train_on_batch(x, y, return_dict=True)
+        steps.append({"loss": F32(ret["loss"]), "weights": weights_list(model),
+                      "iterations": int(ops.convert_to_numpy(model.optimizer.iterations)),
+                      "learning_rate": F32(ops.convert_to_numpy(model.optimizer.learning_rate))})
+        if k == 1:
+            model.save_weights(os.path.join(HERE, "schedules.weights.h5"))
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "cases: each schedule's value at steps 0..40 (float32) and serialize(schedule); "
+            "training: Input(5) -> Dense(8, relu) -> Dense(3), mean squared error, "
+            "Adam(learning_rate=CosineDecay(0.001, decay_steps=4, alpha=0.1, warmup_target=0.01, "
+            "warmup_steps=2)); steps[k] after train_on_batch call k+1 (its loss, the weights, the "
+            "iteration count, optimizer.learning_rate after it); schedules.weights.h5 saved after "
+            "the second step.",
+        ),
+        "cases": cases,
+        "x": arr(x),
+        "y": arr(y),
+        "initial_weights": initial,
+        "steps": steps,
+        "optimizer_variables": [v.path for v in model.optimizer.variables],
+        "optimizer": keras.optimizers.serialize(model.optimizer),
+    }
+
+
 def make_gradient_clipping(keras, jax):
     """Keras's clipnorm and global_clipnorm over two variables (tests/unit/golden_test.cpp): three
     steps of each case from the same gradients, the variables after each."""
@@ -2302,6 +2371,7 @@ def main():
         ("losses", make_losses),
         ("optimizers", make_optimizers),
         ("gradient_clipping", make_gradient_clipping),
+        ("schedules", make_schedules),
         ("metrics", make_metrics),
         ("model_step", make_model_step),
         ("summary", make_summaries),

@@ -39,10 +39,12 @@ using megatron_map = layout_map<mesh_t<Data, Model>, rule<"col/kernel", none, "m
 // that every step clips.
 const optimizer_spec clipnorm =
     optimizers::sgd{.learning_rate = 0.1, .momentum = 0.9, .clipnorm = 0.05};
+const optimizers::schedules::cosine_decay warmup_cosine{
+    .initial_learning_rate = 0.001, .decay_steps = 8, .warmup_target = 0.02, .warmup_steps = 3};
 const optimizer_spec global_clipnorm =
-    optimizers::adam{.learning_rate = 0.01, .global_clipnorm = 0.05};
+    optimizers::adam{.learning_rate = warmup_cosine, .global_clipnorm = 0.05};
 const optimizer_spec unclipped_sgd = optimizers::sgd{.learning_rate = 0.1, .momentum = 0.9};
-const optimizer_spec unclipped_adam = optimizers::adam{.learning_rate = 0.01};
+const optimizer_spec unclipped_adam = optimizers::adam{.learning_rate = warmup_cosine};
 
 // `axes`: the mesh axes whose processes hold different parts (the norms' all_reduce along each).
 template <class Dist>

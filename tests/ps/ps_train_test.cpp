@@ -30,8 +30,9 @@
 //   user_optimizer  1 worker, 2 ps: a user's optimizer (Signum), registered in the program,
 //             applied by the ps tasks; 2 epochs equal one device.
 //   clipped  1 worker, 2 ps: Adam with clipnorm, each variable's gradient clipped by its whole
-//             norm by the worker (the ps tasks hold shards); 2 epochs equal one device's and
-//             differ from the unclipped run.
+//             norm by the worker (the ps tasks hold shards), and an ExponentialDecay schedule,
+//             which the ps tasks make from the chief's description; 2 epochs equal one device's
+//             and differ from the unclipped run.
 //   other_model  2 workers, 1 ps: worker 1 is built with another model; the chief refuses it when
 //             it joins, naming the variable that differs, and worker 0 trains every batch.
 #include <signal.h>
@@ -167,8 +168,13 @@ int main(int argc, char** argv) {
     // registers: the ps tasks make it from the chief's description by its class name.
     const optimizer_spec compiled =
         mode == "user_optimizer" ? optimizer_spec(user::signum{.learning_rate = 0.005})
-        : mode == "clipped"      ? optimizer_spec(optimizers::adam{.clipnorm = 0.05})
-                                 : optimizer_spec("adam");
+        : mode == "clipped"
+            ? optimizer_spec(optimizers::adam{
+                  .learning_rate =
+                      optimizers::schedules::exponential_decay{
+                          .initial_learning_rate = 0.002, .decay_steps = 16, .decay_rate = 0.5},
+                  .clipnorm = 0.05})
+            : optimizer_spec("adam");
     model.compile({.optimizer = compiled, .loss = "sparse_categorical_crossentropy"});
     const std::vector<array<float>> initial = model.get_weights();
     if (mode == "other_model" && strategy.task_type() == ps::role::worker &&
@@ -265,12 +271,13 @@ int main(int argc, char** argv) {
     } else if (mode == "clipped") {
       coord.fit({.epochs = 2, .verbose = 0});
       const double worst = against_one_device(model, initial, 2, compiled);
-      const double apart = against_one_device(model, initial, 2, "adam");
+      const double apart = against_one_device(model, initial, 2, "adam");  // unclipped, constant
       std::printf(
-          "clipnorm, one worker against one device: worst relative weight difference %.2e; "
+          "clipnorm and a schedule, one worker against one device: worst relative weight "
+          "difference %.2e; "
           "from the unclipped run %.2e\n",
           worst, apart);
-      check(worst <= 1e-5, "clipnorm on 2 ps tasks in shards equals one device");
+      check(worst <= 1e-5, "clipnorm and a schedule on 2 ps tasks in shards equal one device");
       check(apart > 1e-3, "the clipping acts");
       exactly_once(coord, 64);
     } else if (mode == "failures") {

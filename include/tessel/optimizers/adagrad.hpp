@@ -12,7 +12,7 @@
 namespace tessel::optimizers {
 
 struct adagrad {
-  double learning_rate = 0.001;
+  learning_rate_value learning_rate = 0.001;  // a number or a schedule
   double initial_accumulator_value = 0.1;
   double epsilon = 1e-7;
   // Keras's base arguments (0: none), applied before the update (optimizers/protocol.hpp).

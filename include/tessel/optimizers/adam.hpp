@@ -14,7 +14,7 @@
 namespace tessel::optimizers {
 
 struct adam {
-  double learning_rate = 0.001;
+  learning_rate_value learning_rate = 0.001;  // a number or a schedule
   double beta_1 = 0.9;
   double beta_2 = 0.999;
   double epsilon = 1e-7;

@@ -16,7 +16,7 @@
 namespace tessel::optimizers {
 
 struct adamw {
-  double learning_rate = 0.001;
+  learning_rate_value learning_rate = 0.001;  // a number or a schedule
   double weight_decay = 0.004;
   double beta_1 = 0.9;
   double beta_2 = 0.999;
@@ -36,11 +36,11 @@ struct adamw {
                       field{"beta_2", &adamw::beta_2, 0.0, 1.0}, field{"epsilon", &adamw::epsilon},
                       field{"amsgrad", &adamw::amsgrad}};
   }
-  [[nodiscard]] constexpr adam as_adam() const noexcept {
-    return {learning_rate, beta_1, beta_2, epsilon, amsgrad};
+  [[nodiscard]] adam as_adam() const {
+    return {learning_rate, beta_1, beta_2, epsilon, amsgrad};  // (its decay is the state's)
   }
   [[nodiscard]] constexpr std::array<const char*, 3> slot_names() const noexcept {
-    return as_adam().slot_names();
+    return {"momentum", "velocity", amsgrad ? "velocity_hat" : nullptr};
   }
   static constexpr std::array<int, 3> keras_slot_passes() noexcept {
     return adam::keras_slot_passes();

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -127,6 +128,10 @@ class optimizer_function {
   [[nodiscard]] std::string_view class_name() const noexcept { return impl_->desc.class_name; }
   [[nodiscard]] std::string_view name() const noexcept { return impl_->desc.name; }
   [[nodiscard]] double learning_rate() const noexcept { return impl_->desc.learning_rate(); }
+  // The learning rate's schedule (empty when the learning rate is a number).
+  [[nodiscard]] const optimizers::learning_rate_schedule& schedule() const noexcept {
+    return impl_->schedule;
+  }
   // Its description (class, module, hyperparameters in order).
   [[nodiscard]] const optimizers::config& config() const noexcept { return impl_->desc; }
   [[nodiscard]] std::array<const char*, 3> slot_names() const { return impl_->slot_names(); }
@@ -149,6 +154,7 @@ class optimizer_function {
  private:
   struct base {
     optimizers::config desc;
+    optimizers::learning_rate_schedule schedule;
     std::uint64_t fingerprint = 0;
     virtual ~base() = default;
     virtual std::array<const char*, 3> slot_names() const = 0;
@@ -170,6 +176,23 @@ class optimizer_function {
         std::visit([&](auto x) { h.value(x); }, entry.second);
       }
       this->desc.for_each_base([&](const char*, double v) { h.value(v); });
+      if (this->desc.schedule) {
+        h.text(this->desc.schedule->class_name);
+        for (const auto& [k, v] : this->desc.schedule->values) {
+          h.text(k).value(v.index());
+          std::visit(
+              [&](const auto& x) {
+                using X = std::remove_cvref_t<decltype(x)>;
+                if constexpr (std::is_same_v<X, std::vector<double>>)
+                  h.values(std::span<const double>(x));
+                else if constexpr (std::is_arithmetic_v<X>)
+                  h.value(x);
+              },
+              v);
+        }
+      }
+      if constexpr (requires { value.learning_rate.schedule(); })
+        this->schedule = value.learning_rate.schedule();
       this->fingerprint = h.result();
     }
     std::array<const char*, 3> slot_names() const override { return value.slot_names(); }
@@ -188,19 +211,17 @@ class optimizer_function {
     void update(const optimizers::step<B>& s) const override { value.template update<B>(s); }
   };
 
-  template <class... O>
-  static optimizer_function library_by_name(std::string_view n, optimizers::type_list<O...>) {
-    std::optional<optimizer_function> out;
-    const auto make = [&]<class T>(std::type_identity<T>) {
-      if (!out && optimizers::names<T>(n)) out.emplace(T{});
-    };
-    (make(std::type_identity<O>{}), ...);
-    if (out) return *out;
-    throw value_error(
-        "Could not interpret optimizer identifier: " + std::string(n) +
-        ". Use sgd, adam, rmsprop, adamw, adagrad, adamax, lion or an optimizer registered "
-        "with "
-        "tessel::register_optimizer<T, B>().");
+  // The first of the library's with the name (a recursion over the list, not a fold into an
+  // optional, which GCC 12 reads as maybe uninitialized).
+  template <class T, class... Rest>
+  static optimizer_function library_by_name(std::string_view n, optimizers::type_list<T, Rest...>) {
+    if (optimizers::names<T>(n)) return optimizer_function(T{});
+    if constexpr (sizeof...(Rest) > 0)
+      return library_by_name(n, optimizers::type_list<Rest...>{});
+    else
+      throw value_error("Could not interpret optimizer identifier: " + std::string(n) +
+                        ". Use sgd, adam, rmsprop, adamw, adagrad, adamax, lion or an optimizer "
+                        "registered with tessel::register_optimizer<T, B>().");
   }
   static optimizer_function by_name(std::string_view n) {
     for (const auto& entry : optimizers::registered<B>())
@@ -213,19 +234,17 @@ class optimizer_function {
 
 namespace optimizers {
 
-template <class B, class... O>
-optimizer_function<B> make_library(const config& c, std::string_view where, type_list<O...>) {
-  std::optional<optimizer_function<B>> out;
-  const auto make = [&]<class T>(std::type_identity<T>) {
-    if (!out && c.class_name == T::class_name) out.emplace(from_config<T>(c, where));
-  };
-  (make(std::type_identity<O>{}), ...);
-  if (out) return *out;
-  throw value_error(std::string(where) + ": the optimizer '" + c.class_name +
-                    "' is not one this program knows: the library's are SGD, Adam, RMSprop, AdamW, "
-                    "Adagrad, Adamax and Lion; "
-                    "register a user's with tessel::register_optimizer<T, B>() in every "
-                    "process (the parameter servers too).");
+template <class B, class T, class... Rest>
+optimizer_function<B> make_library(const config& c, std::string_view where, type_list<T, Rest...>) {
+  if (c.class_name == T::class_name) return optimizer_function<B>(from_config<T>(c, where));
+  if constexpr (sizeof...(Rest) > 0)
+    return make_library<B>(c, where, type_list<Rest...>{});
+  else
+    throw value_error(std::string(where) + ": the optimizer '" + c.class_name +
+                      "' is not one this program knows: the library's are SGD, Adam, RMSprop, "
+                      "AdamW, Adagrad, Adamax and Lion; register a user's with "
+                      "tessel::register_optimizer<T, B>() in every process (the parameter "
+                      "servers too).");
 }
 
 // The optimizer a config describes, by its class name: a registered one, else the library's.

@@ -12,7 +12,7 @@
 namespace tessel::optimizers {
 
 struct lion {
-  double learning_rate = 0.001;
+  learning_rate_value learning_rate = 0.001;  // a number or a schedule
   double beta_1 = 0.9;
   double beta_2 = 0.99;
   // Keras's base arguments (0: none), applied before the update (optimizers/protocol.hpp).

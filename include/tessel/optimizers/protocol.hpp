@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,22 +52,10 @@
 
 #include "../backend/interface.hpp"
 #include "../core/errors.hpp"
+#include "fields.hpp"
+#include "schedules.hpp"
 
 namespace tessel::optimizers {
-
-// One hyperparameter: Keras's name of it, the member that holds it and, for a number, the range
-// a config read from outside (a `.keras` file, a ps message) must be in.
-template <class O, class T>
-struct field {
-  const char* name;
-  T O::*member;
-  double low = 0.0;
-  double high = std::numeric_limits<double>::max();
-};
-template <class O, class T>
-field(const char*, T O::*) -> field<O, T>;
-template <class O, class T>
-field(const char*, T O::*, double, double) -> field<O, T>;
 
 // A hyperparameter's value as configs and messages carry it.
 using value = std::variant<double, bool>;
@@ -89,6 +78,9 @@ struct config {
   std::string module;           // empty: a class Keras finds as registered (a user's)
   std::string registered_name;  // a user's: "Custom>Signum", or its keras_registered_name
   std::vector<std::pair<std::string, value>> values;
+  // The learning rate's schedule (keras.optimizers.schedules), where it has one: `values` then
+  // holds its first learning rate.
+  std::optional<schedule_config> schedule;
   double weight_decay = 0.0;  // Keras's base arguments (0: none)
   double clipnorm = 0.0;
   double clipvalue = 0.0;
@@ -131,11 +123,6 @@ struct config {
   }
 };
 
-template <class O>
-concept has_fields = requires {
-  std::tuple_size<decltype(O::fields())>::value;
-};
-
 // The compile-time checks of the protocol, one member at a time, each naming what is missing.
 template <class O, class B>
 concept optimizer_for = std::copy_constructible<O> && requires(const O& o, const step<B>& s) {
@@ -146,13 +133,6 @@ concept optimizer_for = std::copy_constructible<O> && requires(const O& o, const
   { o.slot_names() } -> std::same_as<std::array<const char*, 3>>;
   o.template update<B>(s);
 };
-
-// Calls f(name, member reference, low, high) for each of O's fields, in order.
-template <class O, class F>
-constexpr void for_each_field(O& o, F&& f) {
-  std::apply([&](const auto&... fl) { (f(fl.name, o.*(fl.member), fl.low, fl.high), ...); },
-             std::remove_cvref_t<O>::fields());
-}
 
 // Calls f(name, member reference) for each of Keras's base arguments O has as a member.
 template <class O, class F>
@@ -176,9 +156,16 @@ config config_of(const O& o) {
     c.registered_name = "Custom>" + c.class_name;
   for_each_field(o, [&](const char* n, const auto& v, double, double) {
     using T = std::remove_cvref_t<decltype(v)>;
-    static_assert(std::is_same_v<T, double> || std::is_same_v<T, bool>,
-                  "tessel::optimizers::field: a hyperparameter is a double or a bool member");
-    c.values.emplace_back(n, value(v));
+    static_assert(std::is_same_v<T, double> || std::is_same_v<T, bool> ||
+                      std::is_same_v<T, learning_rate_value>,
+                  "tessel::optimizers::field: a hyperparameter is a double or a bool member (the "
+                  "learning rate: a double or a learning_rate_value)");
+    if constexpr (std::is_same_v<T, learning_rate_value>) {
+      c.values.emplace_back(n, value(static_cast<double>(v)));
+      if (v.schedule()) c.schedule = v.schedule().config();
+    } else {
+      c.values.emplace_back(n, value(v));
+    }
   });
   for_each_base_member(o, [&](const char* n, const auto& v) {
     c.for_each_base([&](const char* k, double& to) {
@@ -188,19 +175,13 @@ config config_of(const O& o) {
   return c;
 }
 
-// A number as messages print it ("0.9", "1e-07", "inf").
-inline std::string number_text(double x) {
-  if (x == std::numeric_limits<double>::max()) return "inf";
-  std::array<char, 32> buf{};
-  std::snprintf(buf.data(), buf.size(), "%.9g", x);
-  return buf.data();
-}
-
 // The range checks of O's numeric fields, then O's own check().
 template <class O>
 void check(const O& o, std::string_view where) {
-  for_each_field(o, [&](const char* n, const auto& v, double low, double high) {
-    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, double>) {
+  for_each_field(o, [&](const char* n, const auto& field_value, double low, double high) {
+    using T = std::remove_cvref_t<decltype(field_value)>;
+    if constexpr (std::is_same_v<T, double> || std::is_same_v<T, learning_rate_value>) {
+      const auto v = static_cast<double>(field_value);
       if (!(v >= low && v <= high))  // also false for NaN
         throw value_error(std::string(where) + ": " + std::string(O::class_name) + "'s " + n +
                           " is " + number_text(v) + "; it must be in [" + number_text(low) + ", " +
@@ -236,12 +217,28 @@ O from_config(const config& c, std::string_view where) {
     if (given == nullptr) return;
     ++used;
     using T = std::remove_cvref_t<decltype(v)>;
-    if (!std::holds_alternative<T>(*given))
+    using held = std::conditional_t<std::is_same_v<T, learning_rate_value>, double, T>;
+    if (!std::holds_alternative<held>(*given))
       throw value_error(std::string(where) + ": " + std::string(O::class_name) + "'s " + n +
                         " must be " + (std::is_same_v<T, bool> ? "true or false" : "a number") +
                         ".");
-    v = std::get<T>(*given);
+    v = std::get<held>(*given);
   });
+  // The schedule into the learning rate, which must be able to hold one.
+  if (c.schedule) {
+    bool held = false;
+    for_each_field(o, [&](const char* n, auto& v, double, double) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, learning_rate_value>)
+        if (std::string_view(n) == "learning_rate") {
+          v = make_schedule(*c.schedule, where);
+          held = true;
+        }
+    });
+    if (!held)
+      throw value_error(std::string(where) + ": " + std::string(O::class_name) +
+                        "'s learning_rate is a number and takes no schedule; declare it as "
+                        "tessel::optimizers::learning_rate_value to take one.");
+  }
   if (used != c.values.size())
     for (const auto& entry : c.values) {
       bool known = false;

@@ -11,7 +11,7 @@
 namespace tessel::optimizers {
 
 struct rmsprop {
-  double learning_rate = 0.001;
+  learning_rate_value learning_rate = 0.001;  // a number or a schedule
   double rho = 0.9;
   double momentum = 0.0;
   double epsilon = 1e-7;

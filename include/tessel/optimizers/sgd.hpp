@@ -11,7 +11,7 @@
 namespace tessel::optimizers {
 
 struct sgd {
-  double learning_rate = 0.01;
+  learning_rate_value learning_rate = 0.01;  // a number or a schedule
   double momentum = 0.0;
   bool nesterov = false;
   // Keras's base arguments (0: none), applied before the update (optimizers/protocol.hpp).

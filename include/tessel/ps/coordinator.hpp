@@ -227,14 +227,16 @@ class cluster_coordinator : public coordinator_core {
   void save_state(const std::filesystem::path& dir) {
     auto& o = model_.get_optimizer();
     o.build(model_.trainable_variables());
-    auto opt = o.state();  // the iteration, the learning rate, then each variable's slots
-    const std::size_t k = shapes_.empty() ? 0 : (opt.size() - 2) / shapes_.size();
+    // the iteration, the learning rate (unless scheduled), then each variable's slots
+    auto opt = o.state();
+    const std::size_t c = o.counters();
+    const std::size_t k = shapes_.empty() ? 0 : (opt.size() - c) / shapes_.size();
     const full_state st = pull_state(k);
     model_.set_weights(st.weights);
     opt[0].value = st.iterations;
-    opt[1].value = st.learning_rate;
+    if (c == 2) opt[1].value = st.learning_rate;
     for (std::size_t i = 0; i < st.slots.size(); ++i)
-      backend::upload(std::span<const float>(st.slots[i]), opt[2 + i].tensor().local());
+      backend::upload(std::span<const float>(st.slots[i]), opt[c + i].tensor().local());
     o.set_state(opt, "BackupAndRestore");
     std::filesystem::create_directories(dir);
     model_.save_weights(backup_weights(dir).string());
@@ -246,8 +248,9 @@ class cluster_coordinator : public coordinator_core {
     auto& o = model_.get_optimizer();
     o.build(model_.trainable_variables());
     const auto opt = o.state();
-    full_state st{model_.get_weights(), {}, opt[0].integer(), opt[1].real()};
-    for (std::size_t i = 2; i < opt.size(); ++i) st.slots.push_back(opt[i].numpy());
+    const std::size_t c = o.counters();
+    full_state st{model_.get_weights(), {}, opt[0].integer(), o.learning_rate()};
+    for (std::size_t i = c; i < opt.size(); ++i) st.slots.push_back(opt[i].numpy());
     push_state(st, optimizer_json());
   }
 

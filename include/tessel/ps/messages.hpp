@@ -9,6 +9,7 @@
 // of another cluster given the same addresses, or a stranger. Sizes, counts, kinds and JSON
 // fields are checked against what the receiver holds; values are checked finite where a
 // non-finite one would spread (a gradient, a variable).
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -17,7 +18,9 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -93,8 +96,75 @@ inline bool bool_field(const nlohmann::json& o, const char* field, const std::st
 
 // An optimizer's description as the chief sends it: {"class_name", "name", "module",
 // "registered_name", "config": [[field, number or bool], ...], "weight_decay", "clipnorm",
-// "clipvalue", "global_clipnorm",
-// "exclude_from_weight_decay": [name, ...]}, the fields in the optimizer's order.
+// "clipvalue", "global_clipnorm", "exclude_from_weight_decay": [name, ...], "schedule": null or
+// {"class_name", "name", "module", "registered_name", "config": [[field, value], ...]}}, the
+// fields in the optimizer's order (a schedule's values: null, numbers, integers, bools, lists).
+namespace detail {
+inline nlohmann::json schedule_json(const std::optional<optimizers::schedule_config>& s) {
+  if (!s) return nullptr;
+  nlohmann::json values = nlohmann::json::array();
+  for (const auto& [k, v] : s->values)
+    values.push_back(nlohmann::json::array(
+        {k, std::visit(
+                [](const auto& x) {
+                  if constexpr (std::is_same_v<std::remove_cvref_t<decltype(x)>, std::monostate>)
+                    return nlohmann::json(nullptr);
+                  else
+                    return nlohmann::json(x);
+                },
+                v)}));
+  return {{"class_name", s->class_name},
+          {"name", s->name},
+          {"module", s->module},
+          {"registered_name", s->registered_name},
+          {"config", values}};
+}
+// The schedule back, its form checked (its class and values are the registry's to check).
+inline std::optional<optimizers::schedule_config> decode_schedule(const nlohmann::json& o,
+                                                                  const std::string& where) {
+  if (!o.contains("schedule")) throw refused(where + " has no 'schedule'");
+  const nlohmann::json& s = o["schedule"];
+  if (s.is_null()) return std::nullopt;
+  for (const char* k : {"class_name", "name", "module", "registered_name"})
+    if (!s.is_object() || !s.contains(k) || !s[k].is_string())
+      throw refused(where + "'s schedule has no '" + std::string(k) + "' string");
+  if (!s.contains("config") || !s["config"].is_array())
+    throw refused(where + "'s schedule has no 'config' list of [name, value]");
+  optimizers::schedule_config c;
+  c.class_name = s["class_name"].get<std::string>();
+  c.name = s["name"].get<std::string>();
+  c.module = s["module"].get<std::string>();
+  c.registered_name = s["registered_name"].get<std::string>();
+  for (const auto& f : s["config"]) {
+    if (!f.is_array() || f.size() != 2 || !f[0].is_string())
+      throw refused(where + "'s schedule config holds " + f.dump(-1, ' ', true).substr(0, 64) +
+                    ", not a [name, value] pair");
+    const nlohmann::json& v = f[1];
+    optimizers::schedule_value value;
+    const auto finite = [](const nlohmann::json& x) {
+      return x.is_number() && std::isfinite(x.get<double>());
+    };
+    if (v.is_null()) {
+      value = std::monostate{};
+    } else if (v.is_boolean()) {
+      value = v.get<bool>();
+    } else if (v.is_number_integer()) {
+      value = v.get<std::int64_t>();
+    } else if (finite(v)) {
+      value = v.get<double>();
+    } else if (v.is_array() && std::all_of(v.begin(), v.end(), finite)) {
+      value = v.get<std::vector<double>>();
+    } else {
+      throw refused(where + "'s schedule's '" + f[0].get<std::string>() + "' is " +
+                    v.dump(-1, ' ', true).substr(0, 64) +
+                    ", not null, a finite number, true or false or a list of numbers");
+    }
+    c.values.emplace_back(f[0].get<std::string>(), std::move(value));
+  }
+  return c;
+}
+}  // namespace detail
+
 inline nlohmann::json optimizer_json(const optimizers::config& c) {
   nlohmann::json fields = nlohmann::json::array();
   for (const auto& entry : c.values) {
@@ -103,10 +173,13 @@ inline nlohmann::json optimizer_json(const optimizers::config& c) {
                            : nlohmann::json(std::get<double>(entry.second));
     fields.push_back(nlohmann::json::array({entry.first, v}));
   }
-  nlohmann::json o = {
-      {"class_name", c.class_name}, {"name", c.name},
-      {"module", c.module},         {"registered_name", c.registered_name},
-      {"config", fields},           {"exclude_from_weight_decay", c.exclude_from_weight_decay}};
+  nlohmann::json o = {{"class_name", c.class_name},
+                      {"name", c.name},
+                      {"module", c.module},
+                      {"registered_name", c.registered_name},
+                      {"config", fields},
+                      {"exclude_from_weight_decay", c.exclude_from_weight_decay},
+                      {"schedule", detail::schedule_json(c.schedule)}};
   c.for_each_base([&](const char* k, double v) { o[k] = v; });
   return o;
 }
@@ -151,6 +224,7 @@ inline optimizers::config decode_optimizer(const nlohmann::json& o) {
                     ", not a finite number or true or false");
     }
   }
+  c.schedule = detail::decode_schedule(o, where);
   return c;
 }
 

@@ -77,20 +77,24 @@ class optimizer_shards {
   [[nodiscard]] std::vector<std::size_t> slot_sizes() {
     std::vector<std::size_t> out;
     const state_list<B> s = built_state();
-    for (std::size_t i = 2; i < s.size(); ++i) out.push_back(s[i].tensor().size());
+    for (std::size_t i = opt_->counters(); i < s.size(); ++i) out.push_back(s[i].tensor().size());
     return out;
   }
   [[nodiscard]] std::int64_t iterations() { return built_state()[0].integer(); }
-  [[nodiscard]] double learning_rate() { return built_state()[1].real(); }
-  [[nodiscard]] std::vector<float> slot(std::size_t j) { return built_state()[2 + j].numpy(); }
+  // (The learning rate of the next step: the schedule's, when the optimizer has one.)
+  [[nodiscard]] double learning_rate() { return opt_->learning_rate(); }
+  [[nodiscard]] std::vector<float> slot(std::size_t j) {
+    return built_state()[opt_->counters() + j].numpy();
+  }
   void restore(const restore_request& r, const message& m) {
     state_list<B> s = built_state();
     for (std::size_t i = 0; i < vars_.size(); ++i)
       frame_floats(m.frames[1 + i]).copy_to(host_values(vars_[i]->value.local(), vars_[i]->size()));
     s[0].value = r.iterations;
-    s[1].value = r.learning_rate;
-    for (std::size_t i = 2; i < s.size(); ++i)
-      frame_floats(m.frames[vars_.size() + i - 1])
+    const std::size_t c = opt_->counters();
+    if (c == 2) s[1].value = r.learning_rate;
+    for (std::size_t i = c; i < s.size(); ++i)
+      frame_floats(m.frames[vars_.size() + 1 + i - c])
           .copy_to(host_values(s[i].tensor().local(), s[i].tensor().size()));
     opt_->set_state(s, "restore");
   }

@@ -117,11 +117,13 @@ model_weights_layout weights_layout(const model_view<B>& m, const optimizer<B>* 
                         "' belongs to no layer of model '" + m.name +
                         "' (its path does not start with a layer's name)");
   if (opt != nullptr) {
-    saved_optimizer o{detail::keras_optimizer_name(*opt), 0, 0, {}};
+    saved_optimizer o{detail::keras_optimizer_name(*opt), 0, 0.0, {}};
+    if (opt->scheduled()) o.learning_rate.reset();
     const state_list<B> state = opt->state_view();
     out.slot_index = keras_slot_order(opt->keras_slot_passes());
+    const std::size_t c = opt->counters();
     for (std::size_t k : out.slot_index)
-      o.slots.push_back({state[k + 2].path, state[k + 2].shape, {}});
+      o.slots.push_back({state[k + c].path, state[k + c].shape, {}});
     out.content.optimizer = std::move(o);
   }
   return out;
@@ -141,7 +143,7 @@ void take_model_values(const model_view<B>& m, const optimizer<B>* opt,
   if (opt != nullptr) {
     state.emplace(opt->state_view());
     layout.content.optimizer->iterations = (*state)[0].integer();
-    layout.content.optimizer->learning_rate = (*state)[1].real();
+    if (!opt->scheduled()) layout.content.optimizer->learning_rate = (*state)[1].real();
   }
   const std::vector<variable<B>*>& vars = m.variables;
   std::size_t next = 0;
@@ -153,7 +155,7 @@ void take_model_values(const model_view<B>& m, const optimizer<B>* opt,
   if (opt == nullptr) return;
   saved_optimizer& o = *layout.content.optimizer;
   for (std::size_t k = 0; k < o.slots.size(); ++k) {
-    take_values(m, (*state)[layout.slot_index[k] + 2].tensor(), o.slots[k]);
+    take_values(m, (*state)[layout.slot_index[k] + opt->counters()].tensor(), o.slots[k]);
     taken();
   }
 }
@@ -299,10 +301,10 @@ void load_model_weights(const model_view<B>& m, optimizer<B>* opt, const std::st
     state_list<B> state = opt->state_view();
     const saved_optimizer& o = *layout.content.optimizer;
     state[0].value = o.iterations;
-    state[1].value = o.learning_rate;
+    if (o.learning_rate) state[1].value = *o.learning_rate;
     if (found == optimizer_found::all)
       for (std::size_t k = 0; k < o.slots.size(); ++k)
-        detail::assign_values(state[layout.slot_index[k] + 2].tensor(),
+        detail::assign_values(state[layout.slot_index[k] + o.counters()].tensor(),
                               std::span<const float>(o.slots[k].values));
     opt->set_state(state, "load_weights");
   }

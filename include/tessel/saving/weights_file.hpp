@@ -90,8 +90,10 @@ struct saved_layer {
 struct saved_optimizer {
   std::string name;
   std::int64_t iterations = 0;
-  double learning_rate = 0;
+  std::optional<double> learning_rate = 0.0;  // none when scheduled (Keras keeps no variable)
   std::vector<saved_variable> slots;
+  // The scalars before the slots: the iteration count and the learning rate, if any.
+  [[nodiscard]] std::size_t counters() const noexcept { return learning_rate ? 2 : 1; }
 };
 struct weights_content {
   std::string model_name;
@@ -157,13 +159,15 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
       const auto it = static_cast<std::int32_t>(o.iterations);
       h5::write_attribute(h5::write_scalar(vars, "0", it), detail::crc_attribute,
                           detail::crc32_of(&it, sizeof it));
-      const auto lr = static_cast<float>(o.learning_rate);
-      const h5::object d = h5::write_dataset(vars, "1", {}, std::span<const float>(&lr, 1));
-      h5::write_attribute(d, detail::crc_attribute, detail::crc32_of(&lr, sizeof lr));
-      h5::write_attribute(d, detail::learning_rate_attribute, o.learning_rate);
+      if (o.learning_rate) {
+        const auto lr = static_cast<float>(*o.learning_rate);
+        const h5::object d = h5::write_dataset(vars, "1", {}, std::span<const float>(&lr, 1));
+        h5::write_attribute(d, detail::crc_attribute, detail::crc32_of(&lr, sizeof lr));
+        h5::write_attribute(d, detail::learning_rate_attribute, *o.learning_rate);
+      }
       for (std::size_t i = 0; i < o.slots.size(); ++i) {
         wait();
-        detail::write_variable(vars, i + 2, o.slots[i], known);
+        detail::write_variable(vars, i + o.counters(), o.slots[i], known);
       }
     }
     detail::write_memory_file(memory, tmp, known);

@@ -10,8 +10,39 @@ TESSEL_INLINE std::string batch_shape(const shape_value& s) {
   return out + "]";
 }
 
+// Keras's serialized learning-rate schedule: {"module": "keras.optimizers.schedules",
+// "class_name": "CosineDecay", "config": {...}, "registered_name": null} (a user's: its module
+// null, its registered name).
+TESSEL_INLINE std::string schedule_config(const optimizers::schedule_config& s) {
+  using layers::keras_config;
+  keras_config o;
+  for (const auto& [k, v] : s.values) {
+    if (std::holds_alternative<std::monostate>(v)) {
+      o.null(k);
+    } else if (const double* d = std::get_if<double>(&v)) {
+      o.field(k, *d);
+    } else if (const bool* b = std::get_if<bool>(&v)) {
+      o.field(k, *b);
+    } else if (const std::int64_t* i = std::get_if<std::int64_t>(&v)) {
+      o.field(k, *i);
+    } else {
+      std::string list = "[";
+      for (double x : std::get<std::vector<double>>(v))
+        list += (list.size() > 1 ? ", " : "") + keras_config::number(x);
+      o.raw(k, list + "]");
+    }
+  }
+  o.field("name", s.name);
+  const std::string module =
+      s.module.empty() ? std::string("null") : keras_config::quote(s.module);
+  const std::string registered =
+      s.module.empty() ? keras_config::quote(s.registered_name) : std::string("null");
+  return R"({"module": )" + module + R"(, "class_name": )" + keras_config::quote(s.class_name) +
+         R"(, "config": {)" + o.text() + R"(}, "registered_name": )" + registered + "}";
+}
+
 // Keras's optimizer config: the base Optimizer's arguments, then the optimizer's fields in their
-// order (learning_rate, written first, as the current one). Keras's own
+// order (learning_rate, written first, as the current one, or its schedule). Keras's own
 // optimizers by module; a user's by the name it is registered under ("user>Signum"), module null.
 TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
   using layers::keras_config;
@@ -21,7 +52,10 @@ TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
   // `spec.name`, "rmsprop").
   o.field("name", keras_snake_case(spec.class_name));
   // Keras holds the learning rate as a float32 variable and writes that value.
-  o.field("learning_rate", static_cast<double>(static_cast<float>(c.learning_rate)));
+  if (spec.schedule)
+    o.raw("learning_rate", schedule_config(*spec.schedule));
+  else
+    o.field("learning_rate", static_cast<double>(static_cast<float>(c.learning_rate)));
   auto optional = [&](const char* k, double v) {
     if (v == 0.0)
       o.null(k);

@@ -131,13 +131,15 @@ TESSEL_INLINE void write_sharded_weights(const std::filesystem::path& path,
     it.iterations = static_cast<std::int32_t>(o.iterations);
     put(it, 4.0, "the optimizer's iteration count");
     it.is_iterations = false;
-    it.index = 1;
-    it.learning_rate = o.learning_rate;
-    put(it, 4.0, "the optimizer's learning rate");
+    if (o.learning_rate) {
+      it.index = 1;
+      it.learning_rate = *o.learning_rate;
+      put(it, 4.0, "the optimizer's learning rate");
+    }
     for (std::size_t i = 0; i < o.slots.size(); ++i) {
       detail::shard_item s;
       s.group = "optimizer/vars";
-      s.index = i + 2;
+      s.index = i + o.counters();
       s.variable = &o.slots[i];
       put(s, 4.0 * static_cast<double>(detail::elements(o.slots[i].shape)), o.slots[i].path);
     }

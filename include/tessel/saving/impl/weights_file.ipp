@@ -277,16 +277,18 @@ TESSEL_INLINE optimizer_found read_weights_file(const std::filesystem::path& pat
                         "', and this model is compiled with '" + o.name +
                         "'. Compile the model with the file's optimizer before loading, or "
                         "load the weights into a model that is not compiled.");
-    const std::size_t n = h5::members(vars).size();
-    if (n != 2 && n != 2 + o.slots.size())
+    const std::size_t n = h5::members(vars).size(), counters = o.counters();
+    if (n != counters && n != counters + o.slots.size())
       throw value_error(head + "the file's optimizer" + (name ? " '" + *name + "'" : "") +
                         " has " + std::to_string(n) + " variables, and this model's ('" + o.name +
-                        "') has " + std::to_string(2 + o.slots.size()) +
-                        " (the iteration count, the learning rate and " +
+                        "') has " + std::to_string(counters + o.slots.size()) +
+                        " (the iteration count, " +
+                        (o.learning_rate ? "the learning rate and " : "no learning rate (a "
+                                                                      "schedule's) and ") +
                         std::to_string(o.slots.size()) +
                         " slots). Compile the model as the saved one was (the same optimizer "
                         "and arguments) before loading.");
-    for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t i = 0; i < counters; ++i)
       if (!h5::has(vars, std::to_string(i)))
         throw value_error(head + "the file's optimizer has no variable " + std::to_string(i) +
                           " ('" + vars.child_path(std::to_string(i)) + "', its " +
@@ -307,7 +309,7 @@ TESSEL_INLINE optimizer_found read_weights_file(const std::filesystem::path& pat
                           "after it was written. Use another copy of the file.");
       o.iterations = it;
     }
-    {
+    if (o.learning_rate) {
       auto [d, info] = h5::open_dataset(vars, "1");
       if (!info.shape.empty() || info.type_class != H5T_FLOAT)
         throw value_error(head + "'" + d.path +
@@ -324,9 +326,9 @@ TESSEL_INLINE optimizer_found read_weights_file(const std::filesystem::path& pat
       const auto full = h5::read_attribute<double>(d, detail::learning_rate_attribute);
       o.learning_rate = full && static_cast<float>(*full) == lr ? *full : lr;
     }
-    if (n == 2) return optimizer_found::counters;
+    if (n == counters) return optimizer_found::counters;
     for (std::size_t i = 0; i < o.slots.size(); ++i)
-      detail::read_variable(vars, i + 2, o.slots[i], head, "the optimizer '" + o.name + "'",
+      detail::read_variable(vars, i + counters, o.slots[i], head, "the optimizer '" + o.name + "'",
                             verified);
     return optimizer_found::all;
   } catch (const value_error& e) {
