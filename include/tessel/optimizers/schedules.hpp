@@ -151,7 +151,9 @@ void check_schedule(const S& s, std::string_view where) {
 template <schedule S>
 S schedule_from_config(const schedule_config& c, std::string_view where) {
   S s{};
-  for (const auto& [key, given] : c.values) {
+  for (const auto& entry : c.values) {
+    const std::string& key = entry.first;
+    const schedule_value& given = entry.second;
     bool known = false;
     for_each_field(s, [&](const char* n, auto& v, double, double) {
       if (key != n) return;
