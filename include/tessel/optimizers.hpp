@@ -56,7 +56,13 @@ class optimizer {
   [[nodiscard]] std::size_t counters() const noexcept { return scheduled() ? 1 : 2; }
 
   // The slots each trainable variable gets (Adam 2; RMSprop 1 to 3; SGD 0 or 1).
-  std::size_t slots_per_variable() const { return optimizers::count_slots(slot_names()); }
+  // (With Keras's use_ema and gradient_accumulation_steps, each variable's moving average and
+  // gradient accumulator count among them.)
+  std::size_t slots_per_variable() const {
+    const optimizers::config& c = spec_.config();
+    return optimizers::count_slots(slot_names()) + (c.use_ema ? 1 : 0) +
+           (c.gradient_accumulation_steps > 0 ? 1 : 0);
+  }
   // Keras's name of the optimizer ("adam").
   std::string_view name() const { return spec_.name(); }
   // Creates the slots for these variables (Keras's optimizer.build); apply() calls it when needed.
@@ -113,6 +119,8 @@ class optimizer {
   void release() noexcept {
     decay_current_ = false;
     slots_.clear();
+    averages_.clear();
+    accumulators_.clear();
     tensors_.clear();
     state_.clear();
   }
@@ -138,8 +146,16 @@ class optimizer {
   }
 
   // One step on each variable from its `gradient` (Keras's optimizer.apply(grads, variables)):
-  // one backend update over all of them.
+  // one backend update over all of them. With gradient_accumulation_steps n, a step whose count
+  // is not a multiple of n adds the gradients to the accumulators and updates nothing; the n-th
+  // updates from the mean of the n gradients (Keras: the optimizer's own count, and a schedule's
+  // step, count every call; the update's step number counts the updates). With use_ema, each
+  // variable's moving average follows it after every call (Keras's EMA, its momentum 0 at the
+  // first update), and every ema_overwrite_frequency updates the variables take their averages.
   void apply(const std::vector<variable<B>*>& vars);
+  // Keras's optimizer.finalize_variable_values: with use_ema, the variables take their moving
+  // averages (fit does it when it ends). Nothing before the first step.
+  void finalize_variable_values(const std::vector<variable<B>*>& vars);
 
   // The values its slots hold (0 before build()).
   [[nodiscard]] std::size_t state_values() const {
@@ -219,6 +235,7 @@ class optimizer {
   double learning_rate_;
   variable_store<B> state_;
   std::vector<slot> slots_;
+  std::vector<variable<B>*> averages_, accumulators_;  // per variable, with use_ema / accumulation
   std::vector<backend::update_tensors<matrix>> tensors_;  // reused every step
   std::vector<std::string> excluded_;                      // exclude_from_weight_decay's
   std::vector<element_ranges> decay_ranges_;
@@ -234,21 +251,30 @@ void optimizer<B>::build(const std::vector<variable<B>*>& vars) {
   if (!slots_.empty()) return;
   const auto names = slot_names();
   const auto initial = spec_.slot_initial_values();
+  const optimizers::config& c = spec_.config();
+  // On the same shards as the variable: the block's shape, zeroed (or the slot's initial value:
+  // Adagrad's accumulator).
+  auto add = [&](const variable<B>& v, const char* what, double value) {
+    variable<B>& x = state_.emplace_back();
+    x.path = slot_path(v.path, what);
+    x.shape = v.shape;
+    x.initializer = value == 0.0 ? "zeros" : "constant";
+    x.trainable = false;
+    x.value = v.value.like(B::make_zeros(x.path, v.value.block_rows(), v.value.block_cols()));
+    if (value != 0.0) B::fill(x.value.local(), static_cast<float>(value));
+    return &x;
+  };
+  // Each variable's moving average and gradient accumulator (Keras makes them in the base
+  // optimizer's build, before the optimizer's slots: keras_slot_passes() orders the file), then
+  // its slots.
   for (variable<B>* v : vars) {
+    averages_.push_back(c.use_ema ? add(*v, "average", 0.0) : nullptr);
+    accumulators_.push_back(c.gradient_accumulation_steps > 0
+                                ? add(*v, "gradient_accumulator", 0.0)
+                                : nullptr);
     slot s{};
-    for (std::size_t k = 0; k < names.size(); ++k) {
-      if (names[k] == nullptr) continue;
-      variable<B>& x = state_.emplace_back();
-      x.path = slot_path(v->path, names[k]);
-      x.shape = v->shape;
-      x.initializer = initial[k] == 0.0 ? "zeros" : "constant";
-      x.trainable = false;
-      // On the same shards as the variable: the block's shape, zeroed (or the slot's initial
-      // value: Adagrad's accumulator).
-      x.value = v->value.like(B::make_zeros(x.path, v->value.block_rows(), v->value.block_cols()));
-      if (initial[k] != 0.0) B::fill(x.value.local(), static_cast<float>(initial[k]));
-      s[k] = &x;
-    }
+    for (std::size_t k = 0; k < names.size(); ++k)
+      if (names[k] != nullptr) s[k] = add(*v, names[k], initial[k]);
     slots_.push_back(s);
   }
 }
@@ -259,17 +285,63 @@ void optimizer<B>::apply(const std::vector<variable<B>*>& vars) {
   if (vars.size() != slots_.size())
     throw value_error("optimizer.apply: built for " + std::to_string(slots_.size()) +
                       " variables, called with " + std::to_string(vars.size()) + ".");
+  namespace ob = optimizers::bodies;
+  const optimizers::config& c = spec_.config();
   const double lr = learning_rate();
+  const std::size_t before = iterations_;
   ++iterations_;
-  tensors_.clear();
-  for (std::size_t i = 0; i < vars.size(); ++i) {
-    auto local = [](const variable<B>* x) { return x ? x->value.local() : matrix(); };
-    const slot& s = slots_[i];
-    tensors_.push_back(
-        {vars[i]->value.local(), vars[i]->gradient, local(s[0]), local(s[1]), local(s[2])});
+  const auto steps = static_cast<std::size_t>(c.gradient_accumulation_steps);
+  bool updates = true;
+  if (steps > 0) {
+    updates = (before + 1) % steps == 0;
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      const matrix& g = vars[i]->gradient;
+      const matrix acc = accumulators_[i]->value.local();
+      const std::size_t n = optimizers::elements<B>(g);
+      if (updates)
+        B::for_each("accumulated_mean", n, 1,
+                    ob::accumulated_mean{g.data(), acc.data(), static_cast<float>(steps)});
+      else
+        B::for_each("accumulate", n, 1, ob::accumulate{acc.data(), g.data()});
+    }
   }
-  decay_of(vars);
-  update(tensors_, iterations_, lr, decay_, norms_);
+  if (updates) {
+    tensors_.clear();
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      auto local = [](const variable<B>* x) { return x ? x->value.local() : matrix(); };
+      const slot& s = slots_[i];
+      tensors_.push_back(
+          {vars[i]->value.local(), vars[i]->gradient, local(s[0]), local(s[1]), local(s[2])});
+    }
+    decay_of(vars);
+    // The update's step number counts the updates.
+    update(tensors_, steps > 0 ? (before + 1) / steps : iterations_, lr, decay_, norms_);
+  }
+  if (!c.use_ema) return;
+  // Keras's _update_model_variables_moving_average with its iterations (the updates before this
+  // call), then the overwrite every ema_overwrite_frequency.
+  const std::size_t done = steps > 0 ? before / steps : before;
+  const float m = done != 0 ? static_cast<float>(c.ema_momentum) : 0.0f;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    const matrix w = vars[i]->value.local(), avg = averages_[i]->value.local();
+    B::for_each("moving_average", optimizers::elements<B>(w), 1,
+                ob::moving_average{avg.data(), w.data(), m});
+  }
+  if (c.ema_overwrite_frequency > 0 &&
+      (done + 1) % static_cast<std::size_t>(c.ema_overwrite_frequency) == 0)
+    for (std::size_t i = 0; i < vars.size(); ++i)
+      B::copy(averages_[i]->value.local(), vars[i]->value.local());
+}
+
+template <class B>
+void optimizer<B>::finalize_variable_values(const std::vector<variable<B>*>& vars) {
+  if (!spec_.config().use_ema || averages_.empty()) return;
+  if (vars.size() != averages_.size())
+    throw value_error("optimizer.finalize_variable_values: built for " +
+                      std::to_string(averages_.size()) + " variables, called with " +
+                      std::to_string(vars.size()) + ".");
+  for (std::size_t i = 0; i < vars.size(); ++i)
+    B::copy(averages_[i]->value.local(), vars[i]->value.local());
 }
 
 template <class B>
@@ -319,9 +391,13 @@ template <class B>
 std::vector<int> optimizer<B>::keras_slot_passes() const {
   const auto passes = spec_.keras_slot_passes();
   std::vector<int> out;
-  for (const slot& s : slots_)
-    for (std::size_t k = 0; k < s.size(); ++k)
-      if (s[k] != nullptr) out.push_back(passes[k]);
+  // (Keras's base optimizer makes every average, then every accumulator, before the slots.)
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    if (averages_[i] != nullptr) out.push_back(-2);
+    if (accumulators_[i] != nullptr) out.push_back(-1);
+    for (std::size_t k = 0; k < slots_[i].size(); ++k)
+      if (slots_[i][k] != nullptr) out.push_back(passes[k]);
+  }
   return out;
 }
 
@@ -342,6 +418,10 @@ template <class B>
 std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
     const state_list<B>& optimizer_variables, const state_list<B>& grads,
     const state_list<B>& trainable) const {
+  if (spec_.config().use_ema || spec_.config().gradient_accumulation_steps > 0)
+    throw value_error(
+        "stateless_apply: an optimizer with use_ema or gradient_accumulation_steps keeps state "
+        "this form does not carry through; use apply_gradients (train_on_batch) for it.");
   if (optimizer_variables.size() < counters() ||
       optimizer_variables[0].path != std::string(prefix()) + "/iteration")
     throw value_error("stateless_apply: optimizer_variables must start with '" +

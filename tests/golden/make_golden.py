@@ -1549,6 +1549,69 @@ def make_schedules(keras, jax):
     }
 
 
+def make_ema_accumulation(keras, jax):
+    """Keras's use_ema and gradient_accumulation_steps (tests/unit/ema_accumulation_test.cpp):
+    an MLP trained 7 steps under each case (the loss, weights and iteration count after each
+    step, the optimizer's variables' paths in Keras's order), the weights after fit's end
+    (finalize_variable_values), and the third case's weights file after its third step."""
+    from keras import ops
+
+    specs = [
+        ("sgd_accumulation", lambda: keras.optimizers.SGD(
+            learning_rate=0.1, momentum=0.9, gradient_accumulation_steps=3)),
+        ("adam_ema", lambda: keras.optimizers.Adam(
+            learning_rate=0.01, use_ema=True, ema_momentum=0.9)),
+        ("adam_ema_overwrite_accumulation", lambda: keras.optimizers.Adam(
+            learning_rate=0.01, use_ema=True, ema_momentum=0.8, ema_overwrite_frequency=2,
+            gradient_accumulation_steps=2)),
+        ("adamw_accumulation_clipnorm_schedule", lambda: keras.optimizers.AdamW(
+            learning_rate=keras.optimizers.schedules.ExponentialDecay(0.02, 3, 0.5),
+            clipnorm=0.1, gradient_accumulation_steps=2)),
+    ]
+    rng = np.random.default_rng(9090)
+    xs = [f32(rng.normal(size=(8, 5))) for _ in range(7)]
+    y = f32(rng.normal(size=(8, 3)))
+    cases = []
+    for name, make in specs:
+        keras.backend.clear_session()
+        model = small_mlp(keras, np.random.default_rng(9191))
+        model.compile(optimizer=make(), loss="mean_squared_error")
+        initial = weights_list(model)
+        steps = []
+        for k, x in enumerate(xs):
+            ret = model.train_on_batch(x, y, return_dict=True)
+            steps.append({"loss": F32(ret["loss"]), "weights": weights_list(model),
+                          "iterations": int(ops.convert_to_numpy(model.optimizer._iterations))})
+            if k == 2 and name == "adam_ema_overwrite_accumulation":
+                model.save_weights(os.path.join(HERE, "ema_accumulation.weights.h5"))
+        paths = [v.path for v in model.optimizer.variables]
+        averages = [arr(np.asarray(v)) for v in model.optimizer.variables
+                    if v.path.endswith("_average")]
+        model.optimizer.finalize_variable_values(model.trainable_weights)
+        cases.append({"case": name, "initial_weights": initial, "steps": steps,
+                      "optimizer_variables": paths, "averages": averages,
+                      "finalized": weights_list(model),
+                      "optimizer": keras.optimizers.serialize(model.optimizer)})
+    return {
+        "meta": meta(
+            keras,
+            jax,
+            "Input(5) -> Dense(8, relu) -> Dense(3), mean squared error, 7 train_on_batch calls "
+            "on batches xs[k] with the same y; cases: SGD(0.1, momentum 0.9, "
+            "gradient_accumulation_steps=3); Adam(0.01, use_ema, ema_momentum 0.9); Adam(0.01, "
+            "use_ema, ema_momentum 0.8, ema_overwrite_frequency 2, gradient_accumulation_steps "
+            "2); AdamW(ExponentialDecay(0.02, 3, 0.5), clipnorm 0.1, gradient_accumulation_steps "
+            "2). steps[k]: after call k+1 (iterations: the optimizer's own count, every call); "
+            "averages: the moving averages after the last call; finalized: the weights after "
+            "finalize_variable_values (what fit ends with); ema_accumulation.weights.h5: the "
+            "third case after its third call.",
+        ),
+        "xs": [arr(x) for x in xs],
+        "y": arr(y),
+        "cases": cases,
+    }
+
+
 def make_gradient_clipping(keras, jax):
     """Keras's clipnorm and global_clipnorm over two variables (tests/unit/golden_test.cpp): three
     steps of each case from the same gradients, the variables after each."""
@@ -2372,6 +2435,7 @@ def main():
         ("optimizers", make_optimizers),
         ("gradient_clipping", make_gradient_clipping),
         ("schedules", make_schedules),
+        ("ema_accumulation", make_ema_accumulation),
         ("metrics", make_metrics),
         ("model_step", make_model_step),
         ("summary", make_summaries),

@@ -33,6 +33,9 @@
 //             norm by the worker (the ps tasks hold shards), and an ExponentialDecay schedule,
 //             which the ps tasks make from the chief's description; 2 epochs equal one device's
 //             and differ from the unclipped run.
+//   accumulated  1 worker, 2 ps: Adam with gradient_accumulation_steps 2, the ps tasks updating
+//             every second push; 2 epochs equal one device's. A model whose optimizer has use_ema,
+//             or clips by norm and accumulates, is refused by the coordinator, saying why.
 //   other_model  2 workers, 1 ps: worker 1 is built with another model; the chief refuses it when
 //             it joins, naming the variable that differs, and worker 0 trains every batch.
 #include <signal.h>
@@ -174,7 +177,8 @@ int main(int argc, char** argv) {
                       optimizers::schedules::exponential_decay{
                           .initial_learning_rate = 0.002, .decay_steps = 16, .decay_rate = 0.5},
                   .clipnorm = 0.05})
-            : optimizer_spec("adam");
+        : mode == "accumulated" ? optimizer_spec(optimizers::adam{.gradient_accumulation_steps = 2})
+                                : optimizer_spec("adam");
     model.compile({.optimizer = compiled, .loss = "sparse_categorical_crossentropy"});
     const std::vector<array<float>> initial = model.get_weights();
     if (mode == "other_model" && strategy.task_type() == ps::role::worker &&
@@ -280,6 +284,33 @@ int main(int argc, char** argv) {
       check(worst <= 1e-5, "clipnorm and a schedule on 2 ps tasks in shards equal one device");
       check(apart > 1e-3, "the clipping acts");
       exactly_once(coord, 64);
+    } else if (mode == "accumulated") {
+      coord.fit({.epochs = 2, .verbose = 0});
+      const double worst = against_one_device(model, initial, 2, compiled);
+      const double apart = against_one_device(model, initial, 2, "adam");
+      std::printf(
+          "gradient_accumulation_steps, one worker against one device: worst relative weight "
+          "difference %.2e; from the run without %.2e\n",
+          worst, apart);
+      check(worst <= 1e-5, "gradient accumulation on 2 ps tasks equals one device");
+      check(apart > 1e-3, "the accumulation acts");
+      exactly_once(coord, 64);
+      for (const optimizer_spec& refused :
+           {optimizer_spec(optimizers::adam{.use_ema = true}),
+            optimizer_spec(optimizers::adam{.clipnorm = 1.0, .gradient_accumulation_steps = 2})}) {
+        model_t other;
+        other.compile({.optimizer = refused, .loss = "sparse_categorical_crossentropy"});
+        std::string why;
+        try {
+          ps::cluster_coordinator<model_t, dataset_t> no(strategy, other);
+        } catch (const value_error& e) {
+          why = e.what();
+        }
+        check(why.find(refused.config().use_ema ? "the optimizer has use_ema"
+                                                : "clips by norm (clipnorm or global_clipnorm) "
+                                                  "and accumulates gradients") != std::string::npos,
+              "the coordinator refuses, saying why: " + why);
+      }
     } else if (mode == "failures") {
       const history h = coord.fit({.epochs = 3, .steps_per_epoch = 32, .verbose = 0});
       std::printf("losses per epoch: %.4f %.4f %.4f, mean staleness %.2f\n",

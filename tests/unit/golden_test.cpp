@@ -173,9 +173,9 @@ TEST_CASE("golden: clipnorm and global_clipnorm over two variables", "[golden][o
     config.class_name = c["class"].get<std::string>();
     for (const auto& [key, value] : c["config"].items()) {
       bool base = false;
-      config.for_each_base([&](const char* k, double& v) {
+      config.for_each_base([&](const char* k, auto& v) {
         if (key == k) {
-          v = value.get<double>();
+          v = value.get<std::remove_cvref_t<decltype(v)>>();
           base = true;
         }
       });

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <string_view>
 #include <tuple>
 
@@ -22,6 +23,10 @@ struct adamax {
   double clipnorm = 0.0;
   double clipvalue = 0.0;
   double global_clipnorm = 0.0;
+  bool use_ema = false;  // keep a moving average of each variable (Keras's EMA)
+  double ema_momentum = 0.99;
+  std::int64_t ema_overwrite_frequency = 0;      // 0: None
+  std::int64_t gradient_accumulation_steps = 0;  // 0: None (each step updates)
 
   static constexpr std::string_view class_name = "Adamax";
   static constexpr std::string_view name = "adamax";

@@ -38,6 +38,32 @@ struct scale_gradient {
   TESSEL_KERNEL_BODY void operator()(std::size_t i) const { g[i] = g[i] * numerator / denominator; }
 };
 
+// Keras's gradient accumulation, a step that does not update: acc = g + acc.
+struct accumulate {
+  float* acc;
+  const float* g;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const { acc[i] = g[i] + acc[i]; }
+};
+// The updating step: g = (g + acc) / steps, the accumulator emptied.
+struct accumulated_mean {
+  float* g;
+  float* acc;
+  float steps;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const {
+    g[i] = (g[i] + acc[i]) / steps;
+    acc[i] = 0.0f;
+  }
+};
+// Keras's EMA of a variable: avg = m * avg + (1 - m) * w.
+struct moving_average {
+  float* avg;
+  const float* w;
+  float m;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const {
+    avg[i] = m * avg[i] + (1.0f - m) * w[i];
+  }
+};
+
 // keras.optimizers.Adagrad: acc += g^2; w -= lr g / sqrt(acc + epsilon).
 struct adagrad {
   float* w;

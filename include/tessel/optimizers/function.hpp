@@ -175,7 +175,7 @@ class optimizer_function {
         h.text(entry.first);
         std::visit([&](auto x) { h.value(x); }, entry.second);
       }
-      this->desc.for_each_base([&](const char*, double v) { h.value(v); });
+      this->desc.for_each_base([&](const char*, auto v) { h.value(v); });
       if (this->desc.schedule) {
         h.text(this->desc.schedule->class_name);
         for (const auto& [k, v] : this->desc.schedule->values) {

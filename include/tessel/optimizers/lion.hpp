@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string_view>
 #include <tuple>
 
@@ -20,6 +21,10 @@ struct lion {
   double clipnorm = 0.0;
   double clipvalue = 0.0;
   double global_clipnorm = 0.0;
+  bool use_ema = false;  // keep a moving average of each variable (Keras's EMA)
+  double ema_momentum = 0.99;
+  std::int64_t ema_overwrite_frequency = 0;      // 0: None
+  std::int64_t gradient_accumulation_steps = 0;  // 0: None (each step updates)
 
   static constexpr std::string_view class_name = "Lion";
   static constexpr std::string_view name = "lion";

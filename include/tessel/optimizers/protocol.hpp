@@ -85,6 +85,10 @@ struct config {
   double clipnorm = 0.0;
   double clipvalue = 0.0;
   double global_clipnorm = 0.0;
+  bool use_ema = false;
+  double ema_momentum = 0.99;
+  std::int64_t ema_overwrite_frequency = 0;      // 0: None
+  std::int64_t gradient_accumulation_steps = 0;  // 0: None
   // The variables' names (their last path component) that weight decay leaves alone, as
   // optimizer<B>::exclude_from_weight_decay was given them (the parameter servers need them).
   std::vector<std::string> exclude_from_weight_decay;
@@ -94,7 +98,8 @@ struct config {
       if (k == key) return &v;
     return nullptr;
   }
-  // Calls f(name, value) for each of Keras's base arguments, in Keras's order.
+  // Calls f(name, value) for each of Keras's base arguments, in Keras's order (a double, a bool or
+  // an std::int64_t).
   template <class F>
   void for_each_base(F&& f) const {
     bases(*this, f);
@@ -120,6 +125,10 @@ struct config {
     f("clipnorm", self.clipnorm);
     f("clipvalue", self.clipvalue);
     f("global_clipnorm", self.global_clipnorm);
+    f("use_ema", self.use_ema);
+    f("ema_momentum", self.ema_momentum);
+    f("ema_overwrite_frequency", self.ema_overwrite_frequency);
+    f("gradient_accumulation_steps", self.gradient_accumulation_steps);
   }
 };
 
@@ -141,6 +150,12 @@ constexpr void for_each_base_member(O& o, F&& f) {
   if constexpr (requires { o.clipnorm; }) f("clipnorm", o.clipnorm);
   if constexpr (requires { o.clipvalue; }) f("clipvalue", o.clipvalue);
   if constexpr (requires { o.global_clipnorm; }) f("global_clipnorm", o.global_clipnorm);
+  if constexpr (requires { o.use_ema; }) f("use_ema", o.use_ema);
+  if constexpr (requires { o.ema_momentum; }) f("ema_momentum", o.ema_momentum);
+  if constexpr (requires { o.ema_overwrite_frequency; })
+    f("ema_overwrite_frequency", o.ema_overwrite_frequency);
+  if constexpr (requires { o.gradient_accumulation_steps; })
+    f("gradient_accumulation_steps", o.gradient_accumulation_steps);
 }
 
 // O's description as data.
@@ -168,8 +183,8 @@ config config_of(const O& o) {
     }
   });
   for_each_base_member(o, [&](const char* n, const auto& v) {
-    c.for_each_base([&](const char* k, double& to) {
-      if (std::string_view(k) == n) to = static_cast<double>(v);
+    c.for_each_base([&](const char* k, auto& to) {
+      if (std::string_view(k) == n) to = static_cast<std::remove_cvref_t<decltype(to)>>(v);
     });
   });
   return c;
@@ -193,9 +208,20 @@ void check(const O& o, std::string_view where) {
       throw value_error(std::string(where) + ": " + std::string(O::class_name) + "'s " + n +
                         " is " + number_text(v) + "; it must be 0 (none) or more.");
   };
-  for_each_base_member(o, [&](const char* n, const auto& v) { base(n, static_cast<double>(v)); });
-  // Keras's rule and words.
+  for_each_base_member(o, [&](const char* n, const auto& v) {
+    if constexpr (!std::is_same_v<std::remove_cvref_t<decltype(v)>, bool>)
+      base(n, static_cast<double>(v));
+  });
+  // Keras's rules and words.
   const config c = config_of(o);
+  if (c.gradient_accumulation_steps == 1)
+    throw value_error(std::string(where) +
+                      ": `gradient_accumulation_steps` must be an integer >= 2. Received: "
+                      "gradient_accumulation_steps=1");
+  if (c.ema_momentum > 1.0)
+    throw value_error(std::string(where) +
+                      ": `ema_momentum` must be in the range [0, 1]. Received: ema_momentum=" +
+                      number_text(c.ema_momentum));
   if ((c.clipnorm > 0.0) + (c.clipvalue > 0.0) + (c.global_clipnorm > 0.0) > 1)
     throw value_error(std::string(where) +
                       ": Only one of `clipnorm`, `clipvalue` and "
@@ -249,15 +275,23 @@ O from_config(const config& c, std::string_view where) {
         throw value_error(std::string(where) + ": " + std::string(O::class_name) +
                           " has no argument '" + entry.first + "'.");
     }
-  // Each base argument to its member; one O does not have, given, is refused.
-  c.for_each_base([&](const char* k, double given) {
+  // Each base argument to its member; one O does not have, given other than Keras's default, is
+  // refused.
+  const config defaults{};
+  c.for_each_base([&](const char* k, const auto& given) {
+    using G = std::remove_cvref_t<decltype(given)>;
     bool found = false;
     for_each_base_member(o, [&](const char* n, auto& member) {
       if (std::string_view(k) != n) return;
       found = true;
-      member = given;
+      member = static_cast<std::remove_cvref_t<decltype(member)>>(given);
     });
-    if (!found && given != 0.0)
+    G fallback{};
+    defaults.for_each_base([&](const char* d, const auto& v) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(v)>, G>)
+        if (std::string_view(d) == k) fallback = v;
+    });
+    if (!found && given != fallback)
       throw value_error(std::string(where) + ": " + std::string(O::class_name) +
                         " has no argument '" + k + "'.");
   });

@@ -100,15 +100,9 @@ template <class Model, class Dataset>
 class cluster_coordinator : public coordinator_core {
  public:
   cluster_coordinator(parameter_server_strategy& s, Model& model, std::function<Dataset()> fn = {})
-      : coordinator_core(s, names_of(model), shapes_of(model)),
+      : coordinator_core(s, names_of(checked(model)), shapes_of(model)),
         model_(model),
         dataset_fn_(std::move(fn)) {
-    const std::size_t non_trainable = model_.non_trainable_variables().size();
-    if (non_trainable > 0)
-      throw value_error("ParameterServerStrategy: the model has " + std::to_string(non_trainable) +
-                        " non-trainable weights (batch normalization's statistics); the ps tasks "
-                        "hold trainable variables only, so train this model with "
-                        "mirrored_strategy or multi_worker_mirrored_strategy");
     // The training step: train_on_batch's loss and gradients (compute_loss_and_gradients), then
     // the gradients (clipped by norm, where the optimizer says) to the ps tasks instead of the
     // model's own optimizer.
@@ -205,6 +199,29 @@ class cluster_coordinator : public coordinator_core {
   static B backend_of_variable(const variable<B>*);
   using backend = decltype(backend_of_variable(std::declval<Model&>().trainable_variables()[0]));
 
+  // The model and optimizer the parameter servers can train, refused before anything connects.
+  static Model& checked(Model& m) {
+    const std::size_t non_trainable = m.non_trainable_variables().size();
+    if (non_trainable > 0)
+      throw value_error("ParameterServerStrategy: the model has " + std::to_string(non_trainable) +
+                        " non-trainable weights (batch normalization's statistics); the ps tasks "
+                        "hold trainable variables only, so train this model with "
+                        "mirrored_strategy or multi_worker_mirrored_strategy");
+    if (m.get_optimizer().spec().config().use_ema)
+      throw value_error(
+          "ParameterServerStrategy: the optimizer has use_ema; the ps tasks would keep the "
+          "moving averages, but fit here does not take them back at its end (Keras's "
+          "finalize_variable_values). Train with use_ema under mirrored_strategy or "
+          "multi_worker_mirrored_strategy, or without it on the parameter servers");
+    if (m.get_optimizer().spec().config().clips_norms() &&
+        m.get_optimizer().spec().config().gradient_accumulation_steps > 0)
+      throw value_error(
+          "ParameterServerStrategy: the optimizer clips by norm (clipnorm or global_clipnorm) "
+          "and accumulates gradients; Keras clips the accumulated mean, but a worker clips each "
+          "gradient it pushes and the ps tasks accumulate. Use one of the two on the parameter "
+          "servers, or train under mirrored_strategy");
+    return m;
+  }
   // The gradients compute_loss_and_gradients left in the model's trainable variables.
   static std::vector<std::vector<float>> gradients_of(Model& m) {
     std::vector<std::vector<float>> out;

@@ -180,7 +180,7 @@ inline nlohmann::json optimizer_json(const optimizers::config& c) {
                       {"config", fields},
                       {"exclude_from_weight_decay", c.exclude_from_weight_decay},
                       {"schedule", detail::schedule_json(c.schedule)}};
-  c.for_each_base([&](const char* k, double v) { o[k] = v; });
+  c.for_each_base([&](const char* k, auto v) { o[k] = v; });
   return o;
 }
 
@@ -200,7 +200,21 @@ inline optimizers::config decode_optimizer(const nlohmann::json& o) {
   c.module = o["module"].get<std::string>();
   c.registered_name = o["registered_name"].get<std::string>();
   constexpr double big = std::numeric_limits<double>::max();
-  c.for_each_base([&](const char* k, double& v) { v = detail::number_field(o, k, 0, big, where); });
+  c.for_each_base([&](const char* k, auto& v) {
+    using T = std::remove_cvref_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, bool>) {
+      v = detail::bool_field(o, k, where);
+    } else {
+      const double x = detail::number_field(o, k, 0, big, where);
+      if constexpr (std::is_same_v<T, std::int64_t>) {
+        if (x != std::floor(x) || x > 9.0e15)
+          throw refused(where + ": '" + k + "' is " + o[k].dump() + ", not a whole number");
+        v = static_cast<std::int64_t>(x);
+      } else {
+        v = x;
+      }
+    }
+  });
   if (!o.contains("exclude_from_weight_decay") || !o["exclude_from_weight_decay"].is_array())
     throw refused(where + " has no 'exclude_from_weight_decay' list");
   for (const auto& n : o["exclude_from_weight_decay"]) {

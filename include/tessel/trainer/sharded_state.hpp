@@ -198,14 +198,18 @@ class sharded_state {
     opt_->apply(variables());
     full.set_counters(opt_->iterations(), full.learning_rate());
     ahead_ = true;
-    if (split_weights_) {
-      std::fill(resident_.begin(), resident_.end(), false);
-      for (std::size_t b = 0; b < runs_.size() && whole_; ++b)
-        gather_part(b, B::comm_span(weights_[b]));
-      return;
-    }
-    for (std::size_t b = 0; b < runs_.size(); ++b)
-      gather(B::comm_span(weights_[b]), B::cols(parts_[b].value.local()));
+    spread();
+  }
+
+  // Keras's finalize_variable_values on the parts (use_ema: the weights take their moving
+  // averages), spread as an update's are. A collective: every process of the group calls it.
+  void finalize_variable_values(optimizer<B>& full) {
+    full.release();
+    finish_prefetches();
+    if (split_weights_ && whole_) take_parts();
+    opt_->finalize_variable_values(variables());
+    ahead_ = true;
+    spread();
   }
 
   // clipnorm and global_clipnorm on the parts: each part's ranges that fall in a variable, with
@@ -311,6 +315,19 @@ class sharded_state {
     }
     opt_->set_decay_ranges(std::move(ranges));
     decay_for_ = full.weight_decay_exclusions();
+  }
+
+  // After the parts changed: the updated parts all-gathered in place (under split weights the
+  // parts are the weights: only a whole copy a reader made is gathered again).
+  void spread() {
+    if (split_weights_) {
+      std::fill(resident_.begin(), resident_.end(), false);
+      for (std::size_t b = 0; b < runs_.size() && whole_; ++b)
+        gather_part(b, B::comm_span(weights_[b]));
+      return;
+    }
+    for (std::size_t b = 0; b < runs_.size(); ++b)
+      gather(B::comm_span(weights_[b]), B::cols(parts_[b].value.local()));
   }
 
   void build_split_weights(const gradient_buckets<B, C>& buckets) {

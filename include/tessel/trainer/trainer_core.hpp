@@ -362,6 +362,11 @@ class trainer_core : public model_base {
   // This process updates the variables: under central storage only where they live.
   bool holds_variables() const;
   void share_central_state();
+  // Under central storage, after the variables changed where they live: broadcast to the others.
+  void share_stored_variables();
+  // Keras's optimizer.finalize_variable_values at the end of fit (use_ema: the variables take
+  // their moving averages), wherever the variables and the state are.
+  void finalize_variable_values();
   // clipnorm and global_clipnorm where this process holds parts of the variables (split over
   // mesh axes, or a split state's parts): the mesh axes over which the squared norms are summed
   // (a bit per axis; 0: each process has whole gradients), whether this process counts a

@@ -66,11 +66,17 @@ TESSEL_INLINE std::string optimizer_config(const compile_info& c) {
   optional("clipnorm", spec.clipnorm);
   optional("global_clipnorm", spec.global_clipnorm);
   optional("clipvalue", spec.clipvalue);
-  o.field("use_ema", false);
-  o.field("ema_momentum", 0.99);
-  for (const char* k :
-       {"ema_overwrite_frequency", "loss_scale_factor", "gradient_accumulation_steps"})
-    o.null(k);
+  o.field("use_ema", spec.use_ema);
+  o.field("ema_momentum", spec.ema_momentum);
+  auto count = [&](const char* k, std::int64_t v) {
+    if (v == 0)
+      o.null(k);
+    else
+      o.field(k, v);
+  };
+  count("ema_overwrite_frequency", spec.ema_overwrite_frequency);
+  o.null("loss_scale_factor");
+  count("gradient_accumulation_steps", spec.gradient_accumulation_steps);
   auto write = [&](const std::string& k, const optimizers::value& v) {
     if (const bool* b = std::get_if<bool>(&v))
       o.field(k.c_str(), *b);

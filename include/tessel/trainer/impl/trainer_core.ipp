@@ -254,12 +254,26 @@ void trainer_core<B, C>::apply_gradients() {
   if (optimizer_state_->spec().config().clips_norms()) set_gradient_norms();
   if (!shards_.empty()) shards_.apply(*optimizer_state_);
   else if (holds_variables()) optimizer_state_->apply(model_trainable_variables());
+  share_stored_variables();
+  gradients_pending_ = false;
+}
+
+template <class B, class C>
+void trainer_core<B, C>::finalize_variable_values() {
+  if (!optimizer_state_ || !optimizer_state_->spec().config().use_ema) return;
+  if (!shards_.empty()) shards_.finalize_variable_values(*optimizer_state_);
+  else if (holds_variables()) optimizer_state_->finalize_variable_values(model_trainable_variables());
+  share_stored_variables();
+}
+
+// Under central storage: the updated variables broadcast from the process that holds them.
+template <class B, class C>
+void trainer_core<B, C>::share_stored_variables() {
   for (const auto& e : stored_) {
     const std::span<float> values = B::comm_span(e.var->value.local());
     comm::run_step(pm(), e.steps.first(), std::span<const float>(values), values);
     reshard_->log().add({e.steps.first().kind, e.steps.first().axis, 0, 0, values.size_bytes()});
   }
-  gradients_pending_ = false;
 }
 
 template <class B, class C>
@@ -604,6 +618,9 @@ history trainer_core<B, C>::fit(const Dataset& train, const fit_options<Dataset>
     for (callback* c : cbs) c->on_epoch_end(epoch, shown);
     if (verbose) bar.on_epoch_end(epoch, shown, sorted_entries);
   }
+  // Keras's fit ends with the optimizer's finalize_variable_values (use_ema: the variables take
+  // their moving averages), before on_train_end.
+  if (o.epochs > 0) finalize_variable_values();
   for (callback* c : cbs) c->on_train_end(epoch_logs);
   wait_for_checkpoint();  // a save in the background ends with fit
   return hist;

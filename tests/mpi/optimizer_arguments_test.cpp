@@ -1,4 +1,4 @@
-// Keras's clipnorm and global_clipnorm where the processes hold parts of the variables, on 2 and 4
+// Keras's optimizer arguments where the processes hold parts of the variables, on 2 and 4
 // processes:
 //   - under data_parallel, with the optimizer state split (shard_state::optimizer) and with the
 //     weights split (shard_state::weights), under model_parallel (the Megatron pair over "model")
@@ -7,7 +7,10 @@
 //     acts);
 //   - the squared norms are summed by one all_reduce of one float64 per variable along each axis
 //     that splits the variables or the state, none where every process holds whole gradients,
-//     as explain() lists.
+//     as explain() lists;
+//   - use_ema (with ema_overwrite_frequency) and gradient_accumulation_steps, their averages and
+//     accumulators split as the slots are: 12 steps and fit's end (the weights taking their
+//     averages) equal one device, and differ from the run without them.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -104,6 +107,57 @@ void equals_one_device(const std::string& what, const testing::data_set& d,
   }
 }
 
+// Adam with use_ema (overwriting every 3 updates) and gradient_accumulation_steps 3: 11 steps,
+// then a fit of one batch, which updates (its 12th call) and ends with finalize_variable_values:
+// the weights then differ from their averages until fit's end takes them.
+const optimizer_spec ema_accumulation = optimizers::adam{.learning_rate = 0.01,
+                                                         .use_ema = true,
+                                                         .ema_momentum = 0.7,
+                                                         .ema_overwrite_frequency = 3,
+                                                         .gradient_accumulation_steps = 3};
+
+template <class Dist>
+void ema_and_accumulation(const std::string& what, const testing::data_set& d) {
+  const std::string name = what + ", use_ema and gradient_accumulation_steps";
+  block<Dist> a;
+  block<one_device> b, plain;
+  a.compile({.optimizer = ema_accumulation, .loss = "categorical_crossentropy"});
+  b.compile({.optimizer = ema_accumulation, .loss = "categorical_crossentropy"});
+  plain.compile(
+      {.optimizer = optimizers::adam{.learning_rate = 0.01}, .loss = "categorical_crossentropy"});
+  double worst_loss = 0;
+  for (std::size_t step = 0; step < 11; ++step) {
+    const array<float> x = data::slice_rows(d.x, step * 16, step * 16 + 16);
+    const array<float> y = data::slice_rows(d.y, step * 16, step * 16 + 16);
+    worst_loss = std::max(worst_loss, rel(*find_log(a.train_on_batch(x, y), "loss"),
+                                          *find_log(b.train_on_batch(x, y), "loss")));
+    plain.train_on_batch(x, y);
+  }
+  const array<float> x = data::slice_rows(d.x, 176, 192), y = data::slice_rows(d.y, 176, 192);
+  a.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
+  b.fit(x, y, {.batch_size = 16, .epochs = 1, .verbose = 0, .shuffle = false});
+  const double worst = testing::worst_weights(a.get_weights(), b.get_weights());
+  const double apart = testing::worst_weights(plain.get_weights(), b.get_weights());
+  if (process_id() == 0)
+    std::printf(
+        "%s: worst relative difference from one device: loss %.2e, weights %.2e; "
+        "from plain Adam %.2e\n",
+        name.c_str(), worst_loss, worst, apart);
+  check(worst_loss <= testing::tolerance, name + ": losses " + std::to_string(worst_loss));
+  check(worst <= testing::adam_weight_tolerance, name + ": weights " + std::to_string(worst));
+  check(apart > 1e-2, name + ": the arguments act (" + std::to_string(apart) + " apart)");
+  // fit ended with the weights taking their moving averages (one device's, which the
+  // distributed model's equal).
+  const auto weights = b.get_weights();
+  std::size_t i = 0;
+  double off = 0;
+  for (const auto& v : b.get_state_tree().optimizer_variables)
+    if (v.path.ends_with("_average") && i < weights.size())
+      off = std::max(off, rel(v.numpy(), weights[i++].values));
+  check(i == weights.size() && off == 0.0,
+        name + ": after fit the weights are their averages (" + std::to_string(off) + ")");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,11 +170,18 @@ int main(int argc, char** argv) {
         "data_parallel, shard_state::optimizer", d, {"batch"});
     equals_one_device<data_parallel<batch_mesh, shard_state::weights>>(
         "data_parallel, shard_state::weights", d, {"batch"});
+    ema_and_accumulation<data_parallel<batch_mesh>>("data_parallel", d);
+    ema_and_accumulation<data_parallel<batch_mesh, shard_state::optimizer>>(
+        "data_parallel, shard_state::optimizer", d);
+    ema_and_accumulation<data_parallel<batch_mesh, shard_state::weights>>(
+        "data_parallel, shard_state::weights", d);
     if (num_processes() == 4) {
       equals_one_device<model_parallel<megatron_map<2, 2>, "data">>("model_parallel 2x2", d,
                                                                     {"model"});
       equals_one_device<model_parallel<megatron_map<2, 2>, "data", shard_state::optimizer>>(
           "model_parallel 2x2, shard_state::optimizer", d, {"data", "model"});
+      ema_and_accumulation<model_parallel<megatron_map<2, 2>, "data", shard_state::optimizer>>(
+          "model_parallel 2x2, shard_state::optimizer", d);
     } else {
       equals_one_device<model_parallel<megatron_map<1, 2>, "data">>("model_parallel 1x2", d,
                                                                     {"model"});
@@ -128,5 +189,5 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return guard.fail(e);
   }
-  return testing::finish("gradient_clipping_test");
+  return testing::finish("optimizer_arguments_test");
 }
