@@ -54,6 +54,13 @@ class optimizer {
   // The scalars state() starts with: the iteration count, and the learning rate unless
   // scheduled.
   [[nodiscard]] std::size_t counters() const noexcept { return scheduled() ? 1 : 2; }
+  // The scalars state() ends with: the optimizer's own (Nadam's), derived from the update count.
+  [[nodiscard]] std::size_t scalars() const noexcept { return spec_.scalar_name().empty() ? 0 : 1; }
+  // The updates taken (the iteration count, over gradient_accumulation_steps when accumulating).
+  [[nodiscard]] std::size_t updates() const noexcept {
+    const auto steps = static_cast<std::size_t>(spec_.config().gradient_accumulation_steps);
+    return steps > 0 ? iterations_ / steps : iterations_;
+  }
 
   // The slots each trainable variable gets (Adam 2; RMSprop 1 to 3; SGD 0 or 1).
   // (With Keras's use_ema and gradient_accumulation_steps, each variable's moving average and
@@ -242,6 +249,11 @@ class optimizer {
   std::vector<decay_range> decay_;  // apply()'s, kept while decay_current_
   bool decay_current_ = false;
   gradient_norms norms_;
+  // The optimizer's own scalar after `scalar_updates_` updates (a cache: it is derived).
+  [[nodiscard]] double scalar_at(std::size_t updates) const;
+  mutable std::size_t scalar_updates_ = 0;
+  mutable double scalar_ = 0.0;
+  mutable bool scalar_known_ = false;
   mutable matrix norm_rows_;  // squared_norms' row sums, reused every step
   std::size_t iterations_ = 0;
 };
@@ -410,8 +422,20 @@ void optimizer<B>::set_state(const state_list<B>& values, std::string_view where
                       "; an iteration count is at least 0.");
   iterations_ = static_cast<std::size_t>(it);
   if (!scheduled()) learning_rate_ = values[1].real();
-  std::size_t i = counters();
+  std::size_t i = counters();  // (the own scalar, after the slots, is derived: not read)
   for (auto& v : state_) B::copy(values[i++].tensor().local(), v.value.local());
+}
+
+template <class B>
+double optimizer<B>::scalar_at(std::size_t updates) const {
+  // One more update steps the cache; anything else (a restored count) replays from the start.
+  if (!scalar_known_ || updates < scalar_updates_) {
+    scalar_ = spec_.scalar_initial();
+    scalar_updates_ = 0;
+    scalar_known_ = true;
+  }
+  while (scalar_updates_ < updates) scalar_ = spec_.scalar_after(++scalar_updates_, scalar_);
+  return scalar_;
 }
 
 template <class B>
@@ -487,6 +511,7 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
       decay.push_back({i, 0, optimizers::elements<B>(w.local())});
   }
   update(tensors, static_cast<std::size_t>(it), lr, decay, gradient_norms{});
+  if (scalars() > 0) new_state.back().value = scalar_at(static_cast<std::size_t>(it));
   return {std::move(new_trainable), std::move(new_state)};
 }
 
@@ -496,6 +521,8 @@ state_list<B> optimizer<B>::entries(bool copy) const {
   out.push_back({std::string(prefix()) + "/iteration", {}, static_cast<std::int64_t>(iterations_)});
   if (!scheduled()) out.push_back({std::string(prefix()) + "/learning_rate", {}, learning_rate_});
   for (const auto& v : state_) out.push_back(state_of(v, copy));
+  // (Keras makes Nadam's outside the optimizer's name scope: its path is its name alone.)
+  if (scalars() > 0) out.push_back({std::string(spec_.scalar_name()), {}, scalar_at(updates())});
   return out;
 }
 
@@ -510,7 +537,8 @@ void optimizer<B>::update(std::span<const backend::update_tensors<matrix>> u, st
                 optimizers::bodies::weight_decay{u[r.tensor].value.data() + r.begin,
                                                  static_cast<float>(c.weight_decay),
                                                  static_cast<float>(learning_rate)});
-  spec_.update(optimizers::step<B>{u, t_count, learning_rate});
+  spec_.update(optimizers::step<B>{u, t_count, learning_rate,
+                                   scalars() > 0 ? scalar_at(t_count) : 0.0});
 }
 
 template <class B>

@@ -19,6 +19,7 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -475,6 +476,8 @@ def make_optimizers(keras, jax):
         ("rmsprop_clipvalue", keras.optimizers.RMSprop, {"clipvalue": 0.5}),
         ("adam_clipvalue_weight_decay", keras.optimizers.Adam,
          {"learning_rate": 0.01, "clipvalue": 0.3, "weight_decay": 0.05}),
+        ("nadam", keras.optimizers.Nadam, {}),
+        ("nadam_lr0.01", keras.optimizers.Nadam, {"learning_rate": 0.01, "beta_1": 0.8}),
     ]
     # exclude_from_weight_decay(var_names=...) before the first step, by case.
     excluded = {"adamw_excluded": ["w"]}
@@ -491,12 +494,18 @@ def make_optimizers(keras, jax):
         for g in grads:
             opt.apply_gradients([(keras.ops.convert_to_tensor(g), var)])
             slots = {}
+            scalars = {}
             for v in opt.variables:
                 leaf = v.path.split("/")[-1]
+                if leaf in ("iteration", "learning_rate"):
+                    continue
                 if not leaf.startswith("w_"):
-                    continue  # iteration, learning_rate
+                    # the optimizer's own (Nadam's "variable", unnamed: Keras numbers a
+                    # second one "variable_1")
+                    scalars[re.sub(r"_\d+$", "", leaf)] = F32(np.asarray(v))
+                    continue
                 slots[leaf[2:]] = arr(np.asarray(v))
-            steps.append({"w": arr(np.asarray(var)), "slots": slots})
+            steps.append({"w": arr(np.asarray(var)), "slots": slots, "scalars": scalars})
         cfg = opt.get_config()
         config = {}
         for k in keep:
@@ -1612,6 +1621,41 @@ def make_ema_accumulation(keras, jax):
     }
 
 
+def make_nadam(keras, jax):
+    """keras.optimizers.Nadam on an MLP (tests/unit/nadam_test.cpp): three train_on_batch steps
+    (the loss, the weights, the optimizer's own scalar "nadam/variable"); its weights file after
+    the second step (nadam.weights.h5: the scalar after the slots)."""
+    from keras import ops
+
+    rng = np.random.default_rng(5151)
+    keras.backend.clear_session()
+    x = f32(rng.normal(size=(8, 5)))
+    y = f32(rng.normal(size=(8, 3)))
+    model = small_mlp(keras, rng)
+    model.compile(optimizer=keras.optimizers.Nadam(learning_rate=0.01, beta_1=0.85),
+                  loss="mean_squared_error")
+    initial = weights_list(model)
+    steps = []
+    for k in range(3):
+        ret = model.train_on_batch(x, y, return_dict=True)
+        steps.append({"loss": F32(ret["loss"]), "weights": weights_list(model),
+                      "product": F32(ops.convert_to_numpy(model.optimizer._u_product))})
+        if k == 1:
+            model.save_weights(os.path.join(HERE, "nadam.weights.h5"))
+    return {
+        "meta": meta(keras, jax, "Input(5) -> Dense(8, relu) -> Dense(3), mean squared error, "
+                     "Nadam(learning_rate=0.01, beta_1=0.85); steps[k] after train_on_batch call "
+                     "k+1 (product: the optimizer's _u_product); nadam.weights.h5 after the "
+                     "second step."),
+        "x": arr(x),
+        "y": arr(y),
+        "initial_weights": initial,
+        "steps": steps,
+        "optimizer_variables": [v.path for v in model.optimizer.variables],
+        "optimizer": keras.optimizers.serialize(model.optimizer),
+    }
+
+
 def make_gradient_clipping(keras, jax):
     """Keras's clipnorm and global_clipnorm over two variables (tests/unit/golden_test.cpp): three
     steps of each case from the same gradients, the variables after each."""
@@ -2436,6 +2480,7 @@ def main():
         ("gradient_clipping", make_gradient_clipping),
         ("schedules", make_schedules),
         ("ema_accumulation", make_ema_accumulation),
+        ("nadam", make_nadam),
         ("metrics", make_metrics),
         ("model_step", make_model_step),
         ("summary", make_summaries),

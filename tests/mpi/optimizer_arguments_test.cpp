@@ -10,7 +10,8 @@
 //     as explain() lists;
 //   - use_ema (with ema_overwrite_frequency) and gradient_accumulation_steps, their averages and
 //     accumulators split as the slots are: 12 steps and fit's end (the weights taking their
-//     averages) equal one device, and differ from the run without them.
+//     averages) equal one device, and differ from the run without them;
+//   - Nadam under the split state: its own scalar derived by the parts from the update count.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -158,6 +159,36 @@ void ema_and_accumulation(const std::string& what, const testing::data_set& d) {
         name + ": after fit the weights are their averages (" + std::to_string(off) + ")");
 }
 
+// Nadam, whose own scalar (the product of momentum factors) the split state's parts derive from
+// the update count: 10 steps equal one device, and its state tree holds the scalar.
+template <class Dist>
+void nadam_equals_one_device(const std::string& what, const testing::data_set& d) {
+  const std::string name = what + ", Nadam";
+  block<Dist> a;
+  block<one_device> b;
+  a.compile(
+      {.optimizer = optimizers::nadam{.learning_rate = 0.01}, .loss = "categorical_crossentropy"});
+  b.compile(
+      {.optimizer = optimizers::nadam{.learning_rate = 0.01}, .loss = "categorical_crossentropy"});
+  double worst_loss = 0;
+  for (std::size_t step = 0; step < 10; ++step) {
+    const array<float> x = data::slice_rows(d.x, step * 16, step * 16 + 16);
+    const array<float> y = data::slice_rows(d.y, step * 16, step * 16 + 16);
+    worst_loss = std::max(worst_loss, rel(*find_log(a.train_on_batch(x, y), "loss"),
+                                          *find_log(b.train_on_batch(x, y), "loss")));
+  }
+  const double worst = testing::worst_weights(a.get_weights(), b.get_weights());
+  const auto sa = a.get_state_tree().optimizer_variables,
+             sb = b.get_state_tree().optimizer_variables;
+  if (process_id() == 0)
+    std::printf("%s: worst relative difference from one device: loss %.2e, weights %.2e\n",
+                name.c_str(), worst_loss, worst);
+  check(worst_loss <= testing::tolerance, name + ": losses " + std::to_string(worst_loss));
+  check(worst <= testing::adam_weight_tolerance, name + ": weights " + std::to_string(worst));
+  check(sa.back().path == "variable" && sa.back().real() == sb.back().real(),
+        name + ": the product of momentum factors is one device's");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,6 +206,8 @@ int main(int argc, char** argv) {
         "data_parallel, shard_state::optimizer", d);
     ema_and_accumulation<data_parallel<batch_mesh, shard_state::weights>>(
         "data_parallel, shard_state::weights", d);
+    nadam_equals_one_device<data_parallel<batch_mesh, shard_state::optimizer>>(
+        "data_parallel, shard_state::optimizer", d);
     if (num_processes() == 4) {
       equals_one_device<model_parallel<megatron_map<2, 2>, "data">>("model_parallel 2x2", d,
                                                                     {"model"});

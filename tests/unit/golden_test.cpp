@@ -122,7 +122,7 @@ TEST_CASE("golden: losses and their gradients (sum_over_batch_size, probability 
 TEST_CASE("golden: three steps of each library optimizer in each configuration",
           "[golden][optimizers]") {
   const json g = load("optimizers.json");
-  REQUIRE(g["cases"].size() == 21);
+  REQUIRE(g["cases"].size() == 23);
   for (const json& c : g["cases"]) {
     INFO("case " << c["case"].get<std::string>());
     tessel::optimizers::config config;
@@ -151,7 +151,14 @@ TEST_CASE("golden: three steps of each library optimizer in each configuration",
       check_close(w.numpy(), values(c["steps"][step]["w"]), at + " w");
       // The slots, by Keras's names ("<optimizer>/w_<slot>").
       const tessel::state_list<B> state = opt.state();
-      REQUIRE(state.size() == 2 + c["steps"][step]["slots"].size());
+      REQUIRE(state.size() ==
+              2 + c["steps"][step]["slots"].size() + c["steps"][step]["scalars"].size());
+      // The optimizer's own scalars (Nadam's product of momentum factors), after the slots.
+      for (const auto& [name, expected] : c["steps"][step]["scalars"].items()) {
+        const tessel::state_variable<B>* v = state.find(name);
+        REQUIRE(v != nullptr);
+        CHECK(v->real() == Approx(expected.get<double>()).epsilon(1e-6));
+      }
       for (const auto& [slot, expected] : c["steps"][step]["slots"].items()) {
         const tessel::state_variable<B>* v = state.find(std::string(opt.name()) + "/w_" + slot);
         REQUIRE(v != nullptr);

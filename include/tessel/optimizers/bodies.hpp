@@ -64,6 +64,22 @@ struct moving_average {
   }
 };
 
+// keras.optimizers.Nadam: m += (g - m) b1c; v += (g^2 - v) b2c; m_hat = u_next m / next_den +
+// (1 - u_t) g / den; w -= m_hat lr / (sqrt(v / v_den) + epsilon), in Keras's order of operations.
+struct nadam {
+  float* w;
+  const float* g;
+  float* m;
+  float* v;
+  float lr, b1c, b2c, u_next, next_den, one_minus_u, den, v_den, epsilon;
+  TESSEL_KERNEL_BODY void operator()(std::size_t i) const {
+    m[i] += (g[i] - m[i]) * b1c;
+    v[i] += (g[i] * g[i] - v[i]) * b2c;
+    const float m_hat = u_next * m[i] / next_den + one_minus_u * g[i] / den;
+    w[i] -= m_hat * lr / (std::sqrt(v[i] / v_den) + epsilon);
+  }
+};
+
 // keras.optimizers.Adagrad: acc += g^2; w -= lr g / sqrt(acc + epsilon).
 struct adagrad {
   float* w;

@@ -25,6 +25,7 @@
 #include "adamax.hpp"
 #include "adamw.hpp"
 #include "lion.hpp"
+#include "nadam.hpp"
 #include "protocol.hpp"
 #include "rmsprop.hpp"
 #include "sgd.hpp"
@@ -50,7 +51,7 @@ inline constexpr bool never_an_optimizer<optimizer_function<B>> = true;
 // The library's optimizers, found by name without registering.
 template <class... O>
 struct type_list {};
-using library = type_list<sgd, adam, rmsprop, adamw, adagrad, adamax, lion>;
+using library = type_list<sgd, adam, rmsprop, adamw, adagrad, adamax, nadam, lion>;
 
 // What the registry keeps of an optimizer type: how to make one from a config.
 template <class B>
@@ -140,6 +141,13 @@ class optimizer_function {
     return impl_->slot_initial_values();
   }
   [[nodiscard]] std::array<int, 3> keras_slot_passes() const { return impl_->keras_slot_passes(); }
+  // The optimizer's own scalar (Nadam's): its Keras name (empty: none), its initial value and
+  // its value after update t from that after t - 1.
+  [[nodiscard]] std::string_view scalar_name() const noexcept { return impl_->scalar_name(); }
+  [[nodiscard]] double scalar_initial() const { return impl_->scalar_initial(); }
+  [[nodiscard]] double scalar_after(std::size_t t, double previous) const {
+    return impl_->scalar_after(t, previous);
+  }
   // What every process must hold alike: the type, its name and every hyperparameter.
   [[nodiscard]] std::uint64_t fingerprint() const noexcept { return impl_->fingerprint; }
   // One step of every listed variable.
@@ -160,6 +168,9 @@ class optimizer_function {
     virtual std::array<const char*, 3> slot_names() const = 0;
     virtual std::array<double, 3> slot_initial_values() const = 0;
     virtual std::array<int, 3> keras_slot_passes() const = 0;
+    virtual std::string_view scalar_name() const noexcept = 0;
+    virtual double scalar_initial() const = 0;
+    virtual double scalar_after(std::size_t t, double previous) const = 0;
     virtual void update(const optimizers::step<B>& s) const = 0;
   };
   template <class O>
@@ -209,6 +220,24 @@ class optimizer_function {
         return {0, 0, 0};
     }
     void update(const optimizers::step<B>& s) const override { value.template update<B>(s); }
+    std::string_view scalar_name() const noexcept override {
+      if constexpr (requires { O::scalar_name; })
+        return O::scalar_name;
+      else
+        return {};
+    }
+    double scalar_initial() const override {
+      if constexpr (requires { value.scalar_initial(); })
+        return value.scalar_initial();
+      else
+        return 0.0;
+    }
+    double scalar_after(std::size_t t, double previous) const override {
+      if constexpr (requires { value.scalar_after(t, previous); })
+        return value.scalar_after(t, previous);
+      else
+        return previous;
+    }
   };
 
   // The first of the library's with the name (a recursion over the list, not a fold into an
@@ -219,9 +248,10 @@ class optimizer_function {
     if constexpr (sizeof...(Rest) > 0)
       return library_by_name(n, optimizers::type_list<Rest...>{});
     else
-      throw value_error("Could not interpret optimizer identifier: " + std::string(n) +
-                        ". Use sgd, adam, rmsprop, adamw, adagrad, adamax, lion or an optimizer "
-                        "registered with tessel::register_optimizer<T, B>().");
+      throw value_error(
+          "Could not interpret optimizer identifier: " + std::string(n) +
+          ". Use sgd, adam, rmsprop, adamw, adagrad, adamax, nadam, lion or an optimizer "
+          "registered with tessel::register_optimizer<T, B>().");
   }
   static optimizer_function by_name(std::string_view n) {
     for (const auto& entry : optimizers::registered<B>())
@@ -242,7 +272,7 @@ optimizer_function<B> make_library(const config& c, std::string_view where, type
   else
     throw value_error(std::string(where) + ": the optimizer '" + c.class_name +
                       "' is not one this program knows: the library's are SGD, Adam, RMSprop, "
-                      "AdamW, Adagrad, Adamax and Lion; register a user's with "
+                      "AdamW, Adagrad, Adamax, Nadam and Lion; register a user's with "
                       "tessel::register_optimizer<T, B>() in every process (the parameter "
                       "servers too).");
 }

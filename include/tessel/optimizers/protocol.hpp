@@ -29,7 +29,12 @@
 //   - `slot_initial_values()`: each slot's initial value (default 0; Adagrad's accumulator 0.1);
 //   - `keras_slot_passes()`: in which of Keras's `add_optimizer_variables` calls each slot is
 //     made (default all in one, slots kept together per variable; RMSprop makes each kind in a
-//     call of its own), which fixes the slots' order in Keras's weights files.
+//     call of its own), which fixes the slots' order in Keras's weights files;
+//   - `scalar_name`, `scalar_initial()` and `scalar_after(t, previous)`: one scalar of the
+//     optimizer's own, a function of the update count (Nadam's product of momentum factors,
+//     Keras's float32 variable "variable", after the slots): its value after update t from
+//     that after t - 1. The state derives it from the count (so that a split state, a checkpoint
+//     or a restored ps holds it without carrying it); the update receives it in step::scalar.
 // optimizer_function<B> (optimizers/function.hpp) holds any such type; the trainer, saving and
 // the parameter servers ask nothing else of an optimizer.
 #pragma once
@@ -68,6 +73,7 @@ struct step {
   std::span<const backend::update_tensors<typename B::matrix>> tensors;
   std::size_t iteration = 1;
   double learning_rate = 0.0;
+  double scalar = 0.0;  // the optimizer's own scalar after this step, where it has one (Nadam)
 };
 
 // An optimizer described as data: Keras's class and module, its name and its hyperparameters

@@ -244,10 +244,11 @@ class cluster_coordinator : public coordinator_core {
   void save_state(const std::filesystem::path& dir) {
     auto& o = model_.get_optimizer();
     o.build(model_.trainable_variables());
-    // the iteration, the learning rate (unless scheduled), then each variable's slots
+    // the iteration, the learning rate (unless scheduled), each variable's slots, then the
+    // optimizer's own scalar (derived from the iteration count)
     auto opt = o.state();
     const std::size_t c = o.counters();
-    const std::size_t k = shapes_.empty() ? 0 : (opt.size() - c) / shapes_.size();
+    const std::size_t k = shapes_.empty() ? 0 : (opt.size() - c - o.scalars()) / shapes_.size();
     const full_state st = pull_state(k);
     model_.set_weights(st.weights);
     opt[0].value = st.iterations;
@@ -267,7 +268,7 @@ class cluster_coordinator : public coordinator_core {
     const auto opt = o.state();
     const std::size_t c = o.counters();
     full_state st{model_.get_weights(), {}, opt[0].integer(), o.learning_rate()};
-    for (std::size_t i = c; i < opt.size(); ++i) st.slots.push_back(opt[i].numpy());
+    for (std::size_t i = c; i < opt.size() - o.scalars(); ++i) st.slots.push_back(opt[i].numpy());
     push_state(st, optimizer_json());
   }
 

@@ -77,7 +77,8 @@ class optimizer_shards {
   [[nodiscard]] std::vector<std::size_t> slot_sizes() {
     std::vector<std::size_t> out;
     const state_list<B> s = built_state();
-    for (std::size_t i = opt_->counters(); i < s.size(); ++i) out.push_back(s[i].tensor().size());
+    for (std::size_t i = opt_->counters(); i < s.size() - opt_->scalars(); ++i)
+      out.push_back(s[i].tensor().size());
     return out;
   }
   [[nodiscard]] std::int64_t iterations() { return built_state()[0].integer(); }
@@ -93,7 +94,7 @@ class optimizer_shards {
     s[0].value = r.iterations;
     const std::size_t c = opt_->counters();
     if (c == 2) s[1].value = r.learning_rate;
-    for (std::size_t i = c; i < s.size(); ++i)
+    for (std::size_t i = c; i < s.size() - opt_->scalars(); ++i)
       frame_floats(m.frames[vars_.size() + 1 + i - c])
           .copy_to(host_values(s[i].tensor().local(), s[i].tensor().size()));
     opt_->set_state(s, "restore");

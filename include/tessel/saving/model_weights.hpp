@@ -117,8 +117,9 @@ model_weights_layout weights_layout(const model_view<B>& m, const optimizer<B>* 
                         "' belongs to no layer of model '" + m.name +
                         "' (its path does not start with a layer's name)");
   if (opt != nullptr) {
-    saved_optimizer o{detail::keras_optimizer_name(*opt), 0, 0.0, {}};
+    saved_optimizer o{detail::keras_optimizer_name(*opt), 0, 0.0, {}, std::nullopt};
     if (opt->scheduled()) o.learning_rate.reset();
+    if (opt->scalars() > 0) o.scalar = 0.0;
     const state_list<B> state = opt->state_view();
     out.slot_index = keras_slot_order(opt->keras_slot_passes());
     const std::size_t c = opt->counters();
@@ -144,6 +145,7 @@ void take_model_values(const model_view<B>& m, const optimizer<B>* opt,
     state.emplace(opt->state_view());
     layout.content.optimizer->iterations = (*state)[0].integer();
     if (!opt->scheduled()) layout.content.optimizer->learning_rate = (*state)[1].real();
+    if (opt->scalars() > 0) layout.content.optimizer->scalar = state->back().real();
   }
   const std::vector<variable<B>*>& vars = m.variables;
   std::size_t next = 0;

@@ -49,7 +49,7 @@ struct shard_item {
   std::size_t index = 0;
   const saved_variable* variable = nullptr;  // else a counter
   std::int32_t iterations = 0;
-  double learning_rate = 0;
+  double real = 0;  // a float scalar's value: the learning rate (index 1), the optimizer's own
   bool is_iterations = false;
 };
 

@@ -92,6 +92,7 @@ struct saved_optimizer {
   std::int64_t iterations = 0;
   std::optional<double> learning_rate = 0.0;  // none when scheduled (Keras keeps no variable)
   std::vector<saved_variable> slots;
+  std::optional<double> scalar;  // the optimizer's own float scalar after the slots (Nadam's)
   // The scalars before the slots: the iteration count and the learning rate, if any.
   [[nodiscard]] std::size_t counters() const noexcept { return learning_rate ? 2 : 1; }
 };
@@ -168,6 +169,12 @@ inline void write_weights_file(const std::filesystem::path& path, const weights_
       for (std::size_t i = 0; i < o.slots.size(); ++i) {
         wait();
         detail::write_variable(vars, i + o.counters(), o.slots[i], known);
+      }
+      if (o.scalar) {
+        const auto x = static_cast<float>(*o.scalar);
+        const h5::object d = h5::write_dataset(vars, std::to_string(o.counters() + o.slots.size()),
+                                               {}, std::span<const float>(&x, 1));
+        h5::write_attribute(d, detail::crc_attribute, detail::crc32_of(&x, sizeof x));
       }
     }
     detail::write_memory_file(memory, tmp, known);

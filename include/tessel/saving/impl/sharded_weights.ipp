@@ -43,10 +43,11 @@ TESSEL_INLINE file_sum write_shard(const std::filesystem::path& tmp,
         h5::write_attribute(h5::write_scalar(vars, "0", it.iterations), crc_attribute,
                             crc32_of(&it.iterations, sizeof it.iterations));
       } else {
-        const auto lr = static_cast<float>(it.learning_rate);
-        const h5::object d = h5::write_dataset(vars, "1", {}, std::span<const float>(&lr, 1));
-        h5::write_attribute(d, crc_attribute, crc32_of(&lr, sizeof lr));
-        h5::write_attribute(d, learning_rate_attribute, it.learning_rate);
+        const auto x = static_cast<float>(it.real);
+        const h5::object d =
+            h5::write_dataset(vars, std::to_string(it.index), {}, std::span<const float>(&x, 1));
+        h5::write_attribute(d, crc_attribute, crc32_of(&x, sizeof x));
+        if (it.index == 1) h5::write_attribute(d, learning_rate_attribute, it.real);
       }
     }
     return write_memory_file(memory, tmp, known);
@@ -133,7 +134,7 @@ TESSEL_INLINE void write_sharded_weights(const std::filesystem::path& path,
     it.is_iterations = false;
     if (o.learning_rate) {
       it.index = 1;
-      it.learning_rate = *o.learning_rate;
+      it.real = *o.learning_rate;
       put(it, 4.0, "the optimizer's learning rate");
     }
     for (std::size_t i = 0; i < o.slots.size(); ++i) {
@@ -142,6 +143,11 @@ TESSEL_INLINE void write_sharded_weights(const std::filesystem::path& path,
       s.index = i + o.counters();
       s.variable = &o.slots[i];
       put(s, 4.0 * static_cast<double>(detail::elements(o.slots[i].shape)), o.slots[i].path);
+    }
+    if (o.scalar) {
+      it.index = o.counters() + o.slots.size();
+      it.real = *o.scalar;
+      put(it, 4.0, "the optimizer's own scalar");
     }
   }
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";

@@ -278,15 +278,17 @@ TESSEL_INLINE optimizer_found read_weights_file(const std::filesystem::path& pat
                         "'. Compile the model with the file's optimizer before loading, or "
                         "load the weights into a model that is not compiled.");
     const std::size_t n = h5::members(vars).size(), counters = o.counters();
-    if (n != counters && n != counters + o.slots.size())
+    const std::size_t all = counters + o.slots.size() + (o.scalar ? 1 : 0);
+    if (n != counters && n != all)
       throw value_error(head + "the file's optimizer" + (name ? " '" + *name + "'" : "") +
                         " has " + std::to_string(n) + " variables, and this model's ('" + o.name +
-                        "') has " + std::to_string(counters + o.slots.size()) +
+                        "') has " + std::to_string(all) +
                         " (the iteration count, " +
                         (o.learning_rate ? "the learning rate and " : "no learning rate (a "
                                                                       "schedule's) and ") +
-                        std::to_string(o.slots.size()) +
-                        " slots). Compile the model as the saved one was (the same optimizer "
+                        std::to_string(o.slots.size()) + " slots" +
+                        (o.scalar ? " and its own scalar" : "") +
+                        "). Compile the model as the saved one was (the same optimizer "
                         "and arguments) before loading.");
     for (std::size_t i = 0; i < counters; ++i)
       if (!h5::has(vars, std::to_string(i)))
@@ -330,6 +332,16 @@ TESSEL_INLINE optimizer_found read_weights_file(const std::filesystem::path& pat
     for (std::size_t i = 0; i < o.slots.size(); ++i)
       detail::read_variable(vars, i + counters, o.slots[i], head, "the optimizer '" + o.name + "'",
                             verified);
+    if (o.scalar) {
+      // (Its value follows from the iteration count: the state derives it; its form is checked.)
+      auto [d, info] = h5::open_dataset(vars, std::to_string(all - 1));
+      if (!info.shape.empty() || info.type_class != H5T_FLOAT)
+        throw value_error(head + "'" + d.path + "', the optimizer's own scalar, is not a float "
+                          "scalar.");
+      float x = 0;
+      h5::read_values(d, std::span<float>(&x, 1));
+      o.scalar = x;
+    }
     return optimizer_found::all;
   } catch (const value_error& e) {
     // libhdf5's failures (h5.hpp) name the file; say which call met them too.
