@@ -39,6 +39,12 @@ inline std::vector<std::size_t> shape_of(const json& a) {
   return a.at("shape").get<std::vector<std::size_t>>();
 }
 inline array<float> to_array(const json& a) { return {shape_of(a), values(a)}; }
+// A list of {path, value} (make_golden.py's weights_list) as arrays, in its order.
+inline std::vector<array<float>> weight_arrays(const json& list) {
+  std::vector<array<float>> out;
+  for (const json& v : list) out.push_back(to_array(v.at("value")));
+  return out;
+}
 
 // Fails with the first element that differs, naming it.
 inline void check_close(const std::vector<float>& actual, const std::vector<float>& expected,

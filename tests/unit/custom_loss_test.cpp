@@ -75,9 +75,7 @@ TEST_CASE("custom loss and metric: compiled in a model, three Adam steps as Kera
   regression model;
   model.compile(tessel::optimizers::adam{.learning_rate = 0.01}, user::huber{},
                 {user::mean_squared_error_metric{}});
-  std::vector<tessel::array<float>> w;
-  for (const json& v : g["initial_weights"]) w.push_back(to_array(v["value"]));
-  model.set_weights(w);
+  model.set_weights(tessel::testing::golden::weight_arrays(g["initial_weights"]));
   const tessel::array<float> x = to_array(g["x"]), y = to_array(g["y"]);
   const auto names = g["returned_names"].get<std::vector<std::string>>();
   REQUIRE(names == std::vector<std::string>{"loss", "mean_squared_error"});

@@ -54,12 +54,6 @@ tessel::optimizer_spec case_optimizer(const std::string& name) {
       .gradient_accumulation_steps = 2};
 }
 
-std::vector<tessel::array<float>> arrays(const json& list) {
-  std::vector<tessel::array<float>> out;
-  for (const json& v : list) out.push_back(to_array(v["value"]));
-  return out;
-}
-
 void check_weights(regression& m, const json& expected, const std::string& what) {
   const auto now = m.get_weights();
   REQUIRE(now.size() == expected.size());
@@ -80,7 +74,7 @@ TEST_CASE("ema and accumulation: seven steps of each case as Keras's",
     INFO("case " << name);
     regression model;
     model.compile(case_optimizer(name), "mean_squared_error");
-    model.set_weights(arrays(c["initial_weights"]));
+    model.set_weights(tessel::testing::golden::weight_arrays(c["initial_weights"]));
     for (std::size_t k = 0; k < 7; ++k) {
       const json& s = c["steps"][k];
       const std::string at = "step " + std::to_string(k + 1);
@@ -134,7 +128,7 @@ TEST_CASE("ema and accumulation: fit ends with the moving averages, as Keras's f
   }
   regression model;
   model.compile(case_optimizer("adam_ema"), "mean_squared_error");
-  model.set_weights(arrays(c["initial_weights"]));
+  model.set_weights(tessel::testing::golden::weight_arrays(c["initial_weights"]));
   (void)model.fit(x, y, {.batch_size = 8, .epochs = 1, .verbose = 0, .shuffle = false});
   check_weights(model, c["finalized"], "after fit");
 }
@@ -157,7 +151,7 @@ TEST_CASE("ema and accumulation: Keras's weights file loads, and the next steps 
   temp_dir dir;
   regression a;
   a.compile(case_optimizer(c["case"].get<std::string>()), "mean_squared_error");
-  a.set_weights(arrays(c["initial_weights"]));
+  a.set_weights(tessel::testing::golden::weight_arrays(c["initial_weights"]));
   for (std::size_t k = 0; k < 3; ++k) (void)a.train_on_batch(to_array(g["xs"][k]), y);
   a.save_weights((dir / "a.weights.h5").string());
   tessel::save_checkpoint(a, (dir / "ckpt").string(), json{{"epoch", 1}});

@@ -9,9 +9,7 @@ namespace {
 
 template <class Model, class Y>
 void check_training_steps(Model& model, const json& m, const tessel::array<Y>& y) {
-  std::vector<tessel::array<float>> w;
-  for (const json& v : m["initial_weights"]) w.push_back(to_array(v["value"]));
-  model.set_weights(w);
+  model.set_weights(tessel::testing::golden::weight_arrays(m["initial_weights"]));
   const tessel::array<float> x = to_array(m["x"]);
   const auto names = m["returned_names"].get<std::vector<std::string>>();
   for (std::size_t step = 0; step < m["steps"].size(); ++step) {

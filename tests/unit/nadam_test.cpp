@@ -43,8 +43,8 @@ void check_step(regression& m, const json& s, const std::string& what) {
 TEST_CASE("nadam: three steps as Keras's, its weights file and config", "[optimizers][nadam]") {
   const json g = tessel::testing::golden::load("nadam.json");
   const tessel::array<float> x = to_array(g["x"]), y = to_array(g["y"]);
-  std::vector<tessel::array<float>> initial;
-  for (const json& v : g["initial_weights"]) initial.push_back(to_array(v["value"]));
+  const std::vector<tessel::array<float>> initial =
+      tessel::testing::golden::weight_arrays(g["initial_weights"]);
   regression model;
   model.compile(keras_nadam, "mean_squared_error");
   model.set_weights(initial);

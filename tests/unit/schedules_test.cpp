@@ -66,9 +66,7 @@ const tessel::optimizers::adam keras_adam{
                                              .warmup_steps = 2}};
 
 void set_initial(regression& m, const json& g) {
-  std::vector<tessel::array<float>> w;
-  for (const json& v : g["initial_weights"]) w.push_back(to_array(v["value"]));
-  m.set_weights(w);
+  m.set_weights(tessel::testing::golden::weight_arrays(g["initial_weights"]));
 }
 
 void check_step(regression& m, const json& s, const std::string& what) {

@@ -35,9 +35,7 @@ using regression = tessel::basic_sequential<B, tessel::one_device, input<5>,
 const user::signum keras_signum{.learning_rate = 0.02, .beta = 0.8};
 
 void set_initial(regression& m, const json& g) {
-  std::vector<tessel::array<float>> w;
-  for (const json& v : g["initial_weights"]) w.push_back(to_array(v["value"]));
-  m.set_weights(w);
+  m.set_weights(tessel::testing::golden::weight_arrays(g["initial_weights"]));
 }
 
 // The weights, and the optimizer's momentum slots in the variables' order, against step k's.
