@@ -45,8 +45,9 @@ class optimizer {
   // The learning rate the next step uses: the schedule's at the iteration count (Keras calls it
   // with the count before the step), else the spec's, unless a state set another.
   double learning_rate() const {
-    return scheduled() ? static_cast<double>(spec_.schedule()(static_cast<std::int64_t>(iterations_)))
-                       : learning_rate_;
+    return scheduled()
+               ? static_cast<double>(spec_.schedule()(static_cast<std::int64_t>(iterations_)))
+               : learning_rate_;
   }
   // Whether the learning rate is a schedule: the state then holds no learning-rate variable
   // (Keras's optimizer.variables: the iteration count, then the slots).
@@ -55,12 +56,11 @@ class optimizer {
   // scheduled.
   [[nodiscard]] std::size_t counters() const noexcept { return scheduled() ? 1 : 2; }
   // The scalars state() ends with: the optimizer's own (Nadam's), derived from the update count.
-  [[nodiscard]] std::size_t scalars() const noexcept { return spec_.scalar_name().empty() ? 0 : 1; }
-  // The updates taken (the iteration count, over gradient_accumulation_steps when accumulating).
-  [[nodiscard]] std::size_t updates() const noexcept {
-    const auto steps = static_cast<std::size_t>(spec_.config().gradient_accumulation_steps);
-    return steps > 0 ? iterations_ / steps : iterations_;
+  [[nodiscard]] std::size_t scalars() const noexcept {
+    return spec_.scalar_name().empty() ? 0 : 1;
   }
+  // The updates taken (the iteration count, over gradient_accumulation_steps when accumulating).
+  [[nodiscard]] std::size_t updates() const noexcept { return updates_after(iterations_); }
 
   // The slots each trainable variable gets (Adam 2; RMSprop 1 to 3; SGD 0 or 1).
   // (With Keras's use_ema and gradient_accumulation_steps, each variable's moving average and
@@ -179,7 +179,8 @@ class optimizer {
 
   // ---- the state as values (state.hpp) ---------------------------------------------------
   // Keras's optimizer.variables: "<name>/iteration" (int64), "<name>/learning_rate" (float64;
-  // none when scheduled), then copies of the slots in creation order ("adam/dense_kernel_momentum", ...). Build first.
+  // none when scheduled), then copies of the slots in creation order
+  // ("adam/dense_kernel_momentum", ...), then the optimizer's own scalar. Build first.
   state_list<B> state() const { return entries(true); }
   // state() without the copies: the slots share the optimizer's memory, valid until its next
   // step or set_state (saving reads them, and a load writes them, through it).
@@ -231,6 +232,24 @@ class optimizer {
   // gradient scaled to a norm of at most clipnorm, or all of them to a global norm of at most
   // global_clipnorm, the squared norms counted as `norms` says.
   void clip(std::span<const backend::update_tensors<matrix>> u, const gradient_norms& norms) const;
+  // The updates `calls` calls of apply() take (every gradient_accumulation_steps-th updates).
+  [[nodiscard]] std::size_t updates_after(std::size_t calls) const noexcept {
+    const auto steps = static_cast<std::size_t>(spec_.config().gradient_accumulation_steps);
+    return steps > 0 ? calls / steps : calls;
+  }
+  // f(tensor, segment) for each range of the tensors of `u` that `norms` gives (unset: each
+  // tensor whole, a variable of its own, counted here).
+  template <class F>
+  static void for_each_segment(std::span<const backend::update_tensors<matrix>> u,
+                               const gradient_norms& norms, F&& f) {
+    for (std::size_t i = 0; i < u.size(); ++i) {
+      if (norms.variables == 0) {
+        f(i, norm_segment{0, optimizers::elements<B>(u[i].gradient), i, true});
+        continue;
+      }
+      for (const norm_segment& s : norms.segments[i]) f(i, s);
+    }
+  }
   // The squared norm of each variable's gradient (norms.variables of them; each tensor one,
   // unset), summed over the processes by norms.sum.
   std::vector<double> squared_norms(std::span<const backend::update_tensors<matrix>> u,
@@ -327,12 +346,12 @@ void optimizer<B>::apply(const std::vector<variable<B>*>& vars) {
     }
     decay_of(vars);
     // The update's step number counts the updates.
-    update(tensors_, steps > 0 ? (before + 1) / steps : iterations_, lr, decay_, norms_);
+    update(tensors_, updates_after(iterations_), lr, decay_, norms_);
   }
   if (!c.use_ema) return;
   // Keras's _update_model_variables_moving_average with its iterations (the updates before this
   // call), then the overwrite every ema_overwrite_frequency.
-  const std::size_t done = steps > 0 ? before / steps : before;
+  const std::size_t done = updates_after(before);
   const float m = done != 0 ? static_cast<float>(c.ema_momentum) : 0.0f;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const matrix w = vars[i]->value.local(), avg = averages_[i]->value.local();
@@ -461,7 +480,8 @@ std::pair<state_list<B>, state_list<B>> optimizer<B>::stateless_apply(
   for (const auto& v : optimizer_variables) new_state.push_back(copy_of(v));
   const std::int64_t it = new_state[0].integer() + 1;
   new_state[0].value = it;
-  const double lr = scheduled() ? static_cast<double>(spec_.schedule()(it - 1)) : new_state[1].real();
+  const double lr =
+      scheduled() ? static_cast<double>(spec_.schedule()(it - 1)) : new_state[1].real();
   const auto names = slot_names();
   std::vector<backend::update_tensors<matrix>> tensors;
   std::vector<decay_range> decay;
@@ -572,14 +592,9 @@ void optimizer<B>::clip(std::span<const backend::update_tensors<matrix>> u,
   auto denominator = [&](std::size_t v) {
     return std::max(std::sqrt(static_cast<float>(squares[v])), clip_norm);
   };
-  for (std::size_t i = 0; i < u.size(); ++i) {
-    if (norms.variables == 0) {
-      scale(u[i].gradient, 0, optimizers::elements<B>(u[i].gradient), clip_norm, denominator(i));
-      continue;
-    }
-    for (const norm_segment& s : norms.segments[i])
-      scale(u[i].gradient, s.begin, s.end, clip_norm, denominator(s.variable));
-  }
+  for_each_segment(u, norms, [&](std::size_t i, const norm_segment& s) {
+    scale(u[i].gradient, s.begin, s.end, clip_norm, denominator(s.variable));
+  });
 }
 
 template <class B>
@@ -601,17 +616,13 @@ std::vector<double> optimizer<B>::squared_norms(std::span<const backend::update_
     total_rows += full + (tail > 0 ? 1 : 0);
   };
   const std::size_t variables = norms.variables == 0 ? u.size() : norms.variables;
-  for (std::size_t i = 0; i < u.size(); ++i) {
-    if (norms.variables == 0) {
-      add(u[i].gradient, 0, optimizers::elements<B>(u[i].gradient), i);
-      continue;
-    }
-    for (const norm_segment& s : norms.segments[i])
-      if (s.counts) add(u[i].gradient, s.begin, s.end, s.variable);
-  }
+  for_each_segment(u, norms, [&](std::size_t i, const norm_segment& s) {
+    if (s.counts) add(u[i].gradient, s.begin, s.end, s.variable);
+  });
   std::vector<double> squares(variables, 0.0);
   if (total_rows > 0) {
-    if (B::rows(norm_rows_) < total_rows) norm_rows_ = B::make_matrix("gradient_norms", total_rows, 1);
+    if (B::rows(norm_rows_) < total_rows)
+      norm_rows_ = B::make_matrix("gradient_norms", total_rows, 1);
     std::size_t row = 0;
     for (const piece& p : pieces) {
       const matrix x = B::alias(*p.g, p.begin, p.rows, p.cols);

@@ -217,20 +217,12 @@ class sharded_state {
   // norms summed over the processes by `sum`.
   void set_gradient_norms(const std::function<bool(const variable<B>&)>& counts,
                           std::function<void(std::span<double>)> sum) {
-    const auto n = static_cast<std::size_t>(group_->size());
-    const std::size_t me = group_rank();
     typename optimizer<B>::gradient_norms norms;
     norms.variables = places_.size();
     norms.segments.resize(runs_.size());
-    for (std::size_t b = 0; b < runs_.size(); ++b) {
-      const std::size_t part = runs_[b].size / n, first = runs_[b].offset + me * part;
-      for (std::size_t i = 0; i < places_.size(); ++i) {
-        const auto& p = places_[i];
-        const std::size_t lo = std::max(first, p.offset),
-                          hi = std::min(first + part, p.offset + p.size);
-        if (lo < hi) norms.segments[b].push_back({lo - first, hi - first, i, counts(*p.var)});
-      }
-    }
+    for_each_overlap([&](std::size_t b, std::size_t i, std::size_t begin, std::size_t end) {
+      norms.segments[b].push_back({begin, end, i, counts(*places_[i].var)});
+    });
     norms.sum = std::move(sum);
     opt_->set_gradient_norms(std::move(norms));
   }
@@ -299,20 +291,29 @@ class sharded_state {
   // weights and the parts are held together only while they are copied), or drawn alone from a
   // variable not drawn yet (so that the whole weights are never held); then the window, the
   // variables' values views of their places in it.
+  // f(b, i, begin, end) for each range [begin, end) of this process's part of bucket b that
+  // falls in variable i (places_[i]), counted from the part's start.
+  template <class F>
+  void for_each_overlap(F&& f) const {
+    const auto n = static_cast<std::size_t>(group_->size());
+    const std::size_t me = group_rank();
+    for (std::size_t b = 0; b < runs_.size(); ++b) {
+      const std::size_t part = runs_[b].size / n, first = runs_[b].offset + me * part;
+      for (std::size_t i = 0; i < places_.size(); ++i) {
+        const auto& p = places_[i];
+        const std::size_t lo = std::max(first, p.offset),
+                          hi = std::min(first + part, p.offset + p.size);
+        if (lo < hi) f(b, i, lo - first, hi - first);
+      }
+    }
+  }
   // Weight decay on the parts: each part's ranges that fall in a variable `full` decays (a part
   // spans the variables of its bucket, some excluded by name).
   void set_decay(const optimizer<B>& full) {
-    const auto n = static_cast<std::size_t>(group_->size());
-    const std::size_t me = group_rank();
     std::vector<typename optimizer<B>::element_ranges> ranges(runs_.size());
-    for (std::size_t b = 0; b < runs_.size(); ++b) {
-      const std::size_t part = runs_[b].size / n, first = runs_[b].offset + me * part;
-      for (const auto& p : places_) {
-        const std::size_t lo = std::max(first, p.offset),
-                          hi = std::min(first + part, p.offset + p.size);
-        if (lo < hi && full.decays(p.var->path)) ranges[b].emplace_back(lo - first, hi - first);
-      }
-    }
+    for_each_overlap([&](std::size_t b, std::size_t i, std::size_t begin, std::size_t end) {
+      if (full.decays(places_[i].var->path)) ranges[b].emplace_back(begin, end);
+    });
     opt_->set_decay_ranges(std::move(ranges));
     decay_for_ = full.weight_decay_exclusions();
   }

@@ -371,7 +371,8 @@ class trainer_core : public model_base {
   // mesh axes, or a split state's parts): the mesh axes over which the squared norms are summed
   // (a bit per axis; 0: each process has whole gradients), whether this process counts a
   // variable's values (one process among those that hold the same block), and the sum, one
-  // all_reduce of one float64 per variable along each of those axes, recorded in the log.
+  // all_reduce of one float64 per variable along each of those axes, recorded in the log. Worked
+  // out once per compile and per change of buckets, not every step.
   std::uint32_t norm_axes() const;
   bool counts_norm_of(const variable<B>& v, std::uint32_t axes) const;
   std::function<void(std::span<double>)> norm_sum(std::uint32_t axes);
@@ -427,6 +428,7 @@ class trainer_core : public model_base {
   training_position position_{};
   std::vector<fact> train_facts_;  // the training data of the fit in progress (dataset::facts())
   bool gradients_pending_ = false;  // compute_loss_and_gradients' gradients, not yet applied
+  bool norms_set_ = false;  // set_gradient_norms done for this optimizer and these buckets
   int callers_state_ = 0;           // runs with a caller's state (callers_state) under way
   // Whether a trainable variable may still be undrawn (variable_store::defer): until the split
   // weights draw their parts (compile), or draw_deferred draws them whole.

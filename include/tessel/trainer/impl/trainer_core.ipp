@@ -29,6 +29,7 @@ template <class B, class C>
 void trainer_core<B, C>::compile(optimizer_function<B> optimizer_, loss_function<B> loss,
                                  std::vector<metrics::metric_arg<B>> metric_list) {
   optimizer_state_.emplace(std::move(optimizer_));
+  norms_set_ = false;
   loss_.emplace(std::move(loss));
   metrics_.clear();
   for (const auto& m : metric_list) metrics_.push_back(m.resolve(loss_->sparse_labels()));
@@ -251,7 +252,7 @@ auto trainer_core<B, C>::replica_shard(std::size_t rows) const -> shard {
 template <class B, class C>
 void trainer_core<B, C>::apply_gradients() {
   require_compiled("apply_gradients");
-  if (optimizer_state_->spec().config().clips_norms()) set_gradient_norms();
+  if (optimizer_state_->spec().config().clips_norms() && !norms_set_) set_gradient_norms();
   if (!shards_.empty()) shards_.apply(*optimizer_state_);
   else if (holds_variables()) optimizer_state_->apply(model_trainable_variables());
   share_stored_variables();
@@ -262,7 +263,8 @@ template <class B, class C>
 void trainer_core<B, C>::finalize_variable_values() {
   if (!optimizer_state_ || !optimizer_state_->spec().config().use_ema) return;
   if (!shards_.empty()) shards_.finalize_variable_values(*optimizer_state_);
-  else if (holds_variables()) optimizer_state_->finalize_variable_values(model_trainable_variables());
+  else if (holds_variables())
+    optimizer_state_->finalize_variable_values(model_trainable_variables());
   share_stored_variables();
 }
 
@@ -314,6 +316,7 @@ std::function<void(std::span<double>)> trainer_core<B, C>::norm_sum(std::uint32_
 
 template <class B, class C>
 void trainer_core<B, C>::set_gradient_norms() {
+  norms_set_ = true;
   const std::uint32_t axes = norm_axes();
   if (!shards_.empty()) {
     shards_.set_gradient_norms(
@@ -324,9 +327,10 @@ void trainer_core<B, C>::set_gradient_norms() {
   if (axes != 0) {
     const auto& vars = model_trainable_variables();
     norms.variables = vars.size();
-    for (std::size_t i = 0; i < vars.size(); ++i)
-      norms.segments.push_back(
-          {{0, optimizers::elements<B>(vars[i]->value.local()), i, counts_norm_of(*vars[i], axes)}});
+    for (std::size_t i = 0; i < vars.size(); ++i) {
+      const std::size_t n = optimizers::elements<B>(vars[i]->value.local());
+      norms.segments.push_back({{0, n, i, counts_norm_of(*vars[i], axes)}});
+    }
     norms.sum = norm_sum(axes);
   }
   optimizer_state_->set_gradient_norms(std::move(norms));
@@ -880,6 +884,7 @@ void trainer_core<B, C>::build_buckets(std::size_t batch) {
   buckets_.build(pm(), std::move(entries), grad_options_, &reshard_->log(), parts,
                  gradients_pending_, per_layer);
   shards_.clear();
+  norms_set_ = false;  // (the split state's parts are new)
   // (On one process nothing is split: the optimizer updates the whole model.)
   if (!sharded() || !optimizer_state_ || group.size() == 1) return;
   if (buckets_.places().size() != model_trainable_variables().size()) {
